@@ -1,0 +1,29 @@
+# The two commands: `make run` (default experiment on CPU) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-slow bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	JAX_PLATFORMS=cpu $(VENV)/bin/attnlab-train accelerator=cpu
+
+test: $(STAMP)
+	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 -q --durations=15
+
+test-slow: $(STAMP)
+	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 -q -m slow
+
+bench: $(STAMP)
+	JAX_PLATFORMS=cpu $(PY) scripts/bench_attention.py
+	JAX_PLATFORMS=cpu $(PY) scripts/bench_train.py
+
+clean:
+	rm -rf $(VENV) outputs multirun

@@ -1,0 +1,37 @@
+"""Attention normalizers behind one contract (see `Normalizer`), built by name from configs/normalizer/."""
+
+from __future__ import annotations
+
+from flax import nnx
+
+from attnlab import registry
+
+from .base import CORE_STATS, FixedFeatures, InverseTemperature, Mask, Normalizer, NormalizerParam, ScoreNormalizer, as_mask, core_stats
+from .entmax import Entmax, entmax
+from .exponential import KL, ReLU, Sigmoid, Softmax, Softmax1, masked_softmax
+from .linear import Linear
+from .squared import Squared
+
+__all__ = [
+    "CORE_STATS", "KL", "Entmax", "FixedFeatures", "InverseTemperature", "Linear", "Mask", "Normalizer",
+    "NormalizerParam", "ReLU", "ScoreNormalizer", "Sigmoid", "Softmax", "Softmax1", "Squared",
+    "as_mask", "attend", "attention_weights", "build", "core_stats", "entmax", "masked_softmax",
+]
+
+
+def build(name: str, *, num_heads: int, head_dim: int, rngs: nnx.Rngs | None = None, **options) -> Normalizer:
+    """The named normalizer from its YAML defaults updated by `options`."""
+    cls, opts = registry.options("normalizer", name, **options)
+    return cls(num_heads=num_heads, head_dim=head_dim, rngs=rngs or nnx.Rngs(0), **opts)
+
+
+def attend(name: str, q_BTNH, k_BSNH, v_BSNH, mask=None, *, causal=False, with_stats=True, **options):
+    """(out_BTNH, stats) of the named normalizer; mask is None, a `Mask` or a boolean (B,T,S) array."""
+    norm = build(name, num_heads=q_BTNH.shape[2], head_dim=q_BTNH.shape[3], **options)
+    return norm(q_BTNH, k_BSNH, v_BSNH, as_mask(mask, causal), with_stats=with_stats)
+
+
+def attention_weights(name: str, q_BTNH, k_BSNH, mask=None, *, causal=False, **options):
+    """The explicit (B,N,T,S) attention matrix of the named normalizer."""
+    norm = build(name, num_heads=q_BTNH.shape[2], head_dim=q_BTNH.shape[3], **options)
+    return norm.weights(q_BTNH, k_BSNH, as_mask(mask, causal))

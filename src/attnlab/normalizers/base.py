@@ -1,0 +1,168 @@
+"""The normalizer contract, the admissible mask, β, and the statistics every normalizer reports.
+
+Shape letters (as in jax.nn.dot_product_attention): B batch, T queries, S keys, N heads,
+H head dim, F feature dim (linear attention).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx, struct
+
+# Masked logits get this offset below the row's admissible maximum instead of -inf: -inf broke
+# sparsemax/entmax (deep-spin/entmax #17) and turns fully padded rows into NaN.
+MASK_GAP = 1e4
+
+
+class NormalizerParam(nnx.Param):
+    """A parameter of a normalizer (β, priors, slopes): excluded from weight decay, logged apart."""
+
+
+class FixedFeatures(nnx.Variable):
+    """A non-trainable constant drawn once at initialisation (e.g. FAVOR+ projections)."""
+
+
+@struct.dataclass
+class Mask:
+    """Admissible keys: causal ∧ not padding, kept structured so O(T) forms need no T×S mask.
+
+    `dense_BTS` (optional) is an arbitrary explicit mask, combined with the rest by ∧.
+    Under `causal` with T < S, query t sees keys s ≤ t + S − T (the queries are the last T).
+    """
+
+    key_valid_BS: jax.Array | None = None
+    dense_BTS: jax.Array | None = None
+    causal: bool = struct.field(pytree_node=False, default=False)
+
+    def matrix_B1TS(self, T: int, S: int) -> jax.Array:
+        """The explicit boolean mask, broadcastable to (B, N, T, S)."""
+        m_BTS = jnp.ones((1, T, S), bool)
+        if self.causal:
+            m_BTS = m_BTS & (jnp.arange(S)[None, :] <= jnp.arange(T)[:, None] + (S - T))[None]
+        if self.key_valid_BS is not None:
+            m_BTS = m_BTS & self.key_valid_BS[:, None, :].astype(bool)
+        if self.dense_BTS is not None:
+            m_BTS = m_BTS & self.dense_BTS.astype(bool)
+        return m_BTS[:, None]
+
+
+def as_mask(mask, causal: bool = False) -> Mask:
+    """Accept None, a Mask, or a boolean (B,T,S) array."""
+    if mask is None:
+        return Mask(causal=causal)
+    if isinstance(mask, Mask):
+        return mask
+    return Mask(dense_BTS=jnp.asarray(mask, bool), causal=causal)
+
+
+class InverseTemperature(nnx.Module):
+    """β = exp(θ) per head (or shared), so β stays positive; θ is a NormalizerParam (no decay)."""
+
+    def __init__(self, num_heads: int, head_dim: int, beta: float | None, learnable: bool, per_head: bool):
+        beta = 1.0 / math.sqrt(head_dim) if beta is None else float(beta)
+        if beta <= 0:
+            raise ValueError(f"beta must be > 0 (got {beta}); null means 1/sqrt(head_dim)")
+        theta_N = jnp.full((num_heads,) if per_head else (1,), math.log(beta), jnp.float32)
+        self.num_heads = num_heads
+        self.theta = NormalizerParam(theta_N) if learnable else FixedFeatures(theta_N)
+
+    def __call__(self) -> jax.Array:
+        return jnp.broadcast_to(jnp.exp(self.theta[...]), (self.num_heads,))
+
+
+def masked_max(x_BNTS, m_B1TS, keepdims=True):
+    """Row maximum over admissible entries (0 where a row has none), without gradient."""
+    x = jnp.where(m_B1TS, x_BNTS, -jnp.inf).max(-1, keepdims=keepdims)
+    return jax.lax.stop_gradient(jnp.where(jnp.isfinite(x), x, 0.0))
+
+
+def core_stats(att_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
+    """Per-head (N,) statistics shared by every normalizer.
+
+    entropy: H / log n over admissible keys, rows renormalised first, rows with n < 2 or zero
+    mass excluded (a causal row i has at most log n_i nats; normalising keeps the mean from
+    being dominated by sequence length — LITERATURE.md, cross-cutting).
+    """
+    att = jnp.where(m_B1TS, att_BNTS.astype(jnp.float32), 0.0)
+    n_B1T = m_B1TS.sum(-1)
+    mass_BNT = att.sum(-1)
+    row_ok = jnp.broadcast_to(n_B1T >= 1, mass_BNT.shape)
+    ent_ok = (n_B1T >= 2) & (mass_BNT > 0)
+    p = att / jnp.where(mass_BNT > 0, mass_BNT, 1.0)[..., None]
+    h_BNT = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), -1)
+    ent_BNT = h_BNT / jnp.log(jnp.maximum(n_B1T, 2))
+
+    def mean_N(x, ok):
+        return jnp.sum(jnp.where(ok, x, 0.0), (0, 2)) / jnp.maximum(jnp.sum(ok, (0, 2)), 1)
+
+    abs_logits = jnp.where(m_B1TS, jnp.abs(logits_BNTS.astype(jnp.float32)), 0.0)
+    return {
+        "entropy": mean_N(ent_BNT, ent_ok),
+        "max_weight": mean_N(att.max(-1), row_ok),
+        "row_mass": mean_N(mass_BNT, row_ok),
+        "max_logit": abs_logits.max((0, 2, 3)),
+    }
+
+
+CORE_STATS = ("entropy", "max_weight", "row_mass", "max_logit")
+
+
+class Normalizer(nnx.Module):
+    """The contract every attention normalizer meets.
+
+    Built as `cls(num_heads=N, head_dim=H, rngs=rngs, **options)`, where the options are exactly
+    the keys of its YAML in configs/normalizer/. Then
+
+        out_BTNH, stats = normalizer(q_BTNH, k_BSNH, v_BSNH, mask, with_stats=False)
+
+    maps queries, keys, values and the admissible `Mask` (causal ∧ not padding) to the attended
+    output. `stats` is {} unless `with_stats`; then it holds per-head (N,) arrays with the
+    CORE_STATS keys (the same for every normalizer) plus the normalizer's extras (β, KL to the
+    prior, minimum denominator, ...). Computing statistics may materialise the T×S matrix;
+    training without them keeps each normalizer's own asymptotic cost (O(T) for linear).
+
+        att_BNTS = normalizer.weights(q_BTNH, k_BSNH, mask)
+
+    returns the explicit attention matrix, for diagnostics and tests. Padding keys always get
+    weight 0; a row with no admissible key gets all zeros.
+    """
+
+    def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask: Mask, *, with_stats: bool = False):
+        raise NotImplementedError
+
+    def weights(self, q_BTNH, k_BSNH, mask: Mask):
+        raise NotImplementedError
+
+
+class ScoreNormalizer(Normalizer):
+    """A normalizer that is a function of the score matrix z = q·kᵀ (every one but linear).
+
+    Subclasses implement `normalize(z_BNTS, m_B1TS) -> (att_BNTS, logits_BNTS, extras)`, where
+    logits are the scaled scores the normalizer acts on (for max |logit|). `score_probe_BNTS`,
+    a zero array added to z, lets the trainer read dL/dz (the gradient at the normalizer input).
+    """
+
+    def normalize(self, z_BNTS, m_B1TS):
+        raise NotImplementedError
+
+    def _scores(self, q_BTNH, k_BSNH):
+        # Normalizer math in float32 even under bfloat16 compute (softmax-in-fp32 practice).
+        return jnp.einsum("btnh,bsnh->bnts", q_BTNH, k_BSNH, preferred_element_type=jnp.float32)
+
+    def weights(self, q_BTNH, k_BSNH, mask: Mask):
+        m_B1TS = mask.matrix_B1TS(q_BTNH.shape[1], k_BSNH.shape[1])
+        return self.normalize(self._scores(q_BTNH, k_BSNH), m_B1TS)[0]
+
+    def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
+        m_B1TS = mask.matrix_B1TS(q_BTNH.shape[1], k_BSNH.shape[1])
+        z_BNTS = self._scores(q_BTNH, k_BSNH)
+        if score_probe_BNTS is not None:
+            z_BNTS = z_BNTS + score_probe_BNTS
+        att_BNTS, logits_BNTS, extras = self.normalize(z_BNTS, m_B1TS)
+        out_BTNH = jnp.einsum("bnts,bsnh->btnh", att_BNTS.astype(v_BSNH.dtype), v_BSNH)
+        if not with_stats:
+            return out_BTNH, {}
+        return out_BTNH, {**core_stats(att_BNTS, logits_BNTS, m_B1TS), **extras}

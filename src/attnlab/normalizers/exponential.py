@@ -1,0 +1,134 @@
+"""Normalizers built on exp or an elementwise gate of βz: softmax, KL-regularised, softmax₁, sigmoid, ReLU."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .base import InverseTemperature, NormalizerParam, ScoreNormalizer, masked_max
+
+
+def masked_softmax(logits_BNTS, m_B1TS):
+    """softmax over admissible keys; a row with none is all zeros (never NaN)."""
+    # -inf before exp (not after) keeps the gradient finite where a masked logit is huge.
+    e = jnp.exp(jnp.where(m_B1TS, logits_BNTS - masked_max(logits_BNTS, m_B1TS), -jnp.inf))
+    s = e.sum(-1, keepdims=True)
+    return e / jnp.where(s > 0, s, 1.0)
+
+
+def row_mean_N(x_BNT, m_B1TS):
+    """Mean over rows that have at least one admissible key, per head."""
+    ok = jnp.broadcast_to(m_B1TS.any(-1), x_BNT.shape)
+    return jnp.where(ok, x_BNT, 0.0).sum((0, 2)) / jnp.maximum(ok.sum((0, 2)), 1)
+
+
+class Softmax(ScoreNormalizer):
+    """softmax(β·q·kᵀ) over admissible keys; β = 1/√H by default is standard scaled attention."""
+
+    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True):
+        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+
+    def normalize(self, z_BNTS, m_B1TS):
+        beta_N = self.beta()
+        logits_BNTS = beta_N[:, None, None] * z_BNTS
+        return masked_softmax(logits_BNTS, m_B1TS), logits_BNTS, {"beta": beta_N}
+
+
+class KL(ScoreNormalizer):
+    """π = argmax_π Σπz − (1/β)·KL(π‖u) = softmax(βz + log u) (seed 002).
+
+    prior: `uniform` (exactly masked softmax), `recency` (log u ∝ −λ_h·|distance|, λ_h = exp(θ)
+    learnable per head, initial `slope`) or `learned` (a per-head table over relative distance,
+    clipped at ±(max_distance − 1), initialised uniform). u is normalised over the admissible keys.
+    """
+
+    PRIORS = ("uniform", "recency", "learned")
+
+    def __init__(self, *, num_heads, head_dim, rngs, prior="uniform", beta=None, learnable=True,
+                 per_head=True, slope=0.1, max_distance=512):
+        if prior not in self.PRIORS:
+            raise ValueError(f"normalizer.prior={prior!r} unknown; allowed: {', '.join(self.PRIORS)}")
+        if slope <= 0 or max_distance < 1:
+            raise ValueError(f"normalizer.slope must be > 0 and max_distance >= 1 (got {slope}, {max_distance})")
+        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+        self.prior, self.max_distance = prior, int(max_distance)
+        if prior == "recency":
+            self.log_slope = NormalizerParam(jnp.full((num_heads,), jnp.log(slope), jnp.float32))
+        if prior == "learned":
+            self.table = NormalizerParam(jnp.zeros((num_heads, 2 * self.max_distance - 1), jnp.float32))
+
+    def log_prior(self, m_B1TS):
+        """log u over admissible keys (normalised per row), -inf elsewhere."""
+        T, S = m_B1TS.shape[-2:]
+        d_TS = (jnp.arange(T)[:, None] + (S - T)) - jnp.arange(S)[None, :]  # query pos − key pos
+        if self.prior == "uniform":
+            raw_NTS = jnp.zeros((1, T, S))
+        elif self.prior == "recency":
+            raw_NTS = -jnp.exp(self.log_slope[...])[:, None, None] * jnp.abs(d_TS)[None]
+        else:
+            M = self.max_distance
+            raw_NTS = self.table[...][:, jnp.clip(d_TS, -(M - 1), M - 1) + M - 1]
+        raw = jnp.where(m_B1TS, raw_NTS[None], -jnp.inf)
+        lse = jax.nn.logsumexp(raw, -1, keepdims=True)
+        return jnp.where(m_B1TS, raw - jnp.where(jnp.isfinite(lse), lse, 0.0), -jnp.inf)
+
+    def normalize(self, z_BNTS, m_B1TS):
+        beta_N = self.beta()
+        bz_BNTS = beta_N[:, None, None] * z_BNTS
+        logu_BNTS = self.log_prior(m_B1TS)
+        att_BNTS = masked_softmax(jnp.where(m_B1TS, bz_BNTS + logu_BNTS, 0.0), m_B1TS)
+        # log π − log u = βz − LSE(βz + log u), so KL = β⟨π,z⟩ − LSE and the optimal value of the
+        # objective is LSE/β (LITERATURE.md, cross-cutting).
+        lse_BNT = jax.nn.logsumexp(jnp.where(m_B1TS, bz_BNTS + logu_BNTS, -jnp.inf), -1)
+        lse_BNT = jnp.where(jnp.isfinite(lse_BNT), lse_BNT, 0.0)
+        kl_BNT = jnp.sum(att_BNTS * jnp.where(m_B1TS, bz_BNTS, 0.0), -1) - lse_BNT
+        extras = {
+            "beta": beta_N,
+            "kl_prior": row_mean_N(kl_BNT, m_B1TS),
+            "objective": row_mean_N(lse_BNT / beta_N[:, None], m_B1TS),
+        }
+        return att_BNTS, bz_BNTS, extras
+
+
+class Softmax1(ScoreNormalizer):
+    """softmax₁: exp(βzᵢ)/(1 + Σⱼ exp(βzⱼ)), attention with a null sink ("attention is off by one")."""
+
+    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True):
+        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+
+    def normalize(self, z_BNTS, m_B1TS):
+        beta_N = self.beta()
+        logits_BNTS = beta_N[:, None, None] * z_BNTS
+        # Stable form: m = max(max x, 0); exp(x − m)/(exp(−m) + Σ exp(x − m)). Subtracting the max
+        # and then adding 1 (a widely copied version) changes the function.
+        mx = jnp.maximum(masked_max(logits_BNTS, m_B1TS), 0.0)
+        e = jnp.exp(jnp.where(m_B1TS, logits_BNTS - mx, -jnp.inf))
+        return e / (jnp.exp(-mx) + e.sum(-1, keepdims=True)), logits_BNTS, {"beta": beta_N}
+
+
+class Sigmoid(ScoreNormalizer):
+    """σ(βz + b) per key, b = −log n (n admissible keys of the row) unless `bias` is set (Apple, 2024)."""
+
+    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, bias=None):
+        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+        self.bias = bias
+
+    def normalize(self, z_BNTS, m_B1TS):
+        beta_N = self.beta()
+        n_B1T1 = m_B1TS.sum(-1, keepdims=True)
+        b = -jnp.log(jnp.maximum(n_B1T1, 1)) if self.bias is None else self.bias
+        logits_BNTS = beta_N[:, None, None] * z_BNTS + b
+        return jnp.where(m_B1TS, jax.nn.sigmoid(logits_BNTS), 0.0), logits_BNTS, {"beta": beta_N}
+
+
+class ReLU(ScoreNormalizer):
+    """relu(βz)/n, n = admissible keys of the row (Wortsman et al. 2023)."""
+
+    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True):
+        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+
+    def normalize(self, z_BNTS, m_B1TS):
+        beta_N = self.beta()
+        logits_BNTS = beta_N[:, None, None] * z_BNTS
+        n_B1T1 = jnp.maximum(m_B1TS.sum(-1, keepdims=True), 1)
+        return jnp.where(m_B1TS, jax.nn.relu(logits_BNTS), 0.0) / n_B1T1, logits_BNTS, {"beta": beta_N}

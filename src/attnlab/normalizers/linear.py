@@ -1,0 +1,145 @@
+"""Linear attention: φ(q)·φ(k) / Σ φ(q)·φ(k) (Katharopoulos et al. 2020, "Transformers are RNNs")."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from .base import FixedFeatures, Mask, Normalizer, core_stats
+
+FEATURE_MAPS = ("elu1", "relu", "favor")
+
+
+class Linear(Normalizer):
+    """Kernelised attention in four agreeing forms, picked from the mask's structure:
+
+    - causal (T = S, no dense mask): chunked O(T) — within a chunk the masked quadratic form,
+      across chunks an exclusive prefix sum of φ(K)ᵀV (flash-linear-attention, naive chunk form);
+    - bidirectional: φ(Q)(φ(K)ᵀV) / φ(Q)·Σφ(K), O(T);
+    - an arbitrary dense mask: the parallel (masked quadratic) form;
+    - `step`: the recurrent single-token form for decoding, S_t = S_{t−1} + φ(k_t)v_tᵀ.
+
+    Padding keys are excluded in every form by zeroing φ(k). q and k are not scaled (elu1 as in
+    the paper). eps is added to the denominator (1e-6 as in idiap/fast-transformers).
+    """
+
+    def __init__(self, *, num_heads, head_dim, rngs, feature_map="elu1", eps=1e-6, chunk_size=64,
+                 num_features=64):
+        if feature_map not in FEATURE_MAPS:
+            raise ValueError(f"normalizer.feature_map={feature_map!r} unknown; allowed: {', '.join(FEATURE_MAPS)}")
+        if eps < 0 or chunk_size < 1 or num_features < 1:
+            raise ValueError(f"normalizer.eps must be >= 0, chunk_size and num_features >= 1 "
+                             f"(got {eps}, {chunk_size}, {num_features})")
+        self.feature_map, self.eps, self.chunk_size = feature_map, float(eps), int(chunk_size)
+        if feature_map == "favor":
+            self.omega = FixedFeatures(_orthogonal_gaussian(rngs.params(), num_features, head_dim))
+
+    def phi(self, x_BTNH, is_query: bool):
+        """Feature map, computed in float32."""
+        x = x_BTNH.astype(jnp.float32)
+        if self.feature_map == "elu1":
+            # elu(x)+1 written so it neither rounds to 0 nor explodes in its gradient (fla #1261).
+            return jnp.where(x >= 0, x + 1, jnp.exp(jnp.minimum(x, 0)))
+        if self.feature_map == "relu":
+            return jax.nn.relu(x)
+        return self._favor(x, is_query)
+
+    def _favor(self, x_BTNH, is_query):
+        # FAVOR+ positive features (Choromanski et al. 2021; google-research performer/fast_attention):
+        # m^{-1/2}(exp(ωᵀx′ − ‖x′‖²/2 − c) + eps), x′ = x·d^{-1/4}.
+        omega_FH = self.omega[...]
+        m, d = omega_FH.shape
+        xs = x_BTNH * d**-0.25
+        log_BTNF = jnp.einsum("btnh,fh->btnf", xs, omega_FH) - 0.5 * jnp.sum(xs**2, -1, keepdims=True)
+        if is_query:  # the per-query max is a constant of the row: it cancels in the ratio.
+            log_BTNF = log_BTNF - jax.lax.stop_gradient(log_BTNF.max(-1, keepdims=True))
+        # Keys need no data-dependent max (Performer's max over all positions would see the future
+        # and break the recurrent form): ωᵀx − ‖x‖²/2 ≤ ‖ω‖²/2, so exp cannot overflow float32.
+        return (jnp.exp(log_BTNF) + 1e-6) / math.sqrt(m)
+
+    def _features(self, q_BTNH, k_BSNH, mask: Mask):
+        qf_BTNF = self.phi(q_BTNH, True)
+        kf_BSNF = self.phi(k_BSNH, False)
+        if mask.key_valid_BS is not None:
+            kf_BSNF = kf_BSNF * mask.key_valid_BS[:, :, None, None]
+        return qf_BTNF, kf_BSNF
+
+    def weights(self, q_BTNH, k_BSNH, mask: Mask):
+        qf, kf = self._features(q_BTNH, k_BSNH, mask)
+        a_BNTS = jnp.where(mask.matrix_B1TS(q_BTNH.shape[1], k_BSNH.shape[1]),
+                           jnp.einsum("btnf,bsnf->bnts", qf, kf), 0.0)
+        return a_BNTS / (a_BNTS.sum(-1, keepdims=True) + self.eps)
+
+    def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
+        qf, kf = self._features(q_BTNH, k_BSNH, mask)
+        v = v_BSNH.astype(jnp.float32)
+        T, S = q_BTNH.shape[1], k_BSNH.shape[1]
+        if mask.dense_BTS is not None or (mask.causal and T != S):
+            num, den = self._parallel(qf, kf, v, mask)
+        elif mask.causal:
+            num, den = self._chunked(qf, kf, v)
+        else:
+            num = jnp.einsum("btnf,bnfh->btnh", qf, jnp.einsum("bsnf,bsnh->bnfh", kf, v))
+            den = jnp.einsum("btnf,bnf->btn", qf, kf.sum(1))[..., None]
+        out_BTNH = (num / (den + self.eps)).astype(v_BSNH.dtype)
+        if not with_stats:
+            return out_BTNH, {}
+        m_B1TS = mask.matrix_B1TS(T, S)
+        a_BNTS = jnp.where(m_B1TS, jnp.einsum("btnf,bsnf->bnts", qf, kf), 0.0)
+        den_BNT = a_BNTS.sum(-1)
+        has_keys = jnp.broadcast_to(m_B1TS.any(-1), den_BNT.shape)
+        stats = core_stats(a_BNTS / (den_BNT[..., None] + self.eps), a_BNTS, m_B1TS)
+        stats["min_denominator"] = jnp.where(has_keys, den_BNT, jnp.inf).min((0, 2))
+        return out_BTNH, stats
+
+    def _parallel(self, qf, kf, v, mask):
+        a_BNTS = jnp.where(mask.matrix_B1TS(qf.shape[1], kf.shape[1]), jnp.einsum("btnf,bsnf->bnts", qf, kf), 0.0)
+        return jnp.einsum("bnts,bsnh->btnh", a_BNTS, v), a_BNTS.sum(-1).transpose(0, 2, 1)[..., None]
+
+    def _chunked(self, qf_BTNF, kf_BTNF, v_BTNH):
+        B, T, N, F = qf_BTNF.shape
+        C = min(self.chunk_size, T)
+        pad = -T % C  # padded positions have φ(k) = 0, so they add nothing; their rows are dropped.
+        qf, kf, v = (jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))) for x in (qf_BTNF, kf_BTNF, v_BTNH))
+        K = (T + pad) // C
+        qf, kf, v = (x.reshape(B, K, C, N, -1) for x in (qf, kf, v))
+        kv_BKNFH = jnp.einsum("bkcnf,bkcnh->bknfh", kf, v)
+        ksum_BKNF = kf.sum(2)
+        # Exclusive prefix sums over chunks: the state entering each chunk.
+        s_BKNFH = jnp.cumsum(kv_BKNFH, 1) - kv_BKNFH
+        z_BKNF = jnp.cumsum(ksum_BKNF, 1) - ksum_BKNF
+        a_BKNCC = jnp.einsum("bkcnf,bkdnf->bkncd", qf, kf) * jnp.tril(jnp.ones((C, C)))
+        num = jnp.einsum("bkncd,bkdnh->bkcnh", a_BKNCC, v) + jnp.einsum("bkcnf,bknfh->bkcnh", qf, s_BKNFH)
+        den = a_BKNCC.sum(-1).transpose(0, 1, 3, 2) + jnp.einsum("bkcnf,bknf->bkcn", qf, z_BKNF)
+        num, den = num.reshape(B, K * C, N, -1)[:, :T], den.reshape(B, K * C, N)[:, :T]
+        return num, den[..., None]
+
+    def init_state(self, batch: int, num_heads: int, head_dim: int, value_dim: int | None = None):
+        """Empty recurrent state (S_BNFH, z_BNF) for `step`."""
+        F = self.omega.shape[0] if self.feature_map == "favor" else head_dim
+        return (jnp.zeros((batch, num_heads, F, value_dim or head_dim)), jnp.zeros((batch, num_heads, F)))
+
+    def step(self, state, q_BNH, k_BNH, v_BNH, valid_B=None):
+        """One decoding step: add (k, v) to the state unless padding, then read it with q."""
+        s_BNFH, z_BNF = state
+        qf = self.phi(q_BNH[:, None], True)[:, 0]
+        kf = self.phi(k_BNH[:, None], False)[:, 0]
+        if valid_B is not None:
+            kf = kf * valid_B[:, None, None]
+        s_BNFH = s_BNFH + jnp.einsum("bnf,bnh->bnfh", kf, v_BNH.astype(jnp.float32))
+        z_BNF = z_BNF + kf
+        out = jnp.einsum("bnf,bnfh->bnh", qf, s_BNFH) / (jnp.einsum("bnf,bnf->bn", qf, z_BNF)[..., None] + self.eps)
+        return (s_BNFH, z_BNF), out.astype(v_BNH.dtype)
+
+
+def _orthogonal_gaussian(key, m: int, d: int):
+    """m×d projections from orthogonal d×d blocks with χ-distributed row norms (FAVOR+)."""
+    blocks = []
+    keys = jax.random.split(key, m // d + 2)
+    for i in range(-(-m // d)):
+        q, _ = jnp.linalg.qr(jax.random.normal(keys[i], (d, d)))
+        blocks.append(q.T)
+    norms = jnp.linalg.norm(jax.random.normal(keys[-1], (m, d)), axis=1, keepdims=True)
+    return jnp.concatenate(blocks)[:m] * norms

@@ -1,0 +1,50 @@
+"""Power ("squared") attention: pᵢᵖ/Σⱼpⱼᵖ over admissible keys (seed 004)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import jax.numpy as jnp
+
+from .base import InverseTemperature, ScoreNormalizer
+
+
+class Squared(ScoreNormalizer):
+    """wᵢ = f(βzᵢ)/(Σⱼ f(βzⱼ) + eps), f(x) = |x|ᵖ, or with `offset` the Taylor polynomial of exp
+    of degree p, Σ_{k≤p} xᵏ/k! (1 + x + x²/2 for p = 2), which is positive for even p.
+
+    The plain form is scale-invariant (β cancels up to eps) and sign-blind (z and −z weigh the
+    same); its denominator can approach 0 — exposed as the `min_denominator` statistic so the
+    instability can be studied (seed 004; Qin et al. 2022). eps = 0 is allowed on purpose.
+    """
+
+    def __init__(self, *, num_heads, head_dim, rngs, power=2, eps=1e-6, offset=False, beta=None,
+                 learnable=False, per_head=True):
+        if not (isinstance(power, int) and power >= 1):
+            raise ValueError(f"normalizer.power must be an integer >= 1 (got {power!r})")
+        if eps < 0:
+            raise ValueError(f"normalizer.eps must be >= 0 (got {eps})")
+        if offset and power % 2:
+            raise ValueError(f"normalizer.offset needs an even power (got power={power}): odd Taylor polynomials go negative")
+        if learnable and not offset:
+            warnings.warn("squared attention without offset is scale-invariant: a learnable beta has no "
+                          "effect (set normalizer.offset=true or normalizer.learnable=false)", stacklevel=2)
+        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+        self.power, self.eps, self.offset = power, float(eps), bool(offset)
+
+    def normalize(self, z_BNTS, m_B1TS):
+        beta_N = self.beta()
+        x_BNTS = beta_N[:, None, None] * z_BNTS
+        if self.offset:
+            f_BNTS = sum(x_BNTS**k / math.factorial(k) for k in range(self.power + 1))
+        else:
+            f_BNTS = jnp.abs(x_BNTS) ** self.power
+        f_BNTS = jnp.where(m_B1TS, f_BNTS, 0.0)
+        den_BNT1 = f_BNTS.sum(-1, keepdims=True)
+        att_BNTS = f_BNTS / (den_BNT1 + self.eps)
+        # min over rows that have at least one admissible key (empty rows have no denominator).
+        has_keys = jnp.broadcast_to(m_B1TS.any(-1, keepdims=True), den_BNT1.shape)
+        min_den_N = jnp.where(has_keys, den_BNT1, jnp.inf).min((0, 2, 3))
+        return att_BNTS, x_BNTS, {"beta": beta_N, "min_denominator": min_den_N}
+

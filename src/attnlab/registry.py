@@ -1,0 +1,47 @@
+"""Build components from their YAML in configs/<group>/; the YAML is the single registry."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+_RESERVED = ("_target_", "_partial_")
+
+
+def choices(group: str) -> list[str]:
+    """Names available in a config group (the YAML files of configs/<group>/)."""
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+
+
+def load(group: str, name: str) -> dict[str, Any]:
+    """The raw YAML of one choice, or a ValueError listing the choices."""
+    path = CONFIG_DIR / group / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"unknown {group} {name!r}; available: {', '.join(choices(group))}")
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def resolve_target(target: str):
+    """Import a `_target_`; only attnlab's own classes may be built from a config."""
+    if not isinstance(target, str) or not target.startswith("attnlab."):
+        raise ValueError(f"_target_ {target!r} refused: only attnlab.* classes can be built from configs")
+    module, _, attr = target.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+def options(group: str, name: str, **overrides) -> tuple[Any, dict[str, Any]]:
+    """(class, options) for a choice: YAML defaults updated with overrides, unknown keys refused."""
+    raw = load(group, name)
+    cls = resolve_target(raw.get("_target_"))
+    defaults = {k: v for k, v in raw.items() if k not in _RESERVED and k != "defaults"}
+    unknown = sorted(set(overrides) - set(defaults))
+    if unknown:
+        raise ValueError(
+            f"unknown option(s) {', '.join(unknown)} for {group} {name!r}; "
+            f"allowed: {', '.join(sorted(defaults)) or '(none)'}"
+        )
+    return cls, {**defaults, **overrides}

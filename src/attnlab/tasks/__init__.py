@@ -1,0 +1,23 @@
+"""Tasks: datasets with train/val/test splits and their description (see `Task` for the contract)."""
+
+from __future__ import annotations
+
+from attnlab import registry
+from attnlab.tasks.base import Split, Task
+from attnlab.tasks.digits import Digits
+from attnlab.tasks.icl_regression import ICLRegression
+from attnlab.tasks.listops import ListOps
+from attnlab.tasks.mqar import MQAR
+
+__all__ = ["Task", "Split", "make", "choices", "MQAR", "ListOps", "ICLRegression", "Digits"]
+
+
+def choices() -> list[str]:
+    """Names of the tasks in configs/task/."""
+    return registry.choices("task")
+
+
+def make(name: str, **options) -> Task:
+    """Build task `name` from configs/task/<name>.yaml, with options overriding its defaults."""
+    cls, opts = registry.options("task", name, **options)
+    return cls(**opts)

@@ -1,0 +1,167 @@
+"""The Split / Task contract shared by every task, plus helpers for validation and disjoint splits."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import numpy as np
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    """One split of a task: aligned numpy arrays, first axis = examples."""
+
+    inputs: np.ndarray  # int32 (N,T) token ids, or float32 (N,T,D) continuous vectors
+    targets: np.ndarray  # classification: int32 (N,T) or (N,); regression: float32, same shapes
+    weights: np.ndarray  # float32, shape of targets: 1 where a target counts, 0 elsewhere
+    valid: np.ndarray  # bool (N,T): True for real tokens, False for padding
+
+    def __len__(self) -> int:
+        return int(self.inputs.shape[0])
+
+    def take(self, index) -> "Split":
+        """The sub-split of the given rows (an index array, a slice or a boolean mask)."""
+        return Split(self.inputs[index], self.targets[index], self.weights[index], self.valid[index])
+
+    @staticmethod
+    def concat(parts: list["Split"]) -> "Split":
+        """Row-wise concatenation of splits with matching shapes."""
+        return Split(*(np.concatenate([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(Split)))
+
+
+class Task:
+    """A supervised dataset with train/val/test splits, described well enough to build a model and a loss.
+
+    Every task is fully materialised at construction as numpy arrays (no jax here): the
+    ``splits`` dict maps ``"train"``, ``"val"`` and ``"test"`` to a :class:`Split`, generated
+    deterministically from the ``seed`` option with a ``numpy.random.Generator``. The same
+    options always give the same arrays; a different seed gives different ones. No input row
+    appears in two splits (duplicates are dropped and redrawn), so validation and test
+    accuracy measure generalisation, not memorisation.
+
+    A :class:`Split` holds four aligned arrays whose first axis indexes examples:
+
+    * ``inputs`` -- either int32 ``(N, T)`` token ids in ``[0, vocab_size)`` (then
+      ``vocab_size`` is set and ``input_dim`` is None: the model embeds them), or float32
+      ``(N, T, D)`` continuous vectors with ``D == input_dim`` (then ``vocab_size`` is None: the
+      model projects them linearly). Exactly one of ``vocab_size`` / ``input_dim`` is set.
+    * ``targets`` -- what the head predicts. Its shape is set by ``granularity``:
+
+      - ``"token"``: ``(N, T)``, one target per position. The label at position ``t`` must be
+        predictable from positions ``0..t`` only, so the model is causal and the head is
+        applied to every position's feature.
+      - ``"sequence"``: ``(N,)``, one target per example. The model is bidirectional and the
+        head is applied to a feature pooled over the ``valid`` positions.
+
+      Its dtype is set by ``kind``: ``"classification"`` -> int32 class ids in
+      ``[0, num_classes)``; ``"regression"`` -> float32 values (``num_classes`` is None).
+    * ``weights`` -- float32, same shape as ``targets``: 1 where a target counts towards the
+      loss and the metrics, 0 elsewhere (e.g. MQAR counts only query positions). Losses and
+      metrics are weighted means ``sum(w * l) / sum(w)``; targets under weight 0 are
+      placeholders (0) and must be ignored.
+    * ``valid`` -- bool ``(N, T)``: True for real tokens, False for right-padding. This is the
+      key-padding mask of attention and the pooling mask; padded tokens have id 0 (or zero
+      vectors).
+
+    Attributes describing the task (read them, never infer from the arrays):
+
+    * ``kind`` -- ``"classification"`` or ``"regression"``.
+    * ``granularity`` -- ``"token"`` or ``"sequence"`` (see ``targets``).
+    * ``seq_len`` -- ``T``, the length every example is padded to.
+    * ``vocab_size`` / ``input_dim`` -- see ``inputs``.
+    * ``num_classes`` -- number of classes (classification only, else None).
+    * ``default_head`` -- name of the head used when the experiment names none
+      (``"softmax_ce"`` for classification, ``"mse"`` for regression); a config option.
+    * ``options`` -- the constructor options, for logging and reproduction.
+
+    ``baseline(split)`` returns reference scores on a split, to read a model's numbers
+    against: classification -> ``{"accuracy": chance or majority-class accuracy}``;
+    regression -> ``{"mse": a reference estimator's error (e.g. least squares on the
+    context), "mse_zero": the error of always predicting 0}``, both weighted by ``weights``.
+
+    Tasks are built from their YAML in ``configs/task/<name>.yaml`` via
+    ``attnlab.tasks.make(name, **overrides)``; every constructor option appears there with
+    its default.
+    """
+
+    kind: str
+    granularity: str
+    seq_len: int
+    vocab_size: int | None = None
+    input_dim: int | None = None
+    num_classes: int | None = None
+    default_head: str
+    splits: dict[str, Split]
+    options: dict
+
+    def baseline(self, split: str) -> dict[str, float]:
+        """Reference scores on a split (chance/majority accuracy, or reference and zero-predictor MSE)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k}={len(v)}" for k, v in self.splits.items())
+        return f"{type(self).__name__}({self.options}; {sizes})"
+
+
+def check_int(name: str, value, lo: int, hi: int | None = None) -> int:
+    """An integer option inside [lo, hi], or a ValueError naming the option and the allowed range."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo or (hi is not None and value > hi):
+        allowed = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
+        raise ValueError(f"option {name}={value!r} is invalid; allowed: {allowed}")
+    return int(value)
+
+
+def check_float(name: str, value, lo: float, hi: float | None = None, lo_open: bool = False) -> float:
+    """A real option inside [lo, hi] (or (lo, hi]), or a ValueError naming the option and the range."""
+    bad = not isinstance(value, (int, float, np.floating)) or isinstance(value, bool)
+    if not bad:
+        bad = value <= lo if lo_open else value < lo
+        bad = bad or (hi is not None and value > hi)
+    if bad:
+        rng = f"{'(' if lo_open else '['}{lo}, {hi if hi is not None else 'inf'}{']' if hi is not None else ')'}"
+        raise ValueError(f"option {name}={value!r} is invalid; allowed: a number in {rng}")
+    return float(value)
+
+
+def disjoint_splits(
+    sample: Callable[[np.random.Generator, int], Split], sizes: dict[str, int], seed: int, max_rounds: int = 50
+) -> dict[str, Split]:
+    """Draw each split from its own seeded stream and drop any input row already drawn.
+
+    Each split has its own child of ``SeedSequence(seed)``, and the splits are filled in the
+    order test, val, train: so the test set does not change when ``n_train`` does.
+    """
+    children = dict(zip(SPLITS, np.random.SeedSequence(seed).spawn(len(SPLITS))))
+    seen: set[bytes] = set()
+    out: dict[str, Split] = {}
+    for name in ("test", "val", "train"):
+        rng, n, parts, have = np.random.default_rng(children[name]), sizes[name], [], 0
+        for _ in range(max_rounds):
+            if have >= n:
+                break
+            batch = sample(rng, n - have)
+            keep = []
+            for i, row in enumerate(batch.inputs):
+                key = row.tobytes()
+                if key not in seen:
+                    seen.add(key)
+                    keep.append(i)
+            parts.append(batch.take(np.asarray(keep, dtype=np.int64)))
+            have += len(keep)
+        if have < n:
+            raise ValueError(
+                f"could only draw {have} distinct examples for the {name} split (wanted {n}); "
+                "the options allow too few distinct sequences: enlarge the vocabulary/length or shrink n_*"
+            )
+        out[name] = Split.concat(parts)
+    return {name: out[name] for name in SPLITS}
+
+
+def majority_accuracy(train_targets: np.ndarray, targets: np.ndarray, weights: np.ndarray) -> float:
+    """Weighted accuracy on `targets` of always predicting the most frequent train class."""
+    majority = np.argmax(np.bincount(train_targets.ravel(), minlength=1))
+    w = weights.astype(np.float64)
+    return float((w * (targets == majority)).sum() / max(w.sum(), 1e-12))

@@ -1,0 +1,92 @@
+"""Multi-query associative recall (MQAR), after Zoology (Arora et al. 2023)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits
+
+
+class MQAR(Task):
+    """Recall the value bound to each queried key: ``k1 v1 k2 v2 ... | . . k2 . k1 .``.
+
+    Follows HazyResearch/zoology zoology/data/multiquery_ar.py: keys are drawn without
+    replacement from [1, V/2) and values from [V/2, V); the context is the interleaved pairs;
+    each key is queried once in the remainder, at even offsets ``2g`` with ``g`` drawn without
+    replacement from the power law ``p(g) ∝ a (g+1)^(a-1)``. The label (the paired value) sits
+    at the query position itself, so a causal model predicts it from the prefix; only query
+    positions carry weight. Unlike zoology, ``vocab_size > seq_len`` is not required.
+    """
+
+    kind = "classification"
+    granularity = "token"
+
+    def __init__(
+        self,
+        vocab_size: int = 64,
+        seq_len: int = 64,
+        num_kv_pairs: int = 4,
+        power_a: float = 0.01,
+        random_filler: bool = False,
+        seed: int = 0,
+        n_train: int = 20000,
+        n_val: int = 1000,
+        n_test: int = 1000,
+        default_head: str = "softmax_ce",
+    ):
+        self.vocab_size = check_int("vocab_size", vocab_size, 4)
+        self.seq_len = check_int("seq_len", seq_len, 4)
+        # 2k context tokens plus k queries at even offsets need 4k positions (zoology asserts the same).
+        self.num_kv_pairs = check_int("num_kv_pairs", num_kv_pairs, 1, min(self.seq_len // 4, self.vocab_size // 2 - 1))
+        self.power_a = check_float("power_a", power_a, 0.0, lo_open=True)
+        if not isinstance(random_filler, bool):
+            raise ValueError(f"option random_filler={random_filler!r} is invalid; allowed: true or false")
+        self.random_filler = random_filler
+        self.num_classes = self.vocab_size  # targets are token ids
+        self.input_dim = None
+        self.default_head = default_head
+        sizes = {
+            "train": check_int("n_train", n_train, 1),
+            "val": check_int("n_val", n_val, 1),
+            "test": check_int("n_test", n_test, 1),
+        }
+        self.options = dict(
+            vocab_size=vocab_size, seq_len=seq_len, num_kv_pairs=num_kv_pairs, power_a=power_a,
+            random_filler=random_filler, seed=seed, n_train=n_train, n_val=n_val, n_test=n_test,
+            default_head=default_head,
+        )
+        self.splits = disjoint_splits(self._sample, sizes, check_int("seed", seed, 0))
+
+    def _sample(self, rng: np.random.Generator, n: int) -> Split:
+        """Draw n examples (possibly with duplicates; the caller drops them)."""
+        V, T, k = self.vocab_size, self.seq_len, self.num_kv_pairs
+        half = V // 2
+        rows = np.arange(n)[:, None]
+        # Distinct keys/values per row: the first k of a uniform random permutation (== choice without replacement).
+        keys = np.argsort(rng.random((n, half - 1)), axis=1)[:, :k] + 1
+        values = np.argsort(rng.random((n, V - half)), axis=1)[:, :k] + half
+        ctx = 2 * k
+        inputs = np.zeros((n, T), dtype=np.int32)
+        inputs[:, 0:ctx:2] = keys
+        inputs[:, 1:ctx:2] = values
+        # Query slots: zoology's power law p(g) ∝ a*g^(a-1) on g = 1..space, sampled without replacement;
+        # the Gumbel-top-k trick gives exactly sequential sampling without replacement, vectorised.
+        space = (T - ctx) // 2
+        logp = np.log(self.power_a) + (self.power_a - 1.0) * np.log(np.arange(1, space + 1))
+        gaps = np.argsort(-(logp + rng.gumbel(size=(n, space))), axis=1)[:, :k]
+        qpos = ctx + 2 * gaps
+        inputs[rows, qpos] = keys
+        targets = np.zeros((n, T), dtype=np.int32)
+        targets[rows, qpos] = values
+        weights = np.zeros((n, T), dtype=np.float32)
+        weights[rows, qpos] = 1.0
+        if self.random_filler:
+            # zoology's random_non_queries: every 0 (non-pair, non-query) token becomes uniform in [0, V).
+            filler = rng.integers(0, V, size=(n, T), dtype=np.int32)
+            inputs = np.where(inputs == 0, filler, inputs)
+        return Split(inputs, targets, weights, np.ones((n, T), dtype=bool))
+
+    def baseline(self, split: str) -> dict[str, float]:
+        """Chance accuracy: one over the number of possible values, V - V/2."""
+        self.splits[split]  # a KeyError for unknown split names
+        return {"accuracy": 1.0 / (self.vocab_size - self.vocab_size // 2)}
