@@ -189,21 +189,21 @@ def evaluate(expression: str) -> int:
     return value
 
 
-def shape_of(expression: str) -> tuple[int, int, int]:
-    """(operator nesting depth, min args, max args) of an expression."""
-    depth = best = 0
-    counts, stack = [], []
-    for tok in expression.split():
-        if tok.startswith("["):
-            depth += 1
-            best = max(best, depth)
-            stack.append(0)
-        elif tok == "]":
-            depth -= 1
-            counts.append(stack.pop())
-        if tok != "]" and len(stack) > (1 if tok.startswith("[") else 0):
-            stack[-2 if tok.startswith("[") else -1] += 1
-    return best, min(counts), max(counts)
+def shape_of(expression: str) -> tuple[int, list[int]]:
+    """(operator nesting depth, argument count of every operator) of an expression."""
+    tokens, counts = expression.split(), []
+
+    def walk(i):
+        if tokens[i].isdigit():
+            return 0, i + 1
+        n, depth, i = 0, 0, i + 1
+        while tokens[i] != "]":
+            d, i = walk(i)
+            depth, n = max(depth, d), n + 1
+        counts.append(n)
+        return depth + 1, i + 1
+
+    return walk(0)[0], counts
 
 
 def test_listops_labels_match_an_independent_evaluator():
@@ -219,10 +219,20 @@ def test_listops_labels_match_an_independent_evaluator():
             assert [listops_mod.TOKEN_ID[t] for t in toks] == s.inputs[i][s.valid[i]].tolist()
             assert s.valid[i].tolist() == [True] * len(toks) + [False] * (task.seq_len - len(toks))
             assert task.min_length <= len(toks) <= task.max_length
-            depth, lo, hi = shape_of(expr)
-            assert 1 <= depth <= task.max_depth - 1 and 2 <= lo and hi <= task.max_args
+            depth, counts = shape_of(expr)
+            assert 1 <= depth <= task.max_depth - 1 and 2 <= min(counts) and max(counts) <= task.max_args
             even_medians += "[MED" in expr
     assert even_medians > 100  # MED occurs often enough to exercise the median convention
+
+
+def test_listops_tree_distribution_follows_lra():
+    # LRA: a node below max depth is an operator with probability 0.25 and has randint(2, max_args) args.
+    rng = np.random.default_rng(0)
+    roots = [listops_mod.generate_tree(rng.random, 1, 3, 5)[0] for _ in range(8000)]
+    ops = [r for r in roots if len(r) > 1]
+    assert abs(len(ops) / len(roots) - 0.25) < 0.02
+    arity = np.bincount([shape_of(" ".join(r))[1][-1] for r in ops], minlength=6)[2:] / len(ops)
+    np.testing.assert_allclose(arity, 0.25, atol=0.04)
 
 
 def test_listops_baseline_is_train_majority():
@@ -263,6 +273,7 @@ def lstsq_reference(task, split):
 @pytest.mark.parametrize("noise_std", [0.0, 0.5])
 def test_icl_baseline_matches_lstsq_position_by_position(noise_std):
     task = tasks.make("icl_regression", dim=4, n_points=10, noise_std=noise_std, n_train=10, n_val=10, n_test=40)
+    assert task.ridge == noise_std**2  # default: the Bayes-optimal ridge under the prior w ~ N(0, I)
     err, y = lstsq_reference(task, "test")
     per_pos = task.baseline_per_position("test")
     np.testing.assert_allclose(per_pos["mse"], err.mean(0), rtol=1e-6, atol=1e-9)

@@ -76,8 +76,9 @@ class Linear(Normalizer):
         qf, kf = self._features(q_BTNH, k_BSNH, mask)
         v = v_BSNH.astype(jnp.float32)
         T, S = q_BTNH.shape[1], k_BSNH.shape[1]
-        if mask.dense_BTS is not None or (mask.causal and T != S):
-            num, den = self._parallel(qf, kf, v, mask)
+        if score_probe_BNTS is not None or mask.dense_BTS is not None or (mask.causal and T != S):
+            # The probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
+            num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)
         elif mask.causal:
             num, den = self._chunked(qf, kf, v)
         else:
@@ -94,8 +95,11 @@ class Linear(Normalizer):
         stats["min_denominator"] = jnp.where(has_keys, den_BNT, jnp.inf).min((0, 2))
         return out_BTNH, stats
 
-    def _parallel(self, qf, kf, v, mask):
-        a_BNTS = jnp.where(mask.matrix_B1TS(qf.shape[1], kf.shape[1]), jnp.einsum("btnf,bsnf->bnts", qf, kf), 0.0)
+    def _parallel(self, qf, kf, v, mask, probe_BNTS=None):
+        a_BNTS = jnp.einsum("btnf,bsnf->bnts", qf, kf)
+        if probe_BNTS is not None:
+            a_BNTS = a_BNTS + probe_BNTS
+        a_BNTS = jnp.where(mask.matrix_B1TS(qf.shape[1], kf.shape[1]), a_BNTS, 0.0)
         return jnp.einsum("bnts,bsnh->btnh", a_BNTS, v), a_BNTS.sum(-1).transpose(0, 2, 1)[..., None]
 
     def _chunked(self, qf_BTNF, kf_BTNF, v_BTNH):

@@ -139,14 +139,15 @@ def disjoint_splits(
     out: dict[str, Split] = {}
     for name in ("test", "val", "train"):
         rng, n, parts, have = np.random.default_rng(children[name]), sizes[name], [], 0
-        for _ in range(max_rounds):
+        for round_ in range(max_rounds):
             if have >= n:
                 break
-            batch = sample(rng, n - have)
+            # Redraws oversample: when few distinct sequences remain, a draw of exactly the shortfall rarely hits them.
+            batch = sample(rng, n - have if round_ == 0 else 4 * (n - have) + 64)
             keep = []
             for i, row in enumerate(batch.inputs):
                 key = row.tobytes()
-                if key not in seen:
+                if key not in seen and have + len(keep) < n:
                     seen.add(key)
                     keep.append(i)
             parts.append(batch.take(np.asarray(keep, dtype=np.int64)))

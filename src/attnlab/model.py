@@ -1,0 +1,97 @@
+"""A pre-LayerNorm transformer whose attention normalizer is pluggable; returns features and per-layer stats."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attnlab.attention import MultiHeadAttention
+from attnlab.normalizers import Mask, Normalizer
+
+POSITIONAL = ("learned", "sinusoidal", "rope", "none")
+
+
+def sinusoidal_table(length: int, d_model: int):
+    """Fixed sin/cos table (Vaswani et al. 2017)."""
+    pos = jnp.arange(length)[:, None]
+    inv = jnp.exp(-math.log(10000.0) * jnp.arange(0, d_model, 2) / d_model)
+    table = jnp.zeros((length, d_model))
+    table = table.at[:, 0::2].set(jnp.sin(pos * inv))
+    return table.at[:, 1::2].set(jnp.cos(pos * inv)[:, : d_model // 2])
+
+
+class Block(nnx.Module):
+    """x + attn(LN(x)); x + MLP(LN(x))."""
+
+    def __init__(self, d_model, num_heads, mlp_ratio, dropout, make_normalizer, *, use_rope, qk_norm,
+                 seq_len, dtype, rngs):
+        self.ln1 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
+        self.attn = MultiHeadAttention(d_model, num_heads, make_normalizer, use_rope=use_rope,
+                                       qk_norm=qk_norm, seq_len=seq_len, dtype=dtype, rngs=rngs)
+        self.ln2 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
+        self.fc1 = nnx.Linear(d_model, mlp_ratio * d_model, dtype=dtype, rngs=rngs)
+        self.fc2 = nnx.Linear(mlp_ratio * d_model, d_model, dtype=dtype, rngs=rngs)
+        self.drop = nnx.Dropout(dropout, rngs=rngs)
+
+    def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic):
+        a_BTD, stats = self.attn(self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
+        x_BTD = x_BTD + self.drop(a_BTD, deterministic=deterministic)
+        h = self.fc2(jax.nn.gelu(self.fc1(self.ln2(x_BTD))))
+        return x_BTD + self.drop(h, deterministic=deterministic), stats
+
+
+class Transformer(nnx.Module):
+    """Inputs (token ids (B,T) or vectors (B,T,I)) + valid_BT → (features, stats).
+
+    features are (B,T,D) per token, or (B,D) with `pooled` (mean over valid tokens). stats maps
+    each per-head statistic of the normalizer to an (L, N) array (empty unless `with_stats`).
+    """
+
+    def __init__(self, *, d_model: int, num_heads: int, num_layers: int, mlp_ratio: int, dropout: float,
+                 positional: str, max_len: int, causal: bool, qk_norm: bool, pooled: bool,
+                 make_normalizer: Callable[..., Normalizer], seq_len: int, vocab_size: int | None = None,
+                 input_dim: int | None = None, dtype=jnp.float32, rngs: nnx.Rngs):
+        if positional not in POSITIONAL:
+            raise ValueError(f"model.positional={positional!r} unknown; allowed: {', '.join(POSITIONAL)}")
+        if d_model % num_heads:
+            raise ValueError(f"model.d_model={d_model} is not divisible by model.heads={num_heads}")
+        if positional in ("learned", "sinusoidal") and seq_len > max_len:
+            raise ValueError(f"sequence length {seq_len} exceeds model.max_len={max_len} of the {positional} table")
+        if (vocab_size is None) == (input_dim is None):
+            raise ValueError("exactly one of vocab_size (token inputs) and input_dim (vector inputs) is needed")
+        self.embed = (nnx.Embed(vocab_size, d_model, dtype=dtype, rngs=rngs) if vocab_size
+                      else nnx.Linear(input_dim, d_model, dtype=dtype, rngs=rngs))
+        self.positional, self.causal, self.pooled, self.dtype = positional, causal, pooled, dtype
+        if positional == "learned":
+            self.pos = nnx.Embed(max_len, d_model, embedding_init=nnx.initializers.normal(0.02), dtype=dtype, rngs=rngs)
+        self.blocks = nnx.List([
+            Block(d_model, num_heads, mlp_ratio, dropout, make_normalizer, use_rope=positional == "rope",
+                  qk_norm=qk_norm, seq_len=seq_len, dtype=dtype, rngs=rngs)
+            for _ in range(num_layers)
+        ])
+        self.ln_f = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
+
+    def __call__(self, inputs, valid_BT, *, with_stats=False, score_probes=None, deterministic=True):
+        x_BTD = self.embed(inputs).astype(self.dtype)
+        T = x_BTD.shape[1]
+        if self.positional == "learned":
+            x_BTD = x_BTD + self.pos(jnp.arange(T))[None]
+        elif self.positional == "sinusoidal":
+            x_BTD = x_BTD + sinusoidal_table(T, x_BTD.shape[-1]).astype(self.dtype)[None]
+        mask = Mask(key_valid_BS=valid_BT, causal=self.causal)
+        per_layer = []
+        for i, block in enumerate(self.blocks):
+            probe = None if score_probes is None else score_probes[i]
+            x_BTD, stats = block(x_BTD, mask, with_stats=with_stats, score_probe_BNTS=probe,
+                                 deterministic=deterministic)
+            per_layer.append(stats)
+        x_BTD = self.ln_f(x_BTD)
+        stats = {k: jnp.stack([s[k] for s in per_layer]) for k in per_layer[0]} if with_stats else {}
+        if not self.pooled:
+            return x_BTD, stats
+        w_BT1 = valid_BT[..., None].astype(x_BTD.dtype)
+        return (x_BTD * w_BT1).sum(1) / jnp.maximum(w_BT1.sum(1), 1), stats
