@@ -38,7 +38,8 @@ class MultiHeadAttention(nnx.Module):
             # q̂ is scaled by g·√H so that the normalizer's default β = 1/√H yields exactly g.
             self.qk_gain = NormalizerParam(jnp.array(math.log2(max(seq_len**2 - seq_len, 2)), jnp.float32))
 
-    def __call__(self, x_BTD, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
+    def heads(self, x_BTD):
+        """Project to per-head q, k, v (B,T,N,H), with QK-norm and RoPE applied."""
         B, T, _ = x_BTD.shape
         q, k, v = jnp.split(self.qkv(x_BTD).reshape(B, T, 3 * self.num_heads, self.head_dim), 3, axis=2)
         if self.qk_norm:
@@ -48,6 +49,16 @@ class MultiHeadAttention(nnx.Module):
         if self.use_rope:
             pos_T = jnp.arange(T)
             q, k = rope(q, pos_T), rope(k, pos_T)
+        return q, k, v
+
+    def weights(self, x_BTD, mask: Mask):
+        """The explicit (B,N,T,S) attention matrix of this layer."""
+        q, k, _ = self.heads(x_BTD)
+        return self.normalizer.weights(q, k, mask)
+
+    def __call__(self, x_BTD, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
+        B, T, _ = x_BTD.shape
+        q, k, v = self.heads(x_BTD)
         kwargs = {} if score_probe_BNTS is None else {"score_probe_BNTS": score_probe_BNTS}
         o_BTNH, stats = self.normalizer(q, k, v, mask, with_stats=with_stats, **kwargs)
         return self.out(o_BTNH.reshape(B, T, -1)), stats

@@ -37,11 +37,11 @@ class Block(nnx.Module):
         self.fc2 = nnx.Linear(mlp_ratio * d_model, d_model, dtype=dtype, rngs=rngs)
         self.drop = nnx.Dropout(dropout, rngs=rngs)
 
-    def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic):
+    def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic, rngs):
         a_BTD, stats = self.attn(self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
-        x_BTD = x_BTD + self.drop(a_BTD, deterministic=deterministic)
+        x_BTD = x_BTD + self.drop(a_BTD, deterministic=deterministic, rngs=rngs)
         h = self.fc2(jax.nn.gelu(self.fc1(self.ln2(x_BTD))))
-        return x_BTD + self.drop(h, deterministic=deterministic), stats
+        return x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs), stats
 
 
 class Transformer(nnx.Module):
@@ -75,19 +75,34 @@ class Transformer(nnx.Module):
         ])
         self.ln_f = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
 
-    def __call__(self, inputs, valid_BT, *, with_stats=False, score_probes=None, deterministic=True):
+    def embed_inputs(self, inputs):
+        """Token or vector embedding plus the additive positional encoding."""
         x_BTD = self.embed(inputs).astype(self.dtype)
         T = x_BTD.shape[1]
         if self.positional == "learned":
             x_BTD = x_BTD + self.pos(jnp.arange(T))[None]
         elif self.positional == "sinusoidal":
             x_BTD = x_BTD + sinusoidal_table(T, x_BTD.shape[-1]).astype(self.dtype)[None]
+        return x_BTD
+
+    def attention_maps(self, inputs, valid_BT):
+        """Explicit (L, B, N, T, S) attention matrices, for diagnostics (images on eval steps)."""
+        x_BTD = self.embed_inputs(inputs)
+        mask = Mask(key_valid_BS=valid_BT, causal=self.causal)
+        maps = []
+        for block in self.blocks:
+            maps.append(block.attn.weights(block.ln1(x_BTD), mask))
+            x_BTD, _ = block(x_BTD, mask, with_stats=False, score_probe_BNTS=None, deterministic=True, rngs=None)
+        return jnp.stack(maps)
+
+    def __call__(self, inputs, valid_BT, *, with_stats=False, score_probes=None, deterministic=True, rngs=None):
+        x_BTD = self.embed_inputs(inputs)
         mask = Mask(key_valid_BS=valid_BT, causal=self.causal)
         per_layer = []
         for i, block in enumerate(self.blocks):
             probe = None if score_probes is None else score_probes[i]
             x_BTD, stats = block(x_BTD, mask, with_stats=with_stats, score_probe_BNTS=probe,
-                                 deterministic=deterministic)
+                                 deterministic=deterministic, rngs=rngs)
             per_layer.append(stats)
         x_BTD = self.ln_f(x_BTD)
         stats = {k: jnp.stack([s[k] for s in per_layer]) for k in per_layer[0]} if with_stats else {}

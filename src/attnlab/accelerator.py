@@ -1,0 +1,46 @@
+"""Accelerator selection before JAX starts: platform, simulated CPU devices, dtype, compilation cache, mesh."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+PLATFORMS = {"auto": None, "cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
+
+
+def configure(platform: str, devices: int | None = None, cache_dir: str | None = None,
+              gpu_memory_fraction: float | None = None) -> None:
+    """Set JAX's platform and device count; must run before any JAX computation."""
+    if platform not in PLATFORMS:
+        raise ValueError(f"accelerator.platform={platform!r} unknown; allowed: {', '.join(PLATFORMS)}")
+    if PLATFORMS[platform]:
+        jax.config.update("jax_platforms", PLATFORMS[platform])
+    if devices is not None:
+        if platform != "cpu":
+            raise ValueError(f"accelerator.devices={devices} only simulates devices with accelerator=cpu")
+        jax.config.update("jax_num_cpu_devices", int(devices))
+    if gpu_memory_fraction is not None:
+        # Several processes on one GPU: no preallocation, each capped (JAX GPU memory docs).
+        os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(gpu_memory_fraction)
+    if cache_dir:
+        Path(cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", str(Path(cache_dir).expanduser()))
+        # Small CPU programs fall under the default thresholds and would never be cached.
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def compute_dtype(dtype: str | None):
+    """float32 on CPU, bfloat16 mixed precision on GPU/TPU, unless given explicitly."""
+    if dtype in (None, "auto"):
+        return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
+    return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype]
+
+
+def data_mesh():
+    """A 1-D data-parallel mesh over every local device."""
+    return jax.make_mesh((jax.device_count(),), ("data",))

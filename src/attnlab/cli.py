@@ -1,0 +1,199 @@
+"""Hydra entry points: the only place where configs become objects."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import sys
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab import registry
+from attnlab.record import environment, write_json
+
+EXIT_CONFIG = 2
+
+
+class ConfigError(ValueError):
+    """An invalid configuration, reported in one line before anything compiles."""
+
+
+def _require(ok: bool, message: str):
+    if not ok:
+        raise ConfigError(message)
+
+
+def _construct(group: str, node: dict[str, Any], **extra):
+    """Build a component from its composed config node (`_target_` + options)."""
+    node = dict(node)
+    cls = registry.resolve_target(node.pop("_target_", None))
+    allowed = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    unknown = sorted(set(node) - allowed - {"default_head"} if group == "task" else set(node) - allowed)
+    _require(not unknown, f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}; "
+                          f"allowed: {', '.join(sorted(allowed - set(extra)))}")
+    return functools.partial(cls, **node) if extra.pop("_partial", False) else cls(**node, **extra)
+
+
+def validate(cfg: DictConfig, device_count: int) -> None:
+    """Checks that need no object: run-level numbers and choices."""
+    t, o = cfg.trainer, cfg.optim
+    for key in ("steps", "batch_size", "eval_every", "log_every", "eval_batch_size"):
+        _require(isinstance(t[key], int) and t[key] > 0, f"trainer.{key}={t[key]!r} must be a positive integer")
+    _require(isinstance(o.lr, (int, float)) and o.lr > 0, f"optim.lr={o.lr!r} must be > 0")
+    _require(isinstance(o.warmup_steps, int) and o.warmup_steps >= 0, f"optim.warmup_steps={o.warmup_steps!r} must be an integer >= 0")
+    _require(isinstance(o.weight_decay, (int, float)) and o.weight_decay >= 0, f"optim.weight_decay={o.weight_decay!r} must be >= 0")
+    _require(isinstance(o.clip_norm, (int, float)) and o.clip_norm > 0, f"optim.clip_norm={o.clip_norm!r} must be > 0")
+    for b in ("b1", "b2"):
+        _require(isinstance(o[b], (int, float)) and 0 <= o[b] < 1, f"optim.{b}={o[b]!r} must be in [0, 1)")
+    _require(t.nonfinite in ("skip", "stop"), f"trainer.nonfinite={t.nonfinite!r} unknown; allowed: skip, stop")
+    _require(t.progress in ("auto", "bar", "lines", "none"), f"trainer.progress={t.progress!r} unknown; allowed: auto, bar, lines, none")
+    _require(t.batch_size % device_count == 0,
+             f"trainer.batch_size={t.batch_size} is not divisible by the device count ({device_count})")
+    _require(isinstance(cfg.seed, int), f"seed={cfg.seed!r} must be an integer")
+
+
+def build(cfg: DictConfig, head_name: str):
+    """task, net, optimizer and loop config from a composed config; raises ConfigError on bad input."""
+    import jax
+    from flax import nnx
+
+    from attnlab import heads, optim
+    from attnlab.accelerator import compute_dtype
+    from attnlab.model import Transformer
+    from attnlab.steps import Net
+    from attnlab.train import LoopConfig
+
+    validate(cfg, jax.device_count())
+    task = _construct("task", OmegaConf.to_container(cfg.task, resolve=True))
+    head_kind = heads.kind_of(head_name)
+    _require(head_kind == task.kind, f"head={head_name} serves {head_kind}, but task {task.kind!r} is {task.kind}; "
+                                     f"heads for {task.kind}: {', '.join(heads.compatible(task.kind))}")
+    m = cfg.model
+    make_normalizer = _construct("normalizer", OmegaConf.to_container(cfg.normalizer, resolve=True), _partial=True)
+    rngs = nnx.Rngs(cfg.seed)
+    causal = task.granularity == "token" if m.causal is None else bool(m.causal)
+    _require(not (task.granularity == "token" and not causal),
+             "model.causal=false with a per-token task lets each position see its own target; use causal=true or null")
+    body = Transformer(d_model=m.d_model, num_heads=m.heads, num_layers=m.layers, mlp_ratio=m.mlp_ratio,
+                       dropout=m.dropout, positional=m.positional, max_len=m.max_len, causal=causal,
+                       qk_norm=m.qk_norm, pooled=task.granularity == "sequence", make_normalizer=make_normalizer,
+                       seq_len=task.seq_len, vocab_size=task.vocab_size, input_dim=task.input_dim,
+                       dtype=compute_dtype(cfg.accelerator.dtype), rngs=rngs)
+    head_cfg = OmegaConf.to_container(cfg.head, resolve=True) if cfg.get("head") else registry.load("head", head_name)
+    head = _construct("head", head_cfg, d_model=m.d_model, num_classes=task.num_classes, rngs=rngs)
+    net = Net(body, head)
+    o, t = cfg.optim, cfg.trainer
+    tx = optim.make_optimizer(nnx.state(net, nnx.Param), lr=o.lr, warmup_steps=o.warmup_steps, total_steps=t.steps,
+                              weight_decay=o.weight_decay, clip_norm=o.clip_norm, b1=o.b1, b2=o.b2,
+                              final_fraction=o.final_fraction)
+    loop = LoopConfig(steps=t.steps, batch_size=t.batch_size, eval_every=t.eval_every, log_every=t.log_every,
+                      eval_batch_size=t.eval_batch_size, nonfinite=t.nonfinite, seed=cfg.seed, lr=o.lr,
+                      warmup_steps=o.warmup_steps, progress=t.progress)
+    return task, net, tx, loop
+
+
+def hparams_of(cfg: DictConfig, choices: dict[str, str]) -> dict[str, Any]:
+    """Every config choice and scalar option, flat, for TensorBoard's HParams tab."""
+    flat = {g: choices.get(g) for g in ("normalizer", "task", "head", "model", "accelerator")}
+    for group in ("normalizer", "task", "model", "optim", "trainer"):
+        for k, v in OmegaConf.to_container(cfg[group], resolve=True).items():
+            if not k.startswith("_") and isinstance(v, (int, float, str, bool)):
+                flat[f"{group}.{k}"] = v
+    flat["seed"] = cfg.seed
+    return flat
+
+
+def run(cfg: DictConfig) -> dict[str, Any]:
+    """Run one experiment in Hydra's output directory and write its record there."""
+    hc = HydraConfig.get()
+    run_dir = Path(hc.runtime.output_dir)
+    multirun = hc.mode == RunMode.MULTIRUN
+    choices = dict(hc.runtime.choices)
+    record: dict[str, Any] = {"status": "failed", "run_dir": str(run_dir)}
+    try:
+        _require(os.access(run_dir, os.W_OK), f"run directory {run_dir} is not writable")
+        from attnlab.accelerator import configure
+        a = cfg.accelerator
+        configure(a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction)
+        head_name = choices.get("head") or cfg.task.default_head
+        choices["head"] = head_name
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            task, net, tx, loop = build(cfg, head_name)
+        for w in caught:
+            print(f"attnlab: warning: {w.message}", file=sys.stderr)
+        if multirun:
+            loop = type(loop)(**{**loop.__dict__, "progress": "none"})
+        write_json(run_dir / "run.json", {"config": OmegaConf.to_container(cfg, resolve=True),
+                                          "choices": choices, "overrides": list(hc.overrides.task),
+                                          "env": environment()})
+        record.update(_train(cfg, task, net, tx, loop, run_dir, hparams_of(cfg, choices)))
+    except (ConfigError, ValueError, TypeError) as exc:
+        record.update(status="failed", error=f"configuration: {exc}")
+        write_json(run_dir / "metrics.json", record)
+        print(f"attnlab: error: {exc}", file=sys.stderr)
+        if not multirun:
+            sys.exit(EXIT_CONFIG)
+        return record
+    except Exception as exc:  # a failed run records why and lets a sweep go on
+        (run_dir / "error.txt").write_text(traceback.format_exc())
+        record.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+        write_json(run_dir / "metrics.json", record)
+        print(f"attnlab: run failed: {record['error']} (traceback in {run_dir / 'error.txt'})", file=sys.stderr)
+        if not multirun:
+            sys.exit(1)
+        return record
+    write_json(run_dir / "metrics.json", record)
+    if not multirun:
+        _print_summary(record)
+    return record
+
+
+def _train(cfg, task, net, tx, loop, run_dir: Path, hparams: dict) -> dict[str, Any]:
+    from attnlab.accelerator import data_mesh
+    from attnlab.summaries import Summaries
+    from attnlab.train import fit
+
+    summaries = Summaries(str(run_dir))
+    try:
+        out = fit(net, task, tx, loop, mesh=data_mesh(), summaries=summaries)
+        out.pop("params")
+        final = out["final"]
+        summaries.hparams(hparams, {k: v for k, v in final.items() if k.startswith(("test/", "val/"))})
+    finally:
+        summaries.close()
+    return out
+
+
+def _print_summary(record: dict[str, Any]) -> None:
+    final, base = record.get("final", {}), record.get("baseline", {})
+    print(f"run: {record['run_dir']}  status: {record['status']}  steps: {record.get('steps')}  "
+          f"({record.get('steps_per_sec', 0):.1f} steps/s, compile {record.get('compile_time_s', 0):.1f}s)")
+    for key in sorted(k for k in final if k.startswith("test/")):
+        b = base.get("baseline/" + key.split("/", 1)[1])
+        print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})"))
+
+
+@hydra.main(config_path=str(registry.CONFIG_DIR), config_name="train", version_base="1.3")
+def _hydra_train(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+def train_main() -> None:
+    """Console script `attnlab-train`."""
+    _hydra_train()
+
+
+def report_main() -> None:
+    """Console script `attnlab-report` (see attnlab.report)."""
+    from attnlab.report import main
+
+    main()

@@ -1,0 +1,55 @@
+"""The run record: metrics.json and run.json, written atomically, read without pickle."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("attnlab", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "hydra-core", "tensorboardX", "numpy")
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically (temp file + rename), so a killed run never leaves half a file."""
+    path = Path(path)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, sort_keys=True, default=float))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def git_state() -> dict[str, Any]:
+    """SHA and dirty flag of the attnlab checkout, or None outside a git tree."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                    capture_output=True, text=True, check=True).stdout.strip())
+        return {"sha": sha, "dirty": dirty}
+    except (OSError, subprocess.CalledProcessError):
+        return {"sha": None, "dirty": None}
+
+
+def environment() -> dict[str, Any]:
+    """Versions, devices, git state and the command line of this process."""
+    import jax
+
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "git": git_state(), "versions": versions, "python": platform.python_version(),
+        "devices": [str(d) for d in jax.devices()], "backend": jax.default_backend(),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "host": platform.node(),
+    }

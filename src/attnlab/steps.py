@@ -1,0 +1,128 @@
+"""Pure, jitted train and eval steps over (graphdef, state); no config objects, no host syncs."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from attnlab.normalizers import NormalizerParam, ScoreNormalizer
+from attnlab.normalizers.linear import Linear
+
+GROUPS = ("embedding", "attention", "mlp", "norm", "head", "normalizer")
+
+
+class Net(nnx.Module):
+    """The transformer body and its output head."""
+
+    def __init__(self, body, head):
+        self.body, self.head = body, head
+
+
+def leaf_groups(params: nnx.State) -> tuple[list[str], list[int]]:
+    """For each parameter leaf: its module group and its layer index (−1 outside the blocks)."""
+    groups, layers = [], []
+    flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
+    for path, var in flat:
+        keys = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", None))) for k in path]
+        names = [str(k) for k in keys]
+        layer = int(names[names.index("blocks") + 1]) if "blocks" in names else -1
+        if isinstance(var, NormalizerParam):
+            group = "normalizer"
+        elif names[0] == "head":
+            group = "head"
+        elif "embed" in names or "pos" in names:
+            group = "embedding"
+        elif "attn" in names:
+            group = "attention"
+        elif any(n.startswith("ln") for n in names):
+            group = "norm"
+        else:
+            group = "mlp"
+        groups.append(("beta:" if "beta" in names else "") + group)
+        layers.append(layer)
+    return groups, layers
+
+
+def grad_norms(grads, groups, layers, num_layers) -> dict[str, jax.Array]:
+    """Global, per-layer, per-group and β gradient norms from one pass over the leaves."""
+    sq = [jnp.sum(jnp.square(g.astype(jnp.float32))) for g in jax.tree.leaves(grads)]
+    out = {"global": jnp.sqrt(sum(sq))}
+    for name in GROUPS:
+        out[f"group/{name}"] = jnp.sqrt(sum((s for s, g in zip(sq, groups) if g.endswith(name)), jnp.zeros(())))
+    out["beta"] = jnp.sqrt(sum((s for s, g in zip(sq, groups) if g.startswith("beta:")), jnp.zeros(())))
+    out["layer"] = jnp.stack([jnp.sqrt(sum((s for s, l in zip(sq, layers) if l == i), jnp.zeros(())))
+                              for i in range(num_layers)])
+    return out
+
+
+def probes_supported(net: Net) -> bool:
+    """Whether the normalizer exposes its score matrix to a gradient probe."""
+    return isinstance(net.body.blocks[0].attn.normalizer, (ScoreNormalizer, Linear))
+
+
+def make_train_step(graphdef, rest, tx, *, groups, layers, num_layers, num_heads, batch_size, batch_sharding,
+                    with_stats: bool, probe_scores: bool):
+    """(state, data) -> (state, metrics). state = {params, opt_state, step, key, nonfinite}."""
+
+    def sample(data, key):
+        idx = jax.random.randint(key, (batch_size,), 0, data["targets"].shape[0])
+        batch = jax.tree.map(lambda a: a[idx], data)
+        return jax.lax.with_sharding_constraint(batch, batch_sharding) if batch_sharding else batch
+
+    def step(state, data):
+        key = jax.random.fold_in(state["key"], state["step"])
+        batch = sample(data, key)
+        T = batch["valid"].shape[1]
+        probes = ([jnp.zeros((batch_size, num_heads, T, T)) for _ in range(num_layers)]
+                  if with_stats and probe_scores else None)
+
+        def loss_fn(params, probes):
+            net = nnx.merge(graphdef, params, rest)
+            feats, stats = net.body(batch["inputs"], batch["valid"], with_stats=with_stats, score_probes=probes,
+                                    deterministic=False, rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)))
+            return net.head.loss(net.head(feats), batch["targets"], batch["weights"]), stats
+
+        (loss, stats), (grads, probe_grads) = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(
+            state["params"], probes)
+        norms = grad_norms(grads, groups, layers, num_layers)
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        # A non-finite step leaves parameters and optimizer state untouched and is counted; the
+        # host reads the count on logging steps (no per-step sync) and applies the policy.
+        ok = jnp.isfinite(loss) & jnp.isfinite(norms["global"])
+        keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(ok, new, old))
+        new_state = {"params": keep(params, state["params"]), "opt_state": keep(opt_state, state["opt_state"]),
+                     "step": state["step"] + 1, "key": state["key"], "nonfinite": state["nonfinite"] + (~ok)}
+        metrics: dict[str, Any] = {"loss": loss, "grad_norm/global": norms["global"], "nonfinite": new_state["nonfinite"]}
+        if with_stats:
+            metrics["grad_norm"] = norms
+            metrics["attn"] = stats
+            if probe_grads is not None:
+                metrics["score_grad"] = jnp.stack([jnp.sqrt(jnp.sum(jnp.square(g), (0, 2, 3))) for g in probe_grads])
+        return new_state, metrics
+
+    return jax.jit(step, donate_argnums=0)
+
+
+def make_eval(graphdef, rest, *, eval_batch_size: int):
+    """(params, split, baseline_mse) -> (metrics, outputs) over a whole padded split, in one program."""
+
+    def evaluate(params, split, baseline_mse):
+        net = nnx.merge(graphdef, params, rest)
+        chunks = jax.tree.map(lambda a: a.reshape(-1, eval_batch_size, *a.shape[1:]), split)
+        outs = jax.lax.map(lambda b: net.head(net.body(b["inputs"], b["valid"])[0]), chunks)
+        outs = outs.reshape(-1, *outs.shape[2:])
+        metrics = net.head.metrics(outs, split["targets"], split["weights"], baseline_mse=baseline_mse)
+        return {"loss": net.head.loss(outs, split["targets"], split["weights"]), **metrics}, outs
+
+    return jax.jit(evaluate)
+
+
+def make_maps(graphdef, rest):
+    """(params, inputs, valid) -> (L,B,N,T,S) attention matrices."""
+    return jax.jit(lambda params, inputs, valid: nnx.merge(graphdef, params, rest).body.attention_maps(inputs, valid))
