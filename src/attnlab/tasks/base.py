@@ -108,7 +108,8 @@ class Task:
 
 def check_int(name: str, value, lo: int, hi: int | None = None) -> int:
     """An integer option inside [lo, hi], or a ValueError naming the option and the allowed range."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo or (hi is not None and value > hi):
+    bad = isinstance(value, bool) or not isinstance(value, (int, np.integer))
+    if bad or value < lo or (hi is not None and value > hi):
         allowed = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
         raise ValueError(f"option {name}={value!r} is invalid; allowed: {allowed}")
     return int(value)

@@ -33,7 +33,9 @@ class Digits(Task):
         seed = check_int("seed", seed, 0)
         self.seq_len, self.input_dim, self.vocab_size, self.num_classes = 8, 8, None, 10
         self.default_head = default_head
-        self.options = dict(val_fraction=val_fraction, test_fraction=test_fraction, seed=seed, default_head=default_head)
+        self.options = dict(
+            val_fraction=val_fraction, test_fraction=test_fraction, seed=seed, default_head=default_head
+        )
         data = load_digits()  # shipped inside scikit-learn: no download
         images = data.images / 16.0  # pixel intensities are integers 0..16
         # Two stratified cuts: test first, then val out of the rest, so each split keeps the class proportions.
