@@ -269,9 +269,9 @@ REFS = {
     "softmax": (ref_softmax, "one"),
     "kl": (ref_kl, "one"),
     "softmax1": (ref_softmax1, "at_most_one"),
-    "sigmoid": (ref_sigmoid, "at_most_one"),
+    "sigmoid": (ref_sigmoid, "free"),  # n/(n+1) at zero logits, up to n once logits are large
     "relu": (ref_relu, "free"),  # relu(βz)/n sums to the mean of relu(βz): > 1 once logits are > 1
-    "squared": (ref_squared, "one"),  # Σf/(Σf + eps): 1 − O(eps/Σf)
+    "squared": (ref_squared, "one"),  # Σf/(Σf + eps) ∈ [1 − eps/min_denominator, 1]
     "linear": (ref_linear, "one"),
     "entmax": (ref_entmax, "one"),
 }
@@ -307,13 +307,6 @@ def cases():
 
 def case_id(case):
     return f"{case[0]}-{case[1]}"
-
-
-def row_sum_kind(name, opts):
-    kind = REFS[name][1]
-    if name in ("squared", "linear") and (options(name, **opts)["eps"] > 1e-5 or opts.get("feature_map") == "relu"):
-        return "at_most_one"  # a large eps, or relu features whose kernel row can be all zero
-    return kind
 
 
 def mask_arrays(kind):

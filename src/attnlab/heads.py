@@ -110,7 +110,7 @@ class SoftmaxCE(_Classification):
 
 
 class ScoresMSE(_Classification):
-    """Without a final softmax: raw scores, square loss to one-hot (Hui & Belkin 2021); nll/ece/brier on softmax(scores)."""
+    """Without a final softmax: raw scores, square loss to one-hot; nll/ece/brier use softmax(scores)."""
 
     def __init__(self, *, d_model: int, num_classes: int | None, rngs: nnx.Rngs,
                  k: float = 1.0, M: float = 1.0, ece_bins: int = 15):
@@ -212,7 +212,8 @@ class HLGauss(_Regression):
 
     def target(self, targets_X):
         """The HL-Gauss target distribution of real targets (clipped into the range)."""
-        return hl_gauss_target(jnp.clip(_float(targets_X), self.v_min, self.v_max), self.edges(), self.sigma)
+        y_X = jnp.clip(_float(targets_X), self.v_min, self.v_max)
+        return hl_gauss_target(y_X, self.edges(), self.sigma)
 
     def predict(self, outputs_XK):
         return jax.nn.softmax(_float(outputs_XK), axis=-1) @ self.centres()

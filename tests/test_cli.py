@@ -1,0 +1,130 @@
+"""The training CLI through the real Hydra entry point: runs, records, TensorBoard, errors, devices."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli, scalar_curve
+
+from attnlab import heads, registry
+
+NORMALIZERS = registry.choices("normalizer")
+
+
+@pytest.mark.parametrize("task", ["mqar", "icl_regression"])
+def test_every_normalizer_and_compatible_head_trains(tmp_path, task):
+    """Hydra multirun over every normalizer × every head serving the task's kind: finite metrics."""
+    kind = "classification" if task == "mqar" else "regression"
+    head_names = heads.compatible(kind)
+    run_cli("-m", f"task={task}", f"normalizer={','.join(NORMALIZERS)}", f"head={','.join(head_names)}",
+            *TINY, *TINY_TASK[task], f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    runs = sorted(p for p in tmp_path.iterdir() if (p / "metrics.json").exists())
+    assert len(runs) == len(NORMALIZERS) * len(head_names)
+    for run in runs:
+        m = metrics(run)
+        assert m["status"] == "completed", (run.name, m.get("error"))
+        assert m["steps"] == 4
+        finals = {k: v for k, v in m["final"].items() if k.startswith("test/")}
+        assert finals and all(math.isfinite(v) for v in finals.values()), (run.name, finals)
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """One tiny single run of the default task, with its run directory."""
+    root = tmp_path_factory.mktemp("run")
+    run_dir = root / "out"
+    proc = run_cli(*TINY, *TINY_TASK["mqar"], "normalizer=kl", "model.layers=2", f"hydra.run.dir={run_dir}", cwd=root)
+    return run_dir, proc
+
+
+def test_run_record_has_the_documented_keys(default_run):
+    run_dir, proc = default_run
+    m = metrics(run_dir)
+    assert m["status"] == "completed"
+    for key in ("final", "best", "baseline", "steps", "wall_time_s", "compile_time_s", "steps_per_sec"):
+        assert key in m
+    for key in ("test/accuracy", "val/loss", "test/ece", "test/nll", "test/temperature", "test/ece_ts"):
+        assert key in m["final"], key
+    assert m["baseline"]["baseline/accuracy"] == pytest.approx(1 / 8)  # 16-token vocab: 8 values
+    assert m["best"]["step"] == 4
+    import json
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["choices"]["normalizer"] == "kl" and run["choices"]["head"] == "softmax_ce"
+    assert run["config"]["normalizer"]["_target_"] == "attnlab.normalizers.KL"
+    assert "trainer.steps=4" in run["overrides"]
+    assert set(run["env"]["git"]) == {"sha", "dirty"} and run["env"]["versions"]["jax"]
+    assert run["env"]["devices"] and "attnlab" in run["env"]["command"]
+    assert str(run_dir) in proc.stdout and "test/accuracy" in proc.stdout and "baseline" in proc.stdout
+
+
+def test_tensorboard_reader_finds_per_layer_head_tags_and_hparams(default_run):
+    run_dir, _ = default_run
+    acc = events(run_dir)
+    tags = set(acc.Tags()["scalars"])
+    for layer in range(2):
+        assert f"grad_norm/layer_{layer}" in tags
+        assert f"score_grad/layer_{layer}" in tags
+        for head in range(2):
+            for stat in ("entropy", "max_weight", "row_mass", "max_logit", "beta", "kl_prior", "objective"):
+                assert f"attn_{stat}/layer_{layer}/head_{head}" in tags
+    for tag in ("train/loss", "val/loss", "test/accuracy", "baseline/accuracy", "opt/lr", "perf/steps_per_sec",
+                "grad_norm/global", "grad_norm/beta", "grad_norm/group/normalizer", "grad_norm/group/attention"):
+        assert tag in tags, tag
+    assert [s for s, _ in scalar_curve(run_dir, "train/loss")] == [2, 4]
+    assert {"hist/beta", "hist/entropy"} <= set(acc.Tags()["histograms"])
+    assert "attn_map/layer_0" in acc.Tags()["images"]
+    hp = acc.PluginTagToContent("hparams")
+    assert "_hparams_/session_start_info" in hp
+    from tensorboard.plugins.hparams import plugin_data_pb2
+    start = plugin_data_pb2.HParamsPluginData.FromString(hp["_hparams_/session_start_info"]).session_start_info
+    assert start.hparams["normalizer"].string_value == "kl"
+    assert start.hparams["head"].string_value == "softmax_ce"
+    assert start.hparams["seed"].number_value == 0
+    # Entropy is normalised to [0, 1]; β starts at 1/sqrt(head_dim) = 1/sqrt(8).
+    ent = [v for _, v in scalar_curve(run_dir, "attn_entropy/layer_0/head_0")]
+    assert all(0 <= v <= 1 for v in ent)
+    assert scalar_curve(run_dir, "attn_beta/layer_0/head_0")[0][1] == pytest.approx(8**-0.5, rel=0.05)
+
+
+def test_loss_falls_on_a_memorisable_batch(tmp_path):
+    """8 training examples, batch 8, 80 steps: the train loss must drop well below its start."""
+    run_cli(*TINY, *TINY_TASK["mqar"], "task.n_train=8", "trainer.steps=80", "trainer.log_every=10",
+            "trainer.eval_every=80", "optim.lr=1e-2", "optim.warmup_steps=5", f"hydra.run.dir={tmp_path / 'r'}",
+            cwd=tmp_path)
+    curve = [v for _, v in scalar_curve(tmp_path / "r", "train/loss")]
+    assert curve[-1] < 0.3 * curve[0], curve
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["normalizer=nosuch"], "nosuch"),
+    (["trainer.stepz=3"], "stepz"),
+    (["head=mse"], "heads for classification"),
+    (["task=icl_regression", "head=softmax_ce"], "heads for regression"),
+    (["model.d_model=30", "model.heads=4"], "not divisible"),
+    (["optim.lr=-1"], "optim.lr"),
+    (["normalizer=linear", "normalizer.feature_map=cosine"], "feature_map"),
+    (["normalizer=entmax", "normalizer.alpha=1.0"], "alpha"),
+    (["trainer.batch_size=6", "accelerator.devices=4"], "divisible by the device count"),
+])
+def test_bad_override_exits_nonzero_naming_it(tmp_path, overrides, needle):
+    proc = run_cli(*TINY, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert needle in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
+def test_one_device_equals_four_devices(tmp_path):
+    """The same seed on 1 and 4 simulated CPU devices gives the same loss curve (float tolerance)."""
+    curves = []
+    for n in (1, 4):
+        run_cli(*TINY, *TINY_TASK["mqar"], f"accelerator.devices={n}", "trainer.steps=6", "trainer.log_every=1",
+                "trainer.eval_every=6", f"hydra.run.dir={tmp_path / str(n)}", cwd=tmp_path)
+        assert metrics(tmp_path / str(n))["status"] == "completed"
+        curves.append([v for _, v in scalar_curve(tmp_path / str(n), "train/loss")])
+        import json
+        devices = json.loads((tmp_path / str(n) / "run.json").read_text())["env"]["devices"]
+        assert len(devices) == n
+    np.testing.assert_allclose(curves[0], curves[1], rtol=1e-4)
+    assert len(curves[0]) == 6
