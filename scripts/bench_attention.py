@@ -7,17 +7,19 @@ For each sequence length T the script compiles, for both normalizers,
 
 (jax.jit of jax.grad, float32 by default) and reports
 
-- time: the median over --repeats samples after --warmup calls (each sample is timed with
+- time: the median of the timed samples after --warmup calls (each sample is timed with
   jax.block_until_ready; very fast programs are looped so that one sample lasts >= --min-sample
-  seconds, and the per-call time is reported). Softmax and linear samples are interleaved, so
-  background load on a shared machine hits both alike;
+  seconds, and the per-call time is reported). Each case is timed alone, back to back, with
+  as many samples as fit in --case-budget seconds, at least 3 and at most --repeats (a slow
+  case also gets a single warm-up), so the whole run stays within a few minutes on 2 cores;
 - peak memory: from XLA's buffer assignment of the compiled program,
   `compiled.memory_analysis()`: temp + arguments + outputs − aliased, deterministic (not a
   process RSS reading). If the backend gives no analysis the column says n/a;
 - the ratio softmax/linear for both, and the growth per 4× T: (x(T)/x(T′))^(ln 4 / ln(T/T′)) for
   consecutive T′ < T in the list (≈ 4 for O(T), ≈ 16 for O(T²)).
 
-Then, at the largest T, linear attention with each --chunk-sizes value (the chunked O(T) form's
+Linear attention alone is also run at --linear-only-T (beyond the largest T, where softmax's
+T×T buffers would not fit), to see its growth further out. Then, at the largest T, linear attention with each --chunk-sizes value (the chunked O(T) form's
 chunk length; the YAML default is 64).
 
 Prints a Markdown report; with --write it replaces the "## Attention scaling" section of
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import math
 import os
 import platform
@@ -102,12 +105,21 @@ class Case:
     def call(self):
         return jax.block_until_ready(self.compiled(*self.inputs))
 
-    def warmup(self, n: int, min_sample: float):
-        for _ in range(max(n, 1)):
+    def measure(self, args):
+        """Warm up, then take the samples back to back (each case alone: a big softmax's freeing of
+        its T×T buffers must not land in a linear sample). Slow cases get fewer calls, >= 3 samples."""
+        for i in range(max(args.warmup, 1)):
             t0 = time.perf_counter()
             self.call()
             dt = time.perf_counter() - t0
-        self.inner = max(1, math.ceil(min_sample / max(dt, 1e-6)))
+            if dt * args.repeats > args.case_budget:
+                break
+        self.inner = max(1, math.ceil(args.min_sample / max(dt, 1e-6)))
+        n = min(args.repeats, max(3, int(args.case_budget / max(dt * self.inner, 1e-6))))
+        for _ in range(n):
+            self.sample()
+        del self.inputs, self.compiled  # free the buffers before the next case
+        gc.collect()
 
     def sample(self):
         t0 = time.perf_counter()
@@ -123,17 +135,6 @@ class Case:
     def spread(self) -> float:
         """(max − min) / median of the samples: a noise indicator."""
         return (max(self.samples) - min(self.samples)) / self.median
-
-
-def run_group(cases: list[Case], args):
-    """Warm up, then interleave samples so that load changes affect all cases alike."""
-    for c in cases:
-        c.warmup(args.warmup, args.min_sample)
-    for _ in range(args.repeats):
-        for c in cases:
-            c.sample()
-    for c in cases:
-        del c.inputs, c.compiled  # free the T×T buffers before the next T
 
 
 def fmt_time(s: float) -> str:
@@ -197,8 +198,8 @@ def report(args, main_rows, chunk_cases) -> str:
         f"Causal softmax vs causal linear (elu1, chunked O(T) form, chunk_size={args.chunk_size}) attention, "
         f"forward+backward: `jax.jit(jax.grad(sum(out · ct)))` w.r.t. q, k, v. "
         f"B={args.batch}, N={args.heads} heads, H={args.head_dim}, {args.dtype}. "
-        f"Time: median of {args.repeats} samples after {args.warmup} warm-up call(s), softmax and linear "
-        f"samples interleaved; compile time excluded. Peak memory: XLA's `compiled.memory_analysis()` "
+        f"Time: median of the samples (n per case below: as many as fit in {args.case_budget:g} s, 3 to "
+        f"{args.repeats}) after {args.warmup} warm-up call(s), each case timed alone; compile time excluded. Peak memory: XLA's `compiled.memory_analysis()` "
         f"(temp + arguments + outputs − aliased), deterministic."
     )
     L.append("")
@@ -210,22 +211,25 @@ def report(args, main_rows, chunk_cases) -> str:
     L.append("| T | softmax time | linear time | time ratio (s/l) | softmax peak mem | linear peak mem "
              "| mem ratio (s/l) | softmax time ×/4T | linear time ×/4T | softmax mem ×/4T | linear mem ×/4T |")
     L.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    prev = None
+    prev = (None, None)
     for sm, li in main_rows:
-        t_ratio = sm.median / li.median
-        m_ratio = sm.mem / li.mem if sm.mem and li.mem else None
-        g = [growth(prev[i] if prev else None, c, key)
-             for key in (lambda c: c.median, lambda c: c.mem) for i, c in enumerate((sm, li))]
+        t_ratio = sm.median / li.median if sm else None
+        m_ratio = sm.mem / li.mem if sm and sm.mem and li.mem else None
+        g_sm_t = growth(prev[0], sm, lambda c: c.median) if sm else None
+        g_sm_m = growth(prev[0], sm, lambda c: c.mem) if sm else None
         L.append(
-            f"| {sm.T} | {fmt_time(sm.median)} | {fmt_time(li.median)} | {fmt_ratio(t_ratio)} "
-            f"| {fmt_mem(sm.mem)} | {fmt_mem(li.mem)} | {fmt_ratio(m_ratio)} "
-            f"| {fmt_ratio(g[0])} | {fmt_ratio(g[1])} | {fmt_ratio(g[2])} | {fmt_ratio(g[3])} |"
+            f"| {li.T} | {fmt_time(sm.median) if sm else 'not run'} | {fmt_time(li.median)} | {fmt_ratio(t_ratio)} "
+            f"| {fmt_mem(sm.mem) if sm else 'not run'} | {fmt_mem(li.mem)} | {fmt_ratio(m_ratio)} "
+            f"| {fmt_ratio(g_sm_t)} | {fmt_ratio(growth(prev[1], li, lambda c: c.median))} "
+            f"| {fmt_ratio(g_sm_m)} | {fmt_ratio(growth(prev[1], li, lambda c: c.mem))} |"
         )
         prev = (sm, li)
     L.append("")
     L.append("×/4T: growth per 4× T between consecutive rows, (x(T)/x(T′))^(ln 4 / ln(T/T′)) — about 4× "
-             "for O(T), 16× for O(T²). Sample spread ((max−min)/median), a noise indicator: "
-             + ", ".join(f"T={sm.T}: softmax {sm.spread:.0%}, linear {li.spread:.0%}" for sm, li in main_rows)
+             "for O(T), 16× for O(T²). 'not run': linear alone (--linear-only-T), softmax's T×T buffers "
+             "would not fit. Samples n and spread ((max−min)/median, a noise indicator): "
+             + "; ".join(f"T={li.T}: " + (f"softmax n={len(sm.samples)} {sm.spread:.0%}, " if sm else "")
+                         + f"linear n={len(li.samples)} {li.spread:.0%}" for sm, li in main_rows)
              + ".")
     if chunk_cases:
         T = chunk_cases[0].T
@@ -245,29 +249,43 @@ def report(args, main_rows, chunk_cases) -> str:
 
 
 def verdict(args, main_rows, chunk_cases) -> list[str]:
-    """Plain statements on the two expectations (linear ~O(T); ≥10× faster than softmax at the largest T)."""
-    sm, li = main_rows[-1]
+    """Plain statements on the two expectations: linear ~O(T) in time and memory; ≥10× faster at T=max."""
+    both = [(sm, li) for sm, li in main_rows if sm]
+    lins = [li for _, li in main_rows]
     lines = []
-    if len(main_rows) >= 2:
-        t_g = growth(main_rows[0][1], li, lambda c: c.median)
-        m_g = growth(main_rows[0][1], li, lambda c: c.mem)
-        s_g = growth(main_rows[0][0], sm, lambda c: c.median)
+    if len(lins) >= 2:
+        steps = [(a.T, b.T, growth(a, b, lambda c: c.median), growth(a, b, lambda c: c.mem))
+                 for a, b in zip(lins, lins[1:])]
+        full_t = growth(lins[0], lins[-1], lambda c: c.median)
+        full_m = growth(lins[0], lins[-1], lambda c: c.mem)
+        # Judge time on the steps with T >= 4096 (the small-T ones mix fixed overheads and cache fits).
+        big = [st for st in steps if st[0] >= 4096] or steps[-1:]
+        time_ok = all(st[2] is not None and st[2] <= 6 for st in big)
+        mem_ok = all(st[3] is not None and st[3] <= 6 for st in steps)
+        fast = [f"{a}→{b} ({fmt_ratio(g)})" for a, b, g, _ in steps if g is not None and g > 6]
         lines.append(
-            f"Over T={main_rows[0][1].T}→{li.T}, linear grows {fmt_ratio(t_g)} in time and {fmt_ratio(m_g)} in "
-            f"memory per 4× T (softmax: {fmt_ratio(s_g)} in time). "
-            + ("Linear time and memory grow about linearly in T (≤ 6× per 4× T): met."
-               if t_g is not None and m_g is not None and t_g <= 6 and m_g <= 6
-               else "Linear time or memory grows faster than ~linearly in T (> 6× per 4× T): not met.")
+            f"Linear attention, T={lins[0].T}→{lins[-1].T}: per 4× T, time ×{full_t:.1f} and peak memory "
+            f"×{full_m:.1f} overall; memory is {'about linear at every step' if mem_ok else 'NOT linear at every step'}; "
+            f"time grows ≤ 6× per 4× T on the large-T step(s) {', '.join(f'{a}→{b}' for a, b, _, _ in big)}: "
+            f"{'yes' if time_ok else 'NO'}"
+            + (f" (steps above 6× per 4× T: {', '.join(fast)})" if fast else "")
+            + f". Expectation 'linear time and memory grow about linearly in T': "
+            f"{'met' if time_ok and mem_ok else 'NOT met'}."
         )
-    ratio = sm.median / li.median
-    lines.append(
-        f"At T={sm.T} linear is {ratio:,.1f}× faster than softmax (fwd+bwd) and uses "
-        f"{fmt_ratio(sm.mem / li.mem if sm.mem and li.mem else None)} less memory: the ≥10× speed "
-        f"expectation is {'met' if ratio >= 10 else 'NOT met'}."
-    )
+    if both:
+        sm, li = both[-1]
+        ratio = sm.median / li.median
+        mem = fmt_ratio(sm.mem / li.mem if sm.mem and li.mem else None)
+        lines.append(
+            f"At T={sm.T} linear is {ratio:,.1f}× faster than softmax (fwd+bwd) and needs {mem} less peak "
+            f"memory: expectation '≥ 10× faster at T={sm.T}' {'met' if ratio >= 10 else 'NOT met'}."
+        )
     if chunk_cases:
         best = min(chunk_cases, key=lambda c: c.median)
-        lines.append(f"Fastest chunk size at T={best.T}: {best.chunk}.")
+        base = next((c for c in chunk_cases if c.chunk == 64), None)
+        lines.append(f"Fastest chunk size at T={best.T}: {best.chunk}"
+                     + (f" ({best.median / base.median:.2f}× the time of the default 64)."
+                        if base and base is not best else "."))
     return [" ".join(lines)]
 
 
@@ -298,8 +316,12 @@ def main(argv=None):
     p.add_argument("--chunk-size", type=int, default=64, help="linear chunk size in the main table")
     p.add_argument("--chunk-sizes", type=parse_ints, default=[32, 64, 128],
                    help="chunk sizes timed for linear at the largest T (empty string to skip)")
-    p.add_argument("--repeats", type=int, default=7, help="timed samples per case (median reported)")
+    p.add_argument("--repeats", type=int, default=15, help="most timed samples per case (median reported)")
+    p.add_argument("--linear-only-T", type=parse_ints, default=[16384, 32768],
+                   help="extra sequence lengths for linear alone (empty string to skip)")
     p.add_argument("--warmup", type=int, default=2, help="untimed calls after compiling")
+    p.add_argument("--case-budget", type=float, default=45.0,
+                   help="seconds of timed calls per case; slower cases get fewer samples (at least 3)")
     p.add_argument("--min-sample", type=float, default=0.05, help="loop fast programs to last this long per sample (s)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--write", action="store_true", help=f"update '{SECTION}' in BENCHMARKS.md")
@@ -310,12 +332,19 @@ def main(argv=None):
     main_rows = []
     for T in args.T:
         sm = Case("softmax", "softmax", T, args)
+        sm.measure(args)
         li = Case("linear", "linear", T, args, feature_map="elu1", chunk_size=args.chunk_size)
-        run_group([sm, li], args)
+        li.measure(args)
         main_rows.append((sm, li))
         print(f"T={T}: softmax {fmt_time(sm.median)} {fmt_mem(sm.mem)} (compile {sm.compile_s:.1f}s), "
               f"linear {fmt_time(li.median)} {fmt_mem(li.mem)} (compile {li.compile_s:.1f}s), "
               f"ratio {sm.median / li.median:.1f}×", file=sys.stderr, flush=True)
+
+    for T in sorted(t for t in args.linear_only_T if t > args.T[-1]):
+        li = Case("linear", "linear", T, args, feature_map="elu1", chunk_size=args.chunk_size)
+        li.measure(args)
+        main_rows.append((None, li))
+        print(f"T={T}: linear {fmt_time(li.median)} {fmt_mem(li.mem)}", file=sys.stderr, flush=True)
 
     chunk_cases = []
     if args.chunk_sizes:
@@ -323,9 +352,8 @@ def main(argv=None):
         for C in args.chunk_sizes:
             c = Case(f"linear C={C}", "linear", T, args, feature_map="elu1", chunk_size=C)
             c.chunk = C
+            c.measure(args)
             chunk_cases.append(c)
-        # Warm all, then interleave, like the main table (inputs are small for linear).
-        run_group(chunk_cases, args)
         print("chunks at T=%d: " % T + ", ".join(f"{c.chunk}: {fmt_time(c.median)}" for c in chunk_cases),
               file=sys.stderr, flush=True)
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import math
 
+import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
+from attnlab import normalizers as nz
 from attnlab import registry
 
 # ---------------------------------------------------------------------------------------------
@@ -359,3 +362,15 @@ def qkv(seed, T, S, scale=1.0):
     k = rng.normal(size=(B, S, N, H)).astype(np.float32)
     v = rng.normal(size=(B, S, N, H)).astype(np.float32)
     return q, k, v
+
+
+def make_mask(kind):
+    """(T, S, Mask, admissible (B,T,S) numpy bool) of a named mask setting."""
+    T, S, valid, dense, causal = mask_arrays(kind)
+    mask = nz.Mask(key_valid_BS=None if valid is None else jnp.asarray(valid),
+                   dense_BTS=None if dense is None else jnp.asarray(dense), causal=causal)
+    return T, S, mask, admissible(B, T, S, valid, dense, causal)
+
+
+def build(name, opts):
+    return nz.build(name, num_heads=N, head_dim=H, rngs=nnx.Rngs(0), **opts)

@@ -15,15 +15,7 @@ CASES = R.cases()
 ATOL, RTOL = 2e-5, 1e-4
 
 
-def _mask(kind):
-    T, S, valid, dense, causal = R.mask_arrays(kind)
-    mask = nz.Mask(key_valid_BS=None if valid is None else jnp.asarray(valid),
-                   dense_BTS=None if dense is None else jnp.asarray(dense), causal=causal)
-    return T, S, mask, R.admissible(R.B, T, S, valid, dense, causal)
-
-
-def _build(name, opts):
-    return nz.build(name, num_heads=R.N, head_dim=R.H, rngs=nnx.Rngs(0), **opts)
+_mask, _build = R.make_mask, R.build
 
 
 def _reference(name, opts, q, k, m, module):
