@@ -112,16 +112,19 @@ def test_loss_falls_on_a_memorisable_batch(tmp_path):
     assert curve[-1] < 0.3 * curve[0], curve
 
 
+MQAR, ICL = TINY_TASK["mqar"], ["task=icl_regression", *TINY_TASK["icl_regression"]]
+
+
 @pytest.mark.parametrize("overrides, needle", [
     (["normalizer=nosuch"], "nosuch"),
     (["trainer.stepz=3"], "stepz"),
-    (["head=mse"], "heads for classification"),
-    (["task=icl_regression", "head=softmax_ce"], "heads for regression"),
-    (["model.d_model=30", "model.heads=4"], "not divisible"),
-    (["optim.lr=-1"], "optim.lr"),
-    (["normalizer=linear", "normalizer.feature_map=cosine"], "feature_map"),
-    (["normalizer=entmax", "normalizer.alpha=1.0"], "alpha"),
-    (["trainer.batch_size=6", "accelerator.devices=4"], "divisible by the device count"),
+    ([*MQAR, "head=mse"], "heads for classification"),
+    ([*ICL, "head=softmax_ce"], "heads for regression"),
+    ([*MQAR, "model.d_model=30", "model.heads=4"], "not divisible"),
+    ([*MQAR, "optim.lr=-1"], "optim.lr"),
+    ([*MQAR, "normalizer=linear", "normalizer.feature_map=cosine"], "feature_map"),
+    ([*MQAR, "normalizer=entmax", "normalizer.alpha=1.0"], "alpha"),
+    ([*MQAR, "trainer.batch_size=6", "accelerator.devices=4"], "divisible by the device count"),
 ])
 def test_bad_override_exits_nonzero_naming_it(tmp_path, overrides, needle):
     proc = run_cli(*TINY, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)

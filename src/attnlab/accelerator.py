@@ -43,4 +43,4 @@ def compute_dtype(dtype: str | None):
 
 def data_mesh():
     """A 1-D data-parallel mesh over every local device."""
-    return jax.make_mesh((jax.device_count(),), ("data",))
+    return jax.make_mesh((jax.device_count(),), ("data",), axis_types=(jax.sharding.AxisType.Auto,))

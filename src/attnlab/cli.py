@@ -130,19 +130,21 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             task, net, tx, loop = build(cfg, head_name)
         for w in caught:
             print(f"attnlab: warning: {w.message}", file=sys.stderr)
+    except (ConfigError, ValueError, TypeError) as exc:
+        record.update(status="failed", error=f"configuration: {exc}")
+        if os.access(run_dir, os.W_OK):
+            write_json(run_dir / "metrics.json", record)
+        print(f"attnlab: error: {exc}", file=sys.stderr)
+        if not multirun:
+            sys.exit(EXIT_CONFIG)
+        return record
+    try:
         if multirun:
             loop = type(loop)(**{**loop.__dict__, "progress": "none"})
         write_json(run_dir / "run.json", {"config": OmegaConf.to_container(cfg, resolve=True),
                                           "choices": choices, "overrides": list(hc.overrides.task),
                                           "env": environment()})
         record.update(_train(cfg, task, net, tx, loop, run_dir, hparams_of(cfg, choices)))
-    except (ConfigError, ValueError, TypeError) as exc:
-        record.update(status="failed", error=f"configuration: {exc}")
-        write_json(run_dir / "metrics.json", record)
-        print(f"attnlab: error: {exc}", file=sys.stderr)
-        if not multirun:
-            sys.exit(EXIT_CONFIG)
-        return record
     except Exception as exc:  # a failed run records why and lets a sweep go on
         (run_dir / "error.txt").write_text(traceback.format_exc())
         record.update(status="failed", error=f"{type(exc).__name__}: {exc}")
