@@ -17,7 +17,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import registry
-from attnlab.record import environment, write_json
+from attnlab.record import environment, read_json, write_json
 
 EXIT_CONFIG = 2
 
@@ -46,7 +46,11 @@ def validate(cfg: DictConfig, device_count: int) -> None:
     """Checks that need no object: run-level numbers and choices."""
     t, o = cfg.trainer, cfg.optim
     for key in ("steps", "batch_size", "eval_every", "log_every", "eval_batch_size"):
-        _require(isinstance(t[key], int) and t[key] > 0, f"trainer.{key}={t[key]!r} must be a positive integer")
+        _require(isinstance(t[key], int) and not isinstance(t[key], bool) and t[key] > 0,
+                 f"trainer.{key}={t[key]!r} must be a positive integer")
+    _require(isinstance(t.checkpoint_every, int) and t.checkpoint_every >= 0,
+             f"trainer.checkpoint_every={t.checkpoint_every!r} must be an integer >= 0 (0: only on signals and at the end)")
+    _require(isinstance(t.resume, bool), f"trainer.resume={t.resume!r} must be true or false")
     _require(isinstance(o.lr, (int, float)) and o.lr > 0, f"optim.lr={o.lr!r} must be > 0")
     _require(isinstance(o.warmup_steps, int) and o.warmup_steps >= 0, f"optim.warmup_steps={o.warmup_steps!r} must be an integer >= 0")
     _require(isinstance(o.weight_decay, (int, float)) and o.weight_decay >= 0, f"optim.weight_decay={o.weight_decay!r} must be >= 0")
@@ -96,7 +100,8 @@ def build(cfg: DictConfig, head_name: str):
                               final_fraction=o.final_fraction)
     loop = LoopConfig(steps=t.steps, batch_size=t.batch_size, eval_every=t.eval_every, log_every=t.log_every,
                       eval_batch_size=t.eval_batch_size, nonfinite=t.nonfinite, seed=cfg.seed, lr=o.lr,
-                      warmup_steps=o.warmup_steps, progress=t.progress)
+                      warmup_steps=o.warmup_steps, progress=t.progress, checkpoint_every=t.checkpoint_every,
+                      resume=bool(t.resume))
     return task, net, tx, loop
 
 
@@ -118,8 +123,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     multirun = hc.mode == RunMode.MULTIRUN
     choices = dict(hc.runtime.choices)
     record: dict[str, Any] = {"status": "failed", "run_dir": str(run_dir)}
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    if multirun and _completed_with(run_dir, resolved):
+        print(f"attnlab: {run_dir} already completed with the same config; skipped", file=sys.stderr)
+        return {**read_json(run_dir / "metrics.json"), "skipped": True}
+    has_checkpoint = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
+    if multirun and has_checkpoint:  # re-running a sweep continues its unfinished runs
+        cfg.trainer.resume = True
     try:
         _require(os.access(run_dir, os.W_OK), f"run directory {run_dir} is not writable")
+        _require(not cfg.trainer.resume or has_checkpoint,
+                 f"trainer.resume=true but {run_dir / 'checkpoints'} does not exist or is empty "
+                 f"(resume needs hydra.run.dir=<the run's directory>)")
         from attnlab.accelerator import configure
         a = cfg.accelerator
         configure(a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction)
@@ -141,7 +156,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     try:
         if multirun:
             loop = type(loop)(**{**loop.__dict__, "progress": "none"})
-        write_json(run_dir / "run.json", {"config": OmegaConf.to_container(cfg, resolve=True),
+        write_json(run_dir / "run.json", {"config": resolved,
                                           "choices": choices, "overrides": list(hc.overrides.task),
                                           "env": environment()})
         record.update(_train(cfg, task, net, tx, loop, run_dir, hparams_of(cfg, choices)))
@@ -159,20 +174,22 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return record
 
 
+def _completed_with(run_dir: Path, resolved: dict) -> bool:
+    """Whether run_dir holds a completed run of exactly this resolved config (resume flag aside)."""
+    try:
+        done = read_json(run_dir / "metrics.json")["status"] == "completed"
+        old = read_json(run_dir / "run.json")["config"]
+    except (OSError, ValueError, KeyError):
+        return False
+    strip = lambda c: {**c, "trainer": {k: v for k, v in c["trainer"].items() if k != "resume"}}  # noqa: E731
+    return done and strip(old) == strip(resolved)
+
+
 def _train(cfg, task, net, tx, loop, run_dir: Path, hparams: dict) -> dict[str, Any]:
     from attnlab.accelerator import data_mesh
-    from attnlab.summaries import Summaries
     from attnlab.train import fit
 
-    summaries = Summaries(str(run_dir))
-    try:
-        out = fit(net, task, tx, loop, mesh=data_mesh(), summaries=summaries)
-        out.pop("params")
-        final = out["final"]
-        summaries.hparams(hparams, {k: v for k, v in final.items() if k.startswith(("test/", "val/"))})
-    finally:
-        summaries.close()
-    return out
+    return fit(net, task, tx, loop, mesh=data_mesh(), run_dir=run_dir, hparams=hparams)
 
 
 def _print_summary(record: dict[str, Any]) -> None:

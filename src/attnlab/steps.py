@@ -65,17 +65,27 @@ def probes_supported(net: Net) -> bool:
     return isinstance(net.body.blocks[0].attn.normalizer, (ScoreNormalizer, Linear))
 
 
+def step_key(state):
+    """The step's PRNG key: a function of the seed and the step only, so a resumed run replays it."""
+    return jax.random.fold_in(jax.random.wrap_key_data(state["key"]), state["step"])
+
+
+def sample_batch(data, key, batch_size):
+    """The training batch of a step, drawn on device from the whole resident train split."""
+    idx = jax.random.randint(key, (batch_size,), 0, data["targets"].shape[0])
+    return jax.tree.map(lambda a: a[idx], data)
+
+
 def make_train_step(graphdef, rest, tx, *, groups, layers, num_layers, num_heads, batch_size, batch_sharding,
                     with_stats: bool, probe_scores: bool):
-    """(state, data) -> (state, metrics). state = {params, opt_state, step, key, nonfinite}."""
+    """(state, data) -> (state, metrics). state = {params, opt_state, step, key, nonfinite, first_nonfinite}."""
 
     def sample(data, key):
-        idx = jax.random.randint(key, (batch_size,), 0, data["targets"].shape[0])
-        batch = jax.tree.map(lambda a: a[idx], data)
+        batch = sample_batch(data, key, batch_size)
         return jax.lax.with_sharding_constraint(batch, batch_sharding) if batch_sharding else batch
 
     def step(state, data):
-        key = jax.random.fold_in(state["key"], state["step"])
+        key = step_key(state)
         batch = sample(data, key)
         T = batch["valid"].shape[1]
         probes = ([jnp.zeros((batch_size, num_heads, T, T)) for _ in range(num_layers)]
@@ -96,8 +106,10 @@ def make_train_step(graphdef, rest, tx, *, groups, layers, num_layers, num_heads
         # host reads the count on logging steps (no per-step sync) and applies the policy.
         ok = jnp.isfinite(loss) & jnp.isfinite(norms["global"])
         keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(ok, new, old))
+        first_bad = jnp.where((state["first_nonfinite"] < 0) & ~ok, state["step"], state["first_nonfinite"])
         new_state = {"params": keep(params, state["params"]), "opt_state": keep(opt_state, state["opt_state"]),
-                     "step": state["step"] + 1, "key": state["key"], "nonfinite": state["nonfinite"] + (~ok)}
+                     "step": state["step"] + 1, "key": state["key"], "nonfinite": state["nonfinite"] + (~ok),
+                     "first_nonfinite": first_bad}
         metrics: dict[str, Any] = {"loss": loss, "grad_norm/global": norms["global"], "nonfinite": new_state["nonfinite"]}
         if with_stats:
             metrics["grad_norm"] = norms

@@ -1,12 +1,14 @@
-"""The training loop: compiled steps, evaluation, logging, best-val tracking, final test metrics."""
+"""The training loop: compiled steps, evaluation, logging, checkpoints, resume, best-val, final metrics."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import sys
+import signal
+import threading
 import time
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -15,11 +17,13 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attnlab import calibration
+from attnlab.checkpoint import Checkpoints, CheckpointError
 from attnlab.optim import schedule
-from attnlab.steps import Net, leaf_groups, make_eval, make_maps, make_train_step, probes_supported
+from attnlab.progress import Progress
+from attnlab.record import write_json
+from attnlab.steps import (Net, leaf_groups, make_eval, make_maps, make_train_step, probes_supported,
+                           sample_batch, step_key)
 from attnlab.summaries import Summaries, flatten_train_metrics
-
-NONFINITE = ("skip", "stop")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,73 +35,79 @@ class LoopConfig:
     eval_every: int
     log_every: int
     eval_batch_size: int
-    nonfinite: str
+    nonfinite: str  # skip | stop
     seed: int
     lr: float
     warmup_steps: int
-    progress: str = "auto"  # auto | bar | lines | none
+    progress: str = "auto"
+    checkpoint_every: int = 0  # 0: only on a signal and at the end
+    resume: bool = False
 
 
 class Diverged(Exception):
-    """Raised inside the loop when the `stop` policy meets a non-finite step."""
+    """The `stop` policy met a non-finite step."""
 
 
 def pad_split(split, multiple: int) -> dict[str, np.ndarray]:
     """A split as arrays padded to a multiple of the eval batch, padding rows weighted 0."""
     arrays = {f.name: np.asarray(getattr(split, f.name)) for f in dataclasses.fields(split)}
-    n = arrays["targets"].shape[0]
-    pad = -n % multiple
+    pad = -arrays["targets"].shape[0] % multiple
     return {k: np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for k, v in arrays.items()}
-
-
-class Progress:
-    """A tqdm bar on a terminal, plain periodic lines otherwise, nothing when quiet."""
-
-    def __init__(self, mode: str, total: int, start: int):
-        if mode == "auto":
-            mode = "bar" if sys.stderr.isatty() else "lines"
-        self.mode, self.bar = mode, None
-        if mode == "bar":
-            from tqdm.auto import tqdm
-            self.bar = tqdm(total=total, initial=start, dynamic_ncols=True, desc="train")
-
-    def update(self, step: int, n: int, loss: float | None, extra: str = ""):
-        if self.bar is not None:
-            self.bar.update(n)
-            if loss is not None:
-                self.bar.set_postfix_str(f"loss {loss:.4f}{extra}")
-        elif self.mode == "lines" and loss is not None:
-            print(f"step {step}: loss {loss:.4f}{extra}", flush=True)
-
-    def close(self):
-        if self.bar is not None:
-            self.bar.close()
 
 
 def _prefixed(prefix: str, metrics: dict) -> dict[str, float]:
     return {f"{prefix}/{k}": float(v) for k, v in metrics.items()}
 
 
-def fit(net: Net, task, tx, cfg: LoopConfig, *, mesh, summaries: Summaries,
-        on_log: Callable[[int, dict], None] | None = None) -> dict[str, Any]:
-    """Train `net` on `task` and return the record: status, final/best metrics, timings."""
+class StopRequest:
+    """SIGTERM/SIGINT set a flag that the loop reads between steps (graceful: checkpoint, then stop)."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._old = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.signal = signum
+
+    def __exit__(self, *exc):
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+
+
+def fit(net: Net, task, tx, cfg: LoopConfig, *, mesh, run_dir: Path, hparams: dict | None = None) -> dict[str, Any]:
+    """Train `net` on `task` in `run_dir` and return the record: status, final/best metrics, timings."""
     t_start = time.perf_counter()
     graphdef, params, rest = nnx.split(net, nnx.Param, ...)
     groups, layers = leaf_groups(params)
-    num_layers = len(net.body.blocks)
-    num_heads = net.body.blocks[0].attn.num_heads
+    num_layers, num_heads = len(net.body.blocks), net.body.blocks[0].attn.num_heads
     replicated = NamedSharding(mesh, P())
-    batch_sharding = NamedSharding(mesh, P("data")) if mesh.size > 1 else None
-    state = jax.device_put({"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
-                            "key": jax.random.key_data(jax.random.key(cfg.seed)),
-                            "nonfinite": jnp.zeros((), jnp.int32)}, replicated)
-    state["key"] = jax.random.wrap_key_data(state["key"])
+    state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
+             "key": jax.random.key_data(jax.random.key(cfg.seed)), "nonfinite": jnp.zeros((), jnp.int32),
+             "first_nonfinite": jnp.full((), -1, jnp.int32)}
+    ckpt = Checkpoints(run_dir)
+    best, best_params = {"val/loss": math.inf}, None
+    restored = ckpt.restore_latest({"train": state, "best_params": params}) if cfg.resume else None
+    if cfg.resume and restored is None:
+        raise CheckpointError(f"trainer.resume=true but {ckpt.directory} holds no checkpoint")
+    if restored is not None:
+        _, saved, meta = restored
+        state, best = saved["train"], meta["best"]
+        best_params = saved["best_params"] if meta["has_best"] else None
+    start = int(state["step"])
+    state = jax.device_put(state, replicated)
     data = jax.device_put(pad_split(task.splits["train"], 1), replicated)
     evals = {s: jax.device_put(pad_split(task.splits[s], cfg.eval_batch_size), replicated) for s in ("val", "test")}
     baseline = {s: task.baseline(s) for s in ("val", "test")}
 
     common = dict(groups=groups, layers=layers, num_layers=num_layers, num_heads=num_heads,
-                  batch_size=cfg.batch_size, batch_sharding=batch_sharding, probe_scores=probes_supported(net))
+                  batch_size=cfg.batch_size, batch_sharding=NamedSharding(mesh, P("data")) if mesh.size > 1 else None,
+                  probe_scores=probes_supported(net))
     t0 = time.perf_counter()
     step_plain = make_train_step(graphdef, rest, tx, with_stats=False, **common).lower(state, data).compile()
     step_stats = make_train_step(graphdef, rest, tx, with_stats=True, **common).lower(state, data).compile()
@@ -110,76 +120,105 @@ def fit(net: Net, task, tx, cfg: LoopConfig, *, mesh, summaries: Summaries,
         metrics, outs = evaluate(params, evals[split], None if mse is None else jnp.float32(mse))
         return {k: float(v) for k, v in jax.device_get(metrics).items()}, outs
 
+    # purge_step: a resumed run rewrites the steps after its checkpoint, so TensorBoard drops the old ones.
+    summaries = Summaries(str(run_dir), purge_step=start + 1 if start else None)
+    progress = Progress(cfg.progress, cfg.steps, start)
     probe = {k: evals["val"][k][:1] for k in ("inputs", "valid")}
-    best = {"val/loss": math.inf}
-    best_params = None
-    progress = Progress(cfg.progress, cfg.steps, 0)
-    pending, status, error = None, "completed", None
-    t_loop, t_mark, last_logged = time.perf_counter(), time.perf_counter(), 0
+    status, error, last_scalars = "completed", None, {}
+    clock = {"t": time.perf_counter(), "step": start}
+    pending = None
 
-    def flush(pending):
-        nonlocal t_mark, last_logged
+    def flush():
+        nonlocal pending, last_scalars
+        if pending is None:
+            return
         step, metrics = pending
+        pending = None
         host = jax.device_get(metrics)
         now = time.perf_counter()
-        steps_per_s = (step - last_logged) / max(now - t_mark, 1e-9)
-        t_mark, last_logged = now, step
+        rate = (step - clock["step"]) / max(now - clock["t"], 1e-9)
+        clock.update(t=now, step=step)
         scalars = flatten_train_metrics(host)
-        scalars.update({"opt/lr": float(lr_at(step - 1)), "perf/steps_per_sec": steps_per_s,
-                        "perf/examples_per_sec": steps_per_s * cfg.batch_size})
+        scalars.update({"opt/lr": float(lr_at(step - 1)), "perf/steps_per_sec": rate,
+                        "perf/examples_per_sec": rate * cfg.batch_size})
         summaries.scalars(step, scalars)
-        if on_log:
-            on_log(step, scalars)
+        last_scalars = scalars
         progress.update(step, 0, scalars["train/loss"])
         if cfg.nonfinite == "stop" and host["nonfinite"] > 0:
-            raise Diverged(f"non-finite loss or gradient by step {step} (policy trainer.nonfinite=stop)")
+            raise Diverged(f"non-finite loss or gradient at step {int(jax.device_get(state['first_nonfinite'])) + 1} "
+                           f"(trainer.nonfinite=stop)")
 
-    try:
-        for step in range(1, cfg.steps + 1):
-            log_now = step % cfg.log_every == 0 or step == cfg.steps
-            state, metrics = (step_stats if log_now else step_plain)(state, data)
-            progress.update(step, 1, None)
-            if pending is not None:  # read the previous log step after dispatching this one
-                flush(pending)
-                pending = None
-            if log_now:
-                pending = (step, metrics)
-            if step % cfg.eval_every == 0 or step == cfg.steps:
-                if pending is not None:
-                    flush(pending)
-                    pending = None
-                val, _ = run_eval(state["params"], "val")
-                summaries.scalars(step, {**_prefixed("val", val), **_prefixed("baseline", baseline["val"])})
-                summaries.attention_images(maps_fn(state["params"], probe["inputs"], probe["valid"]), step)
-                if val["loss"] < best["val/loss"]:
-                    best = {**_prefixed("val", val), "step": step}
-                    best_params = jax.tree.map(jnp.copy, state["params"])
-                stats = jax.device_get(metrics.get("attn", {})) if log_now else {}
-                if "beta" in stats:
-                    summaries.histogram("hist/beta", stats["beta"], step)
-                if "entropy" in stats:
-                    summaries.histogram("hist/entropy", stats["entropy"], step)
-        if pending is not None:
-            flush(pending)
-    except Diverged as exc:
-        status, error = "diverged", str(exc)
-    finally:
-        progress.close()
+    def save(step):
+        flush()
+        ckpt.save(step, {"train": state, "best_params": best_params if best_params is not None else state["params"]},
+                  {"best": best, "has_best": best_params is not None, "data_position": step})
+
+    t_loop = time.perf_counter()
+    with StopRequest() as stop:
+        try:
+            for step in range(start + 1, cfg.steps + 1):
+                log_now = step % cfg.log_every == 0 or step == cfg.steps
+                state, metrics = (step_stats if log_now else step_plain)(state, data)
+                progress.update(step, 1, None)
+                flush()  # the previous logging step, read after this one was dispatched
+                if log_now:
+                    pending = (step, metrics)
+                if step % cfg.eval_every == 0 or step == cfg.steps:
+                    flush()
+                    val, _ = run_eval(state["params"], "val")
+                    summaries.scalars(step, {**_prefixed("val", val), **_prefixed("baseline", baseline["val"])})
+                    summaries.attention_images(maps_fn(state["params"], probe["inputs"], probe["valid"]), step)
+                    if val["loss"] < best["val/loss"]:
+                        best = {**_prefixed("val", val), "step": step}
+                        best_params = jax.tree.map(jnp.copy, state["params"])
+                    if log_now:
+                        attn = jax.device_get(metrics.get("attn", {}))
+                        for name in ("beta", "entropy"):
+                            if name in attn:
+                                summaries.histogram(f"hist/{name}", attn[name], step)
+                if stop.signal is not None:
+                    save(step)
+                    status, error = "interrupted", f"stopped by signal {signal.Signals(stop.signal).name} at step {step}"
+                    break
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                    save(step)
+            flush()
+        except Diverged as exc:
+            status, error = "diverged", str(exc)
+            _diagnose(run_dir, state, data, cfg.batch_size, last_scalars)
+        finally:
+            progress.close()
     steps_done = int(jax.device_get(state["step"]))
     loop_s = time.perf_counter() - t_loop
+    if status == "completed":
+        save(steps_done)
+    ckpt.close()
 
-    final, best_out = _test_metrics(run_eval, evals, state["params"], net.head), {}
-    if best_params is not None:
-        best_out = {**best, **_test_metrics(run_eval, evals, best_params, net.head)}
-    summaries.scalars(steps_done, {**{k: v for k, v in final.items() if k.startswith("test/")},
-                                   **_prefixed("baseline", baseline["test"])})
+    final = _test_metrics(run_eval, evals, state["params"], net.head)
+    best_out = {**best, **_test_metrics(run_eval, evals, best_params, net.head)} if best_params is not None else {}
+    if status == "completed":
+        summaries.scalars(steps_done, {**{k: v for k, v in final.items() if k.startswith("test/")},
+                                       **_prefixed("baseline", baseline["test"])})
+        summaries.hparams(hparams or {}, {k: v for k, v in final.items() if k.startswith(("test/", "val/"))})
+    summaries.close()
     return {
         "status": status, "error": error, "final": final, "best": best_out,
         "baseline": {**_prefixed("baseline", baseline["test"]), **_prefixed("baseline_val", baseline["val"])},
-        "steps": steps_done, "nonfinite_steps": int(jax.device_get(state["nonfinite"])),
+        "steps": steps_done, "resumed_from": start or None, "nonfinite_steps": int(jax.device_get(state["nonfinite"])),
         "wall_time_s": time.perf_counter() - t_start, "compile_time_s": compile_s,
-        "steps_per_sec": steps_done / max(loop_s, 1e-9), "params": state["params"],
+        "steps_per_sec": (steps_done - start) / max(loop_s, 1e-9),
     }
+
+
+def _diagnose(run_dir: Path, state, data, batch_size: int, last_scalars: dict) -> None:
+    """diverged.json: the first non-finite step, the last logged statistics, and that step's batch."""
+    first = int(jax.device_get(state["first_nonfinite"]))
+    bad = {**state, "step": jnp.int32(first)}
+    batch = jax.device_get(sample_batch(data, step_key(bad), batch_size))
+    write_json(Path(run_dir) / "diverged.json", {
+        "first_nonfinite_step": first + 1, "last_logged": last_scalars,
+        "batch": {k: np.asarray(v).tolist() for k, v in batch.items()},
+    })
 
 
 def _test_metrics(run_eval, evals, params, head) -> dict[str, float]:

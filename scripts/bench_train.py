@@ -1,0 +1,543 @@
+#!/usr/bin/env python
+"""Training-step benchmark: attnlab's compiled step vs a hand-written one, logging cost, compile cache.
+
+Three measurements on the default experiment (`attnlab-train` with no overrides: model=small,
+task=mqar, batch 64, softmax attention), each quoted as a median with a ratio, because the
+machine this runs on is small and shared:
+
+1. Step time. The compiled training step exactly as `attnlab.train.fit` builds it (the script
+   runs `fit` and takes the two AOT-compiled step variants from its `make_train_step(...)
+   .lower(state, data).compile()` calls, then stops it before the loop), against a minimal step
+   written here in plain JAX + optax: the same pre-LN transformer (token + learned positional
+   embedding, qkv/out projections without bias, causal ∧ key-padding mask, softmax with the fixed
+   1/√H scale, GELU MLP, final LayerNorm, linear head), the weighted cross-entropy, optax clip +
+   AdamW with the same schedule, decay mask and hyper-parameters, params + optimizer state
+   donated, the batch drawn on device from the resident train split with the same key scheme.
+   It starts from attnlab's own initial parameters, and the script checks that both forwards give
+   the same loss on one batch. Both steps (and attnlab's `with_stats=True` variant, used on
+   logging steps) are timed in blocks of --block consecutive steps ending in
+   `block_until_ready`, the variants interleaved within each round (order rotated per round)
+   so that machine noise hits all alike; reported: median ms/step over --rounds blocks, and the
+   median over rounds of the per-round ratio attnlab/minimal.
+2. Logging cost. The real `fit` for --fit-steps steps with trainer.log_every=50 (the default)
+   against log_every > steps (only the unavoidable final step logs), eval_every = steps and
+   checkpoint_every = 0 in both (so only the logging differs), runs alternated, --fit-pairs of
+   each. Timed: from the start of the loop (after compilation) until the final step's metrics
+   are read on the host, before the final evaluation (both moments taken from fit's own
+   `Progress` calls); fit's reported `steps_per_sec` (which includes the final evaluation and its
+   compilation) is shown alongside. Overhead = median time with logging / median time without − 1.
+3. Compilation cache. `python -m attnlab` twice per pair as subprocesses with
+   compile_cache=<fresh temporary directory>, trainer.steps=1, trainer.progress=none (all else
+   default): cold (empty cache) then warm. compile_time_s (fit's AOT compile of the two step
+   variants) and wall_time_s (the whole of fit) are read from each run's metrics.json; the
+   process wall time is measured around the subprocess.
+
+Prints a Markdown report; with --write it replaces the "## Training step" section of
+BENCHMARKS.md (creating the file if needed) and leaves every other section as it is.
+
+    JAX_PLATFORMS=cpu .venv/bin/python scripts/bench_train.py            # print only
+    JAX_PLATFORMS=cpu .venv/bin/python scripts/bench_train.py --write    # and update BENCHMARKS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import inspect
+import json
+import os
+import platform
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import hydra
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+import attnlab.train as attnlab_train
+from attnlab import registry
+from attnlab.accelerator import compute_dtype, configure, data_mesh
+from attnlab.cli import build
+
+SECTION = "## Training step (scripts/bench_train.py)"
+ROOT = Path(__file__).resolve().parents[1]
+GOALS = {"step": 1.05, "logging": 0.03, "cache": 0.3}
+
+
+def log(msg: str) -> None:
+    print(f"[bench_train {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def compose(overrides: list[str]):
+    with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
+        return hydra.compose("train", overrides=overrides)
+
+
+def build_default(overrides: list[str]):
+    cfg = compose(overrides)
+    head = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("head=")), None)
+    task, net, tx, loop = build(cfg, head or cfg.task.default_head)  # as cli.run picks the head
+    return cfg, task, net, tx, loop
+
+
+def trainer_overrides(cfg, **values) -> list[str]:
+    """trainer.key=value for the keys this config has (the trainer group grows over time)."""
+    return [f"trainer.{k}={v}" for k, v in values.items() if k in cfg.trainer]
+
+
+# ---------------------------------------------------------------------------------------------
+# fit hooks: the compiled steps fit builds, and the moments its loop starts and reads the last step
+
+
+class _Captured(Exception):
+    """Raised from inside fit once both step variants are compiled."""
+
+
+@contextlib.contextmanager
+def capture_compiled_steps(out: dict):
+    """Patch attnlab.train.make_train_step so fit's `.lower(state, data).compile()` results land in
+    `out` ({False: plain, True: stats, "state", "data", "compile_s"}), then fit is stopped."""
+    real = attnlab_train.make_train_step
+
+    def make(*args, with_stats, **kwargs):
+        jitted = real(*args, with_stats=with_stats, **kwargs)
+
+        class Lowerable:
+            def lower(self, state, data):
+                lowered = jitted.lower(state, data)
+
+                class Compilable:
+                    def compile(self):
+                        t = time.perf_counter()
+                        compiled = lowered.compile()
+                        out.setdefault("compile_s", {})[with_stats] = time.perf_counter() - t
+                        out[with_stats], out["state"], out["data"] = compiled, state, data
+                        if False in out and True in out:
+                            raise _Captured
+                        return compiled
+
+                return Compilable()
+
+        return Lowerable()
+
+    attnlab_train.make_train_step = make
+    try:
+        yield out
+    finally:
+        attnlab_train.make_train_step = real
+
+
+@contextlib.contextmanager
+def loop_clock(total_steps: int, marks: dict):
+    """Patch attnlab.train.Progress to record when the loop starts (Progress is built right before
+    it) and when the final step's metrics reach the host (its update(step, 0, loss) call)."""
+    real = attnlab_train.Progress
+
+    class Clocked(real):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            marks["start"] = time.perf_counter()
+
+        def update(self, step, n, loss, *a, **k):
+            if step == total_steps and loss is not None and "end" not in marks:
+                marks["end"] = time.perf_counter()
+            return super().update(step, n, loss, *a, **k)
+
+    attnlab_train.Progress = Clocked
+    try:
+        yield marks
+    finally:
+        attnlab_train.Progress = real
+
+
+def call_fit(net, task, tx, loop, run_dir: Path):
+    """fit with the current signature (run_dir=...) or the older one (summaries=...)."""
+    params = inspect.signature(attnlab_train.fit).parameters
+    if "run_dir" in params:
+        return attnlab_train.fit(net, task, tx, loop, mesh=data_mesh(), run_dir=run_dir)
+    from attnlab.summaries import Summaries
+
+    summaries = Summaries(str(run_dir))
+    try:
+        return attnlab_train.fit(net, task, tx, loop, mesh=data_mesh(), summaries=summaries)
+    finally:
+        summaries.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# the minimal hand-written step
+
+
+def minimal_params(net) -> dict:
+    """attnlab's initial parameters as a plain dict for the hand-written model (β is not a parameter there)."""
+    p = nnx.to_pure_dict(nnx.state(net, nnx.Param))
+    b = p["body"]
+    blocks = []
+    for i in range(len(net.body.blocks)):
+        blk = b["blocks"][i]
+        blocks.append({"ln1": blk["ln1"], "ln2": blk["ln2"], "fc1": blk["fc1"], "fc2": blk["fc2"],
+                       "qkv": blk["attn"]["qkv"]["kernel"], "out": blk["attn"]["out"]["kernel"]})
+    tree = {"embed": b["embed"]["embedding"], "pos": b["pos"]["embedding"], "blocks": blocks,
+            "ln_f": b["ln_f"], "head": p["head"]["proj"]}
+    return jax.tree.map(jnp.array, tree)
+
+
+def make_minimal(cfg, loop, num_heads: int):
+    """(loss_fn, jitted step, tx) of the hand-written model; state = (params, opt_state, step, key)."""
+    o = cfg.optim
+
+    def layer_norm(x, p, eps=1e-6):
+        mean = x.mean(-1, keepdims=True)
+        var = jnp.mean(jnp.square(x - mean), -1, keepdims=True)
+        return (x - mean) * jax.lax.rsqrt(var + eps) * p["scale"] + p["bias"]
+
+    def forward(p, inputs, valid):
+        B, T = inputs.shape
+        D = p["embed"].shape[1]
+        H = D // num_heads
+        x = p["embed"][inputs] + p["pos"][:T][None]
+        mask = jnp.tril(jnp.ones((T, T), bool))[None, None] & valid[:, None, None, :]
+        for blk in p["blocks"]:
+            q, k, v = (layer_norm(x, blk["ln1"]) @ blk["qkv"]).reshape(B, T, 3, num_heads, H).transpose(2, 0, 1, 3, 4)
+            s = jnp.einsum("btnh,bsnh->bnts", q, k) * (1.0 / np.sqrt(H))
+            a = jax.nn.softmax(jnp.where(mask, s, jnp.finfo(s.dtype).min), axis=-1)
+            x = x + jnp.einsum("bnts,bsnh->btnh", a, v).reshape(B, T, D) @ blk["out"]
+            h = jax.nn.gelu(layer_norm(x, blk["ln2"]) @ blk["fc1"]["kernel"] + blk["fc1"]["bias"])
+            x = x + h @ blk["fc2"]["kernel"] + blk["fc2"]["bias"]
+        return layer_norm(x, p["ln_f"]) @ p["head"]["kernel"] + p["head"]["bias"]
+
+    def loss_fn(p, batch):
+        logits = forward(p, batch["inputs"], batch["valid"])
+        nll = jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, batch["targets"][..., None], -1)[..., 0]
+        w = batch["weights"]
+        return (w * nll).sum() / jnp.maximum(w.sum(), 1.0)
+
+    sched = optax.warmup_cosine_decay_schedule(0.0, o.lr, max(o.warmup_steps, 1), max(loop.steps, o.warmup_steps + 1),
+                                               end_value=o.lr * o.final_fraction)
+
+    def make_tx(params):
+        return optax.chain(optax.clip_by_global_norm(o.clip_norm),
+                           optax.adamw(sched, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay,
+                                       mask=jax.tree.map(lambda a: a.ndim >= 2, params)))
+
+    def make_step(tx):
+        def step(state, data):
+            params, opt_state, i, key = state
+            idx = jax.random.randint(jax.random.fold_in(key, i), (loop.batch_size,), 0, data["targets"].shape[0])
+            batch = jax.tree.map(lambda a: a[idx], data)
+            loss, grads = jax.value_and_grad(loss_fn)(params, batch)
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state, i + 1, key), loss
+
+        return jax.jit(step, donate_argnums=0)
+
+    return loss_fn, make_tx, make_step
+
+
+def attnlab_loss(net, batch):
+    feats, _ = net.body(batch["inputs"], batch["valid"])
+    return net.head.loss(net.head(feats), batch["targets"], batch["weights"])
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. step time
+
+
+def bench_steps(args, overrides):
+    log("building the default experiment and capturing fit's compiled steps ...")
+    cfg, task, net, tx, loop = build_default(overrides)
+    dtype = compute_dtype(cfg.accelerator.dtype)
+    mparams = minimal_params(net)  # before fit: the initial parameters
+    cap: dict = {}
+    with tempfile.TemporaryDirectory() as tmp, capture_compiled_steps(cap):
+        try:
+            call_fit(net, task, tx, loop, Path(tmp))
+            raise RuntimeError("fit finished without compiling both step variants; the capture hook no longer matches")
+        except _Captured:
+            pass
+    plain, stats, state, data = cap[False], cap[True], cap["state"], cap["data"]
+    log(f"attnlab steps compiled in {cap['compile_s'][False]:.1f}s (plain) + {cap['compile_s'][True]:.1f}s (stats)")
+
+    num_heads = net.body.blocks[0].attn.num_heads
+    loss_fn, make_tx, make_step = make_minimal(cfg, loop, num_heads)
+    mtx = make_tx(mparams)
+    mstate = (mparams, mtx.init(mparams), jnp.zeros((), jnp.int32), jax.random.key(loop.seed))
+    t = time.perf_counter()
+    mstep = make_step(mtx).lower(mstate, data).compile()
+    m_compile = time.perf_counter() - t
+
+    # Same function: both forwards on the first 64 training examples from the same parameters.
+    batch = jax.tree.map(lambda a: a[: loop.batch_size], data)
+    l_attn = float(jax.jit(attnlab_loss)(net, batch))
+    l_min = float(jax.jit(loss_fn)(mparams, batch))
+
+    # A separate stats state so that each variant keeps its own donated state chain.
+    stats_state = jax.tree.map(jnp.copy, state)
+    runners = {
+        "attnlab": [plain, state],
+        "attnlab_stats": [stats, stats_state],
+        "minimal": [mstep, mstate],
+    }
+
+    def run_block(name: str, n: int) -> float:
+        fn, st = runners[name]
+        t0 = time.perf_counter()
+        for _ in range(n):
+            st, _ = fn(st, data)
+        jax.block_until_ready(st)
+        runners[name][1] = st
+        return (time.perf_counter() - t0) / n * 1e3
+
+    names = list(runners)
+    for name in names:  # warm-up: first executions, allocator, caches
+        run_block(name, max(args.block // 5, 3))
+    times = {n: [] for n in names}
+    log(f"timing {args.rounds} rounds × {args.block} steps per variant ...")
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[: r % len(names)]
+        if r % 2:
+            order = order[::-1]
+        for name in order:
+            times[name].append(run_block(name, args.block))
+    paired = [a / m for a, m in zip(times["attnlab"], times["minimal"])]
+    res = {
+        "ms": {n: statistics.median(v) for n, v in times.items()},
+        "spread": {n: (max(v) - min(v)) / statistics.median(v) for n, v in times.items()},
+        "ratio": statistics.median(paired),
+        "ratio_of_medians": statistics.median(times["attnlab"]) / statistics.median(times["minimal"]),
+        "ratio_range": (min(paired), max(paired)),
+        "stats_ratio": statistics.median(a / p for a, p in zip(times["attnlab_stats"], times["attnlab"])),
+        "loss": (l_attn, l_min),
+        "compile": {"attnlab": cap["compile_s"][False], "attnlab_stats": cap["compile_s"][True], "minimal": m_compile},
+        "dtype": str(np.dtype(dtype)), "batch": loop.batch_size, "seq_len": task.seq_len,
+        "model": {k: cfg.model[k] for k in ("d_model", "heads", "layers", "mlp_ratio")},
+        "log_every": cfg.trainer.log_every, "steps_default": cfg.trainer.steps, "times": times,
+    }
+    log(f"attnlab {res['ms']['attnlab']:.2f} ms, minimal {res['ms']['minimal']:.2f} ms, ratio {res['ratio']:.3f}")
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. logging cost
+
+
+def bench_logging(args, overrides, default_log_every: int):
+    base = compose(overrides)
+    steps = args.fit_steps or base.trainer.steps
+    common = trainer_overrides(base, steps=steps, eval_every=steps, checkpoint_every=0, progress="none")
+    variants = {"log": common + [f"trainer.log_every={default_log_every}"],
+                "nolog": common + [f"trainer.log_every={steps + 1}"]}
+    runs = {k: [] for k in variants}
+    order = []
+    for i in range(args.fit_pairs):
+        order += ["log", "nolog"] if i % 2 == 0 else ["nolog", "log"]
+    for name in order:
+        _, task, net, tx, loop = build_default(overrides + variants[name])
+        marks: dict = {}
+        with tempfile.TemporaryDirectory() as tmp, loop_clock(steps, marks):
+            out = call_fit(net, task, tx, loop, Path(tmp))
+        if out.get("status") != "completed":
+            raise RuntimeError(f"fit {name}: {out.get('status')} {out.get('error')}")
+        loop_s = marks["end"] - marks["start"] if "end" in marks and "start" in marks else None
+        runs[name].append({"loop_s": loop_s, "steps_per_sec": out["steps_per_sec"], "compile_s": out["compile_time_s"],
+                           "wall_s": out["wall_time_s"]})
+        log(f"fit {name}: loop {loop_s:.2f}s for {steps} steps ({steps / loop_s:.1f} steps/s); "
+            f"fit's steps_per_sec {out['steps_per_sec']:.1f}; compile {out['compile_time_s']:.1f}s")
+    med = {k: statistics.median(r["loop_s"] for r in v) for k, v in runs.items()}
+    med_sps = {k: statistics.median(r["steps_per_sec"] for r in v) for k, v in runs.items()}
+    pairs = [a["loop_s"] / b["loop_s"] - 1 for a, b in zip(runs["log"], runs["nolog"])]
+    return {"steps": steps, "runs": runs, "loop_s": med, "fit_sps": med_sps,
+            "overhead": med["log"] / med["nolog"] - 1, "overhead_pairs": pairs,
+            "overhead_fit_sps": med_sps["nolog"] / med_sps["log"] - 1,
+            "log_every": default_log_every, "n_logs": steps // default_log_every}
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. compilation cache
+
+
+def bench_cache(args, overrides):
+    results = []
+    for pair in range(args.cache_pairs):
+        with tempfile.TemporaryDirectory(prefix="attnlab_bench_cache_") as tmp:
+            cache = Path(tmp) / "jax_cache"
+            row = {}
+            for kind in ("cold", "warm"):
+                run_dir = Path(tmp) / kind
+                cmd = [sys.executable, "-m", "attnlab", *overrides, f"compile_cache={cache}", "trainer.steps=1",
+                       "trainer.progress=none", f"hydra.run.dir={run_dir}"]
+                t = time.perf_counter()
+                proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+                wall = time.perf_counter() - t
+                if proc.returncode != 0:
+                    raise RuntimeError(f"{shlex.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+                m = json.loads((run_dir / "metrics.json").read_text())
+                n_files = sum(1 for p in cache.rglob("*") if p.is_file())
+                row[kind] = {"compile_s": m["compile_time_s"], "fit_s": m["wall_time_s"], "process_s": wall,
+                             "cache_files": n_files}
+                log(f"cache pair {pair + 1} {kind}: compile {m['compile_time_s']:.2f}s, fit {m['wall_time_s']:.2f}s, "
+                    f"process {wall:.2f}s, {n_files} cache files")
+            results.append(row)
+    med = {kind: {k: statistics.median(r[kind][k] for r in results) for k in ("compile_s", "fit_s", "process_s")}
+           for kind in ("cold", "warm")}
+    ratios = {k: statistics.median(r["warm"][k] / r["cold"][k] for r in results) for k in ("compile_s", "fit_s", "process_s")}
+    return {"pairs": results, "median": med, "ratio": ratios,
+            "command": shlex.join(["python", "-m", "attnlab", *overrides, "compile_cache=<fresh tmp dir>",
+                                   "trainer.steps=1", "trainer.progress=none", "hydra.run.dir=<tmp>"])}
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def machine_line() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        load = ", load average %.1f at the start" % os.getloadavg()[0]
+    except OSError:
+        load = ""
+    devs = ", ".join(sorted({d.platform for d in jax.devices()}))
+    return f"`nproc` = {nproc} ({cpu}){load}; JAX backend: {devs}"
+
+
+def command_line() -> str:
+    env = f"JAX_PLATFORMS={os.environ['JAX_PLATFORMS']} " if "JAX_PLATFORMS" in os.environ else ""
+    script = os.path.relpath(Path(sys.argv[0]).resolve(), ROOT)
+    return f"{env}.venv/bin/python {shlex.join([script, *sys.argv[1:]])}"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def report(args, st, lg, ca, load0: str, elapsed: float) -> str:
+    import flax
+
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    L = [SECTION, ""]
+    L.append("The default experiment (model=small, task=mqar, batch 64, softmax attention) on this machine; "
+             "medians, with ratios measured side by side in one run (see the script's docstring for the "
+             "protocol).")
+    L.append("")
+    L.append(f"- Date: {now}")
+    L.append(f"- Machine: {machine_line().replace(load0 and '', '')}")
+    L.append(f"- Python {platform.python_version()}, jax {jax.__version__}, flax {flax.__version__}, optax {optax.__version__}")
+    L.append(f"- Command: `{command_line()}` ({elapsed / 60:.1f} min)")
+    L.append("")
+    L.append("| measurement | attnlab | reference | ratio | goal | |")
+    L.append("|---|---:|---:|---:|---:|---|")
+    r = st["ratio"]
+    L.append(f"| train step, ms/step (median of {args.rounds} blocks × {args.block} steps) "
+             f"| {st['ms']['attnlab']:.2f} | {st['ms']['minimal']:.2f} (minimal JAX step) "
+             f"| {r:.3f}× | ≤ {GOALS['step']:.2f}× | {verdict(r <= GOALS['step'])} |")
+    o = lg["overhead"]
+    L.append(f"| {lg['steps']} steps of `fit`, loop s (median of {args.fit_pairs}) "
+             f"| {lg['loop_s']['log']:.2f} (log_every={lg['log_every']}) | {lg['loop_s']['nolog']:.2f} (final step only) "
+             f"| +{o:.1%} | ≤ +{GOALS['logging']:.0%} | {verdict(o <= GOALS['logging'])} |".replace("+-", "−"))
+    c = ca["ratio"]["compile_s"]
+    L.append(f"| compile_time_s at trainer.steps=1 (median of {args.cache_pairs}) "
+             f"| {ca['median']['warm']['compile_s']:.2f} (warm cache) | {ca['median']['cold']['compile_s']:.2f} (cold cache) "
+             f"| {c:.2f}× | ≤ {GOALS['cache']:.1f}× | {verdict(c <= GOALS['cache'])} |")
+    L.append(f"| fit wall_time_s at trainer.steps=1 | {ca['median']['warm']['fit_s']:.2f} (warm) "
+             f"| {ca['median']['cold']['fit_s']:.2f} (cold) | {ca['ratio']['fit_s']:.2f}× | | |")
+    L.append(f"| `python -m attnlab` process wall s | {ca['median']['warm']['process_s']:.2f} (warm) "
+             f"| {ca['median']['cold']['process_s']:.2f} (cold) | {ca['ratio']['process_s']:.2f}× | | |")
+    L.append("")
+    lo, hi = st["ratio_range"]
+    L.append(
+        f"Step time details: attnlab's `with_stats=True` step (run on logging steps) {st['ms']['attnlab_stats']:.2f} ms "
+        f"({st['stats_ratio']:.2f}× the plain step); per-round attnlab/minimal ratios {lo:.3f}–{hi:.3f} "
+        f"(ratio of the medians {st['ratio_of_medians']:.3f}); block spread (max−min)/median: "
+        + ", ".join(f"{n} {s:.0%}" for n, s in st["spread"].items())
+        + f". Compile: attnlab {st['compile']['attnlab']:.1f} s (plain) + {st['compile']['attnlab_stats']:.1f} s (stats), "
+        f"minimal {st['compile']['minimal']:.1f} s. Same function: loss on one batch from the same initial parameters "
+        f"{st['loss'][0]:.6f} (attnlab) vs {st['loss'][1]:.6f} (minimal). Shapes: B={st['batch']}, T={st['seq_len']}, "
+        + ", ".join(f"{k}={v}" for k, v in st["model"].items()) + f", {st['dtype']}."
+    )
+    L.append("")
+    pairs = ", ".join(f"{p:+.1%}" for p in lg["overhead_pairs"])
+    L.append(
+        f"Logging details: {lg['n_logs']} logging steps in {lg['steps']} (eval_every={lg['steps']}, checkpoint_every=0 in "
+        f"both); per-pair overheads {pairs}; fit's own steps_per_sec (loop including the final evaluation and its "
+        f"compilation) {lg['fit_sps']['log']:.1f} vs {lg['fit_sps']['nolog']:.1f} ({lg['overhead_fit_sps']:+.1%}). "
+        f"Expected from the step times alone (a `with_stats` step every {lg['log_every']}): "
+        f"{(st['stats_ratio'] - 1) / lg['log_every']:+.1%}."
+    )
+    L.append("")
+    per = "; ".join(f"pair {i + 1}: cold {p['cold']['compile_s']:.2f} s / warm {p['warm']['compile_s']:.2f} s "
+                    f"(process {p['cold']['process_s']:.1f} / {p['warm']['process_s']:.1f} s)"
+                    for i, p in enumerate(ca["pairs"]))
+    L.append(f"Cache details: `{ca['command']}`, cold then warm in the same fresh cache directory; {per}.")
+    L.append("")
+    return "\n".join(L)
+
+
+def write_section(text: str, path: Path):
+    """Replace the section from SECTION to the next '## ' heading (or EOF); create the file if needed."""
+    body = text.rstrip("\n") + "\n"
+    if not path.exists():
+        path.write_text("# Benchmarks\n\n" + body)
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    start = next((i for i, l in enumerate(lines) if l.rstrip("\n") == SECTION), None)
+    if start is None:
+        path.write_text("".join(lines).rstrip("\n") + "\n\n" + body)
+        return
+    end = next((i for i in range(start + 1, len(lines)) if re.match(r"## ", lines[i])), len(lines))
+    tail = lines[end:]
+    path.write_text("".join(lines[:start]) + body + ("\n" + "".join(tail) if tail else ""))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--block", type=int, default=50, help="consecutive steps per timed block")
+    p.add_argument("--rounds", type=int, default=12, help="timed blocks per step variant (interleaved)")
+    p.add_argument("--fit-steps", type=int, default=0, help="steps per fit run (0: trainer.steps of the config)")
+    p.add_argument("--fit-pairs", type=int, default=3, help="fit runs with and without logging, each")
+    p.add_argument("--cache-pairs", type=int, default=2, help="cold/warm subprocess pairs")
+    p.add_argument("--skip", default="", help="comma-separated parts to skip: step, logging, cache")
+    p.add_argument("--write", action="store_true", help=f"update '{SECTION}' in BENCHMARKS.md")
+    p.add_argument("--output", type=Path, default=ROOT / "BENCHMARKS.md", help="file updated by --write")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides for the experiment (default: none)")
+    args = p.parse_args(argv)
+    t_start = time.perf_counter()
+    cfg = compose(args.overrides)
+    # As the CLI does: platform, devices and a persistent compilation cache (a private temporary one
+    # here, so repeated fit runs compile once without touching the user's cache).
+    cache_tmp = tempfile.TemporaryDirectory(prefix="attnlab_bench_inproc_")
+    configure(cfg.accelerator.platform, cfg.accelerator.devices, cache_tmp.name, cfg.accelerator.gpu_memory_fraction)
+    skip = {s for s in args.skip.split(",") if s}
+    st = bench_steps(args, args.overrides) if "step" not in skip else None
+    lg = bench_logging(args, args.overrides, cfg.trainer.log_every) if "logging" not in skip else None
+    ca = bench_cache(args, args.overrides) if "cache" not in skip else None
+    elapsed = time.perf_counter() - t_start
+    if None in (st, lg, ca):
+        print(json.dumps({"step": st, "logging": lg, "cache": ca}, indent=1, default=str))
+        return
+    text = report(args, st, lg, ca, "", elapsed)
+    print(text)
+    if args.write:
+        write_section(text, args.output)
+        log(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

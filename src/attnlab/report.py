@@ -1,0 +1,450 @@
+"""Sweep reports: per-cell statistics over seeds, paired baseline tests, lr selection (`attnlab-report`).
+
+Statistics of a cell use its *completed* runs with a finite value of the metric; diverged, failed and
+incomplete runs are counted beside them, never averaged in. A baseline comparison pairs runs by `seed`
+and calls a difference "within seed noise" when |mean difference| <= the seed-to-seed standard deviation
+of the paired differences (an effect size below one standard deviation, whatever the number of seeds);
+the paired t-test p-value is reported next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+LR = "optim.lr"
+SEED = "seed"
+HIGHER_IS_BETTER = ("accuracy", "accuracy_ts", "r2")  # metric name endings where larger wins
+MISSING = "<missing>"
+
+
+@dataclass
+class Run:
+    """One run directory: status, flat config and its final/best metric records."""
+
+    path: Path
+    status: str  # completed | diverged | failed | incomplete (no metrics.json yet)
+    config: dict[str, Any]
+    final: dict[str, float] = field(default_factory=dict)
+    best: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    swept: tuple[str, ...] = ()  # keys set on the command line, in order
+
+    @property
+    def seed(self):
+        return self.config.get(SEED)
+
+    def value(self, metric: str, which: str) -> float | None:
+        """A finite metric value of a completed run, else None."""
+        v = (self.final if which == "final" else self.best).get(metric)
+        ok = self.status == "completed" and isinstance(v, (int, float)) and math.isfinite(v)
+        return float(v) if ok else None
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested config → {"group.key": scalar}; `_target_`-like keys dropped (they follow from the choice)."""
+    out = {}
+    for k, v in d.items():
+        if str(k).startswith("_"):
+            continue
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v) if isinstance(v, list) else v  # hashable
+    return out
+
+
+def _flat_config(config: dict, choices: dict) -> dict[str, Any]:
+    flat = flatten(config)
+    flat.update({g: c for g, c in choices.items() if "/" not in g and c is not None})  # not hydra/*
+    if "head" not in flat and isinstance(config.get("task"), dict) and config["task"].get("default_head"):
+        flat["head"] = config["task"]["default_head"]  # head=null means the task's default head
+    return flat
+
+
+def _override_key(o: str) -> str:
+    return o.split("=", 1)[0].lstrip("+~")
+
+
+def _read_run(path: Path) -> Run:
+    metrics = json.loads((path / "metrics.json").read_text()) if (path / "metrics.json").exists() else {}
+    config, swept = {}, ()
+    if (path / "run.json").exists():
+        rec = json.loads((path / "run.json").read_text())
+        config = _flat_config(rec.get("config", {}), rec.get("choices", {}))
+        swept = tuple(_override_key(o) for o in rec.get("overrides", []))
+    elif (path / ".hydra" / "config.yaml").exists():
+        # Runs that failed before training have no run.json; Hydra's own record of the job (written
+        # before it starts) still places them in their cell. safe_load builds plain data, never objects.
+        import yaml
+
+        h = path / ".hydra"
+        hydra = yaml.safe_load((h / "hydra.yaml").read_text()) if (h / "hydra.yaml").exists() else {}
+        runtime = (hydra or {}).get("hydra", {}).get("runtime", {})
+        config = _flat_config(yaml.safe_load((h / "config.yaml").read_text()) or {}, runtime.get("choices", {}))
+        if (h / "overrides.yaml").exists():
+            swept = tuple(_override_key(o) for o in yaml.safe_load((h / "overrides.yaml").read_text()) or [])
+    return Run(path=path, status=metrics.get("status", "incomplete") if metrics else "incomplete", config=config,
+               final=metrics.get("final") or {}, best=metrics.get("best") or {}, error=metrics.get("error"),
+               swept=swept)
+
+
+def _natural(p: Path):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]  # 10_x after 2_x
+
+
+def load_runs(sweep_dir) -> list[Run]:
+    """Every run under `sweep_dir` (itself a run, a sweep, or a folder of sweeps), read from JSON."""
+    runs = []
+    for dirpath, dirnames, filenames in os.walk(sweep_dir):
+        if {"metrics.json", "run.json"} & set(filenames) or ".hydra" in dirnames:
+            runs.append(_read_run(Path(dirpath)))
+            dirnames.clear()  # checkpoints and the like live below a run
+        else:
+            dirnames.sort()
+    return sorted(runs, key=lambda r: _natural(r.path))
+
+
+def _order(v) -> tuple:
+    """Sort key for mixed config values: numbers by value, then strings, None last."""
+    if v is None:
+        return (2, "")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return (0, v)
+    return (1, str(v))
+
+
+def _determined(key: str, by: list[str], runs: list[Run]) -> bool:
+    seen = {}
+    for r in runs:
+        k = tuple(r.config.get(b, MISSING) for b in by)
+        if seen.setdefault(k, r.config.get(key, MISSING)) != r.config.get(key, MISSING):
+            return False
+    return True
+
+
+def varying_keys(runs: list[Run]) -> list[str]:
+    """Config keys that vary across runs, minus the seed and keys that follow from others.
+
+    Keys set on the command line come first and are always kept; any other varying key is dropped when
+    the kept keys determine it (normalizer.beta follows from normalizer=softmax|kl, for instance).
+    """
+    runs = [r for r in runs if r.config]
+    keys = sorted(set().union(*(r.config for r in runs))) if runs else []
+    varying = [k for k in keys if k != SEED and len({r.config.get(k, MISSING) for r in runs}) > 1]
+    swept = list(dict.fromkeys(k for r in runs for k in r.swept))
+    kept = [k for k in swept if k in varying]
+    for k in sorted(set(varying) - set(kept), key=lambda k: ("." in k, k)):  # choices before their options
+        if not _determined(k, kept, runs):
+            kept.append(k)
+    return kept
+
+
+def parse_value(text: str):
+    """A command-line value as Hydra reads it: int, float, bool, null, else the string."""
+    low = text.strip().lower()
+    if low in ("null", "none", "~"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def same_value(v, text: str) -> bool:
+    """Whether config value `v` is what `text` names ("1e-3" names 0.001)."""
+    p = parse_value(text)
+    if isinstance(v, (int, float)) and isinstance(p, (int, float)) and not isinstance(v, bool):
+        return math.isclose(v, p, rel_tol=1e-9)
+    return v == p or str(v) == text
+
+
+def bootstrap_ci(x, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean (Efron); NaN below two values."""
+    x = np.asarray(x, np.float64)
+    if len(x) < 2:
+        return math.nan, math.nan
+    means = x[np.random.default_rng(seed).integers(0, len(x), (n_boot, len(x)))].mean(axis=1)
+    lo, hi = np.percentile(means, [50 * (1 - level), 50 * (1 + level)])
+    return float(lo), float(hi)
+
+
+@dataclass
+class Stat:
+    """One metric in one cell: seeds' mean ± std, bootstrap CI and the paired comparison to the baseline."""
+
+    n: int
+    mean: float
+    std: float
+    ci_low: float
+    ci_high: float
+    by_seed: dict = field(default_factory=dict)
+    n_pairs: int = 0
+    diff_mean: float = math.nan
+    diff_std: float = math.nan
+    t: float = math.nan
+    p: float = math.nan
+    within_noise: bool | None = None
+
+
+@dataclass
+class Cell:
+    """One group of runs (one value per group key) and its statistics."""
+
+    key: dict[str, Any]
+    runs: list[Run]
+    lr: float | None = None  # the selected learning rate under select_lr
+    lr_scores: dict = field(default_factory=dict)  # lr → mean selection metric
+    stats: dict[str, Stat] = field(default_factory=dict)
+    is_baseline: bool = False
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.runs)
+
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.key.items()) or "all runs"
+
+
+@dataclass
+class Table:
+    """The summary of a sweep; writers live in attnlab.report_write."""
+
+    group_by: list[str]
+    metrics: list[str]
+    which: str
+    cells: list[Cell]
+    baseline: str | None = None
+    select_lr: bool = False
+    select_by: str | None = None
+    missing: list[dict] = field(default_factory=list)  # expected cells without any run
+    short: list[tuple[dict, int, list]] = field(default_factory=list)  # (cell, completed seeds, missing seeds)
+    max_seeds: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    COLUMNS = ("metric", "n", "mean", "std", "ci_low", "ci_high", "completed", "diverged", "failed", "incomplete",
+               "n_pairs", "diff_mean", "diff_std", "t", "p", "within_noise")
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Tidy rows, one per cell and metric (the CSV)."""
+        out = []
+        for c in self.cells:
+            base = {**c.key, **({LR: c.lr} if self.select_lr else {})}
+            counts = {s: c.count(s) for s in ("completed", "diverged", "failed", "incomplete")}
+            for m in self.metrics:
+                s = c.stats[m]
+                out.append({**base, "metric": m, "n": s.n, "mean": s.mean, "std": s.std, "ci_low": s.ci_low,
+                            "ci_high": s.ci_high, **counts, "n_pairs": s.n_pairs, "diff_mean": s.diff_mean,
+                            "diff_std": s.diff_std, "t": s.t, "p": s.p, "within_noise": s.within_noise})
+        return out
+
+    def completeness(self) -> list[str]:
+        """Lines saying which expected cells are missing or have fewer completed seeds than the fullest."""
+        keys = self.group_by + ([LR] if self.select_lr else [])
+        fmt = lambda c: ", ".join(f"{k}={c[k]}" for k in keys) or "all runs"  # noqa: E731
+        lines = [f"Missing cell (no run): {fmt(c)}" for c in self.missing]
+        lines += [f"Fewer seeds: {fmt(c)} has {n} completed of {self.max_seeds}"
+                  + (f" (missing seed {', '.join(map(str, s))})" if s else "") for c, n, s in self.short]
+        return lines or [f"Complete: every expected cell has {self.max_seeds} completed seed(s)."]
+
+
+def default_metrics(runs: list[Run], which: str) -> list[str]:
+    """Every test/ metric of the completed runs, minus the post-hoc temperature-scaling extras."""
+    found = {k for r in runs if r.status == "completed" for k in (r.final if which == "final" else r.best)}
+    return sorted(k for k in found if k.startswith("test/") and not k.endswith("_ts") and k != "test/temperature")
+
+
+def _cell_stat(runs: list[Run], metric: str, which: str, n_boot: int, seed: int) -> Stat:
+    vals = [(r.seed, v) for r in runs if (v := r.value(metric, which)) is not None]
+    x = np.array([v for _, v in vals])
+    by_seed: dict = {}
+    for s, v in vals:
+        by_seed.setdefault(s, []).append(v)
+    lo, hi = bootstrap_ci(x, n_boot, seed)
+    return Stat(n=len(x), mean=float(x.mean()) if len(x) else math.nan,
+                std=float(x.std(ddof=1)) if len(x) > 1 else math.nan, ci_low=lo, ci_high=hi,
+                by_seed={s: float(np.mean(v)) for s, v in by_seed.items()})
+
+
+def _compare(stat: Stat, base: Stat) -> None:
+    """Paired t-test of a cell against its baseline cell on the seeds both completed."""
+    from scipy import stats
+
+    seeds = sorted(set(stat.by_seed) & set(base.by_seed), key=_order)
+    x = np.array([stat.by_seed[s] for s in seeds])
+    y = np.array([base.by_seed[s] for s in seeds])
+    stat.n_pairs = len(seeds)
+    if not seeds:
+        return
+    d = x - y
+    stat.diff_mean = float(d.mean())
+    if len(seeds) > 1:
+        stat.diff_std = float(d.std(ddof=1))
+        res = stats.ttest_rel(x, y)
+        stat.t, stat.p = float(res.statistic), float(res.pvalue)
+        stat.within_noise = bool(abs(stat.diff_mean) <= stat.diff_std)
+
+
+def _select_lr(runs: list[Run], metric: str, which: str) -> tuple[float | None, dict]:
+    """The lr with the best mean selection metric, preferring lrs at which no run diverged or failed."""
+    by_lr: dict = {}
+    for r in runs:
+        by_lr.setdefault(r.config.get(LR), []).append(r)
+    sign = -1 if metric.rsplit("/", 1)[-1] in HIGHER_IS_BETTER else 1
+    scores = {}
+    for lr, rs in by_lr.items():
+        vals = [v for r in rs if (v := r.value(metric, which)) is not None]
+        scores[lr] = float(np.mean(vals)) if vals else math.nan
+    clean = [lr for lr, rs in by_lr.items() if all(r.status == "completed" for r in rs)]
+    pool = [lr for lr in (clean or by_lr) if math.isfinite(scores[lr])]
+    return (min(pool, key=lambda lr: sign * scores[lr]) if pool else None), scores
+
+
+def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[str] | None = None,
+              which: str = "final", baseline: str | None = None, select_lr: bool = False,
+              select_by: str = "val/loss", n_boot: int = 2000, seed: int = 0) -> Table:
+    """Group runs into cells and summarize each metric over seeds (see the module docstring)."""
+    if which not in ("final", "best"):
+        raise ValueError(f"which={which!r}; allowed: final, best")
+    configured = [r for r in runs if r.config]
+    known = set().union(*(r.config for r in configured)) if configured else set()
+    group_by = varying_keys(runs) if group_by is None else list(group_by)
+    unknown = [k for k in group_by if k not in known]
+    if unknown and configured:
+        raise ValueError(f"unknown group key(s) {', '.join(unknown)}; varying keys: {', '.join(varying_keys(runs))}")
+    if select_lr:
+        if len({r.config.get(LR) for r in configured}) < 2:
+            raise ValueError(f"select_lr needs a sweep over {LR}; this one has a single learning rate")
+        group_by = [k for k in group_by if k != LR]
+    metrics = default_metrics(runs, which) if metrics is None else list(metrics)
+    done = [r for r in runs if r.status == "completed"]
+    absent = [m for m in metrics if not any((r.final if which == "final" else r.best).get(m) is not None for r in done)]
+    if absent and done:
+        raise ValueError(f"metric(s) {', '.join(absent)} in no completed run's {which} record; "
+                         f"available: {', '.join(sorted({k for r in done for k in r.final}))}")
+    table = Table(group_by=group_by, metrics=metrics, which=which, cells=[], baseline=baseline,
+                  select_lr=select_lr, select_by=select_by if select_lr else None)
+    groups: dict[tuple, list[Run]] = {}
+    for r in runs:
+        groups.setdefault(tuple(r.config.get(k) for k in group_by), []).append(r)
+    for key in sorted(groups, key=lambda t: tuple(map(_order, t))):
+        cell = Cell(key=dict(zip(group_by, key)), runs=groups[key])
+        if select_lr:
+            cell.lr, cell.lr_scores = _select_lr(cell.runs, select_by, which)
+            cell.runs = [r for r in cell.runs if r.config.get(LR) == cell.lr] if cell.lr is not None else cell.runs
+        cell.stats = {m: _cell_stat(cell.runs, m, which, n_boot, seed) for m in metrics}
+        table.cells.append(cell)
+    if baseline:
+        _apply_baseline(table, baseline)
+    _completeness(table, runs)
+    if len(configured) < len(runs):
+        table.notes.append(f"{len(runs) - len(configured)} run(s) have no readable config; grouped under None.")
+    dupes = [c.label() for c in table.cells if len({r.seed for r in c.runs}) < len(c.runs)]
+    if dupes:
+        table.notes.append(f"Several runs share a seed in: {'; '.join(dupes)} (a varying key may be missing from "
+                           "the grouping); their values are averaged per seed for pairing.")
+    return table
+
+
+def _apply_baseline(table: Table, spec: str) -> None:
+    key, sep, text = spec.partition("=")
+    if not sep or key not in table.group_by:
+        raise ValueError(f"baseline {spec!r} must be KEY=VALUE with KEY one of the group keys: "
+                         f"{', '.join(table.group_by) or '(none)'}")
+    for c in table.cells:
+        c.is_baseline = same_value(c.key[key], text)
+    for c in table.cells:
+        partner = [b for b in table.cells if b.is_baseline
+                   and all(b.key[k] == v for k, v in c.key.items() if k != key)]
+        if partner:
+            for m in table.metrics:
+                _compare(c.stats[m], partner[0].stats[m])
+    if not any(c.is_baseline for c in table.cells):
+        table.notes.append(f"No cell matches the baseline {spec}; no comparisons made.")
+
+
+def _completeness(table: Table, runs: list[Run]) -> None:
+    keys = table.group_by + ([LR] if table.select_lr else [])
+    configured = [r for r in runs if r.config]
+    values = [sorted({r.config.get(k) for r in configured}, key=_order) for k in keys]
+    present: dict[tuple, set] = {}
+    for r in runs:
+        seeds = present.setdefault(tuple(r.config.get(k) for k in keys), set())
+        if r.status == "completed":
+            seeds.add(r.seed)
+    table.missing = [dict(zip(keys, t)) for t in itertools.product(*values) if t not in present]
+    all_seeds = sorted(set().union(*present.values()), key=_order) if present else []
+    table.max_seeds = max((len(s) for s in present.values()), default=0)
+    table.short = [(dict(zip(keys, t)), len(s), [x for x in all_seeds if x not in s])
+                   for t, s in sorted(present.items(), key=lambda kv: tuple(map(_order, kv[0])))
+                   if len(s) < table.max_seeds]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="attnlab-report", description=__doc__.splitlines()[0])
+    p.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep (Hydra multirun) directory, or a single run")
+    p.add_argument("--group-by", nargs="+", metavar="KEY", help="default: the varying config keys except the seed")
+    p.add_argument("--metrics", nargs="+", metavar="METRIC", help="default: the test/ metrics")
+    p.add_argument("--which", choices=("final", "best"), default="final",
+                   help="final parameters, or the best-validation-loss ones")
+    p.add_argument("--baseline", metavar="KEY=VALUE", help="paired comparison against this group, e.g. normalizer=softmax")
+    p.add_argument("--select-lr", action="store_true",
+                   help=f"per group, keep the {LR} with the best mean --select-by metric (validation, so test stays unseen)")
+    p.add_argument("--select-by", default="val/loss", metavar="METRIC", help="lr selection metric (default val/loss)")
+    p.add_argument("--curves", nargs="*", default=["val/loss", "train/loss"], metavar="TAG",
+                   help="TensorBoard scalar tags to plot with seed bands (none: no plots)")
+    p.add_argument("--out", metavar="DIR", help="output directory (default SWEEP_DIR/report)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of each CI")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    return p
+
+
+def cli(argv: Iterable[str] | None = None) -> int:
+    """Run the report; returns the exit status."""
+    from attnlab.report_write import write_report
+
+    args = _parser().parse_args(argv)
+    root = Path(args.sweep_dir)
+    if not root.is_dir():
+        print(f"attnlab-report: error: sweep directory {root} does not exist", file=sys.stderr)
+        return 2
+    runs = load_runs(root)
+    if not runs:
+        print(f"attnlab-report: error: no runs under {root} (no metrics.json, run.json or .hydra/ found)",
+              file=sys.stderr)
+        return 2
+    try:
+        table = summarize(runs, args.group_by, args.metrics, args.which, args.baseline, args.select_lr,
+                          args.select_by, args.n_boot, args.seed)
+    except ValueError as exc:
+        print(f"attnlab-report: error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else root / "report"
+    files = write_report(table, out, curves=args.curves)
+    print((out / "report.md").read_text())
+    print(f"wrote {', '.join(str(f) for f in files)}")
+    return 0
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    """Console script `attnlab-report`: exits non-zero on an error."""
+    code = cli(argv)
+    if code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
