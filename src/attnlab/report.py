@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
-import os
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,155 +19,11 @@ from typing import Any, Iterable
 
 import numpy as np
 
-LR = "optim.lr"
-SEED = "seed"
+from attnlab.report_load import (  # noqa: F401  (re-exported: the report API)
+    LR, SEED, Run, load_runs, same_value, sort_key, varying_keys,
+)
+
 HIGHER_IS_BETTER = ("accuracy", "accuracy_ts", "r2")  # metric name endings where larger wins
-MISSING = "<missing>"
-
-
-@dataclass
-class Run:
-    """One run directory: status, flat config and its final/best metric records."""
-
-    path: Path
-    status: str  # completed | diverged | failed | incomplete (no metrics.json yet)
-    config: dict[str, Any]
-    final: dict[str, float] = field(default_factory=dict)
-    best: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-    swept: tuple[str, ...] = ()  # keys set on the command line, in order
-
-    @property
-    def seed(self):
-        return self.config.get(SEED)
-
-    def value(self, metric: str, which: str) -> float | None:
-        """A finite metric value of a completed run, else None."""
-        v = (self.final if which == "final" else self.best).get(metric)
-        ok = self.status == "completed" and isinstance(v, (int, float)) and math.isfinite(v)
-        return float(v) if ok else None
-
-
-def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
-    """Nested config → {"group.key": scalar}; `_target_`-like keys dropped (they follow from the choice)."""
-    out = {}
-    for k, v in d.items():
-        if str(k).startswith("_"):
-            continue
-        if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = json.dumps(v) if isinstance(v, list) else v  # hashable
-    return out
-
-
-def _flat_config(config: dict, choices: dict) -> dict[str, Any]:
-    flat = flatten(config)
-    flat.update({g: c for g, c in choices.items() if "/" not in g and c is not None})  # not hydra/*
-    if "head" not in flat and isinstance(config.get("task"), dict) and config["task"].get("default_head"):
-        flat["head"] = config["task"]["default_head"]  # head=null means the task's default head
-    return flat
-
-
-def _override_key(o: str) -> str:
-    return o.split("=", 1)[0].lstrip("+~")
-
-
-def _read_run(path: Path) -> Run:
-    metrics = json.loads((path / "metrics.json").read_text()) if (path / "metrics.json").exists() else {}
-    config, swept = {}, ()
-    if (path / "run.json").exists():
-        rec = json.loads((path / "run.json").read_text())
-        config = _flat_config(rec.get("config", {}), rec.get("choices", {}))
-        swept = tuple(_override_key(o) for o in rec.get("overrides", []))
-    elif (path / ".hydra" / "config.yaml").exists():
-        # Runs that failed before training have no run.json; Hydra's own record of the job (written
-        # before it starts) still places them in their cell. safe_load builds plain data, never objects.
-        import yaml
-
-        h = path / ".hydra"
-        hydra = yaml.safe_load((h / "hydra.yaml").read_text()) if (h / "hydra.yaml").exists() else {}
-        runtime = (hydra or {}).get("hydra", {}).get("runtime", {})
-        config = _flat_config(yaml.safe_load((h / "config.yaml").read_text()) or {}, runtime.get("choices", {}))
-        if (h / "overrides.yaml").exists():
-            swept = tuple(_override_key(o) for o in yaml.safe_load((h / "overrides.yaml").read_text()) or [])
-    return Run(path=path, status=metrics.get("status", "incomplete") if metrics else "incomplete", config=config,
-               final=metrics.get("final") or {}, best=metrics.get("best") or {}, error=metrics.get("error"),
-               swept=swept)
-
-
-def _natural(p: Path):
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]  # 10_x after 2_x
-
-
-def load_runs(sweep_dir) -> list[Run]:
-    """Every run under `sweep_dir` (itself a run, a sweep, or a folder of sweeps), read from JSON."""
-    runs = []
-    for dirpath, dirnames, filenames in os.walk(sweep_dir):
-        if {"metrics.json", "run.json"} & set(filenames) or ".hydra" in dirnames:
-            runs.append(_read_run(Path(dirpath)))
-            dirnames.clear()  # checkpoints and the like live below a run
-        else:
-            dirnames.sort()
-    return sorted(runs, key=lambda r: _natural(r.path))
-
-
-def _order(v) -> tuple:
-    """Sort key for mixed config values: numbers by value, then strings, None last."""
-    if v is None:
-        return (2, "")
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return (0, v)
-    return (1, str(v))
-
-
-def _determined(key: str, by: list[str], runs: list[Run]) -> bool:
-    seen = {}
-    for r in runs:
-        k = tuple(r.config.get(b, MISSING) for b in by)
-        if seen.setdefault(k, r.config.get(key, MISSING)) != r.config.get(key, MISSING):
-            return False
-    return True
-
-
-def varying_keys(runs: list[Run]) -> list[str]:
-    """Config keys that vary across runs, minus the seed and keys that follow from others.
-
-    Keys set on the command line come first and are always kept; any other varying key is dropped when
-    the kept keys determine it (normalizer.beta follows from normalizer=softmax|kl, for instance).
-    """
-    runs = [r for r in runs if r.config]
-    keys = sorted(set().union(*(r.config for r in runs))) if runs else []
-    varying = [k for k in keys if k != SEED and len({r.config.get(k, MISSING) for r in runs}) > 1]
-    swept = list(dict.fromkeys(k for r in runs for k in r.swept))
-    kept = [k for k in swept if k in varying]
-    for k in sorted(set(varying) - set(kept), key=lambda k: ("." in k, k)):  # choices before their options
-        if not _determined(k, kept, runs):
-            kept.append(k)
-    return kept
-
-
-def parse_value(text: str):
-    """A command-line value as Hydra reads it: int, float, bool, null, else the string."""
-    low = text.strip().lower()
-    if low in ("null", "none", "~"):
-        return None
-    if low in ("true", "false"):
-        return low == "true"
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return text
-
-
-def same_value(v, text: str) -> bool:
-    """Whether config value `v` is what `text` names ("1e-3" names 0.001)."""
-    p = parse_value(text)
-    if isinstance(v, (int, float)) and isinstance(p, (int, float)) and not isinstance(v, bool):
-        return math.isclose(v, p, rel_tol=1e-9)
-    return v == p or str(v) == text
 
 
 def bootstrap_ci(x, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
@@ -283,7 +136,7 @@ def _compare(stat: Stat, base: Stat) -> None:
     """Paired t-test of a cell against its baseline cell on the seeds both completed."""
     from scipy import stats
 
-    seeds = sorted(set(stat.by_seed) & set(base.by_seed), key=_order)
+    seeds = sorted(set(stat.by_seed) & set(base.by_seed), key=sort_key)
     x = np.array([stat.by_seed[s] for s in seeds])
     y = np.array([base.by_seed[s] for s in seeds])
     stat.n_pairs = len(seeds)
@@ -340,7 +193,7 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
     groups: dict[tuple, list[Run]] = {}
     for r in runs:
         groups.setdefault(tuple(r.config.get(k) for k in group_by), []).append(r)
-    for key in sorted(groups, key=lambda t: tuple(map(_order, t))):
+    for key in sorted(groups, key=lambda t: tuple(map(sort_key, t))):
         cell = Cell(key=dict(zip(group_by, key)), runs=groups[key])
         if select_lr:
             cell.lr, cell.lr_scores = _select_lr(cell.runs, select_by, which)
@@ -369,7 +222,7 @@ def _apply_baseline(table: Table, spec: str) -> None:
     for c in table.cells:
         partner = [b for b in table.cells if b.is_baseline
                    and all(b.key[k] == v for k, v in c.key.items() if k != key)]
-        if partner:
+        if partner and not c.is_baseline:
             for m in table.metrics:
                 _compare(c.stats[m], partner[0].stats[m])
     if not any(c.is_baseline for c in table.cells):
@@ -378,18 +231,18 @@ def _apply_baseline(table: Table, spec: str) -> None:
 
 def _completeness(table: Table, runs: list[Run]) -> None:
     keys = table.group_by + ([LR] if table.select_lr else [])
-    configured = [r for r in runs if r.config]
-    values = [sorted({r.config.get(k) for r in configured}, key=_order) for k in keys]
+    configured = [r for r in runs if r.config]  # runs without a config are only noted (see summarize)
+    values = [sorted({r.config.get(k) for r in configured}, key=sort_key) for k in keys]
     present: dict[tuple, set] = {}
-    for r in runs:
+    for r in configured:
         seeds = present.setdefault(tuple(r.config.get(k) for k in keys), set())
         if r.status == "completed":
             seeds.add(r.seed)
     table.missing = [dict(zip(keys, t)) for t in itertools.product(*values) if t not in present]
-    all_seeds = sorted(set().union(*present.values()), key=_order) if present else []
+    all_seeds = sorted(set().union(*present.values()), key=sort_key) if present else []
     table.max_seeds = max((len(s) for s in present.values()), default=0)
     table.short = [(dict(zip(keys, t)), len(s), [x for x in all_seeds if x not in s])
-                   for t, s in sorted(present.items(), key=lambda kv: tuple(map(_order, kv[0])))
+                   for t, s in sorted(present.items(), key=lambda kv: tuple(map(sort_key, kv[0])))
                    if len(s) < table.max_seeds]
 
 

@@ -1,0 +1,160 @@
+"""Reading a sweep: run directories → Run records (JSON; Hydra's YAML only for runs without run.json)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+LR = "optim.lr"
+SEED = "seed"
+MISSING = "<missing>"
+
+
+@dataclass
+class Run:
+    """One run directory: status, flat config and its final/best metric records."""
+
+    path: Path
+    status: str  # completed | diverged | failed | incomplete (no metrics.json yet)
+    config: dict[str, Any]
+    final: dict[str, float] = field(default_factory=dict)
+    best: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    swept: tuple[str, ...] = ()  # keys set on the command line, in order
+
+    @property
+    def seed(self):
+        return self.config.get(SEED)
+
+    def value(self, metric: str, which: str) -> float | None:
+        """A finite metric value of a completed run, else None."""
+        v = (self.final if which == "final" else self.best).get(metric)
+        ok = self.status == "completed" and isinstance(v, (int, float)) and math.isfinite(v)
+        return float(v) if ok else None
+
+
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    """Nested config → {"group.key": scalar}; `_target_`-like keys dropped (they follow from the choice)."""
+    out = {}
+    for k, v in d.items():
+        if str(k).startswith("_"):
+            continue
+        if isinstance(v, dict):
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v) if isinstance(v, list) else v  # hashable
+    return out
+
+
+def _flat_config(config: dict, choices: dict) -> dict[str, Any]:
+    flat = flatten(config)
+    flat.update({g: c for g, c in choices.items() if "/" not in g and c is not None})  # not hydra/*
+    if "head" not in flat and isinstance(config.get("task"), dict) and config["task"].get("default_head"):
+        flat["head"] = config["task"]["default_head"]  # head=null means the task's default head
+    return flat
+
+
+def _override_key(o: str) -> str:
+    return o.split("=", 1)[0].lstrip("+~")
+
+
+def _read_run(path: Path) -> Run:
+    metrics = json.loads((path / "metrics.json").read_text()) if (path / "metrics.json").exists() else {}
+    config, swept = {}, ()
+    if (path / "run.json").exists():
+        rec = json.loads((path / "run.json").read_text())
+        config = _flat_config(rec.get("config", {}), rec.get("choices", {}))
+        swept = tuple(_override_key(o) for o in rec.get("overrides", []))
+    elif (path / ".hydra" / "config.yaml").exists():
+        # Runs that failed before training have no run.json; Hydra's own record of the job (written
+        # before it starts) still places them in their cell. safe_load builds plain data, never objects.
+        import yaml
+
+        h = path / ".hydra"
+        hydra = yaml.safe_load((h / "hydra.yaml").read_text()) if (h / "hydra.yaml").exists() else {}
+        runtime = (hydra or {}).get("hydra", {}).get("runtime", {})
+        config = _flat_config(yaml.safe_load((h / "config.yaml").read_text()) or {}, runtime.get("choices", {}))
+        if (h / "overrides.yaml").exists():
+            swept = tuple(_override_key(o) for o in yaml.safe_load((h / "overrides.yaml").read_text()) or [])
+    return Run(path=path, status=metrics.get("status", "incomplete") if metrics else "incomplete", config=config,
+               final=metrics.get("final") or {}, best=metrics.get("best") or {}, error=metrics.get("error"),
+               swept=swept)
+
+
+def _natural(p: Path):
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]  # 10_x after 2_x
+
+
+def load_runs(sweep_dir) -> list[Run]:
+    """Every run under `sweep_dir` (itself a run, a sweep, or a folder of sweeps), read from JSON."""
+    runs = []
+    for dirpath, dirnames, filenames in os.walk(sweep_dir):
+        if {"metrics.json", "run.json"} & set(filenames) or ".hydra" in dirnames:
+            runs.append(_read_run(Path(dirpath)))
+            dirnames.clear()  # checkpoints and the like live below a run
+        else:
+            dirnames.sort()
+    return sorted(runs, key=lambda r: _natural(r.path))
+
+
+def sort_key(v) -> tuple:
+    """Sort key for mixed config values: numbers by value, then strings, None last."""
+    if v is None:
+        return (2, "")
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return (0, v)
+    return (1, str(v))
+
+
+def _determined(key: str, by: list[str], runs: list[Run]) -> bool:
+    seen = {}
+    for r in runs:
+        k = tuple(r.config.get(b, MISSING) for b in by)
+        if seen.setdefault(k, r.config.get(key, MISSING)) != r.config.get(key, MISSING):
+            return False
+    return True
+
+
+def varying_keys(runs: list[Run]) -> list[str]:
+    """Config keys that vary across runs, minus the seed and keys that follow from others.
+
+    Keys set on the command line come first and are always kept; any other varying key is dropped when
+    the kept keys determine it (normalizer.beta follows from normalizer=softmax|kl, for instance).
+    """
+    runs = [r for r in runs if r.config]
+    keys = sorted(set().union(*(r.config for r in runs))) if runs else []
+    varying = [k for k in keys if k != SEED and len({r.config.get(k, MISSING) for r in runs}) > 1]
+    swept = list(dict.fromkeys(k for r in runs for k in r.swept))
+    kept = [k for k in swept if k in varying]
+    for k in sorted(set(varying) - set(kept), key=lambda k: ("." in k, k)):  # choices before their options
+        if not _determined(k, kept, runs):
+            kept.append(k)
+    return kept
+
+
+def parse_value(text: str):
+    """A command-line value as Hydra reads it: int, float, bool, null, else the string."""
+    low = text.strip().lower()
+    if low in ("null", "none", "~"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def same_value(v, text: str) -> bool:
+    """Whether config value `v` is what `text` names ("1e-3" names 0.001)."""
+    p = parse_value(text)
+    if isinstance(v, (int, float)) and isinstance(p, (int, float)) and not isinstance(v, bool):
+        return math.isclose(v, p, rel_tol=1e-9)
+    return v == p or str(v) == text

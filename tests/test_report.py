@@ -1,0 +1,329 @@
+"""attnlab.report on fake sweep directories written by hand (no training), plus one real tiny sweep (slow)."""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from scipy import stats
+
+from attnlab import report
+from attnlab.report import Run, load_runs, summarize
+from attnlab.report_write import curve, to_latex, write_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+NORM_CFG = {  # the options differ by normalizer, so they vary across runs only as a consequence of the choice
+    "softmax": {"_target_": "attnlab.normalizers.Softmax", "beta": None, "learnable": True},
+    "kl": {"_target_": "attnlab.normalizers.KL", "beta": None, "learnable": True, "prior": "recency"},
+    "linear": {"_target_": "attnlab.normalizers.Linear", "feature_map": "elu1", "eps": 1e-6},
+}
+
+
+def config(normalizer, lr, seed, d_model=16):
+    return {"normalizer": NORM_CFG[normalizer], "optim": {"lr": lr, "warmup_steps": 10},
+            "task": {"_target_": "attnlab.tasks.MQAR", "seq_len": 16, "seed": 0, "default_head": "softmax_ce"},
+            "model": {"d_model": d_model, "heads": 2}, "trainer": {"steps": 4, "checkpoint_every": 500},
+            "seed": seed, "compile_cache": None}
+
+
+def write_run(root: Path, name: str, normalizer: str, lr: float, seed: int, final: dict | None, *,
+              status="completed", record="run.json", best=None, d_model=16, overrides=True) -> Path:
+    """One run directory as the trainer leaves it; record: run.json | hydra (failed early) | none."""
+    path = root / name
+    path.mkdir(parents=True)
+    cfg = config(normalizer, lr, seed, d_model)
+    choices = {"normalizer": normalizer, "task": "mqar", "head": "softmax_ce", "model": "tiny", "optim": "adamw",
+               "trainer": "default", "hydra/launcher": "basic"}
+    ovr = [f"normalizer={normalizer}", f"optim.lr={lr}", f"seed={seed}"] if overrides else []
+    if record == "run.json":  # env differs in every run and must not become a group key
+        env = {"host": "h", "command": f"python -m attnlab {name}", "run_dir": str(path)}
+        (path / "run.json").write_text(json.dumps({"config": cfg, "choices": choices, "overrides": ovr, "env": env}))
+    elif record == "hydra":
+        (path / ".hydra").mkdir()
+        (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg))
+        (path / ".hydra" / "hydra.yaml").write_text(yaml.safe_dump({"hydra": {"runtime": {"choices": choices}}}))
+        (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(ovr))
+    metrics = {"status": status, "error": None if status == "completed" else "boom", "run_dir": str(path)}
+    if final is not None:
+        metrics.update(final=final, best=best or {**final, "step": 4}, baseline={"baseline/accuracy": 0.125})
+    (path / "metrics.json").write_text(json.dumps(metrics))
+    return path
+
+
+def grid_sweep(root: Path, norms=("softmax", "kl"), lrs=(0.001, 0.003), seeds=(0, 1, 2), skip=(), value=None):
+    """A full grid of completed runs with reproducible metrics; `skip` holds (norm, lr, seed) not written."""
+    rng = np.random.default_rng(7)
+    for i, (n, lr, s) in enumerate(itertools.product(norms, lrs, seeds)):
+        acc = value(n, lr, s) if value else 0.5 + 0.1 * norms.index(n) + 0.05 * rng.standard_normal()
+        final = {"val/loss": 2.0 - acc + 0.01 * rng.standard_normal(), "test/accuracy": acc,
+                 "test/loss": 2.0 - acc, "test/accuracy_ts": acc, "test/temperature": 1.3}
+        if (n, lr, s) not in skip:
+            write_run(root, f"{i}_{n}_mqar_seed{s}", n, lr, s, final)
+    return root
+
+
+def on_disk(root: Path, metric: str, which="final", status="completed") -> dict[tuple, list[float]]:
+    """metric values per (normalizer, lr), straight from the JSON files (independent of attnlab.report)."""
+    out: dict[tuple, list[float]] = {}
+    for p in sorted(root.iterdir()):
+        if not (p / "run.json").exists():
+            continue
+        m, r = json.loads((p / "metrics.json").read_text()), json.loads((p / "run.json").read_text())
+        if m["status"] == status:
+            out.setdefault((r["choices"]["normalizer"], r["config"]["optim"]["lr"]), []).append(m[which][metric])
+    return out
+
+
+def cell(table, **key):
+    [c] = [c for c in table.cells if all(c.key.get(k) == v for k, v in key.items())]
+    return c
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """2 normalizers × 2 lrs × 3 seeds, with one diverged run, two failed-before-training runs."""
+    grid_sweep(tmp_path, skip={("softmax", 0.003, 1), ("kl", 0.003, 2)})
+    bad = {"val/loss": 99.0, "test/accuracy": 0.0, "test/loss": 99.0}  # must never enter a mean
+    write_run(tmp_path, "20_softmax_mqar_seed1", "softmax", 0.003, 1, bad, status="diverged")
+    write_run(tmp_path, "21_kl_mqar_seed2", "kl", 0.003, 2, None, status="failed", record="hydra")
+    write_run(tmp_path, "22_kl_mqar_seed2", "kl", 0.003, 2, None, status="failed", record="none")
+    return tmp_path
+
+
+def test_load_runs_reads_every_run_and_flattens_the_config(mixed):
+    runs = load_runs(mixed)
+    assert len(runs) == 12 - 2 + 3
+    assert [r.path.name for r in runs][:3] == ["0_softmax_mqar_seed0", "1_softmax_mqar_seed1", "2_softmax_mqar_seed2"]
+    kl = next(r for r in runs if r.path.name == "6_kl_mqar_seed0")
+    assert kl.config["normalizer"] == "kl" and kl.config["normalizer.prior"] == "recency"
+    assert kl.config["optim.lr"] == 0.001 and kl.config["seed"] == 0 and kl.config["head"] == "softmax_ce"
+    assert not any(k.startswith(("env", "hydra", "normalizer._")) for k in kl.config)
+    early = {r.path.name: r for r in runs if r.status == "failed"}
+    assert early["21_kl_mqar_seed2"].config["normalizer"] == "kl"  # placed from Hydra's .hydra/ record
+    assert early["22_kl_mqar_seed2"].config == {}
+
+
+def test_default_group_by_is_the_varying_keys_minus_seed(mixed):
+    assert report.varying_keys(load_runs(mixed)) == ["normalizer", "optim.lr"]
+    assert summarize(load_runs(mixed)).group_by == ["normalizer", "optim.lr"]
+
+
+def test_default_group_by_without_recorded_overrides(tmp_path):
+    """A key that varies on its own is kept; normalizer.prior/feature_map only follow the normalizer."""
+    for i, (n, d, s) in enumerate(itertools.product(("softmax", "kl", "linear"), (16, 32), (0, 1))):
+        write_run(tmp_path, f"{i}", n, 0.001, s, {"test/accuracy": 0.5}, d_model=d, overrides=False)
+    assert report.varying_keys(load_runs(tmp_path)) == ["normalizer", "model.d_model"]
+
+
+def test_mean_std_counts_match_numpy_on_the_files(mixed):
+    table = summarize(load_runs(mixed), metrics=["test/accuracy", "test/loss"])
+    assert len(table.cells) == 4 + 1  # + the run without any config, counted under None
+    for metric in ("test/accuracy", "test/loss"):
+        for (n, lr), vals in on_disk(mixed, metric).items():
+            s = cell(table, normalizer=n, **{"optim.lr": lr}).stats[metric]
+            assert s.n == len(vals)
+            assert s.mean == pytest.approx(np.mean(vals), rel=1e-12)
+            assert s.std == pytest.approx(np.std(vals, ddof=1), rel=1e-12)
+    div, fail = cell(table, normalizer="softmax", **{"optim.lr": 0.003}), cell(table, normalizer="kl", **{"optim.lr": 0.003})
+    assert (div.count("completed"), div.count("diverged"), div.count("failed")) == (2, 1, 0)
+    assert (fail.count("completed"), fail.count("diverged"), fail.count("failed")) == (2, 0, 1)
+    orphan = cell(table, normalizer=None)
+    assert orphan.count("failed") == 1 and orphan.stats["test/accuracy"].n == 0
+    assert any("no readable config" in n for n in table.notes)
+
+
+def test_default_metrics_are_test_metrics_without_temperature_extras(tmp_path):
+    table = summarize(load_runs(grid_sweep(tmp_path)))
+    assert table.metrics == ["test/accuracy", "test/loss"]
+
+
+def test_which_best_reads_the_best_record(tmp_path):
+    for s in range(3):
+        write_run(tmp_path, f"{s}", "softmax", 0.001, s, {"test/accuracy": 0.1 * s}, best={"test/accuracy": 0.5 + s})
+    assert summarize(load_runs(tmp_path), metrics=["test/accuracy"], which="best").cells[0].stats["test/accuracy"].mean == 1.5
+
+
+def runs_of(values, seeds=None, normalizer="a"):
+    seeds = range(len(values)) if seeds is None else seeds
+    return [Run(Path(f"{normalizer}{s}"), "completed", {"normalizer": normalizer, "seed": s}, {"test/accuracy": v})
+            for s, v in zip(seeds, values)]
+
+
+def test_bootstrap_ci_contains_the_mean_and_shrinks_with_more_seeds():
+    base = [0.1, 0.3, 0.5, 0.7]
+    widths = []
+    for reps in (1, 10):
+        s = summarize(runs_of(base * reps), metrics=["test/accuracy"]).cells[0].stats["test/accuracy"]
+        assert s.ci_low < s.mean < s.ci_high
+        # A percentile bootstrap of the mean is about ±1.96·sd/√n wide (sd with ddof=0: resampling's sd).
+        expected = 2 * 1.96 * np.std(base * reps) / math.sqrt(len(base) * reps)
+        assert s.ci_high - s.ci_low == pytest.approx(expected, rel=0.3)
+        widths.append(s.ci_high - s.ci_low)
+    assert widths[1] < widths[0] / 2
+    again = summarize(runs_of(base), metrics=["test/accuracy"], seed=0).cells[0].stats["test/accuracy"]
+    assert (again.ci_low, again.ci_high) == report.bootstrap_ci(base, 2000, 0)  # seeded: reproducible
+
+
+def test_paired_p_value_is_ttest_rel_on_matched_seeds():
+    rng = np.random.default_rng(0)
+    base = dict(zip(range(5), 0.5 + 0.05 * rng.standard_normal(5)))
+    kl = {s: base.get(s, 0.5) + 0.01 + 0.05 * rng.standard_normal() for s in (0, 1, 2, 3, 5)}  # seed 4 absent, 5 extra
+    lin = {s: base[s] + 0.2 + 0.001 * rng.standard_normal() for s in range(5)}  # a large, consistent effect
+    mid = {s: base[s] + d for s, d in zip(range(3), (0.1, 0.2, 0.3))}  # |mean Δ| = 2·std Δ, yet p ≈ 0.07
+    runs = (runs_of(list(base.values()), list(base), "softmax") + runs_of(list(kl.values()), list(kl), "kl")
+            + runs_of(list(lin.values()), list(lin), "linear") + runs_of(list(mid.values()), list(mid), "relu"))
+    table = summarize(runs, metrics=["test/accuracy"], baseline="normalizer=softmax")
+    s = cell(table, normalizer="kl").stats["test/accuracy"]
+    matched = [0, 1, 2, 3]
+    x, y = np.array([kl[i] for i in matched]), np.array([base[i] for i in matched])
+    assert s.n_pairs == 4
+    assert s.p == pytest.approx(stats.ttest_rel(x, y).pvalue, rel=1e-10)
+    assert s.diff_mean == pytest.approx(np.mean(x - y), rel=1e-12)
+    assert s.within_noise == (abs(np.mean(x - y)) <= np.std(x - y, ddof=1))
+    big = cell(table, normalizer="linear").stats["test/accuracy"]
+    assert big.within_noise is False and big.p < 1e-6
+    mid_s = cell(table, normalizer="relu").stats["test/accuracy"]
+    assert mid_s.within_noise is False and mid_s.p > 0.05  # the effect-size rule, not the p-value rule
+    assert cell(table, normalizer="softmax").is_baseline
+    with pytest.raises(ValueError, match="group keys"):
+        summarize(runs, metrics=["test/accuracy"], baseline="optim.lr=0.1")
+
+
+def test_select_lr_picks_the_best_validation_lr_per_group(tmp_path):
+    """val/loss is lowest at softmax 1e-3 and kl 1e-2; test accuracy, best elsewhere, must not steer the choice."""
+    val = {("softmax", 0.001): 1.0, ("softmax", 0.01): 1.5, ("softmax", 0.03): 1.2,
+           ("kl", 0.001): 1.4, ("kl", 0.01): 1.1, ("kl", 0.03): 0.9}  # kl@0.03 has a diverged seed
+    i = 0
+    for (n, lr), v in val.items():
+        for s in range(3):
+            status = "diverged" if (n, lr, s) == ("kl", 0.03, 2) else "completed"
+            final = {"val/loss": v + 0.01 * s, "test/accuracy": v + 0.1 * s * (lr == 0.001)}
+            write_run(tmp_path, f"{i}", n, lr, s, final, status=status)
+            i += 1
+    table = summarize(load_runs(tmp_path), metrics=["test/accuracy"], select_lr=True)
+    assert table.group_by == ["normalizer"]
+    assert cell(table, normalizer="softmax").lr == 0.001
+    assert cell(table, normalizer="kl").lr == 0.01  # 0.03 is better on val but had a diverged run
+    chosen = on_disk(tmp_path, "test/accuracy")
+    for n, lr in (("softmax", 0.001), ("kl", 0.01)):
+        s = cell(table, normalizer=n).stats["test/accuracy"]
+        assert s.mean == pytest.approx(np.mean(chosen[(n, lr)])) and s.n == 3
+    with pytest.raises(ValueError, match="single learning rate"):
+        summarize(load_runs(grid_sweep(tmp_path / "one", lrs=(0.001,))), select_lr=True)
+
+
+def test_missing_and_short_cells_of_a_partial_sweep(tmp_path, capsys):
+    grid_sweep(tmp_path, skip={("kl", 0.003, s) for s in range(3)} | {("softmax", 0.001, 2)})
+    table = summarize(load_runs(tmp_path))
+    assert table.missing == [{"normalizer": "kl", "optim.lr": 0.003}]
+    assert table.short == [({"normalizer": "softmax", "optim.lr": 0.001}, 2, [2])]
+    report.main([str(tmp_path), "--curves"])
+    out = capsys.readouterr().out
+    assert "Missing cell (no run): normalizer=kl, optim.lr=0.003" in out
+    assert "normalizer=softmax, optim.lr=0.001 has 2 completed of 3 (missing seed 2)" in out
+    complete = summarize(load_runs(grid_sweep(tmp_path / "full")))
+    assert complete.missing == [] and complete.short == [] and complete.completeness()[0].startswith("Complete")
+
+
+def test_csv_round_trips_and_latex_uses_booktabs(tmp_path):
+    grid_sweep(tmp_path / "s")
+    table = summarize(load_runs(tmp_path / "s"), baseline="normalizer=softmax")
+    write_report(table, tmp_path / "out", curves=())
+    with open(tmp_path / "out" / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == len(table.rows()) == 4 * 2
+    for got, want in zip(rows, table.rows()):
+        assert (got["normalizer"], float(got["optim.lr"]), got["metric"]) == (want["normalizer"], want["optim.lr"], want["metric"])
+        assert int(got["n"]) == want["n"] and int(got["completed"]) == want["completed"]
+        for k in ("mean", "std", "ci_low", "ci_high", "diff_mean", "p"):
+            assert float(got[k]) == want[k] or (math.isnan(float(got[k])) and math.isnan(want[k]))
+    tex = to_latex(table)
+    assert all(rule in tex for rule in (r"\toprule", r"\midrule", r"\bottomrule"))
+    assert r"$\pm$" in tex and r"$\Delta$" in tex and tex.count(r"\\") == 1 + len(table.cells)
+
+
+def write_events(run_dir: Path, curves: dict[str, list[float]]):
+    from tensorboardX import SummaryWriter
+
+    with SummaryWriter(str(run_dir)) as w:
+        for tag, values in curves.items():
+            for step, v in enumerate(values, start=1):
+                w.add_scalar(tag, v, step * 2)
+
+
+def test_learning_curves_have_seed_bands_and_valid_pngs(tmp_path):
+    import matplotlib.image
+
+    grid_sweep(tmp_path, lrs=(0.001,))
+    written = {}
+    for r in load_runs(tmp_path):
+        vals = [3.0 - 0.1 * k + 0.01 * r.seed + (r.config["normalizer"] == "kl") for k in range(4)]
+        write_events(r.path, {"val/loss": vals, "train/loss": vals[::-1]})
+        written.setdefault(r.config["normalizer"], []).append(vals)
+    table = summarize(load_runs(tmp_path))
+    steps, mean, std, n = curve(cell(table, normalizer="kl").runs, "val/loss")
+    assert list(steps) == [2, 4, 6, 8] and list(n) == [3] * 4
+    np.testing.assert_allclose(mean, np.mean(written["kl"], axis=0), rtol=1e-6)
+    np.testing.assert_allclose(std, np.std(written["kl"], axis=0, ddof=1), rtol=1e-4)
+    files = write_report(table, tmp_path / "report", curves=["val/loss", "train/loss", "no/such_tag"])
+    pngs = [f for f in files if f.suffix == ".png"]
+    assert [p.name for p in pngs] == ["curve_val_loss.png", "curve_train_loss.png"]
+    for p in pngs:
+        assert p.read_bytes()[:8] == PNG_MAGIC
+        img = matplotlib.image.imread(p)
+        assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100 and img.std() > 0
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "![curve_val_loss](curve_val_loss.png)" in md and "no/such_tag" in md
+
+
+def test_cli_exits_2_on_a_missing_or_empty_dir(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        report.main([str(tmp_path / "nope")])
+    assert exc.value.code == 2 and "does not exist" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        report.main([str(tmp_path)])
+    assert exc.value.code == 2 and "no runs" in capsys.readouterr().err
+    grid_sweep(tmp_path / "s")
+    with pytest.raises(SystemExit) as exc:
+        report.main([str(tmp_path / "s"), "--baseline", "model=base"])
+    assert exc.value.code == 2 and "baseline" in capsys.readouterr().err
+
+
+def test_cli_writes_the_report(tmp_path, capsys):
+    grid_sweep(tmp_path)
+    report.main([str(tmp_path), "--metrics", "test/accuracy", "--baseline", "normalizer=softmax", "--curves",
+                 "--out", str(tmp_path / "rep")])
+    out = capsys.readouterr().out
+    assert "| normalizer | optim.lr | n | diverged | failed | test/accuracy |" in out
+    assert {p.name for p in (tmp_path / "rep").iterdir()} == {"report.md", "report.tex", "report.csv"}
+
+
+@pytest.mark.slow
+def test_report_of_a_real_tiny_sweep(tmp_path):
+    """Two normalizers × two seeds through the real trainer (~2 min on 2 cores), then attnlab-report."""
+    from cli_helpers import TINY, TINY_TASK, run_cli
+
+    sweep = tmp_path / "sweep"
+    run_cli("-m", "normalizer=softmax,linear", "seed=0,1", *TINY, *TINY_TASK["mqar"], f"hydra.sweep.dir={sweep}",
+            cwd=tmp_path)
+    runs = load_runs(sweep)
+    assert len(runs) == 4 and {r.status for r in runs} == {"completed"}
+    table = summarize(runs, baseline="normalizer=softmax")
+    assert table.group_by == ["normalizer"] and "test/accuracy" in table.metrics
+    by_norm: dict[str, list[float]] = {}
+    for p in sweep.iterdir():
+        if (p / "metrics.json").exists():
+            norm = json.loads((p / "run.json").read_text())["choices"]["normalizer"]
+            by_norm.setdefault(norm, []).append(json.loads((p / "metrics.json").read_text())["final"]["test/accuracy"])
+    for norm, vals in by_norm.items():
+        s = cell(table, normalizer=norm).stats["test/accuracy"]
+        assert s.n == 2 and s.mean == pytest.approx(np.mean(vals)) and s.std == pytest.approx(np.std(vals, ddof=1))
+    report.main([str(sweep)])
+    assert (sweep / "report" / "curve_val_loss.png").read_bytes()[:8] == PNG_MAGIC
+    assert (sweep / "report" / "report.csv").exists()

@@ -1,0 +1,85 @@
+"""Bad inputs fail before compilation with one line naming the key, the value and what is allowed."""
+
+from __future__ import annotations
+
+import pytest
+from cli_helpers import TINY, TINY_TASK, run_cli
+from hydra import compose, initialize_config_dir
+
+from attnlab import registry
+from attnlab.accelerator import configure
+from attnlab.cli import build
+
+MQAR = TINY_TASK["mqar"]
+ICL = ["task=icl_regression"]
+
+BAD = [
+    (["model.d_model=30", "model.heads=4"], ["d_model=30", "not divisible", "heads=4"]),
+    (["optim.lr=0"], ["optim.lr=0", "> 0"]),
+    (["optim.lr=-1"], ["optim.lr=-1", "> 0"]),
+    (["trainer.steps=0"], ["trainer.steps=0", "positive integer"]),
+    (["trainer.steps=-5"], ["trainer.steps=-5", "positive integer"]),
+    (["trainer.steps=abc"], ["trainer.steps='abc'", "positive integer"]),
+    (["trainer.batch_size=0"], ["trainer.batch_size=0", "positive integer"]),
+    (["trainer.log_every=0"], ["trainer.log_every=0", "positive integer"]),
+    (["trainer.eval_every=0"], ["trainer.eval_every=0", "positive integer"]),
+    (["trainer.nonfinite=ignore"], ["trainer.nonfinite='ignore'", "skip, stop"]),
+    (["trainer.progress=fancy"], ["trainer.progress='fancy'", "auto, bar, lines, none"]),
+    (["trainer.checkpoint_every=-1"], ["trainer.checkpoint_every=-1", ">= 0"]),
+    (["optim.b1=1.5"], ["optim.b1=1.5", "[0, 1)"]),
+    (["optim.weight_decay=-0.1"], ["optim.weight_decay=-0.1", ">= 0"]),
+    (["optim.clip_norm=0"], ["optim.clip_norm=0", "> 0"]),
+    (["optim.warmup_steps=-1"], ["optim.warmup_steps=-1", ">= 0"]),
+    (["head=mse"], ["head=mse", "classification", "scores_mse, softmax_ce"]),
+    ([*ICL, "head=softmax_ce"], ["head=softmax_ce", "regression", "hlgauss, mse"]),
+    (["normalizer=linear", "normalizer.feature_map=cosine"], ["feature_map='cosine'", "elu1, relu, favor"]),
+    (["normalizer=linear", "normalizer.chunk_size=0"], ["chunk_size", ">= 1"]),
+    (["normalizer=entmax", "normalizer.alpha=1.0"], ["alpha", "1.0", "> 1"]),
+    (["normalizer=entmax", "normalizer.alpha=0.5"], ["alpha", "0.5", "> 1"]),
+    (["normalizer=squared", "normalizer.eps=-1"], ["eps", "-1", ">= 0"]),
+    (["normalizer=squared", "normalizer.power=0"], ["power", "0", ">= 1"]),
+    (["normalizer=squared", "normalizer.offset=true", "normalizer.power=3"], ["offset", "power=3", "even"]),
+    (["normalizer=kl", "normalizer.prior=gaussian"], ["prior='gaussian'", "uniform, recency, learned"]),
+    (["normalizer=softmax", "normalizer.beta=-1"], ["beta", "-1", "> 0"]),
+    (["model.positional=alibi"], ["positional='alibi'", "learned, sinusoidal, rope, none"]),
+    (["task.seq_len=640", "task.vocab_size=1024", "model.max_len=512"], ["640", "max_len=512"]),
+    (["task.num_kv_pairs=100"], ["num_kv_pairs", "100"]),
+    (["model.causal=false"], ["model.causal=false", "causal=true or null"]),
+    (["+normalizer.temperature=2"], ["normalizer.temperature", "allowed"]),
+]
+
+
+def compose_train(overrides):
+    task = next((o.split("=")[1] for o in overrides if o.startswith("task=")), "mqar")
+    with initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
+        return compose("train", overrides=["model=tiny", f"task={task}", *TINY_TASK[task], *overrides])
+
+
+@pytest.mark.parametrize("overrides, needles", BAD, ids=[" ".join(o) for o, _ in BAD])
+def test_bad_input_is_refused_with_a_message_naming_it(overrides, needles):
+    cfg = compose_train(overrides)
+    head = next((o.split("=")[1] for o in overrides if o.startswith("head=")), cfg.task.default_head)
+    with pytest.raises((ValueError, TypeError)) as info:
+        build(cfg, head)
+    message = str(info.value)
+    assert "\n" not in message
+    for needle in needles:
+        assert needle in message, (needle, message)
+
+
+def test_unknown_accelerator_platform_is_refused():
+    with pytest.raises(ValueError, match="accelerator.platform='quantum' unknown; allowed: auto, cpu, gpu, tpu"):
+        configure("quantum")
+
+
+@pytest.mark.parametrize("overrides, needle", [
+    (["trainer.resume=true"], "trainer.resume=true but"),
+    (["model.d_model=30", "model.heads=4"], "not divisible"),
+])
+def test_cli_exits_2_with_one_line_before_compiling(tmp_path, overrides, needle):
+    proc = run_cli(*TINY, *MQAR, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("attnlab: error:")]
+    assert len(lines) == 1 and needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "r" / "events.out.tfevents").exists()
