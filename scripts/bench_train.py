@@ -146,11 +146,11 @@ def loop_clock(total_steps: int, marks: dict):
     class Clocked(real):
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
-            marks["start"] = time.perf_counter()
+            marks["start"], marks["cpu_start"] = time.perf_counter(), time.process_time()
 
         def update(self, step, n, loss, *a, **k):
             if step == total_steps and loss is not None and "end" not in marks:
-                marks["end"] = time.perf_counter()
+                marks["end"], marks["cpu_end"] = time.perf_counter(), time.process_time()
             return super().update(step, n, loss, *a, **k)
 
     attnlab_train.Progress = Clocked
@@ -291,17 +291,20 @@ def bench_steps(args, overrides):
 
     def run_block(name: str, n: int) -> float:
         fn, st = runners[name]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(n):
             st, _ = fn(st, data)
         jax.block_until_ready(st)
         runners[name][1] = st
+        cpu[name].append((time.process_time() - c0) / n * 1e3)
         return (time.perf_counter() - t0) / n * 1e3
 
     names = list(runners)
+    cpu = {n: [] for n in names}
     for name in names:  # warm-up: first executions, allocator, caches
         run_block(name, max(args.block // 5, 3))
     times = {n: [] for n in names}
+    cpu = {n: [] for n in names}
     log(f"timing {args.rounds} rounds × {args.block} steps per variant ...")
     for r in range(args.rounds):
         order = names[r % len(names):] + names[: r % len(names)]
@@ -321,7 +324,9 @@ def bench_steps(args, overrides):
         "compile": {"attnlab": cap["compile_s"][False], "attnlab_stats": cap["compile_s"][True], "minimal": m_compile},
         "dtype": str(np.dtype(dtype)), "batch": loop.batch_size, "seq_len": task.seq_len,
         "model": {k: cfg.model[k] for k in ("d_model", "heads", "layers", "mlp_ratio")},
-        "log_every": cfg.trainer.log_every, "steps_default": cfg.trainer.steps, "times": times,
+        "log_every": cfg.trainer.log_every, "steps_default": cfg.trainer.steps, "times": times, "cpu": cpu,
+        "cpu_ms": {n: statistics.median(v) for n, v in cpu.items()},
+        "cpu_ratio": statistics.median(a / m for a, m in zip(cpu["attnlab"], cpu["minimal"])),
     }
     log(f"attnlab {res['ms']['attnlab']:.2f} ms, minimal {res['ms']['minimal']:.2f} ms, ratio {res['ratio']:.3f}")
     return res
@@ -341,22 +346,31 @@ def bench_logging(args, overrides, default_log_every: int):
     order = []
     for i in range(args.fit_pairs):
         order += ["log", "nolog"] if i % 2 == 0 else ["nolog", "log"]
+    # One task / optimizer / initial parameters for all runs; only the loop config differs.
+    loops = {}
+    for name, extra in variants.items():
+        _, task, net, tx, loops[name] = build_default(overrides + extra)
+    graphdef, pristine = nnx.split(net)
     for name in order:
-        _, task, net, tx, loop = build_default(overrides + variants[name])
         marks: dict = {}
+        fresh = nnx.merge(graphdef, jax.tree.map(jnp.copy, pristine))  # fit donates the arrays it starts from
         with tempfile.TemporaryDirectory() as tmp, loop_clock(steps, marks):
-            out = call_fit(net, task, tx, loop, Path(tmp))
+            out = call_fit(fresh, task, tx, loops[name], Path(tmp))
         if out.get("status") != "completed":
             raise RuntimeError(f"fit {name}: {out.get('status')} {out.get('error')}")
         loop_s = marks["end"] - marks["start"] if "end" in marks and "start" in marks else None
-        runs[name].append({"loop_s": loop_s, "steps_per_sec": out["steps_per_sec"], "compile_s": out["compile_time_s"],
+        cpu_s = marks["cpu_end"] - marks["cpu_start"] if loop_s is not None else None
+        runs[name].append({"loop_s": loop_s, "cpu_s": cpu_s, "steps_per_sec": out["steps_per_sec"], "compile_s": out["compile_time_s"],
                            "wall_s": out["wall_time_s"]})
-        log(f"fit {name}: loop {loop_s:.2f}s for {steps} steps ({steps / loop_s:.1f} steps/s); "
+        log(f"fit {name}: loop {loop_s:.2f}s (cpu {cpu_s:.2f}s) for {steps} steps ({steps / loop_s:.1f} steps/s); "
             f"fit's steps_per_sec {out['steps_per_sec']:.1f}; compile {out['compile_time_s']:.1f}s")
     med = {k: statistics.median(r["loop_s"] for r in v) for k, v in runs.items()}
+    med_cpu = {k: statistics.median(r["cpu_s"] for r in v) for k, v in runs.items()}
     med_sps = {k: statistics.median(r["steps_per_sec"] for r in v) for k, v in runs.items()}
     pairs = [a["loop_s"] / b["loop_s"] - 1 for a, b in zip(runs["log"], runs["nolog"])]
-    return {"steps": steps, "runs": runs, "loop_s": med, "fit_sps": med_sps,
+    return {"steps": steps, "runs": runs, "loop_s": med, "fit_sps": med_sps, "cpu_s": med_cpu,
+            "cpu_overhead": med_cpu["log"] / med_cpu["nolog"] - 1,
+            "cpu_overhead_pairs": [a["cpu_s"] / b["cpu_s"] - 1 for a, b in zip(runs["log"], runs["nolog"])],
             "overhead": med["log"] / med["nolog"] - 1, "overhead_pairs": pairs,
             "overhead_fit_sps": med_sps["nolog"] / med_sps["log"] - 1,
             "log_every": default_log_every, "n_logs": steps // default_log_every}

@@ -1,7 +1,7 @@
 """Sweep reports: per-cell statistics over seeds, paired baseline tests, lr selection (`attnlab-report`).
 
-Statistics of a cell use its *completed* runs with a finite value of the metric; diverged, failed and
-incomplete runs are counted beside them, never averaged in. A baseline comparison pairs runs by `seed`
+Statistics of a cell use its *completed* runs with a finite value of the metric; diverged, failed,
+interrupted and incomplete runs are counted beside them, never averaged in. A baseline comparison pairs runs by `seed`
 and calls a difference "within seed noise" when |mean difference| <= the seed-to-seed standard deviation
 of the paired differences (an effect size below one standard deviation, whatever the number of seeds);
 the paired t-test p-value is reported next to it.
@@ -24,6 +24,7 @@ from attnlab.report_load import (  # noqa: F401  (re-exported: the report API)
 )
 
 HIGHER_IS_BETTER = ("accuracy", "accuracy_ts", "r2")  # metric name endings where larger wins
+STATUSES = ("completed", "diverged", "failed")  # always counted; others (interrupted, incomplete) when present
 
 
 def bootstrap_ci(x, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
@@ -88,20 +89,23 @@ class Table:
     max_seeds: int = 0
     notes: list[str] = field(default_factory=list)
 
-    COLUMNS = ("metric", "n", "mean", "std", "ci_low", "ci_high", "completed", "diverged", "failed", "incomplete",
-               "n_pairs", "diff_mean", "diff_std", "t", "p", "within_noise")
+    @property
+    def statuses(self) -> list[str]:
+        """completed, diverged, failed, then any other status present (interrupted, incomplete)."""
+        seen = {r.status for c in self.cells for r in c.runs}
+        return [*STATUSES, *sorted(seen - set(STATUSES))]
 
     def rows(self) -> list[dict[str, Any]]:
-        """Tidy rows, one per cell and metric (the CSV)."""
+        """Tidy rows, one per cell and metric (the CSV), keys in column order."""
         out = []
         for c in self.cells:
             base = {**c.key, **({LR: c.lr} if self.select_lr else {})}
-            counts = {s: c.count(s) for s in ("completed", "diverged", "failed", "incomplete")}
             for m in self.metrics:
                 s = c.stats[m]
                 out.append({**base, "metric": m, "n": s.n, "mean": s.mean, "std": s.std, "ci_low": s.ci_low,
-                            "ci_high": s.ci_high, **counts, "n_pairs": s.n_pairs, "diff_mean": s.diff_mean,
-                            "diff_std": s.diff_std, "t": s.t, "p": s.p, "within_noise": s.within_noise})
+                            "ci_high": s.ci_high, **{st: c.count(st) for st in self.statuses}, "n_pairs": s.n_pairs,
+                            "diff_mean": s.diff_mean, "diff_std": s.diff_std, "t": s.t, "p": s.p,
+                            "within_noise": s.within_noise})
         return out
 
     def completeness(self) -> list[str]:
@@ -184,10 +188,11 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
         group_by = [k for k in group_by if k != LR]
     metrics = default_metrics(runs, which) if metrics is None else list(metrics)
     done = [r for r in runs if r.status == "completed"]
-    absent = [m for m in metrics if not any((r.final if which == "final" else r.best).get(m) is not None for r in done)]
+    found = {k for r in done for k in (r.final if which == "final" else r.best)}
+    absent = [m for m in metrics if m not in found]
     if absent and done:
         raise ValueError(f"metric(s) {', '.join(absent)} in no completed run's {which} record; "
-                         f"available: {', '.join(sorted({k for r in done for k in r.final}))}")
+                         f"available: {', '.join(sorted(found))}")
     table = Table(group_by=group_by, metrics=metrics, which=which, cells=[], baseline=baseline,
                   select_lr=select_lr, select_by=select_by if select_lr else None)
     groups: dict[tuple, list[Run]] = {}
@@ -205,7 +210,8 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
     _completeness(table, runs)
     if len(configured) < len(runs):
         table.notes.append(f"{len(runs) - len(configured)} run(s) have no readable config; grouped under None.")
-    dupes = [c.label() for c in table.cells if len({r.seed for r in c.runs}) < len(c.runs)]
+    done_seeds = [[r.seed for r in c.runs if r.status == "completed"] for c in table.cells]
+    dupes = [c.label() for c, seeds in zip(table.cells, done_seeds) if len(set(seeds)) < len(seeds)]
     if dupes:
         table.notes.append(f"Several runs share a seed in: {'; '.join(dupes)} (a varying key may be missing from "
                            "the grouping); their values are averaged per seed for pairing.")
@@ -253,9 +259,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", nargs="+", metavar="METRIC", help="default: the test/ metrics")
     p.add_argument("--which", choices=("final", "best"), default="final",
                    help="final parameters, or the best-validation-loss ones")
-    p.add_argument("--baseline", metavar="KEY=VALUE", help="paired comparison against this group, e.g. normalizer=softmax")
+    p.add_argument("--baseline", metavar="KEY=VALUE",
+                   help="paired comparison against this group, e.g. normalizer=softmax")
     p.add_argument("--select-lr", action="store_true",
-                   help=f"per group, keep the {LR} with the best mean --select-by metric (validation, so test stays unseen)")
+                   help=f"per group, keep the {LR} with the best mean --select-by metric "
+                        "(a validation metric, so the test split stays unseen)")
     p.add_argument("--select-by", default="val/loss", metavar="METRIC", help="lr selection metric (default val/loss)")
     p.add_argument("--curves", nargs="*", default=["val/loss", "train/loss"], metavar="TAG",
                    help="TensorBoard scalar tags to plot with seed bands (none: no plots)")

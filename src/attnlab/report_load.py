@@ -13,6 +13,9 @@ from typing import Any
 LR = "optim.lr"
 SEED = "seed"
 MISSING = "<missing>"
+# How a run was executed, not what it computes: never a default group key even when it varies.
+OPERATIONAL = frozenset({"trainer.resume", "trainer.progress", "trainer.checkpoint_every", "compile_cache",
+                         "accelerator.gpu_memory_fraction"})
 
 
 @dataclass
@@ -20,7 +23,7 @@ class Run:
     """One run directory: status, flat config and its final/best metric records."""
 
     path: Path
-    status: str  # completed | diverged | failed | incomplete (no metrics.json yet)
+    status: str  # metrics.json's (completed | diverged | failed | interrupted), or incomplete | unreadable
     config: dict[str, Any]
     final: dict[str, float] = field(default_factory=dict)
     best: dict[str, Any] = field(default_factory=dict)
@@ -63,11 +66,27 @@ def _override_key(o: str) -> str:
     return o.split("=", 1)[0].lstrip("+~")
 
 
+def _json(path: Path):
+    """A JSON file's content; None when absent, "unreadable" when it does not parse."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return "unreadable"
+
+
 def _read_run(path: Path) -> Run:
-    metrics = json.loads((path / "metrics.json").read_text()) if (path / "metrics.json").exists() else {}
+    metrics, rec = _json(path / "metrics.json"), _json(path / "run.json")
+    if metrics is None:
+        status = "incomplete"  # running, or killed before writing its record
+    elif isinstance(metrics, dict):
+        status = metrics.get("status", "unknown")
+    else:
+        status, metrics = "unreadable", None
+    metrics = metrics or {}
     config, swept = {}, ()
-    if (path / "run.json").exists():
-        rec = json.loads((path / "run.json").read_text())
+    if isinstance(rec, dict):
         config = _flat_config(rec.get("config", {}), rec.get("choices", {}))
         swept = tuple(_override_key(o) for o in rec.get("overrides", []))
     elif (path / ".hydra" / "config.yaml").exists():
@@ -81,9 +100,8 @@ def _read_run(path: Path) -> Run:
         config = _flat_config(yaml.safe_load((h / "config.yaml").read_text()) or {}, runtime.get("choices", {}))
         if (h / "overrides.yaml").exists():
             swept = tuple(_override_key(o) for o in yaml.safe_load((h / "overrides.yaml").read_text()) or [])
-    return Run(path=path, status=metrics.get("status", "incomplete") if metrics else "incomplete", config=config,
-               final=metrics.get("final") or {}, best=metrics.get("best") or {}, error=metrics.get("error"),
-               swept=swept)
+    return Run(path=path, status=status, config=config, final=metrics.get("final") or {},
+               best=metrics.get("best") or {}, error=metrics.get("error"), swept=swept)
 
 
 def _natural(p: Path):
@@ -121,14 +139,13 @@ def _determined(key: str, by: list[str], runs: list[Run]) -> bool:
 
 
 def varying_keys(runs: list[Run]) -> list[str]:
-    """Config keys that vary across runs, minus the seed and keys that follow from others.
-
-    Keys set on the command line come first and are always kept; any other varying key is dropped when
-    the kept keys determine it (normalizer.beta follows from normalizer=softmax|kl, for instance).
-    """
+    """Config keys that vary across runs, minus the seed, OPERATIONAL keys and keys that follow from others."""
+    # Keys set on the command line are the sweep's axes: always kept. Any other varying key is dropped when
+    # the kept keys determine it (normalizer.beta follows from normalizer=softmax|kl, for instance).
     runs = [r for r in runs if r.config]
     keys = sorted(set().union(*(r.config for r in runs))) if runs else []
-    varying = [k for k in keys if k != SEED and len({r.config.get(k, MISSING) for r in runs}) > 1]
+    varying = [k for k in keys if k != SEED and k not in OPERATIONAL
+               and len({r.config.get(k, MISSING) for r in runs}) > 1]
     swept = list(dict.fromkeys(k for r in runs for k in r.swept))
     kept = [k for k in swept if k in varying]
     for k in sorted(set(varying) - set(kept), key=lambda k: ("." in k, k)):  # choices before their options

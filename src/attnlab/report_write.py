@@ -41,15 +41,14 @@ def _diff_text(cell: Cell, metric: str) -> str:
 
 def display(table: Table, pm: str = "±") -> tuple[list[str], list[list[str]]]:
     """The table as header + rows of strings, shared by the Markdown and LaTeX writers."""
-    extra = any(c.count("incomplete") for c in table.cells)
-    header = [*table.group_by, *([f"{LR} (selected)"] if table.select_lr else []), "n", "diverged", "failed",
-              *(["incomplete"] if extra else []), *table.metrics]
+    statuses = table.statuses
+    header = [*table.group_by, *([f"{LR} (selected)"] if table.select_lr else []), "n", *statuses[1:], *table.metrics]
     if table.baseline:
         header += [f"Δ {m} vs {table.baseline}" for m in table.metrics]
     rows = []
     for c in table.cells:
         row = [str(v) for v in c.key.values()] + ([str(c.lr)] if table.select_lr else [])
-        row += [str(c.count(s)) for s in ("completed", "diverged", "failed", *(["incomplete"] if extra else []))]
+        row += [str(c.count(s)) for s in statuses]  # n = completed
         row += [_stat_text(c, m, pm) for m in table.metrics]
         if table.baseline:
             row += [_diff_text(c, m) for m in table.metrics]
@@ -104,7 +103,7 @@ def to_latex(table: Table) -> str:
 def write_csv(table: Table, path: Path) -> None:
     """Tidy CSV, one row per cell and metric; floats as repr so they read back exactly."""
     rows = table.rows()
-    fields = [*table.group_by, *([LR] if table.select_lr else []), *Table.COLUMNS]
+    fields = list(rows[0]) if rows else [*table.group_by, "metric"]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
         w.writeheader()
@@ -148,9 +147,9 @@ def plot_curves(table: Table, tag: str, path: Path, cache: dict | None = None) -
     ax = fig.add_subplot()
     drawn = False
     for c in table.cells:
-        steps, mean, std, _ = curve(c.runs, tag, cache)
+        steps, mean, std, n = curve(c.runs, tag, cache)
         if len(steps):
-            label = c.label() + (f", {LR}={c.lr}" if table.select_lr else "")
+            label = c.label() + (f", {LR}={c.lr}" if table.select_lr else "") + f" ({n.max()} runs)"
             (line,) = ax.plot(steps, mean, label=label, marker="o" if len(steps) < 30 else None, markersize=3)
             ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
             drawn = True

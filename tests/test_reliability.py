@@ -1,0 +1,106 @@
+"""Interruption and resume, corrupt checkpoints, and the non-finite policies, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli, scalar_curve
+
+RUN = [*TINY, *TINY_TASK["mqar"], "trainer.steps=40", "trainer.log_every=2", "trainer.eval_every=10",
+       "trainer.progress=lines"]
+
+
+def curves(run_dir, tags=("train/loss", "grad_norm/global", "val/loss", "attn_entropy/layer_0/head_0")):
+    return {tag: scalar_curve(run_dir, tag) for tag in tags}
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    root = tmp_path_factory.mktemp("full")
+    run_cli(*RUN, "trainer.checkpoint_every=10", f"hydra.run.dir={root / 'r'}", cwd=root)
+    return root / "r"
+
+
+def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path, uninterrupted):
+    run_dir = tmp_path / "r"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab", *RUN, "trainer.checkpoint_every=0",
+                             f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:  # interrupt once training is under way
+        if line.startswith("step 14:"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    proc.communicate(timeout=300)
+    first = metrics(run_dir)
+    assert first["status"] == "interrupted" and 14 <= first["steps"] < 40, first
+    run_cli(*RUN, "trainer.checkpoint_every=0", "trainer.resume=true", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    resumed, full = metrics(run_dir), metrics(uninterrupted)
+    assert resumed["status"] == "completed" and resumed["resumed_from"] == first["steps"]
+    # Bit-identical on CPU: the same final and best metrics, the same logged curves, no step twice or missing.
+    assert resumed["final"] == full["final"]
+    assert resumed["best"] == full["best"]
+    got, want = curves(run_dir), curves(uninterrupted)
+    for tag in want:
+        assert [s for s, _ in got[tag]] == [s for s, _ in want[tag]], tag
+        np.testing.assert_array_equal([v for _, v in got[tag]], [v for _, v in want[tag]], err_msg=tag)
+
+
+def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path, uninterrupted):
+    run_dir = tmp_path / "r"
+    shutil.copytree(uninterrupted, run_dir)
+    ckpts = run_dir / "checkpoints"
+    steps = sorted(int(p.name) for p in ckpts.iterdir() if p.name.isdigit())
+    assert steps == [30, 40]  # periodic every 10, the last 2 kept
+    for path in (ckpts / "40").rglob("*"):
+        if path.is_file():
+            path.write_bytes(b"\0garbage")
+    (run_dir / "metrics.json").unlink()
+    proc = run_cli(*RUN, "trainer.resume=true", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert "falling back" in proc.stderr
+    m = metrics(run_dir)
+    assert m["status"] == "completed" and m["resumed_from"] == 30
+    assert m["final"] == metrics(uninterrupted)["final"]
+
+
+def test_no_usable_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
+    run_dir = tmp_path / "r"
+    shutil.copytree(uninterrupted, run_dir)
+    for path in (run_dir / "checkpoints").rglob("*"):
+        if path.is_file():
+            path.write_bytes(b"\0garbage")
+    proc = run_cli(*RUN, "trainer.resume=true", f"hydra.run.dir={run_dir}", cwd=tmp_path, check=False)
+    assert proc.returncode == 1
+    assert "no usable checkpoint" in proc.stderr and "Traceback" not in proc.stderr
+
+
+DIVERGE = [*TINY, *TINY_TASK["mqar"], "normalizer=squared", "normalizer.eps=0", "optim.lr=1e6",
+           "optim.warmup_steps=0", "trainer.steps=12", "trainer.log_every=4", "trainer.eval_every=12"]
+
+
+def test_stop_policy_ends_the_run_as_diverged_with_a_diagnostic(tmp_path):
+    run_cli(*DIVERGE, "trainer.nonfinite=stop", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    m = metrics(tmp_path / "r")
+    assert m["status"] == "diverged" and "non-finite" in m["error"]
+    diag = json.loads((tmp_path / "r" / "diverged.json").read_text())
+    assert 1 <= diag["first_nonfinite_step"] <= m["steps"] <= 12
+    assert np.asarray(diag["batch"]["inputs"]).shape == (8, 16)
+    assert any(k.startswith("attn_min_denominator/") for k in diag["last_logged"])
+
+
+def test_skip_policy_counts_nonfinite_steps_and_keeps_going(tmp_path):
+    run_cli(*DIVERGE, "trainer.nonfinite=skip", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    m = metrics(tmp_path / "r")
+    assert m["status"] == "completed" and m["steps"] == 12
+    assert m["nonfinite_steps"] > 0
+    counts = [v for _, v in scalar_curve(tmp_path / "r", "train/nonfinite_steps")]
+    assert counts == sorted(counts) and counts[-1] == m["nonfinite_steps"]
+    # Skipped steps leave the parameters untouched, so every logged gradient norm of a good step is finite.
+    assert "grad_norm/global" in events(tmp_path / "r").Tags()["scalars"]
