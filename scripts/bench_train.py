@@ -146,11 +146,11 @@ def loop_clock(total_steps: int, marks: dict):
     class Clocked(real):
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
-            marks["start"], marks["cpu_start"] = time.perf_counter(), time.process_time()
+            marks["start"], marks["cpu_start"], marks["host_start"] = time.perf_counter(), time.process_time(), time.thread_time()
 
         def update(self, step, n, loss, *a, **k):
             if step == total_steps and loss is not None and "end" not in marks:
-                marks["end"], marks["cpu_end"] = time.perf_counter(), time.process_time()
+                marks["end"], marks["cpu_end"], marks["host_end"] = time.perf_counter(), time.process_time(), time.thread_time()
             return super().update(step, n, loss, *a, **k)
 
     attnlab_train.Progress = Clocked
@@ -360,15 +360,17 @@ def bench_logging(args, overrides, default_log_every: int):
             raise RuntimeError(f"fit {name}: {out.get('status')} {out.get('error')}")
         loop_s = marks["end"] - marks["start"] if "end" in marks and "start" in marks else None
         cpu_s = marks["cpu_end"] - marks["cpu_start"] if loop_s is not None else None
-        runs[name].append({"loop_s": loop_s, "cpu_s": cpu_s, "steps_per_sec": out["steps_per_sec"], "compile_s": out["compile_time_s"],
+        host_s = marks["host_end"] - marks["host_start"] if loop_s is not None else None
+        runs[name].append({"loop_s": loop_s, "cpu_s": cpu_s, "host_s": host_s, "steps_per_sec": out["steps_per_sec"], "compile_s": out["compile_time_s"],
                            "wall_s": out["wall_time_s"]})
-        log(f"fit {name}: loop {loop_s:.2f}s (cpu {cpu_s:.2f}s) for {steps} steps ({steps / loop_s:.1f} steps/s); "
+        log(f"fit {name}: loop {loop_s:.2f}s (cpu {cpu_s:.2f}s, main thread {host_s:.2f}s) for {steps} steps ({steps / loop_s:.1f} steps/s); "
             f"fit's steps_per_sec {out['steps_per_sec']:.1f}; compile {out['compile_time_s']:.1f}s")
     med = {k: statistics.median(r["loop_s"] for r in v) for k, v in runs.items()}
     med_cpu = {k: statistics.median(r["cpu_s"] for r in v) for k, v in runs.items()}
+    med_host = {k: statistics.median(r["host_s"] for r in v) for k, v in runs.items()}
     med_sps = {k: statistics.median(r["steps_per_sec"] for r in v) for k, v in runs.items()}
     pairs = [a["loop_s"] / b["loop_s"] - 1 for a, b in zip(runs["log"], runs["nolog"])]
-    return {"steps": steps, "runs": runs, "loop_s": med, "fit_sps": med_sps, "cpu_s": med_cpu,
+    return {"steps": steps, "runs": runs, "loop_s": med, "fit_sps": med_sps, "cpu_s": med_cpu, "host_s": med_host,
             "cpu_overhead": med_cpu["log"] / med_cpu["nolog"] - 1,
             "cpu_overhead_pairs": [a["cpu_s"] / b["cpu_s"] - 1 for a, b in zip(runs["log"], runs["nolog"])],
             "overhead": med["log"] / med["nolog"] - 1, "overhead_pairs": pairs,

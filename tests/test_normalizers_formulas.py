@@ -13,8 +13,6 @@ from attnlab import registry
 
 CASES = R.cases()
 ATOL, RTOL = 2e-5, 1e-4
-
-
 _mask, _build = R.make_mask, R.build
 
 

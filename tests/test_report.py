@@ -124,6 +124,11 @@ def test_default_group_by_without_recorded_overrides(tmp_path):
     for i, (n, d, s) in enumerate(itertools.product(("softmax", "kl", "linear"), (16, 32), (0, 1))):
         write_run(tmp_path, f"{i}", n, 0.001, s, {"test/accuracy": 0.5}, d_model=d, overrides=False)
     assert report.varying_keys(load_runs(tmp_path)) == ["normalizer", "model.d_model"]
+    rec = json.loads((tmp_path / "0" / "run.json").read_text())
+    rec["config"]["trainer"]["new_option"] = 1  # a key the config gained mid-sweep is not an axis
+    (tmp_path / "0" / "run.json").write_text(json.dumps(rec))
+    assert report.varying_keys(load_runs(tmp_path)) == ["normalizer", "model.d_model"]
+    assert any("trainer.new_option" in n for n in summarize(load_runs(tmp_path)).notes)
 
 
 def test_operational_keys_and_confounded_sweep_axes(tmp_path):

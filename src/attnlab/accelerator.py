@@ -12,7 +12,7 @@ PLATFORMS = {"auto": None, "cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
 
 
 def configure(platform: str, devices: int | None = None, cache_dir: str | None = None,
-              gpu_memory_fraction: float | None = None) -> None:
+              gpu_memory_fraction: float | None = None, distributed: bool = False) -> None:
     """Set JAX's platform and device count; must run before any JAX computation."""
     if platform not in PLATFORMS:
         raise ValueError(f"accelerator.platform={platform!r} unknown; allowed: {', '.join(PLATFORMS)}")
@@ -26,6 +26,9 @@ def configure(platform: str, devices: int | None = None, cache_dir: str | None =
         # Several processes on one GPU: no preallocation, each capped (JAX GPU memory docs).
         os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
         os.environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(gpu_memory_fraction)
+    if distributed:
+        # One run over several hosts (e.g. SLURM tasks): coordinator and ranks come from the environment.
+        jax.distributed.initialize()
     if cache_dir:
         Path(cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", str(Path(cache_dir).expanduser()))

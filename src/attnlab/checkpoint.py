@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 from typing import Any
 
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as pp
+
+logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every save at INFO
 
 
 class CheckpointError(RuntimeError):

@@ -136,8 +136,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                  f"trainer.resume=true but {run_dir / 'checkpoints'} does not exist or is empty "
                  f"(resume needs hydra.run.dir=<the run's directory>)")
         from attnlab.accelerator import configure
+        from attnlab.sweep import limit_threads
+        limit_threads(str(hc.launcher.get("_target_", "")), hc.launcher.get("n_jobs"))
         a = cfg.accelerator
-        configure(a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction)
+        configure(a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction, a.distributed)
         head_name = choices.get("head") or cfg.task.default_head
         choices["head"] = head_name
         with warnings.catch_warnings(record=True) as caught:
@@ -199,6 +201,10 @@ def _print_summary(record: dict[str, Any]) -> None:
     for key in sorted(k for k in final if k.startswith("test/")):
         b = base.get("baseline/" + key.split("/", 1)[1])
         print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})"))
+
+
+# The process id makes two launches in the same microsecond still land in different directories.
+OmegaConf.register_new_resolver("attnlab_pid", os.getpid, replace=True)
 
 
 @hydra.main(config_path=str(registry.CONFIG_DIR), config_name="train", version_base="1.3")

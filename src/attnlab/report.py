@@ -20,7 +20,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from attnlab.report_load import (  # noqa: F401  (re-exported: the report API)
-    LR, SEED, Run, load_runs, same_value, sort_key, varying_keys,
+    LR, SEED, Run, drifted_keys, load_runs, same_value, sort_key, varying_keys,
 )
 
 HIGHER_IS_BETTER = ("accuracy", "accuracy_ts", "r2")  # metric name endings where larger wins
@@ -208,6 +208,10 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
     if baseline:
         _apply_baseline(table, baseline)
     _completeness(table, runs)
+    drift = [k for k in drifted_keys(runs) if k not in group_by]
+    if drift and configured:
+        table.notes.append(f"Config key(s) present in only some runs, not grouped: {', '.join(drift)} "
+                           "(the config changed during the sweep?).")
     if len(configured) < len(runs):
         table.notes.append(f"{len(runs) - len(configured)} run(s) have no readable config; grouped under None.")
     done_seeds = [[r.seed for r in c.runs if r.status == "completed"] for c in table.cells]

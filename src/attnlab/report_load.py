@@ -15,7 +15,7 @@ SEED = "seed"
 MISSING = "<missing>"
 # How a run was executed, not what it computes: never a default group key even when it varies.
 OPERATIONAL = frozenset({"trainer.resume", "trainer.progress", "trainer.checkpoint_every", "compile_cache",
-                         "accelerator.gpu_memory_fraction"})
+                         "accelerator.gpu_memory_fraction", "accelerator.distributed"})
 
 
 @dataclass
@@ -138,20 +138,32 @@ def _determined(key: str, by: list[str], runs: list[Run]) -> bool:
     return True
 
 
-def varying_keys(runs: list[Run]) -> list[str]:
-    """Config keys that vary across runs, minus the seed, OPERATIONAL keys and keys that follow from others."""
+def _axes(runs: list[Run]) -> tuple[list[str], list[str]]:
+    """(group keys, drifted keys): see varying_keys; drifted keys exist in only some runs, with one value."""
     # Keys set on the command line are the sweep's axes: always kept. Any other varying key is dropped when
-    # the kept keys determine it (normalizer.beta follows from normalizer=softmax|kl, for instance).
+    # the kept keys determine it (normalizer.beta follows from normalizer=softmax|kl, for instance), or when
+    # it is absent from some runs and has one value in the others: the config gained a key mid-sweep.
     runs = [r for r in runs if r.config]
     keys = sorted(set().union(*(r.config for r in runs))) if runs else []
-    varying = [k for k in keys if k != SEED and k not in OPERATIONAL
-               and len({r.config.get(k, MISSING) for r in runs}) > 1]
+    values = {k: {r.config.get(k, MISSING) for r in runs} for k in keys}
+    varying = [k for k in keys if k != SEED and k not in OPERATIONAL and len(values[k]) > 1]
     swept = list(dict.fromkeys(k for r in runs for k in r.swept))
-    kept = [k for k in swept if k in varying]
+    kept, drifted = [k for k in swept if k in varying], []
     for k in sorted(set(varying) - set(kept), key=lambda k: ("." in k, k)):  # choices before their options
-        if not _determined(k, kept, runs):
-            kept.append(k)
-    return kept
+        if _determined(k, kept, runs):
+            continue
+        (drifted if MISSING in values[k] and len(values[k]) == 2 else kept).append(k)
+    return kept, drifted
+
+
+def varying_keys(runs: list[Run]) -> list[str]:
+    """Config keys that vary across runs, minus the seed, OPERATIONAL keys and keys that follow from others."""
+    return _axes(runs)[0]
+
+
+def drifted_keys(runs: list[Run]) -> list[str]:
+    """Keys present in only some runs (one value where present): the code changed during the sweep."""
+    return _axes(runs)[1]
 
 
 def parse_value(text: str):

@@ -1,0 +1,53 @@
+"""Sweep bookkeeping: a summary at the end of a multirun, and per-job thread limits for local launchers."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+
+
+def statuses(sweep_dir: Path) -> list[tuple[str, Path]]:
+    """(status, run dir) of every job directory under a sweep; 'unfinished' when it left no record."""
+    out = []
+    for run in sorted(p for p in Path(sweep_dir).iterdir() if p.is_dir() and not p.name.startswith(".")):
+        try:
+            status = json.loads((run / "metrics.json").read_text())["status"]
+        except (OSError, ValueError, KeyError):
+            status = "unfinished"
+        out.append((status, run))
+    return out
+
+
+class SweepSummary(Callback):
+    """Prints completed / diverged / failed with paths; exits non-zero only if a job failed."""
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        runs = statuses(Path(config.hydra.sweep.dir))
+        counts = Counter(s for s, _ in runs)
+        print(f"sweep {config.hydra.sweep.dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
+              file=sys.stderr)
+        for status, run in runs:
+            if status != "completed":
+                print(f"  {status:10s} {run}", file=sys.stderr)
+        if counts.get("failed") or counts.get("unfinished"):
+            sys.exit(1)
+
+
+def limit_threads(launcher_target: str, n_jobs: int | None) -> None:
+    """With joblib, give each of the n_jobs parallel jobs its share of the cores (set before JAX starts)."""
+    if "joblib" not in launcher_target:
+        return
+    cores = os.cpu_count() or 1
+    n = cores if not n_jobs or n_jobs < 0 else n_jobs
+    threads = max(1, cores // n)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               f" --xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}"
+                               f" intra_op_parallelism_threads={threads}").strip()
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)

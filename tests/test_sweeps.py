@@ -1,0 +1,63 @@
+"""Hydra multirun sweeps: launchers, the end-of-sweep summary, failure isolation and resume."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from cli_helpers import TINY, TINY_TASK, metrics, run_cli
+
+SWEEP = ["-m", "normalizer=softmax,linear", "seed=0,1", *TINY, *TINY_TASK["mqar"]]
+JOBS = ["0_softmax_mqar_seed0", "1_softmax_mqar_seed1", "2_linear_mqar_seed0", "3_linear_mqar_seed1"]
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib"])
+def test_two_by_two_multirun_completes(tmp_path, launcher):
+    extra = [] if launcher == "basic" else ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+    proc = run_cli(*SWEEP, *extra, f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir() and not p.name.startswith(".")) == JOBS
+    for job in JOBS:
+        m = metrics(tmp_path / job)
+        assert m["status"] == "completed" and m["steps"] == 4
+    assert "4 completed" in proc.stderr
+    # Distinct seeds give distinct runs; the same seed under another normalizer starts from the same data.
+    assert metrics(tmp_path / JOBS[0])["final"] != metrics(tmp_path / JOBS[1])["final"]
+
+
+def test_failed_job_is_isolated_reported_and_rerun_on_resume(tmp_path):
+    blocker = tmp_path / JOBS[2] / "checkpoints"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("not a directory")  # makes job 2 raise inside training
+    proc = run_cli(*SWEEP, f"hydra.sweep.dir={tmp_path}", cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "3 completed" in proc.stderr and "1 failed" in proc.stderr and JOBS[2] in proc.stderr
+    failed = metrics(tmp_path / JOBS[2])
+    assert failed["status"] == "failed" and failed["error"]
+    assert (tmp_path / JOBS[2] / "error.txt").exists()
+    done = {job: (tmp_path / job / "metrics.json").stat().st_mtime_ns for job in JOBS if job != JOBS[2]}
+
+    blocker.unlink()
+    proc = run_cli(*SWEEP, f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    assert "4 completed" in proc.stderr
+    assert proc.stderr.count("already completed with the same config; skipped") == 3
+    assert metrics(tmp_path / JOBS[2])["status"] == "completed"
+    for job, mtime in done.items():  # completed runs were not run again
+        assert (tmp_path / job / "metrics.json").stat().st_mtime_ns == mtime
+
+
+def test_changed_config_is_not_skipped(tmp_path):
+    run_cli("-m", "normalizer=softmax", *TINY, *TINY_TASK["mqar"], f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    job = tmp_path / "0_softmax_mqar_seed0"
+    shutil.rmtree(job / "checkpoints")
+    proc = run_cli("-m", "normalizer=softmax", *TINY, *TINY_TASK["mqar"], "optim.lr=1e-2",
+                   f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    assert "skipped" not in proc.stderr
+    assert metrics(job)["status"] == "completed"
+
+
+def test_submitit_local_launcher_runs_the_sweep(tmp_path):
+    run_cli("-m", "hydra/launcher=local", "normalizer=softmax,kl", *TINY, *TINY_TASK["mqar"],
+            f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    for job in ("0_softmax_mqar_seed0", "1_kl_mqar_seed0"):
+        assert metrics(tmp_path / job)["status"] == "completed"
+    assert (tmp_path / ".submitit").is_dir()
