@@ -86,7 +86,10 @@ def compose(overrides: list[str]):
 def build_default(overrides: list[str]):
     cfg = compose(overrides)
     head = next((o.split("=", 1)[1] for o in overrides if o.lstrip("+").startswith("head=")), None)
-    task, net, tx, loop = build(cfg, head or cfg.task.default_head)  # as cli.run picks the head
+    task, nets, tx, loop = build(cfg, head or cfg.task.default_head)  # as cli.run picks the head
+    net = nets[0] if isinstance(nets, (list, tuple)) else nets  # one net, or one per vmapped seed
+    if isinstance(nets, (list, tuple)) and len(nets) != 1:
+        raise SystemExit("bench_train times one seed: leave trainer.vmap_seeds at 1")
     return cfg, task, net, tx, loop
 
 
@@ -160,9 +163,12 @@ def loop_clock(total_steps: int, marks: dict):
         attnlab_train.Progress = real
 
 
-def call_fit(net, task, tx, loop, run_dir: Path):
-    """fit with the current signature (run_dir=...) or the older one (summaries=...)."""
+def call_fit(net, task, tx, loop, run_dir: Path) -> dict:
+    """fit on one net with whichever signature it has: (nets, run_dirs, checkpoint_dir), (net, run_dir)
+    or (net, summaries); the record of that one run."""
     params = inspect.signature(attnlab_train.fit).parameters
+    if "nets" in params:
+        return attnlab_train.fit([net], task, tx, loop, mesh=data_mesh(), run_dirs=[run_dir], checkpoint_dir=run_dir)[0]
     if "run_dir" in params:
         return attnlab_train.fit(net, task, tx, loop, mesh=data_mesh(), run_dir=run_dir)
     from attnlab.summaries import Summaries

@@ -37,9 +37,9 @@ def test_every_choice_composes_and_builds(group, choice):
     cfg = compose_train(*overrides, *TINY_TASK[task])
     assert cfg[group] is not None
     head = cfg.task.default_head if group != "head" else choice
-    task_obj, net, tx, loop = build(cfg, head)
+    task_obj, nets, tx, loop = build(cfg, head)
     assert task_obj.kind in ("classification", "regression")
-    assert len(net.body.blocks) == cfg.model.layers
+    assert len(nets) == cfg.trainer.vmap_seeds and len(nets[0].body.blocks) == cfg.model.layers
     assert loop.steps == cfg.trainer.steps
 
 

@@ -51,6 +51,8 @@ def validate(cfg: DictConfig, device_count: int) -> None:
     _require(isinstance(t.checkpoint_every, int) and t.checkpoint_every >= 0,
              f"trainer.checkpoint_every={t.checkpoint_every!r} must be an integer >= 0 (0: only on signals and at the end)")
     _require(isinstance(t.resume, bool), f"trainer.resume={t.resume!r} must be true or false")
+    _require(isinstance(t.vmap_seeds, int) and t.vmap_seeds >= 1,
+             f"trainer.vmap_seeds={t.vmap_seeds!r} must be an integer >= 1")
     _require(isinstance(o.lr, (int, float)) and o.lr > 0, f"optim.lr={o.lr!r} must be > 0")
     _require(isinstance(o.warmup_steps, int) and o.warmup_steps >= 0, f"optim.warmup_steps={o.warmup_steps!r} must be an integer >= 0")
     _require(isinstance(o.weight_decay, (int, float)) and o.weight_decay >= 0, f"optim.weight_decay={o.weight_decay!r} must be >= 0")
@@ -65,7 +67,7 @@ def validate(cfg: DictConfig, device_count: int) -> None:
 
 
 def build(cfg: DictConfig, head_name: str):
-    """task, net, optimizer and loop config from a composed config; raises ConfigError on bad input."""
+    """task, nets (one per seed of trainer.vmap_seeds), optimizer and loop config; ConfigError on bad input."""
     import jax
     from flax import nnx
 
@@ -82,27 +84,30 @@ def build(cfg: DictConfig, head_name: str):
                                      f"heads for {task.kind}: {', '.join(heads.compatible(task.kind))}")
     m = cfg.model
     make_normalizer = _construct("normalizer", OmegaConf.to_container(cfg.normalizer, resolve=True), _partial=True)
-    rngs = nnx.Rngs(cfg.seed)
     causal = task.granularity == "token" if m.causal is None else bool(m.causal)
     _require(not (task.granularity == "token" and not causal),
              "model.causal=false with a per-token task lets each position see its own target; use causal=true or null")
-    body = Transformer(d_model=m.d_model, num_heads=m.heads, num_layers=m.layers, mlp_ratio=m.mlp_ratio,
-                       dropout=m.dropout, positional=m.positional, max_len=m.max_len, causal=causal,
-                       qk_norm=m.qk_norm, pooled=task.granularity == "sequence", make_normalizer=make_normalizer,
-                       seq_len=task.seq_len, vocab_size=task.vocab_size, input_dim=task.input_dim,
-                       dtype=compute_dtype(cfg.accelerator.dtype), rngs=rngs)
     head_cfg = OmegaConf.to_container(cfg.head, resolve=True) if cfg.get("head") else registry.load("head", head_name)
-    head = _construct("head", head_cfg, d_model=m.d_model, num_classes=task.num_classes, rngs=rngs)
-    net = Net(body, head)
+
+    def make_net(seed: int) -> Net:
+        rngs = nnx.Rngs(seed)
+        body = Transformer(d_model=m.d_model, num_heads=m.heads, num_layers=m.layers, mlp_ratio=m.mlp_ratio,
+                           dropout=m.dropout, positional=m.positional, max_len=m.max_len, causal=causal,
+                           qk_norm=m.qk_norm, pooled=task.granularity == "sequence", make_normalizer=make_normalizer,
+                           seq_len=task.seq_len, vocab_size=task.vocab_size, input_dim=task.input_dim,
+                           dtype=compute_dtype(cfg.accelerator.dtype), rngs=rngs)
+        return Net(body, _construct("head", head_cfg, d_model=m.d_model, num_classes=task.num_classes, rngs=rngs))
+
+    nets = [make_net(cfg.seed + i) for i in range(cfg.trainer.vmap_seeds)]
     o, t = cfg.optim, cfg.trainer
-    tx = optim.make_optimizer(nnx.state(net, nnx.Param), lr=o.lr, warmup_steps=o.warmup_steps, total_steps=t.steps,
+    tx = optim.make_optimizer(nnx.state(nets[0], nnx.Param), lr=o.lr, warmup_steps=o.warmup_steps, total_steps=t.steps,
                               weight_decay=o.weight_decay, clip_norm=o.clip_norm, b1=o.b1, b2=o.b2,
                               final_fraction=o.final_fraction)
     loop = LoopConfig(steps=t.steps, batch_size=t.batch_size, eval_every=t.eval_every, log_every=t.log_every,
                       eval_batch_size=t.eval_batch_size, nonfinite=t.nonfinite, seed=cfg.seed, lr=o.lr,
                       warmup_steps=o.warmup_steps, progress=t.progress, checkpoint_every=t.checkpoint_every,
-                      resume=bool(t.resume))
-    return task, net, tx, loop
+                      resume=bool(t.resume), vmap_seeds=t.vmap_seeds)
+    return task, nets, tx, loop
 
 
 def hparams_of(cfg: DictConfig, choices: dict[str, str]) -> dict[str, Any]:
@@ -126,7 +131,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     resolved = OmegaConf.to_container(cfg, resolve=True)
     if multirun and _completed_with(run_dir, resolved):
         print(f"attnlab: {run_dir} already completed with the same config; skipped", file=sys.stderr)
-        return {**read_json(run_dir / "metrics.json"), "skipped": True}
+        return {"status": "completed", "run_dir": str(run_dir), "skipped": True}
     has_checkpoint = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
     if multirun and has_checkpoint:  # re-running a sweep continues its unfinished runs
         cfg.trainer.resume = True
@@ -144,7 +149,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         choices["head"] = head_name
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            task, net, tx, loop = build(cfg, head_name)
+            task, nets, tx, loop = build(cfg, head_name)
         for w in caught:
             print(f"attnlab: warning: {w.message}", file=sys.stderr)
     except (ConfigError, ValueError, TypeError) as exc:
@@ -155,13 +160,18 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if not multirun:
             sys.exit(EXIT_CONFIG)
         return record
+    seeds = [cfg.seed + i for i in range(len(nets))]
+    run_dirs = [run_dir] if len(nets) == 1 else [run_dir / f"seed{s}" for s in seeds]
     try:
         if multirun:
             loop = type(loop)(**{**loop.__dict__, "progress": "none"})
-        write_json(run_dir / "run.json", {"config": resolved,
-                                          "choices": choices, "overrides": list(hc.overrides.task),
-                                          "env": environment()})
-        record.update(_train(cfg, task, net, tx, loop, run_dir, hparams_of(cfg, choices)))
+        env = environment()
+        for seed, d in zip(seeds, run_dirs):
+            d.mkdir(parents=True, exist_ok=True)
+            write_json(d / "run.json", {"config": {**resolved, "seed": seed}, "choices": choices,
+                                        "overrides": list(hc.overrides.task), "env": env})
+        hparams = [{**hparams_of(cfg, choices), "seed": seed} for seed in seeds]
+        records = _train(cfg, task, nets, tx, loop, run_dirs, run_dir, hparams)
     except Exception as exc:  # a failed run records why and lets a sweep go on
         (run_dir / "error.txt").write_text(traceback.format_exc())
         record.update(status="failed", error=f"{type(exc).__name__}: {exc}")
@@ -170,28 +180,38 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if not multirun:
             sys.exit(1)
         return record
-    write_json(run_dir / "metrics.json", record)
-    if not multirun:
-        _print_summary(record)
-    return record
+    for d, rec in zip(run_dirs, records):
+        write_json(d / "metrics.json", {**rec, "run_dir": str(d)})
+        if not multirun:
+            _print_summary({**rec, "run_dir": str(d)})
+    if len(nets) > 1:
+        write_json(run_dir / "seeds.json", {"config": resolved, "seeds": {
+            str(s): {"status": r["status"], "run_dir": str(d)} for s, d, r in zip(seeds, run_dirs, records)}})
+    return {**records[0], "run_dir": str(run_dirs[0])}
 
 
 def _completed_with(run_dir: Path, resolved: dict) -> bool:
     """Whether run_dir holds a completed run of exactly this resolved config (resume flag aside)."""
     try:
-        done = read_json(run_dir / "metrics.json")["status"] == "completed"
-        old = read_json(run_dir / "run.json")["config"]
+        if (run_dir / "seeds.json").exists():
+            info = read_json(run_dir / "seeds.json")
+            done = all(v["status"] == "completed" for v in info["seeds"].values())
+            old = info["config"]
+        else:
+            done = read_json(run_dir / "metrics.json")["status"] == "completed"
+            old = read_json(run_dir / "run.json")["config"]
     except (OSError, ValueError, KeyError):
         return False
     strip = lambda c: {**c, "trainer": {k: v for k, v in c["trainer"].items() if k != "resume"}}  # noqa: E731
     return done and strip(old) == strip(resolved)
 
 
-def _train(cfg, task, net, tx, loop, run_dir: Path, hparams: dict) -> dict[str, Any]:
+def _train(cfg, task, nets, tx, loop, run_dirs: list[Path], checkpoint_dir: Path, hparams: list[dict]):
     from attnlab.accelerator import data_mesh
     from attnlab.train import fit
 
-    return fit(net, task, tx, loop, mesh=data_mesh(), run_dir=run_dir, hparams=hparams)
+    return fit(nets, task, tx, loop, mesh=data_mesh(), run_dirs=run_dirs, checkpoint_dir=checkpoint_dir,
+               hparams=hparams)
 
 
 def _print_summary(record: dict[str, Any]) -> None:

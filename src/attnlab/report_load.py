@@ -14,7 +14,7 @@ LR = "optim.lr"
 SEED = "seed"
 MISSING = "<missing>"
 # How a run was executed, not what it computes: never a default group key even when it varies.
-OPERATIONAL = frozenset({"trainer.resume", "trainer.progress", "trainer.checkpoint_every", "compile_cache",
+OPERATIONAL = frozenset({"trainer.vmap_seeds", "trainer.resume", "trainer.progress", "trainer.checkpoint_every", "compile_cache",
                          "accelerator.gpu_memory_fraction", "accelerator.distributed"})
 
 
@@ -112,6 +112,9 @@ def load_runs(sweep_dir) -> list[Run]:
     """Every run under `sweep_dir` (itself a run, a sweep, or a folder of sweeps), read from JSON."""
     runs = []
     for dirpath, dirnames, filenames in os.walk(sweep_dir):
+        if "seeds.json" in filenames:  # trainer.vmap_seeds: one ordinary run per seed below
+            dirnames[:] = sorted(d for d in dirnames if d.startswith("seed"))
+            continue
         if {"metrics.json", "run.json"} & set(filenames) or ".hydra" in dirnames:
             runs.append(_read_run(Path(dirpath)))
             dirnames.clear()  # checkpoints and the like live below a run

@@ -76,9 +76,13 @@ def sample_batch(data, key, batch_size):
     return jax.tree.map(lambda a: a[idx], data)
 
 
-def make_train_step(graphdef, rest, tx, *, groups, layers, num_layers, num_heads, batch_size, batch_sharding,
+def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batch_size, batch_sharding,
                     with_stats: bool, probe_scores: bool):
-    """(state, data) -> (state, metrics). state = {params, opt_state, step, key, nonfinite, first_nonfinite}."""
+    """Jitted (state, data) -> (state, metrics), vmapped over a leading seed axis of the state.
+
+    state = {params, rest (non-trainable variables), opt_state, step, key (raw key data), nonfinite,
+    first_nonfinite}; several seeds train as one compiled program (trainer.vmap_seeds).
+    """
 
     def sample(data, key):
         batch = sample_batch(data, key, batch_size)
@@ -92,7 +96,7 @@ def make_train_step(graphdef, rest, tx, *, groups, layers, num_layers, num_heads
                   if with_stats and probe_scores else None)
 
         def loss_fn(params, probes):
-            net = nnx.merge(graphdef, params, rest)
+            net = nnx.merge(graphdef, params, state["rest"])
             feats, stats = net.body(batch["inputs"], batch["valid"], with_stats=with_stats, score_probes=probes,
                                     deterministic=False, rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)))
             return net.head.loss(net.head(feats), batch["targets"], batch["weights"]), stats
@@ -107,7 +111,8 @@ def make_train_step(graphdef, rest, tx, *, groups, layers, num_layers, num_heads
         ok = jnp.isfinite(loss) & jnp.isfinite(norms["global"])
         keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(ok, new, old))
         first_bad = jnp.where((state["first_nonfinite"] < 0) & ~ok, state["step"], state["first_nonfinite"])
-        new_state = {"params": keep(params, state["params"]), "opt_state": keep(opt_state, state["opt_state"]),
+        new_state = {"params": keep(params, state["params"]), "rest": state["rest"],
+                     "opt_state": keep(opt_state, state["opt_state"]),
                      "step": state["step"] + 1, "key": state["key"], "nonfinite": state["nonfinite"] + (~ok),
                      "first_nonfinite": first_bad}
         metrics: dict[str, Any] = {"loss": loss, "grad_norm/global": norms["global"], "nonfinite": new_state["nonfinite"]}
@@ -118,13 +123,13 @@ def make_train_step(graphdef, rest, tx, *, groups, layers, num_layers, num_heads
                 metrics["score_grad"] = jnp.stack([jnp.sqrt(jnp.sum(jnp.square(g), (0, 2, 3))) for g in probe_grads])
         return new_state, metrics
 
-    return jax.jit(step, donate_argnums=0)
+    return jax.jit(jax.vmap(step, in_axes=(0, None)), donate_argnums=0)
 
 
-def make_eval(graphdef, rest, *, eval_batch_size: int):
-    """(params, split, baseline_mse) -> (metrics, outputs) over a whole padded split, in one program."""
+def make_eval(graphdef, *, eval_batch_size: int):
+    """(params, rest, split, baseline_mse) -> (metrics, outputs) over a whole padded split, vmapped over seeds."""
 
-    def evaluate(params, split, baseline_mse):
+    def evaluate(params, rest, split, baseline_mse):
         net = nnx.merge(graphdef, params, rest)
         chunks = jax.tree.map(lambda a: a.reshape(-1, eval_batch_size, *a.shape[1:]), split)
         outs = jax.lax.map(lambda b: net.head(net.body(b["inputs"], b["valid"])[0]), chunks)
@@ -132,9 +137,10 @@ def make_eval(graphdef, rest, *, eval_batch_size: int):
         metrics = net.head.metrics(outs, split["targets"], split["weights"], baseline_mse=baseline_mse)
         return {"loss": net.head.loss(outs, split["targets"], split["weights"]), **metrics}, outs
 
-    return jax.jit(evaluate)
+    return jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None, None)))
 
 
-def make_maps(graphdef, rest):
-    """(params, inputs, valid) -> (L,B,N,T,S) attention matrices."""
-    return jax.jit(lambda params, inputs, valid: nnx.merge(graphdef, params, rest).body.attention_maps(inputs, valid))
+def make_maps(graphdef):
+    """(params, rest, inputs, valid) -> (L,B,N,T,S) attention matrices, vmapped over seeds."""
+    maps = lambda params, rest, inputs, valid: nnx.merge(graphdef, params, rest).body.attention_maps(inputs, valid)  # noqa: E731
+    return jax.jit(jax.vmap(maps, in_axes=(0, 0, None, None)))

@@ -15,13 +15,19 @@ from hydra.experimental.callback import Callback
 def statuses(sweep_dir: Path) -> list[tuple[str, Path]]:
     """(status, run dir) of every job directory under a sweep; 'unfinished' when it left no record."""
     out = []
-    for run in sorted(p for p in Path(sweep_dir).iterdir() if p.is_dir() and not p.name.startswith(".")):
-        try:
-            status = json.loads((run / "metrics.json").read_text())["status"]
-        except (OSError, ValueError, KeyError):
-            status = "unfinished"
-        out.append((status, run))
+    jobs = sorted(p for p in Path(sweep_dir).iterdir() if p.is_dir() and not p.name.startswith("."))
+    for job in jobs:
+        seeds = sorted(job.glob("seed*/")) if (job / "seeds.json").exists() else [job]  # trainer.vmap_seeds
+        out.extend(_status(run) for run in seeds)
     return out
+
+
+def _status(run: Path) -> tuple[str, Path]:
+    try:
+        status = json.loads((run / "metrics.json").read_text())["status"]
+    except (OSError, ValueError, KeyError):
+        status = "unfinished"
+    return status, run
 
 
 class SweepSummary(Callback):

@@ -42,6 +42,7 @@ class LoopConfig:
     progress: str = "auto"
     checkpoint_every: int = 0  # 0: only on a signal and at the end
     resume: bool = False
+    vmap_seeds: int = 1
 
 
 class Diverged(Exception):
@@ -80,56 +81,76 @@ class StopRequest:
             signal.signal(sig, handler)
 
 
-def fit(net: Net, task, tx, cfg: LoopConfig, *, mesh, run_dir: Path, hparams: dict | None = None) -> dict[str, Any]:
-    """Train `net` on `task` in `run_dir` and return the record: status, final/best metrics, timings."""
+def _stack(trees):
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def _seed(tree, i):
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path], checkpoint_dir: Path,
+        hparams: list[dict] | None = None) -> list[dict[str, Any]]:
+    """Train one net per seed (cfg.seed + i) on `task` as one vmapped program; one record per seed.
+
+    Seed i logs to run_dirs[i]; the stacked state is checkpointed in checkpoint_dir.
+    """
     t_start = time.perf_counter()
-    graphdef, params, rest = nnx.split(net, nnx.Param, ...)
+    S = len(nets)
+    graphdef, params, rest = nnx.split(nets[0], nnx.Param, ...)
+    splits = [nnx.split(n, nnx.Param, ...) for n in nets]
     groups, layers = leaf_groups(params)
-    num_layers, num_heads = len(net.body.blocks), net.body.blocks[0].attn.num_heads
+    num_layers, num_heads = len(nets[0].body.blocks), nets[0].body.blocks[0].attn.num_heads
     replicated = NamedSharding(mesh, P())
-    state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32),
-             "key": jax.random.key_data(jax.random.key(cfg.seed)), "nonfinite": jnp.zeros((), jnp.int32),
-             "first_nonfinite": jnp.full((), -1, jnp.int32)}
-    ckpt = Checkpoints(run_dir)
-    best, best_params = {"val/loss": math.inf}, None
-    restored = ckpt.restore_latest({"train": state, "best_params": params}) if cfg.resume else None
+    state = {"params": _stack([p for _, p, _ in splits]), "rest": _stack([r for _, _, r in splits]),
+             "step": jnp.zeros((S,), jnp.int32), "nonfinite": jnp.zeros((S,), jnp.int32),
+             "first_nonfinite": jnp.full((S,), -1, jnp.int32),
+             "key": jnp.stack([jax.random.key_data(jax.random.key(cfg.seed + i)) for i in range(S)])}
+    state["opt_state"] = jax.vmap(tx.init)(state["params"])
+    ckpt = Checkpoints(checkpoint_dir)
+    best = [{"val/loss": math.inf} for _ in range(S)]
+    best_params = state["params"]
+    restored = ckpt.restore_latest({"train": state, "best_params": best_params}) if cfg.resume else None
     if cfg.resume and restored is None:
         raise CheckpointError(f"trainer.resume=true but {ckpt.directory} holds no checkpoint")
     if restored is not None:
         _, saved, meta = restored
-        state, best = saved["train"], meta["best"]
-        best_params = saved["best_params"] if meta["has_best"] else None
-    start = int(state["step"])
+        state, best, best_params = saved["train"], meta["best"], saved["best_params"]
+    start = int(state["step"][0])
     state = jax.device_put(state, replicated)
+    # A real copy: the step donates (and so deletes) the state's own buffers.
+    best_params = jax.tree.map(jnp.copy, jax.device_put(best_params, replicated))
     data = jax.device_put(pad_split(task.splits["train"], 1), replicated)
     evals = {s: jax.device_put(pad_split(task.splits[s], cfg.eval_batch_size), replicated) for s in ("val", "test")}
     baseline = {s: task.baseline(s) for s in ("val", "test")}
 
     common = dict(groups=groups, layers=layers, num_layers=num_layers, num_heads=num_heads,
                   batch_size=cfg.batch_size, batch_sharding=NamedSharding(mesh, P("data")) if mesh.size > 1 else None,
-                  probe_scores=probes_supported(net))
+                  probe_scores=probes_supported(nets[0]))
     t0 = time.perf_counter()
-    step_plain = make_train_step(graphdef, rest, tx, with_stats=False, **common).lower(state, data).compile()
-    step_stats = make_train_step(graphdef, rest, tx, with_stats=True, **common).lower(state, data).compile()
+    step_plain = make_train_step(graphdef, tx, with_stats=False, **common).lower(state, data).compile()
+    step_stats = make_train_step(graphdef, tx, with_stats=True, **common).lower(state, data).compile()
     compile_s = time.perf_counter() - t0
-    evaluate, maps_fn = make_eval(graphdef, rest, eval_batch_size=cfg.eval_batch_size), make_maps(graphdef, rest)
+    evaluate, maps_fn = make_eval(graphdef, eval_batch_size=cfg.eval_batch_size), make_maps(graphdef)
     lr_at = schedule(cfg.lr, cfg.warmup_steps, cfg.steps)
 
     def run_eval(params, split):
+        """Per-seed metrics dicts and the stacked outputs."""
         mse = baseline[split].get("mse")
-        metrics, outs = evaluate(params, evals[split], None if mse is None else jnp.float32(mse))
-        return {k: float(v) for k, v in jax.device_get(metrics).items()}, outs
+        metrics, outs = evaluate(params, state["rest"], evals[split], None if mse is None else jnp.float32(mse))
+        host = jax.device_get(metrics)
+        return [{k: float(v[i]) for k, v in host.items()} for i in range(S)], outs
 
     # purge_step: a resumed run rewrites the steps after its checkpoint, so TensorBoard drops the old ones.
-    summaries = Summaries(str(run_dir), purge_step=start + 1 if start else None)
+    summaries = [Summaries(str(d), purge_step=start + 1 if start else None) for d in run_dirs]
     progress = Progress(cfg.progress, cfg.steps, start)
     probe = {k: evals["val"][k][:1] for k in ("inputs", "valid")}
-    status, error, last_scalars = "completed", None, {}
+    last_scalars: list[dict] = [{} for _ in range(S)]
     clock = {"t": time.perf_counter(), "step": start}
     pending = None
 
     def flush():
-        nonlocal pending, last_scalars
+        nonlocal pending
         if pending is None:
             return
         step, metrics = pending
@@ -138,21 +159,21 @@ def fit(net: Net, task, tx, cfg: LoopConfig, *, mesh, run_dir: Path, hparams: di
         now = time.perf_counter()
         rate = (step - clock["step"]) / max(now - clock["t"], 1e-9)
         clock.update(t=now, step=step)
-        scalars = flatten_train_metrics(host)
-        scalars.update({"opt/lr": float(lr_at(step - 1)), "perf/steps_per_sec": rate,
-                        "perf/examples_per_sec": rate * cfg.batch_size})
-        summaries.scalars(step, scalars)
-        last_scalars = scalars
-        progress.update(step, 0, scalars["train/loss"])
-        if cfg.nonfinite == "stop" and host["nonfinite"] > 0:
-            raise Diverged(f"non-finite loss or gradient at step {int(jax.device_get(state['first_nonfinite'])) + 1} "
-                           f"(trainer.nonfinite=stop)")
+        for i in range(S):
+            scalars = flatten_train_metrics(_seed(host, i))
+            scalars.update({"opt/lr": float(lr_at(step - 1)), "perf/steps_per_sec": rate,
+                            "perf/examples_per_sec": rate * cfg.batch_size * S})
+            summaries[i].scalars(step, scalars)
+            last_scalars[i] = scalars
+        progress.update(step, 0, float(np.mean(host["loss"])))
+        if cfg.nonfinite == "stop" and np.all(host["nonfinite"] > 0):
+            raise Diverged(f"non-finite loss or gradient (trainer.nonfinite=stop)")
 
     def save(step):
         flush()
-        ckpt.save(step, {"train": state, "best_params": best_params if best_params is not None else state["params"]},
-                  {"best": best, "has_best": best_params is not None, "data_position": step})
+        ckpt.save(step, {"train": state, "best_params": best_params}, {"best": best, "data_position": step})
 
+    status, error = "completed", None
     t_loop = time.perf_counter()
     with StopRequest() as stop:
         try:
@@ -165,17 +186,8 @@ def fit(net: Net, task, tx, cfg: LoopConfig, *, mesh, run_dir: Path, hparams: di
                     pending = (step, metrics)
                 if step % cfg.eval_every == 0 or step == cfg.steps:
                     flush()
-                    val, _ = run_eval(state["params"], "val")
-                    summaries.scalars(step, {**_prefixed("val", val), **_prefixed("baseline", baseline["val"])})
-                    summaries.attention_images(maps_fn(state["params"], probe["inputs"], probe["valid"]), step)
-                    if val["loss"] < best["val/loss"]:
-                        best = {**_prefixed("val", val), "step": step}
-                        best_params = jax.tree.map(jnp.copy, state["params"])
-                    if log_now:
-                        attn = jax.device_get(metrics.get("attn", {}))
-                        for name in ("beta", "entropy"):
-                            if name in attn:
-                                summaries.histogram(f"hist/{name}", attn[name], step)
+                    best_params = _evaluate_step(step, state, best, best_params, run_eval, maps_fn, probe,
+                                                 summaries, baseline, metrics if log_now else None)
                 if stop.signal is not None:
                     save(step)
                     status, error = "interrupted", f"stopped by signal {signal.Signals(stop.signal).name} at step {step}"
@@ -185,29 +197,60 @@ def fit(net: Net, task, tx, cfg: LoopConfig, *, mesh, run_dir: Path, hparams: di
             flush()
         except Diverged as exc:
             status, error = "diverged", str(exc)
-            _diagnose(run_dir, state, data, cfg.batch_size, last_scalars)
         finally:
             progress.close()
-    steps_done = int(jax.device_get(state["step"]))
+    steps_done = int(jax.device_get(state["step"][0]))
     loop_s = time.perf_counter() - t_loop
     if status == "completed":
         save(steps_done)
     ckpt.close()
 
-    final = _test_metrics(run_eval, evals, state["params"], net.head)
-    best_out = {**best, **_test_metrics(run_eval, evals, best_params, net.head)} if best_params is not None else {}
-    if status == "completed":
-        summaries.scalars(steps_done, {**{k: v for k, v in final.items() if k.startswith("test/")},
-                                       **_prefixed("baseline", baseline["test"])})
-        summaries.hparams(hparams or {}, {k: v for k, v in final.items() if k.startswith(("test/", "val/"))})
-    summaries.close()
-    return {
-        "status": status, "error": error, "final": final, "best": best_out,
-        "baseline": {**_prefixed("baseline", baseline["test"]), **_prefixed("baseline_val", baseline["val"])},
-        "steps": steps_done, "resumed_from": start or None, "nonfinite_steps": int(jax.device_get(state["nonfinite"])),
-        "wall_time_s": time.perf_counter() - t_start, "compile_time_s": compile_s,
-        "steps_per_sec": (steps_done - start) / max(loop_s, 1e-9),
-    }
+    nonfinite = np.asarray(jax.device_get(state["nonfinite"]))
+    finals = _test_metrics(run_eval, evals, state["params"], nets[0].head, S)
+    best_finals = _test_metrics(run_eval, evals, best_params, nets[0].head, S)
+    records = []
+    for i in range(S):
+        seed_status, seed_error = status, error
+        if cfg.nonfinite == "stop" and nonfinite[i] > 0:
+            seed_status = "diverged"
+            seed_error = (f"non-finite loss or gradient at step {int(state['first_nonfinite'][i]) + 1} "
+                          f"(trainer.nonfinite=stop)")
+            _diagnose(run_dirs[i], _seed(state, i), data, cfg.batch_size, last_scalars[i])
+        if seed_status == "completed":
+            summaries[i].scalars(steps_done, {**{k: v for k, v in finals[i].items() if k.startswith("test/")},
+                                              **_prefixed("baseline", baseline["test"])})
+            summaries[i].hparams((hparams or [{}] * S)[i],
+                                 {k: v for k, v in finals[i].items() if k.startswith(("test/", "val/"))})
+        summaries[i].close()
+        records.append({
+            "status": seed_status, "error": seed_error, "final": finals[i],
+            "best": {**best[i], **best_finals[i]} if "step" in best[i] else {},
+            "baseline": {**_prefixed("baseline", baseline["test"]), **_prefixed("baseline_val", baseline["val"])},
+            "steps": steps_done, "resumed_from": start or None, "nonfinite_steps": int(nonfinite[i]),
+            "wall_time_s": time.perf_counter() - t_start, "compile_time_s": compile_s,
+            "steps_per_sec": (steps_done - start) / max(loop_s, 1e-9), "vmapped_seeds": S,
+        })
+    return records
+
+
+def _evaluate_step(step, state, best, best_params, run_eval, maps_fn, probe, summaries, baseline, metrics):
+    """Validation, attention images and histograms on an eval step; returns the updated best params."""
+    vals, _ = run_eval(state["params"], "val")
+    maps = np.asarray(maps_fn(state["params"], state["rest"], probe["inputs"], probe["valid"]))
+    attn = jax.device_get(metrics.get("attn", {})) if metrics is not None else {}
+    improved = []
+    for i, val in enumerate(vals):
+        summaries[i].scalars(step, {**_prefixed("val", val), **_prefixed("baseline", baseline["val"])})
+        summaries[i].attention_images(maps[i], step)
+        for name in ("beta", "entropy"):
+            if name in attn:
+                summaries[i].histogram(f"hist/{name}", attn[name][i], step)
+        improved.append(val["loss"] < best[i]["val/loss"])
+        if improved[-1]:
+            best[i] = {**_prefixed("val", val), "step": step}
+    mask = jnp.asarray(improved)
+    return jax.tree.map(lambda b, p: jnp.where(mask.reshape((-1,) + (1,) * (p.ndim - 1)), p, b),
+                        best_params, state["params"])
 
 
 def _diagnose(run_dir: Path, state, data, batch_size: int, last_scalars: dict) -> None:
@@ -221,16 +264,20 @@ def _diagnose(run_dir: Path, state, data, batch_size: int, last_scalars: dict) -
     })
 
 
-def _test_metrics(run_eval, evals, params, head) -> dict[str, float]:
-    """val and test metrics of `params`; classification adds post-hoc temperature scaling (Guo et al. 2017)."""
-    val, val_outs = run_eval(params, "val")
-    test, test_outs = run_eval(params, "test")
-    out = {**_prefixed("val", val), **_prefixed("test", test)}
-    if head.kind == "classification":
-        def flat(outs, split):
-            logits = np.asarray(head.logits(outs), np.float64)
-            return (logits.reshape(-1, logits.shape[-1]), np.asarray(evals[split]["targets"]).reshape(-1),
-                    np.asarray(evals[split]["weights"]).reshape(-1))
-        report = calibration.temperature_report(*flat(val_outs, "val"), *flat(test_outs, "test"))
-        out.update({f"test/{k}": float(report[k]) for k in ("temperature", "ece_ts", "nll_ts", "accuracy_ts")})
+def _test_metrics(run_eval, evals, params, head, S) -> list[dict[str, float]]:
+    """Per seed: val and test metrics; classification adds post-hoc temperature scaling (Guo et al. 2017)."""
+    vals, val_outs = run_eval(params, "val")
+    tests, test_outs = run_eval(params, "test")
+    out = [{**_prefixed("val", v), **_prefixed("test", t)} for v, t in zip(vals, tests)]
+    if head.kind != "classification":
+        return out
+
+    def flat(outs, split):
+        logits = np.asarray(head.logits(outs), np.float64)
+        return (logits.reshape(-1, logits.shape[-1]), np.asarray(evals[split]["targets"]).reshape(-1),
+                np.asarray(evals[split]["weights"]).reshape(-1))
+
+    for i in range(S):
+        report = calibration.temperature_report(*flat(val_outs[i], "val"), *flat(test_outs[i], "test"))
+        out[i].update({f"test/{k}": float(report[k]) for k in ("temperature", "ece_ts", "nll_ts", "accuracy_ts")})
     return out
