@@ -183,6 +183,18 @@ def test_favor_features_approximate_softmax_attention():
     assert np.abs(w - w_sm).mean() < np.abs(w_few - w_sm).mean()
 
 
+def test_elu1_features_keep_precision_far_below_zero():
+    """φ(x) = exp(x) for x < 0, not elu(x) + 1, which rounds to 0 below x ≈ −17 in float32 (fla #1261)."""
+    T, S, mask, m = _mask("pad")
+    q, k, v = R.qkv(54, T, S)
+    k = (-20 - 5 * np.abs(k)).astype(np.float32)
+    norm = _build("linear", {"eps": 0.0})
+    w_ref = R.ref_linear(q, k, m, norm, **R.options("linear", eps=0.0))[0]
+    np.testing.assert_allclose(np.asarray(norm.weights(q, k, mask)), w_ref, rtol=1e-4, atol=1e-6)
+    g = jax.grad(lambda k: norm(q, k, v, mask)[0].sum())(jnp.asarray(k))
+    assert np.isfinite(np.asarray(g)).all() and np.abs(np.asarray(g)).sum() > 0
+
+
 @pytest.mark.xfail(strict=True, reason="linear eps=0: a row with no admissible key gives 0/0 = NaN instead of zeros")
 def test_linear_eps0_rows_without_admissible_keys_are_zero():
     T, S, mask, m = _mask("causal_pad")
