@@ -425,8 +425,8 @@ def bench_cache(args, overrides):
            for kind in ("cold", "warm")}
     ratios = {k: statistics.median(r["warm"][k] / r["cold"][k] for r in results) for k in ("compile_s", "fit_s", "process_s")}
     return {"pairs": results, "median": med, "ratio": ratios,
-            "command": shlex.join(["python", "-m", "attnlab", *overrides, "compile_cache=<fresh tmp dir>",
-                                   "trainer.steps=1", "trainer.progress=none", "hydra.run.dir=<tmp>"])}
+            "command": " ".join(["python -m attnlab", *map(shlex.quote, overrides), "compile_cache=<fresh tmp dir>",
+                                 "trainer.steps=1", "trainer.progress=none", "hydra.run.dir=<tmp dir>"])}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,13 +6,17 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+# One persistent compilation cache for the whole suite: runs that differ only in seed, steps or
+# launcher compile the same programs, so later ones load them instead of compiling again.
+CACHE = Path(tempfile.gettempdir()) / "attnlab-test-jax-cache"
 # Tiny sizes so a run compiles and trains in seconds.
 TINY = [
-    "model=tiny", "accelerator=cpu", "compile_cache=null",
+    "model=tiny", "accelerator=cpu", f"compile_cache={CACHE}",
     "trainer.steps=4", "trainer.log_every=2", "trainer.eval_every=4", "trainer.batch_size=8",
     "trainer.eval_batch_size=20", "trainer.progress=none",
 ]

@@ -50,9 +50,7 @@ def test_causal_and_padding_gradients_are_exactly_zero(case):
 
 
 def _empty_row_params():
-    bug = "squared eps=0: a row with no admissible key gives 0/0 = NaN instead of zeros"
-    return [pytest.param(c, id=R.case_id(c), marks=[pytest.mark.xfail(strict=True, reason=bug)]
-                         if c[0] == "squared" and c[2].get("eps") == 0.0 else []) for c in CASES]
+    return [pytest.param(c, id=R.case_id(c)) for c in CASES]
 
 
 @pytest.mark.parametrize("case", _empty_row_params())

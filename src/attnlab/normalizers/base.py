@@ -54,7 +54,7 @@ def as_mask(mask, causal: bool = False) -> Mask:
     if mask is None:
         return Mask(causal=causal)
     if isinstance(mask, Mask):
-        return mask
+        return mask.replace(causal=mask.causal or causal)
     return Mask(dense_BTS=jnp.asarray(mask, bool), causal=causal)
 
 

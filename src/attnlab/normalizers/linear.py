@@ -70,7 +70,7 @@ class Linear(Normalizer):
         qf, kf = self._features(q_BTNH, k_BSNH, mask)
         a_BNTS = jnp.where(mask.matrix_B1TS(q_BTNH.shape[1], k_BSNH.shape[1]),
                            jnp.einsum("btnf,bsnf->bnts", qf, kf), 0.0)
-        return a_BNTS / (a_BNTS.sum(-1, keepdims=True) + self.eps)
+        return _divide(a_BNTS, a_BNTS.sum(-1, keepdims=True) + self.eps)
 
     def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
         qf, kf = self._features(q_BTNH, k_BSNH, mask)
@@ -84,14 +84,14 @@ class Linear(Normalizer):
         else:
             num = jnp.einsum("btnf,bnfh->btnh", qf, jnp.einsum("bsnf,bsnh->bnfh", kf, v))
             den = jnp.einsum("btnf,bnf->btn", qf, kf.sum(1))[..., None]
-        out_BTNH = (num / (den + self.eps)).astype(v_BSNH.dtype)
+        out_BTNH = _divide(num, den + self.eps).astype(v_BSNH.dtype)
         if not with_stats:
             return out_BTNH, {}
         m_B1TS = mask.matrix_B1TS(T, S)
         a_BNTS = jnp.where(m_B1TS, jnp.einsum("btnf,bsnf->bnts", qf, kf), 0.0)
         den_BNT = a_BNTS.sum(-1)
         has_keys = jnp.broadcast_to(m_B1TS.any(-1), den_BNT.shape)
-        stats = core_stats(a_BNTS / (den_BNT[..., None] + self.eps), a_BNTS, m_B1TS)
+        stats = core_stats(_divide(a_BNTS, den_BNT[..., None] + self.eps), a_BNTS, m_B1TS)
         stats["min_denominator"] = jnp.where(has_keys, den_BNT, jnp.inf).min((0, 2))
         return out_BTNH, stats
 
@@ -138,8 +138,14 @@ class Linear(Normalizer):
             kf = kf * valid_B[:, None, None]
         s_BNFH = s_BNFH + jnp.einsum("bnf,bnh->bnfh", kf, v_BNH.astype(jnp.float32))
         z_BNF = z_BNF + kf
-        out = jnp.einsum("bnf,bnfh->bnh", qf, s_BNFH) / (jnp.einsum("bnf,bnf->bn", qf, z_BNF)[..., None] + self.eps)
+        out = _divide(jnp.einsum("bnf,bnfh->bnh", qf, s_BNFH), jnp.einsum("bnf,bnf->bn", qf, z_BNF)[..., None] + self.eps)
         return (s_BNFH, z_BNF), out.astype(v_BNH.dtype)
+
+
+def _divide(num, den):
+    """num/den, 0 where den is 0 (a row with no admissible key at eps = 0), with finite gradients."""
+    ok = den > 0
+    return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
 
 
 def _orthogonal_gaussian(key, m: int, d: int):

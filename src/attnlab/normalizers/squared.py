@@ -42,9 +42,11 @@ class Squared(ScoreNormalizer):
             f_BNTS = jnp.abs(x_BNTS) ** self.power
         f_BNTS = jnp.where(m_B1TS, f_BNTS, 0.0)
         den_BNT1 = f_BNTS.sum(-1, keepdims=True)
-        att_BNTS = f_BNTS / (den_BNT1 + self.eps)
-        # min over rows that have at least one admissible key (empty rows have no denominator).
         has_keys = jnp.broadcast_to(m_B1TS.any(-1, keepdims=True), den_BNT1.shape)
+        # A row with no admissible key is all zeros even at eps = 0; a row whose keys all score 0
+        # is the instability itself and stays 0/0 there.
+        att_BNTS = f_BNTS / jnp.where(has_keys, den_BNT1 + self.eps, 1.0)
+        # min over rows that have at least one admissible key (empty rows have no denominator).
         min_den_N = jnp.where(has_keys, den_BNT1, jnp.inf).min((0, 2, 3))
         return att_BNTS, x_BNTS, {"beta": beta_N, "min_denominator": min_den_N}
 
