@@ -44,9 +44,7 @@ def main() -> None:
             continue
         cfg = json.loads(rj.read_text())
         layers = cfg["config"]["model"]["layers"]
-        norm = dict(zip(*zip(*[(c, v) for c, v in cfg["choices"].items()]))).get("normalizer") \
-            if isinstance(cfg["choices"], dict) else None
-        norm = norm or cfg["config"]["normalizer"].get("_target_", "?").rsplit(".", 1)[-1].lower()
+        norm = cfg["choices"]["normalizer"]
         ea = EventAccumulator(str(run), size_guidance={"scalars": 0})
         ea.Reload()
         last = layers - 1

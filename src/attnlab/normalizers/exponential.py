@@ -16,6 +16,18 @@ def masked_softmax(logits_BNTS, m_B1TS):
     return e / jnp.where(s > 0, s, 1.0)
 
 
+def fused_attention(q_BTNH, k_BSNH, v_BSNH, mask, beta_N):
+    """softmax(βq·kᵀ)v by jax.nn.dot_product_attention (cuDNN/flash kernels on GPU); β folded into q."""
+    m_B1TS = mask.matrix_B1TS(q_BTNH.shape[1], k_BSNH.shape[1])
+    q = q_BTNH * beta_N[None, None, :, None].astype(q_BTNH.dtype)
+    return jax.nn.dot_product_attention(q, k_BSNH, v_BSNH, mask=m_B1TS, scale=1.0)
+
+
+def use_fused(fused) -> bool:
+    """`fused`: true | false | "auto" (on GPU only: the XLA CPU path gains nothing)."""
+    return jax.default_backend() == "gpu" if fused == "auto" else bool(fused)
+
+
 def row_mean_N(x_BNT, m_B1TS):
     """Mean over rows that have at least one admissible key, per head."""
     ok = jnp.broadcast_to(m_B1TS.any(-1), x_BNT.shape)
@@ -23,10 +35,20 @@ def row_mean_N(x_BNT, m_B1TS):
 
 
 class Softmax(ScoreNormalizer):
-    """softmax(β·q·kᵀ) over admissible keys; β = 1/√H by default is standard scaled attention."""
+    """softmax(β·q·kᵀ) over admissible keys; β = 1/√H by default is standard scaled attention.
 
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True):
+    With `fused`, steps that request no statistics use jax.nn.dot_product_attention (a row with no
+    admissible key is then uniform instead of zero).
+    """
+
+    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, fused="auto"):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+        self.fused = fused
+
+    def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask, *, with_stats=False, score_probe_BNTS=None):
+        if use_fused(self.fused) and not with_stats and score_probe_BNTS is None:
+            return fused_attention(q_BTNH, k_BSNH, v_BSNH, mask, self.beta()), {}
+        return super().__call__(q_BTNH, k_BSNH, v_BSNH, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
@@ -45,17 +67,23 @@ class KL(ScoreNormalizer):
     PRIORS = ("uniform", "recency", "learned")
 
     def __init__(self, *, num_heads, head_dim, rngs, prior="uniform", beta=None, learnable=True,
-                 per_head=True, slope=0.1, max_distance=512):
+                 per_head=True, slope=0.1, max_distance=512, fused="auto"):
         if prior not in self.PRIORS:
             raise ValueError(f"normalizer.prior={prior!r} unknown; allowed: {', '.join(self.PRIORS)}")
         if slope <= 0 or max_distance < 1:
             raise ValueError(f"normalizer.slope must be > 0 and max_distance >= 1 (got {slope}, {max_distance})")
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.prior, self.max_distance = prior, int(max_distance)
+        self.prior, self.max_distance, self.fused = prior, int(max_distance), fused
         if prior == "recency":
             self.log_slope = NormalizerParam(jnp.full((num_heads,), jnp.log(slope), jnp.float32))
         if prior == "learned":
             self.table = NormalizerParam(jnp.zeros((num_heads, 2 * self.max_distance - 1), jnp.float32))
+
+    def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask, *, with_stats=False, score_probe_BNTS=None):
+        # A uniform prior is exactly softmax, so it may take the fused kernel too.
+        if self.prior == "uniform" and use_fused(self.fused) and not with_stats and score_probe_BNTS is None:
+            return fused_attention(q_BTNH, k_BSNH, v_BSNH, mask, self.beta()), {}
+        return super().__call__(q_BTNH, k_BSNH, v_BSNH, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
 
     def log_prior(self, m_B1TS):
         """log u over admissible keys (normalised per row), -inf elsewhere."""
