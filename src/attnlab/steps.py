@@ -76,8 +76,21 @@ def sample_batch(data, key, batch_size):
     return jax.tree.map(lambda a: a[idx], data)
 
 
+def over_seeds(fn, num_seeds: int, in_axes: tuple):
+    """vmap `fn` over the leading seed axis; with one seed, index it away instead (a size-1 vmap costs
+    ~7% on CPU in extra transposes; BENCHMARKS.md)."""
+    if num_seeds > 1:
+        return jax.vmap(fn, in_axes=in_axes)
+
+    def single(*args):
+        args = [jax.tree.map(lambda x: x[0], a) if ax == 0 else a for a, ax in zip(args, in_axes)]
+        return jax.tree.map(lambda x: x[None], fn(*args))
+
+    return single
+
+
 def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batch_size, batch_sharding,
-                    with_stats: bool, probe_scores: bool):
+                    with_stats: bool, probe_scores: bool, num_seeds: int = 1):
     """Jitted (state, data) -> (state, metrics), vmapped over a leading seed axis of the state.
 
     state = {params, rest (non-trainable variables), opt_state, step, key (raw key data), nonfinite,
@@ -123,10 +136,10 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
                 metrics["score_grad"] = jnp.stack([jnp.sqrt(jnp.sum(jnp.square(g), (0, 2, 3))) for g in probe_grads])
         return new_state, metrics
 
-    return jax.jit(jax.vmap(step, in_axes=(0, None)), donate_argnums=0)
+    return jax.jit(over_seeds(step, num_seeds, (0, None)), donate_argnums=0)
 
 
-def make_eval(graphdef, *, eval_batch_size: int):
+def make_eval(graphdef, *, eval_batch_size: int, num_seeds: int = 1):
     """(params, rest, split, baseline_mse) -> (metrics, outputs) over a whole padded split, vmapped over seeds."""
 
     def evaluate(params, rest, split, baseline_mse):
@@ -137,10 +150,10 @@ def make_eval(graphdef, *, eval_batch_size: int):
         metrics = net.head.metrics(outs, split["targets"], split["weights"], baseline_mse=baseline_mse)
         return {"loss": net.head.loss(outs, split["targets"], split["weights"]), **metrics}, outs
 
-    return jax.jit(jax.vmap(evaluate, in_axes=(0, 0, None, None)))
+    return jax.jit(over_seeds(evaluate, num_seeds, (0, 0, None, None)))
 
 
-def make_maps(graphdef):
+def make_maps(graphdef, num_seeds: int = 1):
     """(params, rest, inputs, valid) -> (L,B,N,T,S) attention matrices, vmapped over seeds."""
     maps = lambda params, rest, inputs, valid: nnx.merge(graphdef, params, rest).body.attention_maps(inputs, valid)  # noqa: E731
-    return jax.jit(jax.vmap(maps, in_axes=(0, 0, None, None)))
+    return jax.jit(over_seeds(maps, num_seeds, (0, 0, None, None)))
