@@ -18,9 +18,11 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by optim.lr model.qk_norm \
   --metrics test/accuracy test/loss \
   --baseline model.qk_norm=false \
   --curves attn_entropy/layer_0/head_0 attn_entropy/layer_1/head_0 attn_max_logit/layer_0/head_0 attn_max_logit/layer_1/head_0 grad_norm/global val/accuracy
+nice -n 10 "$BIN/python" "$HERE/summarize.py" "$SWEEP" > "$SWEEP/report/collapse.md"
 
 if [ "$COPY" = 1 ]; then
-  cp "$SWEEP/report/report.md" "$HERE/report.md"
+  cp "$SWEEP/report/report.md" "$SWEEP/report/collapse.md" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
+  nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
 echo "entropy_collapse: wall time $((SECONDS - START)) s"

@@ -18,7 +18,7 @@ nice -n 10 "$BIN/attnlab-train" -m task=digits head=softmax_ce,scores_mse \
   model=small trainer.steps=600 trainer.eval_every=100 trainer.vmap_seeds=3 trainer.progress=none \
   "hydra.sweep.dir=$SWEEP/classification" "$@"
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/classification" --group-by head \
-  --metrics test/accuracy test/nll test/ece test/ece_ts test/temperature test/brier \
+  --metrics test/accuracy test/nll test/nll_ts test/ece test/ece_ts test/temperature test/brier \
   --baseline head=softmax_ce --curves val/accuracy val/loss val/ece
 
 # Regression: in-context linear regression (d=3, 10 pairs), 3 seeds per head.
@@ -35,5 +35,6 @@ if [ "$COPY" = 1 ]; then
     cp "$SWEEP/$part/report/report.md" "$HERE/$part/report.md"
     cp "$SWEEP/$part/report/"*.png "$HERE/$part/" 2>/dev/null || true
   done
+  nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*/*.png  # 256-colour palette, ~3x smaller
 fi
 echo "final_softmax: wall time $((SECONDS - START)) s"

@@ -25,5 +25,6 @@ nice -n 10 "$BIN/python" "$HERE/analyze.py" "$SWEEP" --early-steps 50 > "$SWEEP/
 if [ "$COPY" = 1 ]; then
   cp "$SWEEP/report/report.md" "$SWEEP/report/depth.md" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
+  nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
 echo "gradient_vs_depth: wall time $((SECONDS - START)) s"

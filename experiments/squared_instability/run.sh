@@ -13,7 +13,7 @@ START=$SECONDS
 
 nice -n 10 "$BIN/attnlab-train" -m task=mqar normalizer=squared normalizer.eps=1e-2,1e-6,0 normalizer.offset=false,true \
   optim.lr=1e-2 trainer.nonfinite=skip \
-  model=small trainer.steps=300 trainer.log_every=10 trainer.eval_every=100 trainer.vmap_seeds=2 trainer.progress=none \
+  model=small trainer.steps=300 trainer.log_every=10 trainer.eval_every=100 trainer.vmap_seeds=3 trainer.progress=none \
   "hydra.sweep.dir=$SWEEP" "$@"
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by normalizer.eps normalizer.offset \
   --metrics test/accuracy test/loss \
@@ -24,5 +24,6 @@ nice -n 10 "$BIN/python" "$HERE/summarize.py" "$SWEEP" > "$SWEEP/report/instabil
 if [ "$COPY" = 1 ]; then
   cp "$SWEEP/report/report.md" "$SWEEP/report/instability.md" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
+  nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
 echo "squared_instability: wall time $((SECONDS - START)) s"
