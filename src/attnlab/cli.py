@@ -106,7 +106,7 @@ def build(cfg: DictConfig, head_name: str):
     loop = LoopConfig(steps=t.steps, batch_size=t.batch_size, eval_every=t.eval_every, log_every=t.log_every,
                       eval_batch_size=t.eval_batch_size, nonfinite=t.nonfinite, seed=cfg.seed, lr=o.lr,
                       warmup_steps=o.warmup_steps, progress=t.progress, checkpoint_every=t.checkpoint_every,
-                      resume=bool(t.resume), vmap_seeds=t.vmap_seeds)
+                      resume=bool(t.resume))
     return task, nets, tx, loop
 
 

@@ -42,7 +42,6 @@ class LoopConfig:
     progress: str = "auto"
     checkpoint_every: int = 0  # 0: only on a signal and at the end
     resume: bool = False
-    vmap_seeds: int = 1
 
 
 class Diverged(Exception):
