@@ -310,6 +310,31 @@ def test_learning_curves_have_seed_bands_and_valid_pngs(tmp_path):
     assert "![curve_val_loss](curve_val_loss.png)" in md and "no/such_tag" in md
 
 
+def test_log_y_patterns_pick_the_log_scaled_curves(tmp_path, monkeypatch):
+    from attnlab import report_write
+
+    grid_sweep(tmp_path, lrs=(0.001,))
+    for r in load_runs(tmp_path):
+        write_events(r.path, {"grad_norm/layer_0": [10.0 ** -k for k in range(4)], "val/loss": [1.0, 0.5, 0.2, 0.1]})
+    table = summarize(load_runs(tmp_path))
+    fig = report_write.draw_curves(table, "grad_norm/layer_0", log_y=True)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log"
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), [1.0, 0.1, 0.01, 0.001], rtol=1e-6)  # seeds agree
+    assert report_write.draw_curves(table, "val/loss").axes[0].get_yscale() == "linear"
+    seen = {}
+    real = report_write.plot_curves
+
+    def recording(t, tag, path, cache=None, log_y=False):
+        seen[tag] = log_y
+        return real(t, tag, path, cache, log_y)
+
+    monkeypatch.setattr(report_write, "plot_curves", recording)
+    report.main([str(tmp_path), "--curves", "grad_norm/layer_0", "val/loss", "--log-y", "grad_norm/*"])
+    assert seen == {"grad_norm/layer_0": True, "val/loss": False}
+    assert (tmp_path / "report" / "curve_grad_norm_layer_0.png").read_bytes()[:8] == PNG_MAGIC
+
+
 def test_cli_exits_2_on_a_missing_or_empty_dir(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         report.main([str(tmp_path / "nope")])

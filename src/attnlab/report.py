@@ -271,6 +271,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--select-by", default="val/loss", metavar="METRIC", help="lr selection metric (default val/loss)")
     p.add_argument("--curves", nargs="*", default=["val/loss", "train/loss"], metavar="TAG",
                    help="TensorBoard scalar tags to plot with seed bands (none: no plots)")
+    p.add_argument("--log-y", nargs="+", default=[], metavar="PATTERN",
+                   help="curves whose tag matches one of these fnmatch patterns get a log y axis, "
+                        "e.g. 'grad_norm/*' 'score_grad/*'")
     p.add_argument("--out", metavar="DIR", help="output directory (default SWEEP_DIR/report)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of each CI")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
@@ -298,7 +301,7 @@ def cli(argv: Iterable[str] | None = None) -> int:
         print(f"attnlab-report: error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else root / "report"
-    files = write_report(table, out, curves=args.curves)
+    files = write_report(table, out, curves=args.curves, log_y=args.log_y)
     print((out / "report.md").read_text())
     print(f"wrote {', '.join(str(f) for f in files)}")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Iterable
 
@@ -137,8 +138,8 @@ def curve(runs: list[Run], tag: str, cache: dict | None = None) -> tuple[np.ndar
     return np.array(steps), mean, std, n
 
 
-def plot_curves(table: Table, tag: str, path: Path, cache: dict | None = None) -> bool:
-    """One PNG per tag: a mean line and a ±std band per cell; False when no run logged the tag."""
+def draw_curves(table: Table, tag: str, cache: dict | None = None, log_y: bool = False):
+    """A Figure with a mean line and a ±std band per cell; None when no run logged the tag."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -153,22 +154,36 @@ def plot_curves(table: Table, tag: str, path: Path, cache: dict | None = None) -
             (line,) = ax.plot(steps, mean, label=label, marker="o" if len(steps) < 30 else None, markersize=3)
             ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
             drawn = True
-    if drawn:
-        ax.set(title=f"{tag} (mean ± std over seeds)", xlabel="step", ylabel=tag)
-        ax.legend(fontsize="small")
-        fig.tight_layout()
+    if not drawn:
+        return None
+    if log_y:  # gradient norms span decades; a band reaching below 0 is clipped, not dropped
+        ax.set_yscale("log", nonpositive="clip")
+    ax.set(title=f"{tag} (mean ± std over seeds)", xlabel="step", ylabel=tag + (" (log scale)" if log_y else ""))
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def plot_curves(table: Table, tag: str, path: Path, cache: dict | None = None, log_y: bool = False) -> bool:
+    """Save draw_curves' figure as a PNG at `path`; False when no run logged the tag."""
+    fig = draw_curves(table, tag, cache, log_y)
+    if fig is not None:
         fig.savefig(path, dpi=110)
-    return drawn
+    return fig is not None
 
 
-def write_report(table: Table, out_dir, curves: Iterable[str] = ("val/loss", "train/loss")) -> list[Path]:
-    """report.md, report.tex, report.csv and curve_<tag>.png in `out_dir`; returns the files written."""
+def write_report(table: Table, out_dir, curves: Iterable[str] = ("val/loss", "train/loss"),
+                 log_y: Iterable[str] = ()) -> list[Path]:
+    """report.md, report.tex, report.csv and curve_<tag>.png in `out_dir`; returns the files written.
+
+    `log_y` holds fnmatch patterns (e.g. "grad_norm/*") of the curves drawn on a log y axis.
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     images, notes, cache = [], [], {}
     for tag in curves or ():
         path = out / f"curve_{tag.replace('/', '_')}.png"
-        if plot_curves(table, tag, path, cache):
+        if plot_curves(table, tag, path, cache, log_y=any(fnmatch(tag, pat) for pat in log_y)):
             images.append(path)
         else:
             notes.append(f"No run logged the scalar {tag}; no curve drawn.")
