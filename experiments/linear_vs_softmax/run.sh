@@ -14,7 +14,7 @@ START=$SECONDS
 
 # seq_len 64 holds up to 16 pairs (4·pairs ≤ seq_len); vocab 64 gives 31 distinct keys.
 nice -n 10 "$BIN/attnlab-train" -m task=mqar task.num_kv_pairs=2,4,8 task.seq_len=64 normalizer=softmax,linear \
-  model=small trainer.steps=500 trainer.eval_every=100 trainer.vmap_seeds=3 trainer.progress=none \
+  model=small trainer.steps=800 trainer.eval_every=100 trainer.vmap_seeds=2 trainer.progress=none \
   "hydra.sweep.dir=$SWEEP" "$@"
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by task.num_kv_pairs normalizer \
   --metrics test/accuracy test/loss \
