@@ -8,7 +8,9 @@ import pytest
 from cli_helpers import TINY, TINY_TASK, metrics, run_cli
 
 SWEEP = ["-m", "normalizer=softmax,linear", "seed=0,1", *TINY, *TINY_TASK["mqar"]]
-JOBS = ["0_softmax_mqar_seed0", "1_softmax_mqar_seed1", "2_linear_mqar_seed0", "3_linear_mqar_seed1"]
+# Job directories name the swept values only (sweep.job_name), in command-line order.
+JOBS = ["0_normalizer=softmax,seed=0", "1_normalizer=softmax,seed=1", "2_normalizer=linear,seed=0",
+        "3_normalizer=linear,seed=1"]
 
 
 def test_two_by_two_multirun_with_joblib_completes(tmp_path):
@@ -46,7 +48,7 @@ def test_failed_job_is_isolated_reported_and_rerun_on_resume(tmp_path):
 
 def test_changed_config_is_not_skipped(tmp_path):
     run_cli("-m", "normalizer=softmax", *TINY, *TINY_TASK["mqar"], f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
-    job = tmp_path / "0_softmax_mqar_seed0"
+    job = tmp_path / "0"  # nothing swept: the job number alone
     shutil.rmtree(job / "checkpoints")
     proc = run_cli("-m", "normalizer=softmax", *TINY, *TINY_TASK["mqar"], "optim.lr=1e-2",
                    f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
@@ -57,7 +59,7 @@ def test_changed_config_is_not_skipped(tmp_path):
 def test_submitit_local_launcher_runs_the_sweep(tmp_path):
     run_cli("-m", "hydra/launcher=local", "normalizer=softmax,kl", *TINY, *TINY_TASK["mqar"],
             f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
-    for job in ("0_softmax_mqar_seed0", "1_kl_mqar_seed0"):
+    for job in ("0_normalizer=softmax", "1_normalizer=kl"):
         assert metrics(tmp_path / job)["status"] == "completed"
     assert (tmp_path / ".submitit").is_dir()
 
@@ -78,3 +80,19 @@ def test_vmapped_seeds_equal_separate_runs(tmp_path):
     b = [v for _, v in scalar_curve(tmp_path / "alone", "train/loss")]
     assert a == pytest.approx(b, rel=1e-5)
     assert metrics(tmp_path / "v" / "seed0")["final"] != vm["final"]  # seeds differ
+
+
+def test_job_names_hold_the_swept_values_only(tmp_path):
+    from omegaconf import OmegaConf
+
+    from attnlab.sweep import MAX_NAME, job_name
+
+    OmegaConf.save({"hydra": {"overrides": {"task": ["normalizer=softmax,kl", "task.num_kv_pairs=2,4", "seed=0",
+                                                    "trainer.steps=9"]},
+                              "sweeper": {"params": {"optim.lr": "1e-3,1e-2"}}}}, tmp_path / "multirun.yaml")
+    job = ["normalizer=kl", "task.num_kv_pairs=4", "seed=0", "trainer.steps=9", "optim.lr=1e-2"]
+    assert job_name(5, str(tmp_path), job) == "5_normalizer=kl,task.num_kv_pairs=4,optim.lr=1e-2"
+    assert job_name(0, str(tmp_path), ["seed=0"]) == "0"
+    assert job_name(1, str(tmp_path / "none"), ["seed=0", "x=a/b"]) == "1_seed=0,x=a-b"  # no multirun.yaml: all
+    long = job_name(2, str(tmp_path), ["normalizer=" + "k" * 300])
+    assert len(long) == len("2_") + MAX_NAME + 9 and long != job_name(2, str(tmp_path), ["normalizer=" + "k" * 301])

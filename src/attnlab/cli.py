@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import registry
+from attnlab import registry, sweep
 from attnlab.record import environment, read_json, write_json
 
 EXIT_CONFIG = 2
@@ -225,6 +225,7 @@ def _print_summary(record: dict[str, Any]) -> None:
 
 # The process id makes two launches in the same microsecond still land in different directories.
 OmegaConf.register_new_resolver("attnlab_pid", os.getpid, replace=True)
+OmegaConf.register_new_resolver("attnlab_job", sweep.job_name, replace=True)
 
 
 @hydra.main(config_path=str(registry.CONFIG_DIR), config_name="train", version_base="1.3")

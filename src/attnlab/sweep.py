@@ -1,7 +1,8 @@
-"""Sweep bookkeeping: a summary at the end of a multirun, and per-job thread limits for local launchers."""
+"""Sweep bookkeeping: job directory names, a summary at the end of a multirun, per-job thread limits."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -10,6 +11,31 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+from omegaconf import OmegaConf
+
+MAX_NAME = 120  # characters of swept values in a job directory name; longer ones end in a hash
+
+
+def swept_keys(sweep_dir: Path) -> set[str] | None:
+    """Keys this multirun sweeps (several values), from the multirun.yaml Hydra's sweeper writes first."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        hydra_cfg = OmegaConf.load(Path(sweep_dir) / "multirun.yaml").hydra
+    except (OSError, ValueError):
+        return None
+    args = list(hydra_cfg.overrides.task) + [f"{k}={v}" for k, v in (hydra_cfg.sweeper.get("params") or {}).items()]
+    return {o.key_or_group for o in OverridesParser.create().parse_overrides(args) if o.is_sweep_override()}
+
+
+def job_name(num: int, sweep_dir: str, overrides: list[str]) -> str:
+    """`<num>_<key=value,...>` of the keys the sweep varies, e.g. `3_normalizer=kl,seed=1` (hydra.sweep.subdir)."""
+    swept = swept_keys(Path(sweep_dir))
+    parts = [o for o in overrides if swept is None or o.split("=", 1)[0].lstrip("+~") in swept]
+    name = ",".join(parts).replace("/", "-")
+    if len(name) > MAX_NAME:
+        name = name[:MAX_NAME] + "-" + hashlib.sha1(name.encode()).hexdigest()[:8]
+    return f"{num}_{name}" if name else str(num)
 
 
 def statuses(sweep_dir: Path) -> list[tuple[str, Path]]:
