@@ -203,8 +203,10 @@ def test_paired_p_value_is_ttest_rel_on_matched_seeds():
     kl = {s: base.get(s, 0.5) + 0.01 + 0.05 * rng.standard_normal() for s in (0, 1, 2, 3, 5)}  # seed 4 absent, 5 extra
     lin = {s: base[s] + 0.2 + 0.001 * rng.standard_normal() for s in range(5)}  # a large, consistent effect
     mid = {s: base[s] + d for s, d in zip(range(3), (0.1, 0.2, 0.3))}  # |mean Δ| = 2·std Δ, yet p ≈ 0.07
+    same = dict(base)  # identical to the baseline on every seed
     runs = (runs_of(list(base.values()), list(base), "softmax") + runs_of(list(kl.values()), list(kl), "kl")
-            + runs_of(list(lin.values()), list(lin), "linear") + runs_of(list(mid.values()), list(mid), "relu"))
+            + runs_of(list(lin.values()), list(lin), "linear") + runs_of(list(mid.values()), list(mid), "relu")
+            + runs_of(list(same.values()), list(same), "entmax"))
     table = summarize(runs, metrics=["test/accuracy"], baseline="normalizer=softmax")
     s = cell(table, normalizer="kl").stats["test/accuracy"]
     matched = [0, 1, 2, 3]
@@ -217,6 +219,8 @@ def test_paired_p_value_is_ttest_rel_on_matched_seeds():
     assert big.within_noise is False and big.p < 1e-6
     mid_s = cell(table, normalizer="relu").stats["test/accuracy"]
     assert mid_s.within_noise is False and mid_s.p > 0.05  # the effect-size rule, not the p-value rule
+    tie = cell(table, normalizer="entmax").stats["test/accuracy"]
+    assert (tie.p, tie.diff_mean, tie.within_noise) == (1.0, 0.0, True)  # not ttest_rel's nan
     assert cell(table, normalizer="softmax").is_baseline
     with pytest.raises(ValueError, match="group keys"):
         summarize(runs, metrics=["test/accuracy"], baseline="optim.lr=0.1")

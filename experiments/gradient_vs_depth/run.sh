@@ -19,7 +19,8 @@ nice -n 10 "$BIN/attnlab-train" -m task=mqar model.layers=2,4,8 normalizer=softm
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.layers normalizer \
   --metrics test/accuracy test/loss \
   --baseline normalizer=softmax \
-  --curves score_grad/layer_0 score_grad/layer_1 grad_norm/layer_0 grad_norm/layer_1 grad_norm/global
+  --curves score_grad/layer_0 score_grad/layer_1 grad_norm/layer_0 grad_norm/layer_1 grad_norm/global \
+  --log-y 'score_grad/*' 'grad_norm/*'
 nice -n 10 "$BIN/python" "$HERE/analyze.py" "$SWEEP" --early-steps 50 > "$SWEEP/report/depth.md"
 
 if [ "$COPY" = 1 ]; then

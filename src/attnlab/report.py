@@ -151,7 +151,8 @@ def _compare(stat: Stat, base: Stat) -> None:
     if len(seeds) > 1:
         stat.diff_std = float(d.std(ddof=1))
         res = stats.ttest_rel(x, y)
-        stat.t, stat.p = float(res.statistic), float(res.pvalue)
+        # identical pairs make ttest_rel 0/0 = nan; no difference at all is p = 1
+        stat.t, stat.p = (0.0, 1.0) if not d.any() else (float(res.statistic), float(res.pvalue))
         stat.within_noise = bool(abs(stat.diff_mean) <= stat.diff_std)
 
 

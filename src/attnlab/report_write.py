@@ -146,6 +146,9 @@ def draw_curves(table: Table, tag: str, cache: dict | None = None, log_y: bool =
     fig = Figure(figsize=(7, 4.2))
     FigureCanvasAgg(fig)  # Agg explicitly, without touching pyplot's global backend
     ax = fig.add_subplot()
+    if len(table.cells) > 10:  # the default cycle repeats after 10 colours
+        from matplotlib import colormaps
+        ax.set_prop_cycle(color=colormaps["tab20"].colors)
     drawn = False
     for c in table.cells:
         steps, mean, std, n = curve(c.runs, tag, cache)
