@@ -64,15 +64,19 @@ def test_submitit_local_launcher_runs_the_sweep(tmp_path):
     assert (tmp_path / ".submitit").is_dir()
 
 
-def test_vmapped_seeds_equal_separate_runs(tmp_path):
-    """trainer.vmap_seeds=3 writes 3 ordinary runs, each equal (float tolerance) to that seed run alone."""
+@pytest.mark.parametrize("devices", [1, 3])
+def test_vmapped_seeds_equal_separate_runs(tmp_path, devices):
+    """trainer.vmap_seeds=3 writes 3 ordinary runs, each equal (float tolerance) to that seed run alone;
+    on 3 devices each device trains one seed."""
     common = [*TINY, *TINY_TASK["mqar"], "trainer.steps=6", "trainer.log_every=2", "trainer.eval_every=6"]
-    run_cli(*common, "trainer.vmap_seeds=3", f"hydra.run.dir={tmp_path / 'v'}", cwd=tmp_path)
+    run_cli(*common, "trainer.vmap_seeds=3", "accelerator=cpu", f"accelerator.devices={devices}",
+            f"hydra.run.dir={tmp_path / 'v'}", cwd=tmp_path)
     run_cli(*common, "seed=2", f"hydra.run.dir={tmp_path / 'alone'}", cwd=tmp_path)
     from attnlab.report import load_runs
     runs = load_runs(tmp_path / "v")
     assert [r.seed for r in runs] == [0, 1, 2] and all(r.status == "completed" for r in runs)
     vm, alone = metrics(tmp_path / "v" / "seed2"), metrics(tmp_path / "alone")
+    assert vm["seeds_over_devices"] == (devices == 3)
     for key, value in alone["final"].items():
         assert vm["final"][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     from cli_helpers import scalar_curve

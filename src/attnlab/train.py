@@ -116,15 +116,19 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
         _, saved, meta = restored
         state, best, best_params = saved["train"], meta["best"], saved["best_params"]
     start = int(state["step"][0])
-    state = jax.device_put(state, replicated)
+    # Seeds divisible over the devices: each device trains its own seeds, no communication (on CPU a seed's
+    # step barely uses a second thread — BENCHMARKS.md); otherwise the batch is split over the devices.
+    seed_parallel = S > 1 and mesh.size > 1 and S % mesh.size == 0
+    per_seed = NamedSharding(mesh, P("data")) if seed_parallel else replicated
+    state = jax.device_put(state, per_seed)
     # A real copy: the step donates (and so deletes) the state's own buffers.
-    best_params = jax.tree.map(jnp.copy, jax.device_put(best_params, replicated))
+    best_params = jax.tree.map(jnp.copy, jax.device_put(best_params, per_seed))
     data = jax.device_put(pad_split(task.splits["train"], 1), replicated)
     evals = {s: jax.device_put(pad_split(task.splits[s], cfg.eval_batch_size), replicated) for s in ("val", "test")}
     baseline = {s: task.baseline(s) for s in ("val", "test")}
 
     common = dict(groups=groups, layers=layers, num_layers=num_layers, num_heads=num_heads,
-                  batch_size=cfg.batch_size, batch_sharding=NamedSharding(mesh, P("data")) if mesh.size > 1 else None,
+                  batch_size=cfg.batch_size, batch_sharding=NamedSharding(mesh, P("data")) if mesh.size > 1 and not seed_parallel else None,
                   probe_scores=probes_supported(nets[0]), num_seeds=S)
     t0 = time.perf_counter()
     step_plain = make_train_step(graphdef, tx, with_stats=False, **common).lower(state, data).compile()
@@ -229,6 +233,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
             "steps": steps_done, "resumed_from": start or None, "nonfinite_steps": int(nonfinite[i]),
             "wall_time_s": time.perf_counter() - t_start, "compile_time_s": compile_s,
             "steps_per_sec": (steps_done - start) / max(loop_s, 1e-9), "vmapped_seeds": S,
+            "seeds_over_devices": seed_parallel,
         })
     return records
 
