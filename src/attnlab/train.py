@@ -120,6 +120,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
     # step barely uses a second thread — BENCHMARKS.md); otherwise the batch is split over the devices.
     seed_parallel = S > 1 and mesh.size > 1 and S % mesh.size == 0
     per_seed = NamedSharding(mesh, P("data")) if seed_parallel else replicated
+    batch_sharding = NamedSharding(mesh, P("data")) if mesh.size > 1 and not seed_parallel else None
     state = jax.device_put(state, per_seed)
     # A real copy: the step donates (and so deletes) the state's own buffers.
     best_params = jax.tree.map(jnp.copy, jax.device_put(best_params, per_seed))
@@ -128,7 +129,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
     baseline = {s: task.baseline(s) for s in ("val", "test")}
 
     common = dict(groups=groups, layers=layers, num_layers=num_layers, num_heads=num_heads,
-                  batch_size=cfg.batch_size, batch_sharding=NamedSharding(mesh, P("data")) if mesh.size > 1 and not seed_parallel else None,
+                  batch_size=cfg.batch_size, batch_sharding=batch_sharding,
                   probe_scores=probes_supported(nets[0]), num_seeds=S)
     t0 = time.perf_counter()
     step_plain = make_train_step(graphdef, tx, with_stats=False, **common).lower(state, data).compile()
