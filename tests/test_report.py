@@ -13,7 +13,7 @@ import pytest
 import yaml
 from scipy import stats
 
-from attnlab import report
+from attnlab import report, report_cli
 from attnlab.report import Run, load_runs, summarize
 from attnlab.report_write import curve, to_latex, write_report
 
@@ -254,7 +254,7 @@ def test_missing_and_short_cells_of_a_partial_sweep(tmp_path, capsys):
     table = summarize(load_runs(tmp_path))
     assert table.missing == [{"normalizer": "kl", "optim.lr": 0.003}]
     assert table.short == [({"normalizer": "softmax", "optim.lr": 0.001}, 2, [2])]
-    report.main([str(tmp_path), "--curves"])
+    report_cli.main([str(tmp_path), "--curves"])
     out = capsys.readouterr().out
     assert "Missing cell (no run): normalizer=kl, optim.lr=0.003" in out
     assert "normalizer=softmax, optim.lr=0.001 has 2 completed of 3 (missing seed 2)" in out
@@ -334,27 +334,27 @@ def test_log_y_patterns_pick_the_log_scaled_curves(tmp_path, monkeypatch):
         return real(t, tag, path, cache, log_y)
 
     monkeypatch.setattr(report_write, "plot_curves", recording)
-    report.main([str(tmp_path), "--curves", "grad_norm/layer_0", "val/loss", "--log-y", "grad_norm/*"])
+    report_cli.main([str(tmp_path), "--curves", "grad_norm/layer_0", "val/loss", "--log-y", "grad_norm/*"])
     assert seen == {"grad_norm/layer_0": True, "val/loss": False}
     assert (tmp_path / "report" / "curve_grad_norm_layer_0.png").read_bytes()[:8] == PNG_MAGIC
 
 
 def test_cli_exits_2_on_a_missing_or_empty_dir(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
-        report.main([str(tmp_path / "nope")])
+        report_cli.main([str(tmp_path / "nope")])
     assert exc.value.code == 2 and "does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exc:
-        report.main([str(tmp_path)])
+        report_cli.main([str(tmp_path)])
     assert exc.value.code == 2 and "no runs" in capsys.readouterr().err
     grid_sweep(tmp_path / "s")
     with pytest.raises(SystemExit) as exc:
-        report.main([str(tmp_path / "s"), "--baseline", "model=base"])
+        report_cli.main([str(tmp_path / "s"), "--baseline", "model=base"])
     assert exc.value.code == 2 and "baseline" in capsys.readouterr().err
 
 
 def test_cli_writes_the_report(tmp_path, capsys):
     grid_sweep(tmp_path)
-    report.main([str(tmp_path), "--metrics", "test/accuracy", "--baseline", "normalizer=softmax", "--curves",
+    report_cli.main([str(tmp_path), "--metrics", "test/accuracy", "--baseline", "normalizer=softmax", "--curves",
                  "--out", str(tmp_path / "rep")])
     out = capsys.readouterr().out
     assert "| normalizer | optim.lr | n | diverged | failed | test/accuracy |" in out
@@ -381,6 +381,6 @@ def test_report_of_a_real_tiny_sweep(tmp_path):
     for norm, vals in by_norm.items():
         s = cell(table, normalizer=norm).stats["test/accuracy"]
         assert s.n == 2 and s.mean == pytest.approx(np.mean(vals)) and s.std == pytest.approx(np.std(vals, ddof=1))
-    report.main([str(sweep)])
+    report_cli.main([str(sweep)])
     assert (sweep / "report" / "curve_val_loss.png").read_bytes()[:8] == PNG_MAGIC
     assert (sweep / "report" / "report.csv").exists()

@@ -241,7 +241,7 @@ def train_main() -> None:
 
 
 def report_main() -> None:
-    """Console script `attnlab-report` (see attnlab.report)."""
-    from attnlab.report import main
+    """Console script `attnlab-report` (see attnlab.report_cli)."""
+    from attnlab.report_cli import main
 
     main()

@@ -1,0 +1,73 @@
+"""`attnlab-report SWEEP_DIR`: the command line over attnlab.report and attnlab.report_write."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Iterable
+
+from attnlab import report
+from attnlab.report import LR, load_runs, summarize
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="attnlab-report", description=report.__doc__.splitlines()[0])
+    p.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep (Hydra multirun) directory, or a single run")
+    p.add_argument("--group-by", nargs="+", metavar="KEY", help="default: the varying config keys except the seed")
+    p.add_argument("--metrics", nargs="+", metavar="METRIC", help="default: the test/ metrics")
+    p.add_argument("--which", choices=("final", "best"), default="final",
+                   help="final parameters, or the best-validation-loss ones")
+    p.add_argument("--baseline", metavar="KEY=VALUE",
+                   help="paired comparison against this group, e.g. normalizer=softmax")
+    p.add_argument("--select-lr", action="store_true",
+                   help=f"per group, keep the {LR} with the best mean --select-by metric "
+                        "(a validation metric, so the test split stays unseen)")
+    p.add_argument("--select-by", default="val/loss", metavar="METRIC", help="lr selection metric (default val/loss)")
+    p.add_argument("--curves", nargs="*", default=["val/loss", "train/loss"], metavar="TAG",
+                   help="TensorBoard scalar tags to plot with seed bands (none: no plots)")
+    p.add_argument("--log-y", nargs="+", default=[], metavar="PATTERN",
+                   help="curves whose tag matches one of these fnmatch patterns get a log y axis, "
+                        "e.g. 'grad_norm/*' 'score_grad/*'")
+    p.add_argument("--out", metavar="DIR", help="output directory (default SWEEP_DIR/report)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of each CI")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    return p
+
+
+def cli(argv: Iterable[str] | None = None) -> int:
+    """Run the report; returns the exit status."""
+    from attnlab.report_write import write_report
+
+    args = _parser().parse_args(argv)
+    root = Path(args.sweep_dir)
+    if not root.is_dir():
+        print(f"attnlab-report: error: sweep directory {root} does not exist", file=sys.stderr)
+        return 2
+    runs = load_runs(root)
+    if not runs:
+        print(f"attnlab-report: error: no runs under {root} (no metrics.json, run.json or .hydra/ found)",
+              file=sys.stderr)
+        return 2
+    try:
+        table = summarize(runs, args.group_by, args.metrics, args.which, args.baseline, args.select_lr,
+                          args.select_by, args.n_boot, args.seed)
+    except ValueError as exc:
+        print(f"attnlab-report: error: {exc}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else root / "report"
+    files = write_report(table, out, curves=args.curves, log_y=args.log_y)
+    print((out / "report.md").read_text())
+    print(f"wrote {', '.join(str(f) for f in files)}")
+    return 0
+
+
+def main(argv: Iterable[str] | None = None) -> None:
+    """Console script `attnlab-report`: exits non-zero on an error."""
+    code = cli(argv)
+    if code:
+        sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
