@@ -44,6 +44,12 @@ def compute_dtype(dtype: str | None):
     return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype]
 
 
+def seeds_over_devices(num_seeds: int, device_count: int) -> bool:
+    """Whether vmapped seeds are sharded over the devices (each trains its own seeds, no all-reduce) rather
+    than every seed's batch being split; on CPU a seed's step barely uses a second thread (BENCHMARKS.md)."""
+    return num_seeds > 1 and device_count > 1 and num_seeds % device_count == 0
+
+
 def data_mesh():
     """A 1-D data-parallel mesh over every local device."""
     return jax.make_mesh((jax.device_count(),), ("data",), axis_types=(jax.sharding.AxisType.Auto,))

@@ -61,8 +61,9 @@ def validate(cfg: DictConfig, device_count: int) -> None:
         _require(isinstance(o[b], (int, float)) and 0 <= o[b] < 1, f"optim.{b}={o[b]!r} must be in [0, 1)")
     _require(t.nonfinite in ("skip", "stop"), f"trainer.nonfinite={t.nonfinite!r} unknown; allowed: skip, stop")
     _require(t.progress in ("auto", "bar", "lines", "none"), f"trainer.progress={t.progress!r} unknown; allowed: auto, bar, lines, none")
-    seeds_over_devices = t.vmap_seeds > 1 and t.vmap_seeds % device_count == 0  # train.fit: no batch split
-    _require(seeds_over_devices or t.batch_size % device_count == 0,
+    from attnlab.accelerator import seeds_over_devices
+
+    _require(seeds_over_devices(t.vmap_seeds, device_count) or t.batch_size % device_count == 0,
              f"trainer.batch_size={t.batch_size} is not divisible by the device count ({device_count}), "
              f"nor is trainer.vmap_seeds={t.vmap_seeds}")
     _require(isinstance(cfg.seed, int), f"seed={cfg.seed!r} must be an integer")

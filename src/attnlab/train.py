@@ -17,6 +17,7 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attnlab import calibration
+from attnlab.accelerator import seeds_over_devices
 from attnlab.checkpoint import Checkpoints, CheckpointError
 from attnlab.optim import schedule
 from attnlab.progress import Progress
@@ -116,9 +117,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
         _, saved, meta = restored
         state, best, best_params = saved["train"], meta["best"], saved["best_params"]
     start = int(state["step"][0])
-    # Seeds divisible over the devices: each device trains its own seeds, no communication (on CPU a seed's
-    # step barely uses a second thread — BENCHMARKS.md); otherwise the batch is split over the devices.
-    seed_parallel = S > 1 and mesh.size > 1 and S % mesh.size == 0
+    seed_parallel = seeds_over_devices(S, mesh.size)
     per_seed = NamedSharding(mesh, P("data")) if seed_parallel else replicated
     batch_sharding = NamedSharding(mesh, P("data")) if mesh.size > 1 and not seed_parallel else None
     state = jax.device_put(state, per_seed)
