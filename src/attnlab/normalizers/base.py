@@ -36,12 +36,27 @@ class Mask:
     key_valid_BS: jax.Array | None = None
     dense_BTS: jax.Array | None = None
     causal: bool = struct.field(pytree_node=False, default=False)
+    # Sliding window: a query at position p sees keys at positions s with p − s < window (causal:
+    # its `window` most recent keys, itself included) or |p − s| < window (bidirectional).
+    window: int | None = struct.field(pytree_node=False, default=None)
+
+    def positional_TS(self, q_pos_T, k_pos_S) -> jax.Array | None:
+        """The causal ∧ window part of the mask for query/key positions (None if neither applies)."""
+        d_TS = q_pos_T[:, None] - k_pos_S[None, :]
+        m_TS = None
+        if self.causal:
+            m_TS = d_TS >= 0
+        if self.window is not None:
+            w_TS = (d_TS < self.window) if self.causal else (jnp.abs(d_TS) < self.window)
+            m_TS = w_TS if m_TS is None else m_TS & w_TS
+        return m_TS
 
     def matrix_B1TS(self, T: int, S: int) -> jax.Array:
         """The explicit boolean mask, broadcastable to (B, N, T, S)."""
         m_BTS = jnp.ones((1, T, S), bool)
-        if self.causal:
-            m_BTS = m_BTS & (jnp.arange(S)[None, :] <= jnp.arange(T)[:, None] + (S - T))[None]
+        pos_TS = self.positional_TS(jnp.arange(T) + (S - T), jnp.arange(S))
+        if pos_TS is not None:
+            m_BTS = m_BTS & pos_TS[None]
         if self.key_valid_BS is not None:
             m_BTS = m_BTS & self.key_valid_BS[:, None, :].astype(bool)
         if self.dense_BTS is not None:
