@@ -13,9 +13,12 @@ import pytest
 import yaml
 from scipy import stats
 
-from attnlab import report, report_cli
+from attnlab import report
 from attnlab.report import Run, load_runs, summarize
-from attnlab.report_write import curve, to_latex, write_report
+from attnlab.report import cli as report_cli
+from attnlab.report.plots import curve
+from attnlab.report.tables import to_latex
+from attnlab.report.write import write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 NORM_CFG = {  # the options differ by normalizer, so they vary across runs only as a consequence of the choice
@@ -315,7 +318,7 @@ def test_learning_curves_have_seed_bands_and_valid_pngs(tmp_path):
 
 
 def test_log_y_patterns_pick_the_log_scaled_curves(tmp_path, monkeypatch):
-    from attnlab import report_write
+    from attnlab.report import plots as report_write
 
     grid_sweep(tmp_path, lrs=(0.001,))
     for r in load_runs(tmp_path):

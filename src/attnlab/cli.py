@@ -242,7 +242,7 @@ def train_main() -> None:
 
 
 def report_main() -> None:
-    """Console script `attnlab-report` (see attnlab.report_cli)."""
-    from attnlab.report_cli import main
+    """Console script `attnlab-report` (see attnlab.report.cli)."""
+    from attnlab.report.cli import main
 
     main()

@@ -1,55 +1,16 @@
-"""Sweep reports: per-cell statistics over seeds, paired baseline tests, lr selection (`attnlab-report`).
-
-Statistics of a cell use its *completed* runs with a finite value of the metric; diverged, failed,
-interrupted and incomplete runs are counted beside them, never averaged in. A baseline comparison pairs runs by `seed`
-and calls a difference "within seed noise" when |mean difference| <= the seed-to-seed standard deviation
-of the paired differences (an effect size below one standard deviation, whatever the number of seeds);
-the paired t-test p-value is reported next to it.
-"""
+"""Cells of a sweep: runs grouped by config keys, each metric summarized over seeds (see attnlab.report)."""
 
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+from attnlab.report.load import LR, Run, drifted_keys, same_value, sort_key, varying_keys
+from attnlab.report import stats
+from attnlab.report.stats import Stat
 
-from attnlab.report_load import (  # noqa: F401  (re-exported: the report API)
-    LR, SEED, Run, drifted_keys, load_runs, same_value, sort_key, varying_keys,
-)
-
-HIGHER_IS_BETTER = ("accuracy", "accuracy_ts", "r2")  # metric name endings where larger wins
 STATUSES = ("completed", "diverged", "failed")  # always counted; others (interrupted, incomplete) when present
-
-
-def bootstrap_ci(x, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean (Efron); NaN below two values."""
-    x = np.asarray(x, np.float64)
-    if len(x) < 2:
-        return math.nan, math.nan
-    means = x[np.random.default_rng(seed).integers(0, len(x), (n_boot, len(x)))].mean(axis=1)
-    lo, hi = np.percentile(means, [50 * (1 - level), 50 * (1 + level)])
-    return float(lo), float(hi)
-
-
-@dataclass
-class Stat:
-    """One metric in one cell: seeds' mean ± std, bootstrap CI and the paired comparison to the baseline."""
-
-    n: int
-    mean: float
-    std: float
-    ci_low: float
-    ci_high: float
-    by_seed: dict = field(default_factory=dict)
-    n_pairs: int = 0
-    diff_mean: float = math.nan
-    diff_std: float = math.nan
-    t: float = math.nan
-    p: float = math.nan
-    within_noise: bool | None = None
 
 
 @dataclass
@@ -72,7 +33,7 @@ class Cell:
 
 @dataclass
 class Table:
-    """The summary of a sweep; writers live in attnlab.report_write."""
+    """The summary of a sweep; writers live in attnlab.report.tables and attnlab.report.plots."""
 
     group_by: list[str]
     metrics: list[str]
@@ -121,53 +82,6 @@ def default_metrics(runs: list[Run], which: str) -> list[str]:
     return sorted(k for k in found if k.startswith("test/") and not k.endswith("_ts") and k != "test/temperature")
 
 
-def _cell_stat(runs: list[Run], metric: str, which: str, n_boot: int, seed: int) -> Stat:
-    vals = [(r.seed, v) for r in runs if (v := r.value(metric, which)) is not None]
-    x = np.array([v for _, v in vals])
-    by_seed: dict = {}
-    for s, v in vals:
-        by_seed.setdefault(s, []).append(v)
-    lo, hi = bootstrap_ci(x, n_boot, seed)
-    return Stat(n=len(x), mean=float(x.mean()) if len(x) else math.nan,
-                std=float(x.std(ddof=1)) if len(x) > 1 else math.nan, ci_low=lo, ci_high=hi,
-                by_seed={s: float(np.mean(v)) for s, v in by_seed.items()})
-
-
-def _compare(stat: Stat, base: Stat) -> None:
-    """Paired t-test of a cell against its baseline cell on the seeds both completed."""
-    from scipy import stats
-
-    seeds = sorted(set(stat.by_seed) & set(base.by_seed), key=sort_key)
-    x = np.array([stat.by_seed[s] for s in seeds])
-    y = np.array([base.by_seed[s] for s in seeds])
-    stat.n_pairs = len(seeds)
-    if not seeds:
-        return
-    d = x - y
-    stat.diff_mean = float(d.mean())
-    if len(seeds) > 1:
-        stat.diff_std = float(d.std(ddof=1))
-        res = stats.ttest_rel(x, y)
-        # identical pairs make ttest_rel 0/0 = nan; no difference at all is p = 1
-        stat.t, stat.p = (0.0, 1.0) if not d.any() else (float(res.statistic), float(res.pvalue))
-        stat.within_noise = bool(abs(stat.diff_mean) <= stat.diff_std)
-
-
-def _select_lr(runs: list[Run], metric: str, which: str) -> tuple[float | None, dict]:
-    """The lr with the best mean selection metric, preferring lrs at which no run diverged or failed."""
-    by_lr: dict = {}
-    for r in runs:
-        by_lr.setdefault(r.config.get(LR), []).append(r)
-    sign = -1 if metric.rsplit("/", 1)[-1] in HIGHER_IS_BETTER else 1
-    scores = {}
-    for lr, rs in by_lr.items():
-        vals = [v for r in rs if (v := r.value(metric, which)) is not None]
-        scores[lr] = float(np.mean(vals)) if vals else math.nan
-    clean = [lr for lr, rs in by_lr.items() if all(r.status == "completed" for r in rs)]
-    pool = [lr for lr in (clean or by_lr) if math.isfinite(scores[lr])]
-    return (min(pool, key=lambda lr: sign * scores[lr]) if pool else None), scores
-
-
 def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[str] | None = None,
               which: str = "final", baseline: str | None = None, select_lr: bool = False,
               select_by: str = "val/loss", n_boot: int = 2000, seed: int = 0) -> Table:
@@ -199,9 +113,9 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
     for key in sorted(groups, key=lambda t: tuple(map(sort_key, t))):
         cell = Cell(key=dict(zip(group_by, key)), runs=groups[key])
         if select_lr:
-            cell.lr, cell.lr_scores = _select_lr(cell.runs, select_by, which)
+            cell.lr, cell.lr_scores = stats.select_lr(cell.runs, select_by, which)
             cell.runs = [r for r in cell.runs if r.config.get(LR) == cell.lr] if cell.lr is not None else cell.runs
-        cell.stats = {m: _cell_stat(cell.runs, m, which, n_boot, seed) for m in metrics}
+        cell.stats = {m: stats.cell_stat(cell.runs, m, which, n_boot, seed) for m in metrics}
         table.cells.append(cell)
     if baseline:
         _apply_baseline(table, baseline)
@@ -232,7 +146,7 @@ def _apply_baseline(table: Table, spec: str) -> None:
                    and all(b.key[k] == v for k, v in c.key.items() if k != key)]
         if partner and not c.is_baseline:
             for m in table.metrics:
-                _compare(c.stats[m], partner[0].stats[m])
+                stats.compare(c.stats[m], partner[0].stats[m])
     if not any(c.is_baseline for c in table.cells):
         table.notes.append(f"No cell matches the baseline {spec}; no comparisons made.")
 

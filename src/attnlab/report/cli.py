@@ -1,4 +1,4 @@
-"""`attnlab-report SWEEP_DIR`: the command line over attnlab.report and attnlab.report_write."""
+"""`attnlab-report SWEEP_DIR`: the command line over attnlab.report."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 from typing import Iterable
 
-from attnlab import report
-from attnlab.report import LR, load_runs, summarize
+import attnlab.report as report
+from attnlab.report.cells import summarize
+from attnlab.report.load import LR, load_runs
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def cli(argv: Iterable[str] | None = None) -> int:
     """Run the report; returns the exit status."""
-    from attnlab.report_write import write_report
+    from attnlab.report.write import write_report
 
     args = _parser().parse_args(argv)
     root = Path(args.sweep_dir)

@@ -190,3 +190,13 @@ def same_value(v, text: str) -> bool:
     if isinstance(v, (int, float)) and isinstance(p, (int, float)) and not isinstance(v, bool):
         return math.isclose(v, p, rel_tol=1e-9)
     return v == p or str(v) == text
+
+
+def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
+    """{tag: {step: value}} of a run, read with TensorBoard's own EventAccumulator (every scalar kept)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 1, "images": 1, "tensors": 1})
+    acc.Reload()
+    # A step written twice (a resumed run) keeps its last value.
+    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags().get("scalars", [])}

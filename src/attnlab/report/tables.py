@@ -1,18 +1,15 @@
-"""Writers of a sweep report: Markdown, LaTeX (booktabs), CSV, and learning curves with seed bands."""
+"""A sweep summary as tables: Markdown, LaTeX (booktabs) and tidy CSV."""
 
 from __future__ import annotations
 
 import csv
 import math
-from fnmatch import fnmatch
 from pathlib import Path
 from typing import Iterable
 
-import numpy as np
+from attnlab.report.cells import Cell, Table
+from attnlab.report.load import LR
 
-from attnlab.report import LR, Cell, Run, Table
-
-CURVE_STATUSES = ("completed", "diverged")  # runs whose curves are drawn; a diverged curve shows where it broke
 TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 
@@ -110,87 +107,3 @@ def write_csv(table: Table, path: Path) -> None:
         w.writeheader()
         for r in rows:
             w.writerow({k: "" if r[k] is None else repr(r[k]) if isinstance(r[k], float) else r[k] for k in fields})
-
-
-def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
-    """{tag: {step: value}} of a run, read with TensorBoard's own EventAccumulator (every scalar kept)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 1, "images": 1, "tensors": 1})
-    acc.Reload()
-    # A step written twice (a resumed run) keeps its last value.
-    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags().get("scalars", [])}
-
-
-def curve(runs: list[Run], tag: str, cache: dict | None = None) -> tuple[np.ndarray, ...]:
-    """steps, mean, std (ddof=1; 0 for a single run) and run count across seeds at each step."""
-    cache = {} if cache is None else cache
-    for r in runs:
-        if r.status in CURVE_STATUSES and r.path not in cache:
-            cache[r.path] = read_scalars(r.path)
-    series = [cache[r.path].get(tag, {}) for r in runs if r.status in CURVE_STATUSES]
-    steps = sorted(set().union(*series)) if series else []
-    stats = []
-    for s in steps:
-        v = np.array([x[s] for x in series if s in x and math.isfinite(x[s])])
-        stats.append((v.mean() if len(v) else np.nan, v.std(ddof=1) if len(v) > 1 else 0.0, len(v)))
-    mean, std, n = (np.array(col) for col in zip(*stats)) if stats else (np.array([]),) * 3
-    return np.array(steps), mean, std, n
-
-
-def draw_curves(table: Table, tag: str, cache: dict | None = None, log_y: bool = False):
-    """A Figure with a mean line and a ±std band per cell; None when no run logged the tag."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7, 4.2))
-    FigureCanvasAgg(fig)  # Agg explicitly, without touching pyplot's global backend
-    ax = fig.add_subplot()
-    if len(table.cells) > 10:  # the default cycle repeats after 10 colours
-        from matplotlib import colormaps
-        ax.set_prop_cycle(color=colormaps["tab20"].colors)
-    drawn = False
-    for c in table.cells:
-        steps, mean, std, n = curve(c.runs, tag, cache)
-        if len(steps):
-            label = c.label() + (f", {LR}={c.lr}" if table.select_lr else "") + f" ({n.max()} runs)"
-            (line,) = ax.plot(steps, mean, label=label, marker="o" if len(steps) < 30 else None, markersize=3)
-            ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
-            drawn = True
-    if not drawn:
-        return None
-    if log_y:  # gradient norms span decades; a band reaching below 0 is clipped, not dropped
-        ax.set_yscale("log", nonpositive="clip")
-    ax.set(title=f"{tag} (mean ± std over seeds)", xlabel="step", ylabel=tag + (" (log scale)" if log_y else ""))
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
-def plot_curves(table: Table, tag: str, path: Path, cache: dict | None = None, log_y: bool = False) -> bool:
-    """Save draw_curves' figure as a PNG at `path`; False when no run logged the tag."""
-    fig = draw_curves(table, tag, cache, log_y)
-    if fig is not None:
-        fig.savefig(path, dpi=110)
-    return fig is not None
-
-
-def write_report(table: Table, out_dir, curves: Iterable[str] = ("val/loss", "train/loss"),
-                 log_y: Iterable[str] = ()) -> list[Path]:
-    """report.md, report.tex, report.csv and curve_<tag>.png in `out_dir`; returns the files written.
-
-    `log_y` holds fnmatch patterns (e.g. "grad_norm/*") of the curves drawn on a log y axis.
-    """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    images, notes, cache = [], [], {}
-    for tag in curves or ():
-        path = out / f"curve_{tag.replace('/', '_')}.png"
-        if plot_curves(table, tag, path, cache, log_y=any(fnmatch(tag, pat) for pat in log_y)):
-            images.append(path)
-        else:
-            notes.append(f"No run logged the scalar {tag}; no curve drawn.")
-    (out / "report.md").write_text(to_markdown(table, images, notes))
-    (out / "report.tex").write_text(to_latex(table))
-    write_csv(table, out / "report.csv")
-    return [out / "report.md", out / "report.tex", out / "report.csv", *images]

@@ -1,0 +1,23 @@
+"""Sweep reports: per-cell statistics over seeds, paired baseline tests, lr selection (`attnlab-report`).
+
+Statistics of a cell use its *completed* runs with a finite value of the metric; diverged, failed,
+interrupted and incomplete runs are counted beside them, never averaged in. A baseline comparison pairs runs by `seed`
+and calls a difference "within seed noise" when |mean difference| <= the seed-to-seed standard deviation
+of the paired differences (an effect size below one standard deviation, whatever the number of seeds);
+the paired t-test p-value is reported next to it.
+
+Modules, one concern each: load (run directories and TensorBoard scalars → records), stats (one metric
+over seeds: intervals, paired comparison, lr selection), cells (grouping runs into cells: `summarize`),
+tables (Markdown, LaTeX, CSV), plots (learning curves), write (a report directory), cli (`attnlab-report`).
+"""
+
+from attnlab.report.cells import STATUSES, Cell, Table, default_metrics, summarize
+from attnlab.report.load import (
+    LR, SEED, Run, drifted_keys, load_runs, read_scalars, same_value, sort_key, varying_keys,
+)
+from attnlab.report.stats import HIGHER_IS_BETTER, Stat, bootstrap_ci
+from attnlab.report.write import write_report
+
+__all__ = ["HIGHER_IS_BETTER", "LR", "SEED", "STATUSES", "Cell", "Run", "Stat", "Table", "bootstrap_ci",
+           "default_metrics", "drifted_keys", "load_runs", "read_scalars", "same_value", "sort_key", "summarize",
+           "varying_keys", "write_report"]
