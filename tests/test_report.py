@@ -188,7 +188,7 @@ def runs_of(values, seeds=None, normalizer="a"):
 def test_bootstrap_ci_contains_the_mean_and_shrinks_with_more_seeds():
     base = [0.1, 0.3, 0.5, 0.7]
     widths = []
-    for reps in (1, 10):
+    for reps in (2, 10):  # n = 8, 40: at least report.SMALL_N, so bootstrapped
         s = summarize(runs_of(base * reps), metrics=["test/accuracy"]).cells[0].stats["test/accuracy"]
         assert s.ci_low < s.mean < s.ci_high
         # A percentile bootstrap of the mean is about ±1.96·sd/√n wide (sd with ddof=0: resampling's sd).
@@ -196,8 +196,59 @@ def test_bootstrap_ci_contains_the_mean_and_shrinks_with_more_seeds():
         assert s.ci_high - s.ci_low == pytest.approx(expected, rel=0.12)
         widths.append(s.ci_high - s.ci_low)
     assert widths[1] < widths[0] / 2
-    again = summarize(runs_of(base), metrics=["test/accuracy"], seed=0).cells[0].stats["test/accuracy"]
-    assert (again.ci_low, again.ci_high) == report.bootstrap_ci(base, 2000, 0)  # seeded: reproducible
+    again = summarize(runs_of(base * 2), metrics=["test/accuracy"], seed=0).cells[0].stats["test/accuracy"]
+    assert (again.ci_low, again.ci_high) == report.bootstrap_ci(base * 2, 2000, 0)  # seeded: reproducible
+
+
+def test_below_small_n_a_cell_gets_the_t_interval_marked_low_n():
+    values = [0.52, 0.61, 0.47, 0.58, 0.55]
+    assert report.SMALL_N == 5
+    for n in range(1, 6):
+        s = summarize(runs_of(values[:n]), metrics=["test/accuracy"]).cells[0].stats["test/accuracy"]
+        x = np.array(values[:n])
+        assert s.n == n and s.low_n == (n < 5) and s.mean == pytest.approx(x.mean(), rel=1e-12)
+        if n == 1:
+            assert s.ci_method == "none" and math.isnan(s.ci_low) and math.isnan(s.ci_high)
+        elif n < 5:
+            want = stats.t.interval(0.95, n - 1, loc=x.mean(), scale=stats.sem(x))
+            assert s.ci_method == "t" and (s.ci_low, s.ci_high) == pytest.approx(want, rel=1e-12)
+        else:
+            assert s.ci_method == "bootstrap" and (s.ci_low, s.ci_high) == report.bootstrap_ci(x, 2000, 0)
+
+
+def test_fewer_than_three_pairs_give_the_differences_and_no_p_value():
+    base = {0: 0.50, 1: 0.55, 2: 0.60}
+    runs = runs_of(list(base.values()), list(base), "softmax")
+    runs += runs_of([0.62, 0.58], [0, 1], "kl") + runs_of([0.7, 0.6, 0.9], [0, 1, 2], "linear")
+    table = summarize(runs, metrics=["test/accuracy"], baseline="normalizer=softmax")
+    two = cell(table, normalizer="kl").stats["test/accuracy"]
+    assert two.n_pairs == 2 and two.diffs == pytest.approx({0: 0.12, 1: 0.03}, rel=1e-12)
+    assert math.isnan(two.p) and math.isnan(two.t) and two.within_noise is None
+    three = cell(table, normalizer="linear").stats["test/accuracy"]
+    want = stats.ttest_rel([0.7, 0.6, 0.9], list(base.values()))
+    assert (three.t, three.p) == pytest.approx((want.statistic, want.pvalue), rel=1e-10)
+    from attnlab.report.tables import to_markdown
+    md = to_markdown(table)
+    [kl_row] = [line for line in md.splitlines() if line.startswith("| kl |")]
+    assert "+0.075 (2 pairs: +0.12, +0.03; no test)" in kl_row and "p=" not in kl_row
+    assert f"p={three.p:.3g}" in md
+
+
+def test_a_two_seed_sweep_report_has_no_p_value_and_no_bootstrap_interval(tmp_path, capsys):
+    grid_sweep(tmp_path, norms=("softmax", "kl", "linear"), lrs=(0.001,), seeds=(0, 1))
+    report_cli.main([str(tmp_path), "--baseline", "normalizer=softmax", "--curves"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "normalizer" not in line]
+    assert len(rows) == 3 and all("low n" in r for r in rows) and "p=" not in out
+    assert "(here 2 to 2 per cell)" in out
+    with open(tmp_path / "report" / "report.csv") as f:
+        got = list(csv.DictReader(f))
+    assert {r["ci_method"] for r in got} == {"t"} and {r["low_n"] for r in got} == {"True"}
+    for norm, vals in ((k[0], v) for k, v in on_disk(tmp_path, "test/accuracy").items()):
+        [row] = [r for r in got if r["normalizer"] == norm and r["metric"] == "test/accuracy"]
+        want = stats.t.interval(0.95, 1, loc=np.mean(vals), scale=stats.sem(vals))
+        assert (float(row["ci_low"]), float(row["ci_high"])) == pytest.approx(want, rel=1e-12)
+        assert row["p"] == "nan"
 
 
 def test_paired_p_value_is_ttest_rel_on_matched_seeds():

@@ -6,6 +6,9 @@ and calls a difference "within seed noise" when |mean difference| <= the seed-to
 of the paired differences (an effect size below one standard deviation, whatever the number of seeds);
 the paired t-test p-value is reported next to it.
 
+Small n: below SMALL_N (5) values a cell's interval is the Student-t one, marked "low n" (none for one
+value), not the bootstrap's; below MIN_PAIRS (3) pairs the differences are reported without a p-value.
+
 Modules, one concern each: load (run directories and TensorBoard scalars → records), stats (one metric
 over seeds: intervals, paired comparison, lr selection), cells (grouping runs into cells: `summarize`),
 tables (Markdown, LaTeX, CSV), plots (learning curves), write (a report directory), cli (`attnlab-report`).
@@ -15,9 +18,9 @@ from attnlab.report.cells import STATUSES, Cell, Table, default_metrics, summari
 from attnlab.report.load import (
     LR, SEED, Run, drifted_keys, load_runs, read_scalars, same_value, sort_key, varying_keys,
 )
-from attnlab.report.stats import HIGHER_IS_BETTER, Stat, bootstrap_ci
+from attnlab.report.stats import HIGHER_IS_BETTER, MIN_PAIRS, SMALL_N, Stat, bootstrap_ci, t_ci
 from attnlab.report.write import write_report
 
-__all__ = ["HIGHER_IS_BETTER", "LR", "SEED", "STATUSES", "Cell", "Run", "Stat", "Table", "bootstrap_ci",
+__all__ = ["HIGHER_IS_BETTER", "LR", "MIN_PAIRS", "SEED", "SMALL_N", "STATUSES", "Cell", "Run", "Stat", "Table", "bootstrap_ci",
            "default_metrics", "drifted_keys", "load_runs", "read_scalars", "same_value", "sort_key", "summarize",
-           "varying_keys", "write_report"]
+           "t_ci", "varying_keys", "write_report"]

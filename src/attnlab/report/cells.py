@@ -60,8 +60,9 @@ class Table:
             base = {**c.key, **({LR: c.lr} if self.select_lr else {})}
             for m in self.metrics:
                 s = c.stats[m]
-                out.append({**base, "metric": m, "n": s.n, "mean": s.mean, "std": s.std, "ci_low": s.ci_low,
-                            "ci_high": s.ci_high, **{st: c.count(st) for st in self.statuses}, "n_pairs": s.n_pairs,
+                out.append({**base, "metric": m, "n": s.n, "low_n": s.low_n, "mean": s.mean, "std": s.std,
+                            "ci_low": s.ci_low, "ci_high": s.ci_high, "ci_method": s.ci_method,
+                            **{st: c.count(st) for st in self.statuses}, "n_pairs": s.n_pairs,
                             "diff_mean": s.diff_mean, "diff_std": s.diff_std, "t": s.t, "p": s.p,
                             "within_noise": s.within_noise})
         return out

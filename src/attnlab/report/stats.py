@@ -12,7 +12,16 @@ from attnlab.report.load import LR, Run, sort_key
 HIGHER_IS_BETTER = ("accuracy", "accuracy_ts", "r2")  # metric name endings where larger wins
 
 
-def bootstrap_ci(x, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> tuple[float, float]:
+# Below SMALL_N values a percentile bootstrap only reshuffles the few values it has (with two seeds its
+# 95% interval is exactly the two values), so a cell gets the Student-t interval of the mean instead,
+# marked "low n"; a single value gets no interval. Below MIN_PAIRS paired differences a t-test has at
+# most one degree of freedom: the differences are reported, no p-value.
+SMALL_N = 5
+MIN_PAIRS = 3
+CI_LEVEL = 0.95
+
+
+def bootstrap_ci(x, n_boot: int = 2000, seed: int = 0, level: float = CI_LEVEL) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean (Efron); NaN below two values."""
     x = np.asarray(x, np.float64)
     if len(x) < 2:
@@ -22,38 +31,58 @@ def bootstrap_ci(x, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> t
     return float(lo), float(hi)
 
 
+def t_ci(x, level: float = CI_LEVEL) -> tuple[float, float]:
+    """Student-t interval of the mean, mean ± t_{(1+level)/2, n-1}·s/√n; NaN below two values."""
+    from scipy import stats
+
+    x = np.asarray(x, np.float64)
+    if len(x) < 2:
+        return math.nan, math.nan
+    half = stats.t.ppf(0.5 + level / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x))
+    return float(x.mean() - half), float(x.mean() + half)
+
+
 @dataclass
 class Stat:
-    """One metric in one cell: seeds' mean ± std, bootstrap CI and the paired comparison to the baseline."""
+    """One metric in one cell: seeds' mean ± std, a CI of the mean and the paired comparison to the baseline."""
 
     n: int
     mean: float
     std: float
     ci_low: float
     ci_high: float
+    ci_method: str = "bootstrap"  # bootstrap (n >= SMALL_N) | t (2 <= n < SMALL_N) | none (n < 2)
     by_seed: dict = field(default_factory=dict)
     n_pairs: int = 0
+    diffs: dict = field(default_factory=dict)  # seed → paired difference to the baseline
     diff_mean: float = math.nan
     diff_std: float = math.nan
     t: float = math.nan
-    p: float = math.nan
+    p: float = math.nan  # NaN below MIN_PAIRS pairs: no test
     within_noise: bool | None = None
+
+    @property
+    def low_n(self) -> bool:
+        return 0 < self.n < SMALL_N
 
 
 def cell_stat(runs: list[Run], metric: str, which: str, n_boot: int, seed: int) -> Stat:
+    """Mean, std and CI (bootstrap from SMALL_N values, t below) of a metric over a cell's completed runs."""
     vals = [(r.seed, v) for r in runs if (v := r.value(metric, which)) is not None]
     x = np.array([v for _, v in vals])
     by_seed: dict = {}
     for s, v in vals:
         by_seed.setdefault(s, []).append(v)
-    lo, hi = bootstrap_ci(x, n_boot, seed)
+    method = "bootstrap" if len(x) >= SMALL_N else "t" if len(x) >= 2 else "none"
+    lo, hi = bootstrap_ci(x, n_boot, seed) if method == "bootstrap" else t_ci(x)
     return Stat(n=len(x), mean=float(x.mean()) if len(x) else math.nan,
-                std=float(x.std(ddof=1)) if len(x) > 1 else math.nan, ci_low=lo, ci_high=hi,
+                std=float(x.std(ddof=1)) if len(x) > 1 else math.nan, ci_low=lo, ci_high=hi, ci_method=method,
                 by_seed={s: float(np.mean(v)) for s, v in by_seed.items()})
 
 
 def compare(stat: Stat, base: Stat) -> None:
-    """Paired t-test of a cell against its baseline cell on the seeds both completed."""
+    """Paired differences of a cell to its baseline cell on the seeds both completed; a paired t-test
+    (scipy.stats.ttest_rel) only from MIN_PAIRS pairs."""
     from scipy import stats
 
     seeds = sorted(set(stat.by_seed) & set(base.by_seed), key=sort_key)
@@ -63,9 +92,11 @@ def compare(stat: Stat, base: Stat) -> None:
     if not seeds:
         return
     d = x - y
+    stat.diffs = dict(zip(seeds, map(float, d)))
     stat.diff_mean = float(d.mean())
     if len(seeds) > 1:
         stat.diff_std = float(d.std(ddof=1))
+    if len(seeds) >= MIN_PAIRS:
         res = stats.ttest_rel(x, y)
         # identical pairs make ttest_rel 0/0 = nan; no difference at all is p = 1
         stat.t, stat.p = (0.0, 1.0) if not d.any() else (float(res.statistic), float(res.pvalue))

@@ -9,6 +9,7 @@ from typing import Iterable
 
 from attnlab.report.cells import Cell, Table
 from attnlab.report.load import LR
+from attnlab.report.stats import MIN_PAIRS, SMALL_N
 
 TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
@@ -23,7 +24,7 @@ def _stat_text(cell: Cell, metric: str, pm: str) -> str:
     if s.n == 0:
         return "–"
     text = f"{_num(s.mean)} {pm} {_num(s.std)} [{_num(s.ci_low)}, {_num(s.ci_high)}]" if s.n > 1 else _num(s.mean)
-    return text + (f" (n={s.n})" if s.n != done else "")
+    return text + (f" (n={s.n})" if s.n != done else "") + (" low n" if s.low_n else "")
 
 
 def _diff_text(cell: Cell, metric: str) -> str:
@@ -32,8 +33,9 @@ def _diff_text(cell: Cell, metric: str) -> str:
         return "baseline"
     if s.n_pairs == 0:
         return "no paired seeds"
-    if s.n_pairs == 1:
-        return f"{s.diff_mean:+.4g} (1 pair)"
+    if s.n_pairs < MIN_PAIRS:  # no test: the differences themselves, seed by seed
+        each = ", ".join(f"{d:+.4g}" for d in s.diffs.values())
+        return f"{s.diff_mean:+.4g} ({s.n_pairs} pair{'s' * (s.n_pairs > 1)}: {each}; no test)"
     return f"{s.diff_mean:+.4g}, p={s.p:.3g}" + (", within seed noise" if s.within_noise else "")
 
 
@@ -55,10 +57,14 @@ def display(table: Table, pm: str = "±") -> tuple[list[str], list[list[str]]]:
 
 
 def _explain(table: Table) -> list[str]:
+    ns = [s.n for c in table.cells for s in c.stats.values() if s.n]
     lines = [f"Metrics of the {table.which} parameters over the completed runs of each cell: mean ± std across "
-             "seeds (ddof=1) [95% percentile-bootstrap CI of the mean]; n counts completed runs."]
+             f"seeds (ddof=1) [95% CI of the mean: percentile bootstrap from n={SMALL_N}; below, marked 'low n', "
+             "the Student-t interval, none for n=1]; n counts completed runs "
+             f"(here {min(ns, default=0)} to {max(ns, default=0)} per cell)."]
     if table.baseline:
-        lines.append(f"Δ: paired difference to {table.baseline} on the seeds both completed, paired t-test p; "
+        lines.append(f"Δ: paired difference to {table.baseline} on the seeds both completed, paired t-test p from "
+                     f"{MIN_PAIRS} pairs (below, the differences and no test); "
                      "'within seed noise' when |mean Δ| <= std of Δ across seeds.")
     if table.select_lr:
         lines.append(f"Learning rate selected per cell by the best mean {table.select_by} (validation, so the test "
