@@ -438,3 +438,87 @@ def test_report_of_a_real_tiny_sweep(tmp_path):
     report_cli.main([str(sweep)])
     assert (sweep / "report" / "curve_val_loss.png").read_bytes()[:8] == PNG_MAGIC
     assert (sweep / "report" / "report.csv").exists()
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--baseline", "normalizer=sofmax"], "baseline 'normalizer=sofmax' matches no cell; normalizer values: kl, softmax"),
+    (["--group-by", "normaliser"], "unknown group key(s) normaliser; varying keys: normalizer, optim.lr"),
+    (["--metrics", "test/acc"], "metric 'test/acc' matches nothing; available: test/accuracy, test/accuracy_ts,"),
+    (["--select-lr", "--select-by", "val/los"], "select_by metric val/los in no completed run's final record"),
+    (["--curves", "val/*", "grad_norm/*"], "curve pattern 'grad_norm/*' matches nothing; available: train/loss, val/loss"),
+    (["--curves", "val/*", "--log-y", "train/*"], "--log-y pattern 'train/*' matches nothing; available: val/loss"),
+    (["--columns", "0"], "--columns 0; allowed: an integer >= 1"),
+])
+def test_a_pattern_that_matches_nothing_exits_2_naming_what_exists(tmp_path, capsys, args, named):
+    grid_sweep(tmp_path, seeds=(0, 1))
+    for r in load_runs(tmp_path):
+        write_events(r.path, {"val/loss": [1.0, 0.5], "train/loss": [2.0, 1.0]})
+    with pytest.raises(SystemExit) as exc:
+        report_cli.main([str(tmp_path), *args])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1 and named in err, err
+    assert not (tmp_path / "report").exists()
+
+
+def test_metrics_and_curves_accept_glob_patterns(tmp_path):
+    grid_sweep(tmp_path, lrs=(0.001,), seeds=(0, 1))
+    for r in load_runs(tmp_path):
+        write_events(r.path, {"val/loss": [1.0, 0.5], "val/accuracy": [0.1, 0.2], "train/loss": [2.0, 1.0]})
+    table = summarize(load_runs(tmp_path), metrics=["test/acc*", "test/accuracy", "val/loss"])
+    assert table.metrics == ["test/accuracy", "test/accuracy_ts", "val/loss"]  # each once, in pattern order
+    report_cli.main([str(tmp_path), "--curves", "val/*", "--log-y", "val/l*"])
+    assert sorted(p.name for p in (tmp_path / "report").glob("*.png")) == ["curve_val_accuracy.png",
+                                                                           "curve_val_loss.png"]
+
+
+def test_a_wide_table_is_split_per_metric_group_and_each_part_states_n(tmp_path):
+    from attnlab.report.tables import display, to_markdown
+
+    def value(n, lr, s):
+        return 0.5 + 0.1 * (n == "kl") + 0.01 * s * (1 + s + (n == "kl"))
+
+    grid_sweep(tmp_path, lrs=(0.001,), value=value)
+    metrics = ["test/accuracy", "test/loss", "test/accuracy_ts", "test/temperature", "val/loss"]
+    table = summarize(load_runs(tmp_path), metrics=metrics, baseline="normalizer=softmax")
+    # fixed columns: normalizer, n, diverged, failed; each metric adds its value and its Δ
+    full_header, full_rows = display(table)
+    assert len(full_header) == 4 + 2 * 5
+    md = to_markdown(table, max_columns=8)
+    tables = [[line for line in block.splitlines() if line.startswith("|")] for block in md.split("\n\n")]
+    tables = [t for t in tables if t]
+    heads = [[h.strip() for h in t[0].strip("|").split("|")] for t in tables]
+    assert [h[4:] for h in heads] == [
+        ["test/accuracy", "test/loss", "Δ test/accuracy vs normalizer=softmax", "Δ test/loss vs normalizer=softmax"],
+        ["test/accuracy_ts", "test/temperature", "Δ test/accuracy_ts vs normalizer=softmax",
+         "Δ test/temperature vs normalizer=softmax"],
+        ["val/loss", "Δ val/loss vs normalizer=softmax"]]
+    assert all(h[:4] == ["normalizer", "n", "diverged", "failed"] and len(h) <= 8 for h in heads)
+    assert "Table 1 of 3: test/accuracy, test/loss" in md
+    for t, h in zip(tables, heads):  # every part holds the same cells as the full table, n included
+        for line, full in zip(t[2:], full_rows):
+            got = dict(zip(h, (c.strip() for c in line.strip("|").split("|"))))
+            assert got == {k: v for k, v in zip(full_header, full) if k in got}
+    tex = to_latex(table, max_columns=8)
+    assert tex.count(r"\begin{tabular}{lrrrrrrr}") == 2 and tex.count(r"\begin{tabular}{lrrrrr}") == 1
+    assert [line.startswith("|---") for line in to_markdown(table, max_columns=14).splitlines()].count(True) == 1
+
+
+def test_log_y_bands_are_the_geometric_mean_and_spread(tmp_path):
+    from attnlab.report import plots
+
+    grid_sweep(tmp_path, norms=("softmax",), lrs=(0.001,), seeds=(0, 1, 2))
+    logged = {0: [1.0, 1e-2, 1e-4], 1: [10.0, 1e-1, 1e-3], 2: [100.0, 1.0, 0.0]}  # a 0 at the last step
+    for r in load_runs(tmp_path):
+        write_events(r.path, {"grad_norm/layer_0": logged[r.seed]})
+    fig = plots.draw_curves(summarize(load_runs(tmp_path)), "grad_norm/layer_0", log_y=True)
+    ax = fig.axes[0]
+    logs = [np.log([logged[s][k] for s in range(3) if logged[s][k] > 0]) for k in range(3)]
+    gmean = np.exp([v.mean() for v in logs])
+    gstd = np.exp([v.std(ddof=1) for v in logs])
+    np.testing.assert_allclose(ax.lines[0].get_ydata(), gmean, rtol=1e-6)  # 10, 0.1, sqrt(1e-4·1e-3)
+    band_y = ax.collections[0].get_paths()[0].vertices[:, 1]
+    assert band_y.min() > 0
+    want = np.concatenate([gmean / gstd, gmean * gstd])
+    assert all(np.isclose(band_y, w, rtol=1e-5).any() for w in want)  # the band's edges, and nothing else
+    assert all(np.isclose(want, y, rtol=1e-5).any() for y in band_y)
+    assert "1 value(s) <= 0 left out" in ax.get_title()

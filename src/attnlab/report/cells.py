@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -99,13 +100,12 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
         if len({r.config.get(LR) for r in configured}) < 2:
             raise ValueError(f"select_lr needs a sweep over {LR}; this one has a single learning rate")
         group_by = [k for k in group_by if k != LR]
-    metrics = default_metrics(runs, which) if metrics is None else list(metrics)
     done = [r for r in runs if r.status == "completed"]
-    found = {k for r in done for k in (r.final if which == "final" else r.best)}
-    absent = [m for m in metrics if m not in found]
-    if absent and done:
-        raise ValueError(f"metric(s) {', '.join(absent)} in no completed run's {which} record; "
-                         f"available: {', '.join(sorted(found))}")
+    found = sorted({k for r in done for k in (r.final if which == "final" else r.best)})
+    metrics = default_metrics(runs, which) if metrics is None else expand(metrics, found) if done else list(metrics)
+    if select_lr and done and select_by not in found:
+        raise ValueError(f"select_by metric {select_by} in no completed run's {which} record; "
+                         f"available: {', '.join(found)}")
     table = Table(group_by=group_by, metrics=metrics, which=which, cells=[], baseline=baseline,
                   select_lr=select_lr, select_by=select_by if select_lr else None)
     groups: dict[tuple, list[Run]] = {}
@@ -135,11 +135,26 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
     return table
 
 
+def expand(patterns: list[str], names: list[str], what: str = "metric") -> list[str]:
+    """fnmatch patterns (a plain name matches itself) → the names they match, in pattern order, each once;
+    ValueError naming the available names when a pattern matches none."""
+    out: dict[str, None] = {}
+    for pat in patterns:
+        hits = [n for n in names if fnmatch.fnmatchcase(n, pat)]
+        if not hits:
+            raise ValueError(f"{what} {pat!r} matches nothing; available: {', '.join(names) or '(none)'}")
+        out.update(dict.fromkeys(hits))
+    return list(out)
+
+
 def _apply_baseline(table: Table, spec: str) -> None:
     key, sep, text = spec.partition("=")
     if not sep or key not in table.group_by:
         raise ValueError(f"baseline {spec!r} must be KEY=VALUE with KEY one of the group keys: "
                          f"{', '.join(table.group_by) or '(none)'}")
+    if not any(same_value(c.key[key], text) for c in table.cells):
+        values = sorted({c.key[key] for c in table.cells}, key=sort_key)
+        raise ValueError(f"baseline {spec!r} matches no cell; {key} values: {', '.join(map(str, values))}")
     for c in table.cells:
         c.is_baseline = same_value(c.key[key], text)
     for c in table.cells:
@@ -148,8 +163,6 @@ def _apply_baseline(table: Table, spec: str) -> None:
         if partner and not c.is_baseline:
             for m in table.metrics:
                 stats.compare(c.stats[m], partner[0].stats[m])
-    if not any(c.is_baseline for c in table.cells):
-        table.notes.append(f"No cell matches the baseline {spec}; no comparisons made.")
 
 
 def _completeness(table: Table, runs: list[Run]) -> None:

@@ -8,8 +8,12 @@ from pathlib import Path
 from typing import Iterable
 
 import attnlab.report as report
-from attnlab.report.cells import summarize
+from attnlab.report import plots
+from attnlab.report.cells import Table, expand, summarize
 from attnlab.report.load import LR, load_runs
+from attnlab.report.tables import MAX_COLUMNS
+
+DEFAULT_CURVES = ("val/loss", "train/loss")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -25,15 +29,31 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"per group, keep the {LR} with the best mean --select-by metric "
                         "(a validation metric, so the test split stays unseen)")
     p.add_argument("--select-by", default="val/loss", metavar="METRIC", help="lr selection metric (default val/loss)")
-    p.add_argument("--curves", nargs="*", default=["val/loss", "train/loss"], metavar="TAG",
-                   help="TensorBoard scalar tags to plot with seed bands (none: no plots)")
+    p.add_argument("--curves", nargs="*", metavar="PATTERN",
+                   help="TensorBoard scalar tags or fnmatch patterns to plot with seed bands, e.g. 'val/*' "
+                        f"(default: {' '.join(DEFAULT_CURVES)}; none: no plots); one that matches no tag is an error")
     p.add_argument("--log-y", nargs="+", default=[], metavar="PATTERN",
-                   help="curves whose tag matches one of these fnmatch patterns get a log y axis, "
-                        "e.g. 'grad_norm/*' 'score_grad/*'")
+                   help="curves whose tag matches one of these fnmatch patterns get a log y axis (geometric mean "
+                        "and spread), e.g. 'grad_norm/*' 'score_grad/*'")
+    p.add_argument("--columns", type=int, default=MAX_COLUMNS, metavar="N",
+                   help=f"at most N columns per Markdown/LaTeX table; a wider one is split, one table per metric "
+                        f"group (default {MAX_COLUMNS})")
     p.add_argument("--out", metavar="DIR", help="output directory (default SWEEP_DIR/report)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of each CI")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     return p
+
+
+def _curves(table: Table, patterns: list[str] | None, log_y: list[str], cache: dict) -> tuple[list[str], list[str]]:
+    """The tags to plot and the log-y patterns; ValueError when a given pattern matches no logged tag."""
+    if patterns is None:  # the defaults: whichever the runs logged (a note names the others)
+        return list(DEFAULT_CURVES), log_y
+    if not patterns:
+        return [], log_y
+    tags = plots.scalar_tags([r for c in table.cells for r in c.runs], cache)
+    curves = expand(patterns, tags, "curve pattern")
+    expand(log_y, curves, "--log-y pattern")  # one that matches none of the plotted curves is a mistake too
+    return curves, log_y
 
 
 def cli(argv: Iterable[str] | None = None) -> int:
@@ -50,14 +70,19 @@ def cli(argv: Iterable[str] | None = None) -> int:
         print(f"attnlab-report: error: no runs under {root} (no metrics.json, run.json or .hydra/ found)",
               file=sys.stderr)
         return 2
+    if args.columns < 1:
+        print(f"attnlab-report: error: --columns {args.columns}; allowed: an integer >= 1", file=sys.stderr)
+        return 2
+    cache: dict = {}
     try:
         table = summarize(runs, args.group_by, args.metrics, args.which, args.baseline, args.select_lr,
                           args.select_by, args.n_boot, args.seed)
+        curves, log_y = _curves(table, args.curves, args.log_y, cache)
     except ValueError as exc:
         print(f"attnlab-report: error: {exc}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else root / "report"
-    files = write_report(table, out, curves=args.curves, log_y=args.log_y)
+    files = write_report(table, out, curves=curves, log_y=log_y, cache=cache, max_columns=args.columns)
     print((out / "report.md").read_text())
     print(f"wrote {', '.join(str(f) for f in files)}")
     return 0

@@ -13,24 +13,47 @@ from attnlab.report.load import LR, Run, read_scalars
 CURVE_STATUSES = ("completed", "diverged")  # runs whose curves are drawn; a diverged curve shows where it broke
 
 
-def curve(runs: list[Run], tag: str, cache: dict | None = None) -> tuple[np.ndarray, ...]:
-    """steps, mean, std (ddof=1; 0 for a single run) and run count across seeds at each step."""
+def _by_step(runs: list[Run], tag: str, cache: dict | None) -> tuple[list[int], list[np.ndarray]]:
+    """The steps at which any run logged `tag`, and the runs' finite values at each."""
     cache = {} if cache is None else cache
     for r in runs:
         if r.status in CURVE_STATUSES and r.path not in cache:
             cache[r.path] = read_scalars(r.path)
     series = [cache[r.path].get(tag, {}) for r in runs if r.status in CURVE_STATUSES]
     steps = sorted(set().union(*series)) if series else []
+    return steps, [np.array([x[s] for x in series if s in x and math.isfinite(x[s])]) for s in steps]
+
+
+def scalar_tags(runs: list[Run], cache: dict | None = None) -> list[str]:
+    """Every scalar tag that a run whose curve is drawn (completed or diverged) logged."""
+    cache = {} if cache is None else cache
+    for r in runs:
+        if r.status in CURVE_STATUSES and r.path not in cache:
+            cache[r.path] = read_scalars(r.path)
+    return sorted({t for r in runs if r.status in CURVE_STATUSES for t in cache[r.path]})
+
+
+def curve(runs: list[Run], tag: str, cache: dict | None = None, geometric: bool = False) -> tuple[np.ndarray, ...]:
+    """steps, mean, std (ddof=1; 0 for a single run) and run count across seeds at each step.
+
+    geometric: the mean and std are those of log(value) over the positive values (exp of the mean is the
+    geometric mean; the band is gmean ×/÷ exp(std)), the count is that of the positive values.
+    """
+    steps, values = _by_step(runs, tag, cache)
     stats = []
-    for s in steps:
-        v = np.array([x[s] for x in series if s in x and math.isfinite(x[s])])
+    for v in values:
+        v = np.log(v[v > 0]) if geometric else v
         stats.append((v.mean() if len(v) else np.nan, v.std(ddof=1) if len(v) > 1 else 0.0, len(v)))
     mean, std, n = (np.array(col) for col in zip(*stats)) if stats else (np.array([]),) * 3
-    return np.array(steps), mean, std, n
+    return np.array(steps), (np.exp(mean) if geometric else mean), std, n
 
 
 def draw_curves(table: Table, tag: str, cache: dict | None = None, log_y: bool = False):
-    """A Figure with a mean line and a ±std band per cell; None when no run logged the tag."""
+    """A Figure with a mean line and a ±std band per cell; None when no run logged the tag.
+
+    On a log y axis the line is the geometric mean and the band its geometric spread, gmean ×/÷ exp(std of
+    log), which stays positive; values <= 0 cannot be drawn there: they are left out and counted in the title.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -40,19 +63,25 @@ def draw_curves(table: Table, tag: str, cache: dict | None = None, log_y: bool =
     if len(table.cells) > 10:  # the default cycle repeats after 10 colours
         from matplotlib import colormaps
         ax.set_prop_cycle(color=colormaps["tab20"].colors)
-    drawn = False
+    drawn, dropped = False, 0
     for c in table.cells:
-        steps, mean, std, n = curve(c.runs, tag, cache)
+        steps, mean, std, n = curve(c.runs, tag, cache, geometric=log_y)
+        if log_y:
+            dropped += sum(int((v <= 0).sum()) for v in _by_step(c.runs, tag, cache)[1])
         if len(steps):
             label = c.label() + (f", {LR}={c.lr}" if table.select_lr else "") + f" ({n.max()} runs)"
             (line,) = ax.plot(steps, mean, label=label, marker="o" if len(steps) < 30 else None, markersize=3)
-            ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+            lo, hi = (mean / np.exp(std), mean * np.exp(std)) if log_y else (mean - std, mean + std)
+            ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
             drawn = True
     if not drawn:
         return None
-    if log_y:  # gradient norms span decades; a band reaching below 0 is clipped, not dropped
-        ax.set_yscale("log", nonpositive="clip")
-    ax.set(title=f"{tag} (mean ± std over seeds)", xlabel="step", ylabel=tag + (" (log scale)" if log_y else ""))
+    title = f"{tag} (mean ± std over seeds)"
+    if log_y:
+        ax.set_yscale("log")
+        title = f"{tag} (geometric mean ×/÷ geometric std over seeds)"
+        title += f"\n{dropped} value(s) <= 0 left out" if dropped else ""
+    ax.set(title=title, xlabel="step", ylabel=tag + (" (log scale)" if log_y else ""))
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig

@@ -11,6 +11,7 @@ from attnlab.report.cells import Cell, Table
 from attnlab.report.load import LR
 from attnlab.report.stats import MIN_PAIRS, SMALL_N
 
+MAX_COLUMNS = 10  # columns of one Markdown/LaTeX table before it is split (--columns)
 TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 
@@ -39,19 +40,33 @@ def _diff_text(cell: Cell, metric: str) -> str:
     return f"{s.diff_mean:+.4g}, p={s.p:.3g}" + (", within seed noise" if s.within_noise else "")
 
 
-def display(table: Table, pm: str = "±") -> tuple[list[str], list[list[str]]]:
-    """The table as header + rows of strings, shared by the Markdown and LaTeX writers."""
-    statuses = table.statuses
-    header = [*table.group_by, *([f"{LR} (selected)"] if table.select_lr else []), "n", *statuses[1:], *table.metrics]
+def metric_chunks(table: Table, max_columns: int = MAX_COLUMNS) -> list[list[str]]:
+    """The metrics of each printed table: all in one when it has at most `max_columns` columns, else one
+    table per metric group (the name before "/"), a group cut into tables that fit."""
+    fixed = len(table.group_by) + table.select_lr + len(table.statuses)  # keys, n and the other statuses
+    per_metric = 2 if table.baseline else 1  # its value and its Δ
+    if fixed + per_metric * len(table.metrics) <= max_columns:
+        return [table.metrics]
+    room = max(1, (max_columns - fixed) // per_metric)
+    groups: dict[str, list[str]] = {}
+    for m in table.metrics:
+        groups.setdefault(m.split("/", 1)[0] if "/" in m else "", []).append(m)
+    return [g[i:i + room] for g in groups.values() for i in range(0, len(g), room)]
+
+
+def display(table: Table, pm: str = "±", metrics: list[str] | None = None) -> tuple[list[str], list[list[str]]]:
+    """The table (of `metrics`, default all) as header + rows of strings, for the Markdown and LaTeX writers."""
+    statuses, metrics = table.statuses, table.metrics if metrics is None else metrics
+    header = [*table.group_by, *([f"{LR} (selected)"] if table.select_lr else []), "n", *statuses[1:], *metrics]
     if table.baseline:
-        header += [f"Δ {m} vs {table.baseline}" for m in table.metrics]
+        header += [f"Δ {m} vs {table.baseline}" for m in metrics]
     rows = []
     for c in table.cells:
         row = [str(v) for v in c.key.values()] + ([str(c.lr)] if table.select_lr else [])
         row += [str(c.count(s)) for s in statuses]  # n = completed
-        row += [_stat_text(c, m, pm) for m in table.metrics]
+        row += [_stat_text(c, m, pm) for m in metrics]
         if table.baseline:
-            row += [_diff_text(c, m) for m in table.metrics]
+            row += [_diff_text(c, m) for m in metrics]
         rows.append(row)
     return header, rows
 
@@ -76,13 +91,17 @@ def _explain(table: Table) -> list[str]:
     return lines
 
 
-def to_markdown(table: Table, images: Iterable[Path] = (), notes: Iterable[str] = ()) -> str:
-    """The report as Markdown: explanation, table, completeness, notes, curve images."""
-    header, rows = display(table)
+def to_markdown(table: Table, images: Iterable[Path] = (), notes: Iterable[str] = (),
+                max_columns: int = MAX_COLUMNS) -> str:
+    """The report as Markdown: explanation, table(s) (see metric_chunks), completeness, notes, curve images."""
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    out = [f"# Sweep report ({table.which})", "", *_explain(table), "",
-           "| " + " | ".join(map(esc, header)) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
+    out = [f"# Sweep report ({table.which})", "", *_explain(table)]
+    chunks = metric_chunks(table, max_columns)
+    for i, metrics in enumerate(chunks):
+        header, rows = display(table, metrics=metrics)
+        out += ["", f"Table {i + 1} of {len(chunks)}: {', '.join(metrics)}"] if len(chunks) > 1 else [""]
+        out += ["| " + " | ".join(map(esc, header)) + " |", "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
     out += ["", *table.completeness(), *table.notes, *notes]
     out += [""] + [f"![{p.stem}]({p.name})" for p in images]
     return "\n".join(out).rstrip() + "\n"
@@ -92,16 +111,18 @@ def tex_escape(s: str) -> str:
     return "".join(TEX_ESCAPES.get(ch, ch) for ch in s)
 
 
-def to_latex(table: Table) -> str:
-    """The table as a booktabs tabular (needs \\usepackage{booktabs})."""
-    header, rows = display(table, pm="PLUSMINUS")
+def to_latex(table: Table, max_columns: int = MAX_COLUMNS) -> str:
+    """The table as booktabs tabulars (needs \\usepackage{booktabs}), one per metric_chunks entry."""
     cell = lambda s: tex_escape(s).replace("PLUSMINUS", r"$\pm$").replace("Δ", r"$\Delta$")  # noqa: E731
     n_keys = len(table.group_by) + table.select_lr
-    lines = [r"\begin{tabular}{" + "l" * n_keys + "r" * (len(header) - n_keys) + "}", r"\toprule",
-             " & ".join(map(cell, header)) + r" \\", r"\midrule"]
-    lines += [" & ".join(map(cell, r)) + r" \\" for r in rows]
-    lines += [r"\bottomrule", r"\end{tabular}"]
-    return "\n".join(lines) + "\n"
+    tabulars = []
+    for metrics in metric_chunks(table, max_columns):
+        header, rows = display(table, pm="PLUSMINUS", metrics=metrics)
+        lines = [f"% {', '.join(metrics)}", r"\begin{tabular}{" + "l" * n_keys + "r" * (len(header) - n_keys) + "}",
+                 r"\toprule", " & ".join(map(cell, header)) + r" \\", r"\midrule"]
+        lines += [" & ".join(map(cell, r)) + r" \\" for r in rows]
+        tabulars.append("\n".join([*lines, r"\bottomrule", r"\end{tabular}"]) + "\n")
+    return "\n\\medskip\n\n".join(tabulars)
 
 
 def write_csv(table: Table, path: Path) -> None:

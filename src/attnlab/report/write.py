@@ -2,31 +2,32 @@
 
 from __future__ import annotations
 
-from fnmatch import fnmatch
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Iterable
 
 from attnlab.report import plots
 from attnlab.report.cells import Table
-from attnlab.report.tables import to_latex, to_markdown, write_csv
+from attnlab.report.tables import MAX_COLUMNS, to_latex, to_markdown, write_csv
 
 
 def write_report(table: Table, out_dir, curves: Iterable[str] = ("val/loss", "train/loss"),
-                 log_y: Iterable[str] = ()) -> list[Path]:
+                 log_y: Iterable[str] = (), cache: dict | None = None, max_columns: int = MAX_COLUMNS) -> list[Path]:
     """report.md, report.tex, report.csv and curve_<tag>.png in `out_dir`; returns the files written.
 
-    `log_y` holds fnmatch patterns (e.g. "grad_norm/*") of the curves drawn on a log y axis.
+    `curves` are scalar tags (a tag no run logged gets a note); `log_y` holds fnmatch patterns (e.g.
+    "grad_norm/*") of the curves drawn on a log y axis; `cache` maps run paths to their read scalars.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    images, notes, cache = [], [], {}
+    images, notes, cache = [], [], {} if cache is None else cache
     for tag in curves or ():
         path = out / f"curve_{tag.replace('/', '_')}.png"
-        if plots.plot_curves(table, tag, path, cache, log_y=any(fnmatch(tag, pat) for pat in log_y)):
+        if plots.plot_curves(table, tag, path, cache, log_y=any(fnmatchcase(tag, pat) for pat in log_y)):
             images.append(path)
         else:
             notes.append(f"No run logged the scalar {tag}; no curve drawn.")
-    (out / "report.md").write_text(to_markdown(table, images, notes))
-    (out / "report.tex").write_text(to_latex(table))
+    (out / "report.md").write_text(to_markdown(table, images, notes, max_columns))
+    (out / "report.tex").write_text(to_latex(table, max_columns))
     write_csv(table, out / "report.csv")
     return [out / "report.md", out / "report.tex", out / "report.csv", *images]
