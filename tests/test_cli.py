@@ -75,6 +75,16 @@ def test_run_record_has_the_documented_keys(default_run):
     assert str(run_dir) in proc.stdout and "test/accuracy" in proc.stdout and "baseline" in proc.stdout
 
 
+def test_a_single_run_prints_its_tensorboard_command_and_leaves_no_empty_file(default_run):
+    run_dir, proc = default_run
+    lines = proc.stdout.splitlines()
+    assert f"curves: tensorboard --logdir {run_dir} --host 127.0.0.1" in lines
+    m = metrics(run_dir)  # the summary's test metrics are the record's, to its 4 decimals
+    assert f"  {'test/accuracy':24s} {m['final']['test/accuracy']:.4f}" in "\n".join(lines)
+    empty = [p for p in run_dir.rglob("*") if p.is_file() and p.stat().st_size == 0]
+    assert empty == [] and not list(run_dir.glob("*.log"))  # Hydra's job log only when something was logged
+
+
 def test_tensorboard_reader_finds_per_layer_head_tags_and_hparams(default_run):
     run_dir, _ = default_run
     acc = events(run_dir)

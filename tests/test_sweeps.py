@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 
 import pytest
@@ -21,6 +23,16 @@ def test_two_by_two_multirun_with_joblib_completes(tmp_path):
         m = metrics(tmp_path / job)
         assert m["status"] == "completed" and m["steps"] == 4
     assert "4 completed" in proc.stderr
+    # Each job's line (printed by its joblib worker), the headline metric read back from its record.
+    for job in JOBS:
+        acc = metrics(tmp_path / job)["final"]["test/accuracy"]
+        assert re.search(rf"^job {re.escape(job)}: completed  test/accuracy {acc:.4f}  \d+\.\ds$", proc.stderr, re.M)
+    # The last lines say what to run next; the sweep leaves no empty file (no empty cli.log per job).
+    assert proc.stderr.rstrip().splitlines()[-4:] == [
+        "next:", f"  attnlab-report {tmp_path}", f"  tensorboard --logdir {tmp_path} --host 127.0.0.1",
+        r"  then open http://127.0.0.1:6006/?runColorGroup=regex:normalizer=(\w+)"]
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and p.stat().st_size == 0] == []
+    assert not list(tmp_path.rglob("*.log"))
     # Distinct seeds give distinct runs; the same seed under another normalizer starts from the same data.
     assert metrics(tmp_path / JOBS[0])["final"] != metrics(tmp_path / JOBS[1])["final"]
 
@@ -34,6 +46,9 @@ def test_failed_job_is_isolated_reported_and_rerun_on_resume(tmp_path):
     assert "3 completed" in proc.stderr and "1 failed" in proc.stderr and JOBS[2] in proc.stderr
     failed = metrics(tmp_path / JOBS[2])
     assert failed["status"] == "failed" and failed["error"]
+    assert re.search(rf"^job {re.escape(JOBS[2])}: failed  {re.escape(failed['error'][:60])}.*  \d+\.\ds$",
+                     proc.stderr, re.M)
+    assert proc.stderr.rstrip().splitlines()[-3] == f"  attnlab-report {tmp_path}"  # next steps even on failure
     assert (tmp_path / JOBS[2] / "error.txt").exists()
     done = {job: (tmp_path / job / "metrics.json").stat().st_mtime_ns for job in JOBS if job != JOBS[2]}
 
@@ -100,3 +115,24 @@ def test_job_names_hold_the_swept_values_only(tmp_path):
     assert job_name(1, str(tmp_path / "none"), ["seed=0", "x=a/b"]) == "1_seed=0,x=a-b"  # no multirun.yaml: all
     long = job_name(2, str(tmp_path), ["normalizer=" + "k" * 300])
     assert len(long) == len("2_") + MAX_NAME + 9 and long != job_name(2, str(tmp_path), ["normalizer=" + "k" * 301])
+
+
+def test_job_line_of_vmapped_seeds_and_of_a_failed_job(tmp_path):
+    """Written by hand: a job of 3 vmapped seeds (one diverged) and a regression job without accuracy."""
+    from attnlab.sweep import job_line
+
+    job = tmp_path / "4_normalizer=kl"
+    for seed, (status, acc) in enumerate([("completed", 0.5), ("completed", 0.7), ("diverged", 0.0)]):
+        (job / f"seed{seed}").mkdir(parents=True)
+        (job / f"seed{seed}" / "metrics.json").write_text(json.dumps({"status": status, "final": {"test/accuracy": acc}}))
+    (job / "seeds.json").write_text("{}")
+    assert job_line(job, 12.34) == "job 4_normalizer=kl: 2 completed, 1 diverged  test/accuracy 0.6000 (mean of 2 seeds)  12.3s"
+    reg = tmp_path / "5_task=icl_regression"
+    reg.mkdir()
+    (reg / "metrics.json").write_text(json.dumps({"status": "completed", "final": {"test/r2": 0.25, "test/mse": 2.0}}))
+    assert job_line(reg, 1.0) == "job 5_task=icl_regression: completed  test/r2 0.2500  1.0s"
+    bad = tmp_path / "6_x=1"
+    bad.mkdir()
+    (bad / "metrics.json").write_text(json.dumps({"status": "failed", "error": "configuration: " + "x" * 200}))
+    assert job_line(bad, 0.5) == f"job 6_x=1: failed  configuration: {'x' * 82}...  0.5s"
+    assert job_line(tmp_path / "7_gone", 0.0) == "job 7_gone: unfinished  0.0s"

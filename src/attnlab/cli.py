@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import shlex
 import sys
 import traceback
 import warnings
@@ -224,6 +225,7 @@ def _print_summary(record: dict[str, Any]) -> None:
     for key in sorted(k for k in final if k.startswith("test/")):
         b = base.get("baseline/" + key.split("/", 1)[1])
         print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})"))
+    print(f"curves: tensorboard --logdir {shlex.quote(str(record['run_dir']))} --host 127.0.0.1")
 
 
 # The process id makes two launches in the same microsecond still land in different directories.

@@ -1,11 +1,15 @@
-"""Sweep bookkeeping: job directory names, a summary at the end of a multirun, per-job thread limits."""
+"""Sweep bookkeeping: job directory names, a line per finished job and a summary at the end of a multirun
+that says what to run next, per-job thread limits."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import shlex
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -14,6 +18,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
 
 MAX_NAME = 120  # characters of swept values in a job directory name; longer ones end in a hash
+HEADLINE = ("test/accuracy", "test/r2", "test/mse", "test/loss")  # the first one a job has sums it up
+TENSORBOARD_URL = "http://127.0.0.1:6006/"  # TensorBoard's default port; it prints the one it took
+COLOR_BY_NORMALIZER = r"?runColorGroup=regex:normalizer=(\w+)"  # one colour per normalizer (job names hold it)
 
 
 def swept_keys(sweep_dir: Path) -> set[str] | None:
@@ -38,35 +45,75 @@ def job_name(num: int, sweep_dir: str, overrides: list[str]) -> str:
     return f"{num}_{name}" if name else str(num)
 
 
+def job_runs(job: Path) -> list[Path]:
+    """The run directories of one job: the job itself, or its seed*/ runs under trainer.vmap_seeds."""
+    return sorted(job.glob("seed*/")) if (job / "seeds.json").exists() else [job]
+
+
 def statuses(sweep_dir: Path) -> list[tuple[str, Path]]:
     """(status, run dir) of every job directory under a sweep; 'unfinished' when it left no record."""
-    out = []
     jobs = sorted(p for p in Path(sweep_dir).iterdir() if p.is_dir() and not p.name.startswith("."))
-    for job in jobs:
-        seeds = sorted(job.glob("seed*/")) if (job / "seeds.json").exists() else [job]  # trainer.vmap_seeds
-        out.extend(_status(run) for run in seeds)
-    return out
+    return [(_record(run).get("status", "unfinished"), run) for job in jobs for run in job_runs(job)]
 
 
-def _status(run: Path) -> tuple[str, Path]:
+def _record(run: Path) -> dict:
     try:
-        status = json.loads((run / "metrics.json").read_text())["status"]
-    except (OSError, ValueError, KeyError):
-        status = "unfinished"
-    return status, run
+        record = json.loads((run / "metrics.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def job_line(job: Path, wall_s: float) -> str:
+    """One line for a finished job: name, status, headline test metric (mean over its seeds), wall time."""
+    records = [_record(run) for run in job_runs(job)]
+    counts = Counter(r.get("status", "unfinished") for r in records)
+    status = ", ".join(f"{n} {s}" if len(records) > 1 else s for s, n in sorted(counts.items()))
+    finals = [r["final"] for r in records if r.get("status") == "completed" and isinstance(r.get("final"), dict)]
+    result = ""
+    for key in HEADLINE:
+        values = [f[key] for f in finals if isinstance(f.get(key), (int, float)) and math.isfinite(f[key])]
+        if values:
+            mean = sum(values) / len(values)
+            result = f"{key} {mean:.4f}" + (f" (mean of {len(values)} seeds)" if len(values) > 1 else "")
+            break
+    errors = [str(r["error"]) for r in records if r.get("error")]
+    if not result and errors:
+        result = errors[0] if len(errors[0]) <= 100 else errors[0][:97] + "..."
+    return "  ".join(part for part in (f"job {job.name}: {status}", result, f"{wall_s:.1f}s") if part)
+
+
+def next_steps(sweep_dir: str, color_by_normalizer: bool) -> list[str]:
+    """The commands that read a sweep: the report and TensorBoard, with the URL that colours by normalizer."""
+    d = shlex.quote(str(sweep_dir))
+    url = TENSORBOARD_URL + (COLOR_BY_NORMALIZER if color_by_normalizer else "")
+    return ["next:", f"  attnlab-report {d}", f"  tensorboard --logdir {d} --host 127.0.0.1", f"  then open {url}"]
 
 
 class SweepSummary(Callback):
-    """Prints completed / diverged / failed with paths; exits non-zero only if a job failed."""
+    """A line per finished job; at the end, the counts, the runs that did not complete and the commands to run
+    next; exits non-zero only if a job failed."""
+
+    def on_job_start(self, config: Any, **kwargs: Any) -> None:
+        self._start = time.perf_counter()
+
+    def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
+        from hydra.types import RunMode
+
+        if config.hydra.mode == RunMode.MULTIRUN:  # a single run prints its own summary (cli._print_summary)
+            wall_s = time.perf_counter() - getattr(self, "_start", time.perf_counter())
+            print(job_line(Path(config.hydra.runtime.output_dir), wall_s), file=sys.stderr, flush=True)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        runs = statuses(Path(config.hydra.sweep.dir))
+        sweep_dir = config.hydra.sweep.dir
+        runs = statuses(Path(sweep_dir))
         counts = Counter(s for s, _ in runs)
-        print(f"sweep {config.hydra.sweep.dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())),
-              file=sys.stderr)
+        print(f"sweep {sweep_dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), file=sys.stderr)
         for status, run in runs:
             if status != "completed":
                 print(f"  {status:10s} {run}", file=sys.stderr)
+        swept = swept_keys(Path(sweep_dir)) or set()
+        print("\n".join(next_steps(sweep_dir, "normalizer" in swept)), file=sys.stderr, flush=True)
         if counts.get("failed") or counts.get("unfinished"):
             sys.exit(1)
 
