@@ -435,6 +435,9 @@ def test_report_of_a_real_tiny_sweep(tmp_path):
     for norm, vals in by_norm.items():
         s = cell(table, normalizer=norm).stats["test/accuracy"]
         assert s.n == 2 and s.mean == pytest.approx(np.mean(vals)) and s.std == pytest.approx(np.std(vals, ddof=1))
+        assert s.low_n and s.ci_method == "t" and math.isnan(s.p)  # two seeds: no bootstrap, no p-value
+        want = stats.t.interval(0.95, 1, loc=np.mean(vals), scale=stats.sem(vals))
+        assert (s.ci_low, s.ci_high) == pytest.approx(want, rel=1e-9)
     report_cli.main([str(sweep)])
     assert (sweep / "report" / "curve_val_loss.png").read_bytes()[:8] == PNG_MAGIC
     assert (sweep / "report" / "report.csv").exists()

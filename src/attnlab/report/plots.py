@@ -13,24 +13,26 @@ from attnlab.report.load import LR, Run, read_scalars
 CURVE_STATUSES = ("completed", "diverged")  # runs whose curves are drawn; a diverged curve shows where it broke
 
 
+def _scalars(runs: list[Run], cache: dict | None) -> list[dict[str, dict[int, float]]]:
+    """read_scalars of each run whose curve is drawn, read once per path into `cache`."""
+    cache = {} if cache is None else cache
+    drawn = [r for r in runs if r.status in CURVE_STATUSES]
+    for r in drawn:
+        if r.path not in cache:
+            cache[r.path] = read_scalars(r.path)
+    return [cache[r.path] for r in drawn]
+
+
 def _by_step(runs: list[Run], tag: str, cache: dict | None) -> tuple[list[int], list[np.ndarray]]:
     """The steps at which any run logged `tag`, and the runs' finite values at each."""
-    cache = {} if cache is None else cache
-    for r in runs:
-        if r.status in CURVE_STATUSES and r.path not in cache:
-            cache[r.path] = read_scalars(r.path)
-    series = [cache[r.path].get(tag, {}) for r in runs if r.status in CURVE_STATUSES]
+    series = [scalars.get(tag, {}) for scalars in _scalars(runs, cache)]
     steps = sorted(set().union(*series)) if series else []
     return steps, [np.array([x[s] for x in series if s in x and math.isfinite(x[s])]) for s in steps]
 
 
 def scalar_tags(runs: list[Run], cache: dict | None = None) -> list[str]:
     """Every scalar tag that a run whose curve is drawn (completed or diverged) logged."""
-    cache = {} if cache is None else cache
-    for r in runs:
-        if r.status in CURVE_STATUSES and r.path not in cache:
-            cache[r.path] = read_scalars(r.path)
-    return sorted({t for r in runs if r.status in CURVE_STATUSES for t in cache[r.path]})
+    return sorted({tag for scalars in _scalars(runs, cache) for tag in scalars})
 
 
 def curve(runs: list[Run], tag: str, cache: dict | None = None, geometric: bool = False) -> tuple[np.ndarray, ...]:
@@ -57,6 +59,7 @@ def draw_curves(table: Table, tag: str, cache: dict | None = None, log_y: bool =
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    cache = {} if cache is None else cache  # each run's scalars read once for the lines and the count
     fig = Figure(figsize=(7, 4.2))
     FigureCanvasAgg(fig)  # Agg explicitly, without touching pyplot's global backend
     ax = fig.add_subplot()
