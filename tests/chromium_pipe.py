@@ -77,8 +77,10 @@ class Chromium:
                 return texts
             time.sleep(1.0)
 
-    def screenshot(self, session: str, path) -> None:
-        data = self.send("Page.captureScreenshot", session=session, format="png")["data"]
+    def screenshot(self, session: str, path, clip: tuple[int, int, int, int] | None = None) -> None:
+        """A PNG of the page, or of the (x, y, width, height) pixels of it."""
+        box = {} if clip is None else {"clip": dict(zip(("x", "y", "width", "height"), clip), scale=1)}
+        data = self.send("Page.captureScreenshot", session=session, format="png", **box)["data"]
         with open(path, "wb") as f:
             f.write(base64.b64decode(data))
 
