@@ -22,7 +22,8 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import api_pb2, backend_context, metadata
 from tensorboard.util import tensor_util
 
-from attnlab import registry, tb_images
+from attnlab import registry, tb_hparams, tb_images
+from attnlab.summaries import Summaries
 
 NORMALIZERS = ("softmax", "linear")
 EVAL_STEPS = [4]
@@ -67,15 +68,24 @@ def test_hparams_experiment_marks_the_swept_keys_and_declares_every_choices_opti
     for n in NORMALIZERS:  # the union: both normalizers' options are columns in every run
         assert yaml_options("normalizer", n) <= set(infos), yaml_options("normalizer", n) - set(infos)
     assert {n for n, h in infos.items() if h.differs} == {"normalizer", "seed"}
-    assert infos["seed"].type == api_pb2.DATA_TYPE_STRING
-    assert sorted(v.string_value for v in infos["seed"].domain_discrete.values) == ["0", "1"]
-    assert sorted(v.string_value for v in infos["normalizer"].domain_discrete.values) == sorted(NORMALIZERS)
+    assert infos["seed"].type == api_pb2.DATA_TYPE_STRING and infos["seed"].WhichOneof("domain") is None
+    # Choices list every choice in configs/: a run of another sweep in the same logdir is never filtered out.
+    assert [v.string_value for v in infos["normalizer"].domain_discrete.values] == registry.choices("normalizer")
     assert infos["optim.lr"].type == api_pb2.DATA_TYPE_FLOAT64
+    assert (infos["optim.lr"].domain_interval.min_value, infos["optim.lr"].domain_interval.max_value) == (3e-3, 3e-3)
+    assert [v.bool_value for v in infos["model.qk_norm"].domain_discrete.values] == [False, True]
     assert [m.name.tag for m in exp.metric_infos] == [
         "test/accuracy", "val/accuracy", "test/loss", "val/loss", "test/ece", "train/nonfinite_steps"]
     # TensorBoard's own ordering (differs first, then by name); the HParams tab shows the first five.
     backend_context._sort_and_reduce_to_hparams_limit(exp, 5)
     assert [h.name for h in exp.hparam_infos] == ["normalizer", "seed", "head", "model", "model.d_model"]
+
+
+def test_outside_a_sweep_the_top_level_choices_are_marked():
+    own = {"normalizer": "kl", "task": "mqar", "head": "softmax_ce", "model": "tiny", "seed": "3", "optim.lr": 1e-3}
+    assert {k for k, (_, differs) in tb_hparams.declare(own, {}, [3]).items() if differs} == set(tb_hparams.TOP_LEVEL)
+    vmapped = tb_hparams.declare(own, {}, [3, 4])
+    assert vmapped["seed"] == (["3", "4"], True)
 
 
 def test_every_run_has_its_own_hparams_and_the_declared_metrics(sweep_dir):
@@ -158,6 +168,22 @@ def test_rendered_map_has_head_titles_a_colour_bar_and_viridis_cells(scale):
                 got = rgb[int(height - y), int(x)].astype(float)
                 want = np.array(colormaps["viridis"](ref[h, t, s])[:3]) * 255
                 np.testing.assert_allclose(got, want, atol=3, err_msg=f"{scale} head {h} cell {t},{s}")
+
+
+def test_probe_text_is_written_for_a_task_that_decodes_and_only_then(tmp_path):
+    class Bytes:
+        def decode(self, tokens_T):
+            return bytes(int(t) for t in tokens_T).decode()
+
+    for name, task in (("lm", Bytes()), ("mqar", object())):
+        writer = Summaries(str(tmp_path / name))
+        writer.probe_text(task, np.frombuffer(b"attention", np.uint8))
+        writer.close()
+    acc = events(tmp_path / "lm")
+    (event,) = acc.Tensors("probe/text/text_summary")
+    assert tensor_util.make_ndarray(event.tensor_proto).item() == b"attention"
+    assert acc.SummaryMetadata("probe/text/text_summary").plugin_data.plugin_name == "text"
+    assert events(tmp_path / "mqar").Tags()["tensors"] == []
 
 
 def test_unknown_attn_map_scale_exits_2_naming_the_key(tmp_path):

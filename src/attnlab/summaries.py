@@ -78,8 +78,10 @@ class Summaries:
     def layout(self, num_layers: int):
         self.writer.add_custom_scalars(custom_scalars_layout(num_layers))
 
-    def text(self, tag: str, text: str, step: int = 0):
-        self.writer.add_text(tag, text, step)
+    def probe_text(self, task, tokens_T, step: int = 0):
+        """The probe example as text (`probe/text`), for a task that can decode tokens (the lm task)."""
+        if hasattr(task, "decode"):
+            self.writer.add_text("probe/text", str(task.decode(tokens_T)), step)
 
     def attention_images(self, maps_LBNTS, step: int):
         """One RGB image per layer of the fixed probe example (the first validation example)."""

@@ -4,6 +4,10 @@ TensorBoard's hparams plugin takes the experiment config of an arbitrary run, so
 writes the same one, computed from the sweep's multirun.yaml. The server lists hparams `differs` first,
 then by name, and the HParams tab shows the first five: the swept keys, then the top-level choices
 (head, model, normalizer, task), whose names sort before the dotted `group.option` ones.
+
+Domains never hide a run of another sweep opened in the same TensorBoard (the HParams tab's value
+filters start from the domain): config-group choices list every choice in configs/, booleans both
+values, numbers an interval, other strings (seed included) no domain.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ METRICS = ("test/accuracy", "val/accuracy", "test/loss", "val/loss", "test/bits_
            "test/ece", "test/mse", "test/r2", "train/nonfinite_steps")
 # Hydra keys whose hparam has another name (the accelerator choice would otherwise sort first).
 ALIASES = {"accelerator": "trainer.accelerator"}
+CHOICE_GROUPS = {"normalizer": "normalizer", "task": "task", "head": "head", "model": "model",
+                 "trainer.accelerator": "accelerator"}
 
 
 def sweep_values(sweep_dir: Path | str | None) -> dict[str, list[str]]:
@@ -67,7 +73,9 @@ def _typed(value: str, like: Any) -> Any:
 def declare(own: Mapping[str, Any], swept: Mapping[str, list[str]], seeds: list[int]) -> dict[str, tuple[list, bool]]:
     """{hparam: (the values it takes across the sweep, differs)}: this run's, swept values, other choices' options.
 
-    `seeds` are this job's vmapped seeds; each swept seed s contributes s..s+len(seeds)-1.
+    `seeds` are this job's vmapped seeds; each swept seed s contributes s..s+len(seeds)-1. Outside a
+    sweep nothing is swept, so the top-level choices are marked instead: runs gathered under outputs/
+    then open on them.
     """
     values: dict[str, list] = {k: [v] for k, v in own.items()}
     for key, vals in swept.items():
@@ -83,7 +91,8 @@ def declare(own: Mapping[str, Any], swept: Mapping[str, list[str]], seeds: list[
     out = {}
     for key, vals in values.items():
         distinct = list(dict.fromkeys(vals))
-        out[key] = (distinct, key in swept or (key == "seed" and len(seeds) > 1) or len(distinct) > 1)
+        out[key] = (distinct, key in swept or (key == "seed" and len(seeds) > 1) or len(distinct) > 1
+                    or (not swept and key in TOP_LEVEL))
     return out
 
 
@@ -111,7 +120,12 @@ def experiment_summary(declared: Mapping[str, tuple[list, bool]], metrics: list[
         vals, differs = declared[name]
         kind = _kind(vals)
         info = api_pb2.HParamInfo(name=name, differs=differs, type=kind)
-        info.domain_discrete.extend(sorted(_as(kind, v) for v in vals))
+        if name in CHOICE_GROUPS:
+            info.domain_discrete.extend(sorted({*map(str, vals), *registry.choices(CHOICE_GROUPS[name])}))
+        elif kind == api_pb2.DATA_TYPE_BOOL:
+            info.domain_discrete.extend([False, True])
+        elif kind == api_pb2.DATA_TYPE_FLOAT64:
+            info.domain_interval.min_value, info.domain_interval.max_value = min(vals), max(vals)
         infos.append(info)
     metric_infos = [api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m), display_name=m, dataset_type=(
         api_pb2.DATASET_VALIDATION if m.startswith("val/") else api_pb2.DATASET_TRAINING if m.startswith("train/")

@@ -156,8 +156,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
     probe = {k: evals["val"][k][:1] for k in ("inputs", "valid")}  # the same fixed example for every run
     for s in summaries:
         s.layout(num_layers)
-        if hasattr(task, "decode"):
-            s.text("probe/text", str(task.decode(np.asarray(jax.device_get(probe["inputs"][0])))))
+        s.probe_text(task, np.asarray(jax.device_get(probe["inputs"][0])))
     last_scalars: list[dict] = [{} for _ in range(S)]
     clock = {"t": time.perf_counter(), "step": start}
     pending = None
