@@ -17,6 +17,7 @@ import pytest
 import yaml
 from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli
 from matplotlib import colormaps
+from omegaconf import OmegaConf
 from PIL import Image
 from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import api_pb2, backend_context, metadata
@@ -79,6 +80,16 @@ def test_hparams_experiment_marks_the_swept_keys_and_declares_every_choices_opti
     # TensorBoard's own ordering (differs first, then by name); the HParams tab shows the first five.
     backend_context._sort_and_reduce_to_hparams_limit(exp, 5)
     assert [h.name for h in exp.hparam_infos] == ["normalizer", "seed", "head", "model", "model.d_model"]
+
+
+def test_sweep_values_read_the_multirun_yaml(tmp_path):
+    """Command-line sweeps and sweeper params both count; hydra's own keys and single values do not."""
+    task = ["normalizer=softmax,kl", "seed=range(0,3)", "optim.lr=1e-3", "hydra/launcher=joblib,basic"]
+    OmegaConf.save({"hydra": {"overrides": {"task": task}, "sweeper": {"params": {"model.d_model": "16,32"}}}},
+                   tmp_path / "multirun.yaml")
+    assert tb_hparams.sweep_values(tmp_path) == {"normalizer": ["softmax", "kl"], "seed": ["0", "1", "2"],
+                                                 "model.d_model": ["16", "32"]}
+    assert tb_hparams.sweep_values(tmp_path / "missing") == {}
 
 
 def test_outside_a_sweep_the_top_level_choices_are_marked():

@@ -45,7 +45,7 @@ def sweep_values(sweep_dir: Path | str | None) -> dict[str, list[str]]:
     args = list(hydra_cfg.overrides.task) + [f"{k}={v}" for k, v in (hydra_cfg.sweeper.get("params") or {}).items()]
     overrides = OverridesParser.create().parse_overrides(args)
     return {ALIASES.get(o.key_or_group, o.key_or_group): list(o.sweep_string_iterator())
-            for o in overrides if o.is_sweep_override()}
+            for o in overrides if o.is_sweep_override() and not o.key_or_group.startswith("hydra")}
 
 
 def _group_options(group: str, choice: str) -> dict[str, Any]:
