@@ -99,6 +99,15 @@ def test_outside_a_sweep_the_top_level_choices_are_marked():
     assert vmapped["seed"] == (["3", "4"], True)
 
 
+def test_a_sweep_over_tasks_declares_every_metric_in_every_run():
+    own = {"task": "mqar", "head": "softmax_ce", "seed": "0"}
+    logged = {"test/accuracy", "test/loss", "train/nonfinite_steps"}
+    assert tb_hparams.metric_list(tb_hparams.declare(own, {}, [0]), logged) == [
+        "test/accuracy", "test/loss", "train/nonfinite_steps"]
+    across = tb_hparams.declare(own, {"task": ["mqar", "icl_regression"]}, [0])
+    assert tb_hparams.metric_list(across, logged) == list(tb_hparams.METRICS)
+
+
 def test_every_run_has_its_own_hparams_and_the_declared_metrics(sweep_dir):
     for (normalizer, seed), run_dir in runs(sweep_dir).items():
         content = hparams_content(run_dir)
@@ -224,7 +233,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
+# ~8 s beside the sweep fixture (TensorBoard start, page load): not marked slow.
 @pytest.mark.skipif(shutil.which("chromium") is None,
                     reason="no `chromium` on PATH (Debian: apt-get install -y chromium) for the headless browser test")
 def test_hparams_tab_in_headless_chromium_opens_on_the_swept_columns(sweep_dir, tmp_path):

@@ -96,6 +96,13 @@ def declare(own: Mapping[str, Any], swept: Mapping[str, list[str]], seeds: list[
     return out
 
 
+def metric_list(declared: Mapping[str, tuple[list, bool]], logged) -> list[str]:
+    """The declared metrics: those this run logged, or all of METRICS where the sweep spans tasks or heads
+    (every run must declare the same list, and a metric a run lacks is only an empty cell)."""
+    spans = any(len(declared.get(k, ([], False))[0]) > 1 for k in ("task", "head"))
+    return [m for m in METRICS if spans or m in logged]
+
+
 def _kind(vals) -> int:
     """One TensorBoard type per column: bool, float64 if every value is a number, else string."""
     if all(isinstance(v, bool) for v in vals):

@@ -25,7 +25,7 @@ from attnlab.record import write_json
 from attnlab.steps import (Net, leaf_groups, make_eval, make_maps, make_train_step, probes_supported,
                            sample_batch, step_key)
 from attnlab.summaries import Summaries, eval_scalars, flatten_train_metrics
-from attnlab.tb_hparams import METRICS
+from attnlab.tb_hparams import metric_list
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,7 +234,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
                                               **_prefixed("baseline_test", baseline["test"])})
         if hparams is not None and seed_status != "interrupted":  # a resumed run writes them when it ends
             logged = {*finals[i], "train/nonfinite_steps"}
-            summaries[i].hparams(hparams[i], declared or {}, [m for m in METRICS if m in logged], seed_status)
+            summaries[i].hparams(hparams[i], declared or {}, metric_list(declared or {}, logged), seed_status)
         summaries[i].close()
         records.append({
             "status": seed_status, "error": seed_error, "final": finals[i],
