@@ -95,7 +95,7 @@ def test_tensorboard_reader_finds_per_layer_head_tags_and_hparams(default_run):
         for head in range(2):
             for stat in ("entropy", "max_weight", "row_mass", "max_logit", "beta", "kl_prior", "objective"):
                 assert f"attn_{stat}/layer_{layer}/head_{head}" in tags
-    for tag in ("train/loss", "val/loss", "test/accuracy", "baseline/accuracy", "opt/lr", "perf/steps_per_sec",
+    for tag in ("train/loss", "val/loss", "test/accuracy", "baseline_test/accuracy", "baseline_val/accuracy", "opt/lr", "perf/steps_per_sec",
                 "grad_norm/global", "grad_norm/beta", "grad_norm/group/normalizer", "grad_norm/group/attention"):
         assert tag in tags, tag
     assert [s for s, _ in scalar_curve(run_dir, "train/loss")] == [2, 4]
@@ -107,7 +107,7 @@ def test_tensorboard_reader_finds_per_layer_head_tags_and_hparams(default_run):
     start = plugin_data_pb2.HParamsPluginData.FromString(hp["_hparams_/session_start_info"]).session_start_info
     assert start.hparams["normalizer"].string_value == "kl"
     assert start.hparams["head"].string_value == "softmax_ce"
-    assert start.hparams["seed"].number_value == 0
+    assert start.hparams["seed"].string_value == "0"
     # Entropy is normalised to [0, 1]; β starts at 1/sqrt(head_dim) = 1/sqrt(8).
     ent = [v for _, v in scalar_curve(run_dir, "attn_entropy/layer_0/head_0")]
     assert all(0 <= v <= 1 for v in ent)

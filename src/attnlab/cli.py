@@ -61,6 +61,8 @@ def validate(cfg: DictConfig, device_count: int) -> None:
     for b in ("b1", "b2"):
         _require(isinstance(o[b], (int, float)) and 0 <= o[b] < 1, f"optim.{b}={o[b]!r} must be in [0, 1)")
     _require(t.nonfinite in ("skip", "stop"), f"trainer.nonfinite={t.nonfinite!r} unknown; allowed: skip, stop")
+    _require(t.get("attn_map_scale", "row") in ("row", "log", "max"),
+             f"trainer.attn_map_scale={t.get('attn_map_scale')!r} unknown; allowed: row, log, max")
     _require(t.progress in ("auto", "bar", "lines", "none"), f"trainer.progress={t.progress!r} unknown; allowed: auto, bar, lines, none")
     from attnlab.accelerator import seeds_over_devices
 
@@ -110,18 +112,20 @@ def build(cfg: DictConfig, head_name: str):
     loop = LoopConfig(steps=t.steps, batch_size=t.batch_size, eval_every=t.eval_every, log_every=t.log_every,
                       eval_batch_size=t.eval_batch_size, nonfinite=t.nonfinite, seed=cfg.seed, lr=o.lr,
                       warmup_steps=o.warmup_steps, progress=t.progress, checkpoint_every=t.checkpoint_every,
-                      resume=bool(t.resume))
+                      resume=bool(t.resume), attn_map_scale=t.get("attn_map_scale", "row"))
     return task, nets, tx, loop
 
 
 def hparams_of(cfg: DictConfig, choices: dict[str, str]) -> dict[str, Any]:
-    """Every config choice and scalar option, flat, for TensorBoard's HParams tab."""
-    flat = {g: choices.get(g) for g in ("normalizer", "task", "head", "model", "accelerator")}
+    """Every config choice and scalar option, flat, for TensorBoard's HParams tab (seed as a string)."""
+    from attnlab.tb_hparams import ALIASES
+
+    flat = {ALIASES.get(g, g): str(choices.get(g)) for g in ("normalizer", "task", "head", "model", "accelerator")}
     for group in ("normalizer", "task", "model", "optim", "trainer"):
         for k, v in OmegaConf.to_container(cfg[group], resolve=True).items():
             if not k.startswith("_") and isinstance(v, (int, float, str, bool)):
                 flat[f"{group}.{k}"] = v
-    flat["seed"] = cfg.seed
+    flat["seed"] = str(cfg.seed)
     return flat
 
 
@@ -174,8 +178,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             d.mkdir(parents=True, exist_ok=True)
             write_json(d / "run.json", {"config": {**resolved, "seed": seed}, "choices": choices,
                                         "overrides": list(hc.overrides.task), "env": env})
-        hparams = [{**hparams_of(cfg, choices), "seed": seed} for seed in seeds]
-        records = _train(cfg, task, nets, tx, loop, run_dirs, run_dir, hparams)
+        from attnlab import tb_hparams
+
+        hparams = [{**hparams_of(cfg, choices), "seed": str(seed)} for seed in seeds]
+        swept = tb_hparams.sweep_values(hc.sweep.dir if multirun else None)
+        declared = tb_hparams.declare(hparams[0], swept, seeds)
+        records = _train(cfg, task, nets, tx, loop, run_dirs, run_dir, hparams, declared)
     except Exception as exc:  # a failed run records why and lets a sweep go on
         (run_dir / "error.txt").write_text(traceback.format_exc())
         record.update(status="failed", error=f"{type(exc).__name__}: {exc}")
@@ -210,12 +218,13 @@ def _completed_with(run_dir: Path, resolved: dict) -> bool:
     return done and strip(old) == strip(resolved)
 
 
-def _train(cfg, task, nets, tx, loop, run_dirs: list[Path], checkpoint_dir: Path, hparams: list[dict]):
+def _train(cfg, task, nets, tx, loop, run_dirs: list[Path], checkpoint_dir: Path, hparams: list[dict],
+           declared: dict):
     from attnlab.accelerator import data_mesh
     from attnlab.train import fit
 
     return fit(nets, task, tx, loop, mesh=data_mesh(), run_dirs=run_dirs, checkpoint_dir=checkpoint_dir,
-               hparams=hparams)
+               hparams=hparams, declared=declared)
 
 
 def _print_summary(record: dict[str, Any]) -> None:

@@ -47,6 +47,7 @@ class Head(nnx.Module):
     """
 
     kind: ClassVar[str]
+    loss_is_nll: ClassVar[bool] = False  # True: metrics' `nll` is the loss itself (TensorBoard logs it once)
 
     def __init__(self, *, d_model: int, num_classes: int | None, rngs: nnx.Rngs, **options):
         raise NotImplementedError
@@ -103,6 +104,8 @@ class _Classification(Head):
 
 class SoftmaxCE(_Classification):
     """With a final softmax: probabilities trained with cross-entropy."""
+
+    loss_is_nll = True
 
     def loss(self, outputs_XC, targets_X, weights_X):
         weights_X = _float(weights_X)
@@ -187,6 +190,8 @@ class HLGauss(_Regression):
     Keep targets at least 3σ inside [v_min, v_max]: nearer the ends the target is truncated and the
     decoded mean is biased inwards. Targets outside the range are clipped to it.
     """
+
+    loss_is_nll = True
 
     def __init__(self, *, d_model: int, num_classes: int | None = None, rngs: nnx.Rngs,
                  v_min: float = -10.0, v_max: float = 10.0, num_bins: int = 64,

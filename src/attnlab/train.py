@@ -24,7 +24,8 @@ from attnlab.progress import Progress
 from attnlab.record import write_json
 from attnlab.steps import (Net, leaf_groups, make_eval, make_maps, make_train_step, probes_supported,
                            sample_batch, step_key)
-from attnlab.summaries import Summaries, flatten_train_metrics
+from attnlab.summaries import Summaries, eval_scalars, flatten_train_metrics
+from attnlab.tb_hparams import metric_list
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +44,7 @@ class LoopConfig:
     progress: str = "auto"
     checkpoint_every: int = 0  # 0: only on a signal and at the end
     resume: bool = False
+    attn_map_scale: str = "row"  # row | log | max (attnlab.tb_images.scaled)
 
 
 class Diverged(Exception):
@@ -90,10 +92,11 @@ def _seed(tree, i):
 
 
 def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path], checkpoint_dir: Path,
-        hparams: list[dict] | None = None) -> list[dict[str, Any]]:
+        hparams: list[dict] | None = None, declared: dict | None = None) -> list[dict[str, Any]]:
     """Train one net per seed (cfg.seed + i) on `task` as one vmapped program; one record per seed.
 
-    Seed i logs to run_dirs[i]; the stacked state is checkpointed in checkpoint_dir.
+    Seed i logs to run_dirs[i]; the stacked state is checkpointed in checkpoint_dir. hparams[i] is seed
+    i's HParams row, `declared` the sweep's columns (attnlab.tb_hparams.declare).
     """
     t_start = time.perf_counter()
     S = len(nets)
@@ -146,9 +149,14 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
         return [{k: float(v[i]) for k, v in host.items()} for i in range(S)], outs
 
     # purge_step: a resumed run rewrites the steps after its checkpoint, so TensorBoard drops the old ones.
-    summaries = [Summaries(str(d), purge_step=start + 1 if start else None) for d in run_dirs]
+    summaries = [Summaries(str(d), purge_step=start + 1 if start else None, attn_map_scale=cfg.attn_map_scale)
+                 for d in run_dirs]
+    tb = {"has_beta": any(g.startswith("beta:") for g in groups), "loss_is_nll": nets[0].head.loss_is_nll}
     progress = Progress(cfg.progress, cfg.steps, start)
-    probe = {k: evals["val"][k][:1] for k in ("inputs", "valid")}
+    probe = {k: evals["val"][k][:1] for k in ("inputs", "valid")}  # the same fixed example for every run
+    for s in summaries:
+        s.layout(num_layers)
+        s.probe_text(task, np.asarray(jax.device_get(probe["inputs"][0])))
     last_scalars: list[dict] = [{} for _ in range(S)]
     clock = {"t": time.perf_counter(), "step": start}
     pending = None
@@ -164,7 +172,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
         rate = (step - clock["step"]) / max(now - clock["t"], 1e-9)
         clock.update(t=now, step=step)
         for i in range(S):
-            scalars = flatten_train_metrics(_seed(host, i))
+            scalars = flatten_train_metrics(_seed(host, i), has_beta=tb["has_beta"])
             scalars.update({"opt/lr": float(lr_at(step - 1)), "perf/steps_per_sec": rate,
                             "perf/examples_per_sec": rate * cfg.batch_size * S})
             summaries[i].scalars(step, scalars)
@@ -191,7 +199,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
                 if step % cfg.eval_every == 0 or step == cfg.steps:
                     flush()
                     best_params = _evaluate_step(step, state, best, best_params, run_eval, maps_fn, probe,
-                                                 summaries, baseline, metrics if log_now else None)
+                                                 summaries, baseline, metrics if log_now else None, tb)
                 if stop.signal is not None:
                     save(step)
                     status, error = "interrupted", f"stopped by signal {signal.Signals(stop.signal).name} at step {step}"
@@ -221,10 +229,12 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
                           f"(trainer.nonfinite=stop)")
             _diagnose(run_dirs[i], _seed(state, i), data, cfg.batch_size, last_scalars[i])
         if seed_status == "completed":
-            summaries[i].scalars(steps_done, {**{k: v for k, v in finals[i].items() if k.startswith("test/")},
-                                              **_prefixed("baseline", baseline["test"])})
-            summaries[i].hparams((hparams or [{}] * S)[i],
-                                 {k: v for k, v in finals[i].items() if k.startswith(("test/", "val/"))})
+            tests = {k.split("/", 1)[1]: v for k, v in finals[i].items() if k.startswith("test/")}
+            summaries[i].scalars(steps_done, {**eval_scalars("test", tests, tb["loss_is_nll"]),
+                                              **_prefixed("baseline_test", baseline["test"])})
+        if hparams is not None and seed_status != "interrupted":  # a resumed run writes them when it ends
+            logged = {*finals[i], "train/nonfinite_steps"}
+            summaries[i].hparams(hparams[i], declared or {}, metric_list(declared or {}, logged), seed_status)
         summaries[i].close()
         records.append({
             "status": seed_status, "error": seed_error, "final": finals[i],
@@ -238,14 +248,15 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
     return records
 
 
-def _evaluate_step(step, state, best, best_params, run_eval, maps_fn, probe, summaries, baseline, metrics):
+def _evaluate_step(step, state, best, best_params, run_eval, maps_fn, probe, summaries, baseline, metrics, tb):
     """Validation, attention images and histograms on an eval step; returns the updated best params."""
     vals, _ = run_eval(state["params"], "val")
     maps = np.asarray(maps_fn(state["params"], state["rest"], probe["inputs"], probe["valid"]))
     attn = jax.device_get(metrics.get("attn", {})) if metrics is not None else {}
     improved = []
     for i, val in enumerate(vals):
-        summaries[i].scalars(step, {**_prefixed("val", val), **_prefixed("baseline", baseline["val"])})
+        summaries[i].scalars(step, {**eval_scalars("val", val, tb["loss_is_nll"]),
+                                    **_prefixed("baseline_val", baseline["val"])})
         summaries[i].attention_images(maps[i], step)
         for name in ("beta", "entropy"):
             if name in attn:

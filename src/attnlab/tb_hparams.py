@@ -1,0 +1,162 @@
+"""TensorBoard HParams as a sweep: one experiment config (swept keys marked `differs`), one session per run.
+
+TensorBoard's hparams plugin takes the experiment config of an arbitrary run, so every run of a sweep
+writes the same one, computed from the sweep's multirun.yaml. The server lists hparams `differs` first,
+then by name, and the HParams tab shows the first five: the swept keys, then the top-level choices
+(head, model, normalizer, task), whose names sort before the dotted `group.option` ones.
+
+Domains never hide a run of another sweep opened in the same TensorBoard (the HParams tab's value
+filters start from the domain): config-group choices list every choice in configs/, booleans both
+values, numbers an interval, other strings (seed included) no domain.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from omegaconf import OmegaConf
+from tensorboard.compat.proto import summary_pb2
+from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
+
+from attnlab import registry
+
+TOP_LEVEL = ("normalizer", "task", "head", "model")
+# Declared metrics, in this order, where the run logged them (lm tasks: bits_per_byte, perplexity).
+METRICS = ("test/accuracy", "val/accuracy", "test/loss", "val/loss", "test/bits_per_byte", "test/perplexity",
+           "test/ece", "test/mse", "test/r2", "train/nonfinite_steps")
+# Hydra keys whose hparam has another name (the accelerator choice would otherwise sort first).
+ALIASES = {"accelerator": "trainer.accelerator"}
+CHOICE_GROUPS = {"normalizer": "normalizer", "task": "task", "head": "head", "model": "model",
+                 "trainer.accelerator": "accelerator"}
+
+
+def sweep_values(sweep_dir: Path | str | None) -> dict[str, list[str]]:
+    """{hparam name: the values it takes} of every key a multirun sweeps, from its multirun.yaml."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    if sweep_dir is None:
+        return {}
+    try:
+        hydra_cfg = OmegaConf.load(Path(sweep_dir) / "multirun.yaml").hydra
+    except (OSError, ValueError):
+        return {}
+    args = list(hydra_cfg.overrides.task) + [f"{k}={v}" for k, v in (hydra_cfg.sweeper.get("params") or {}).items()]
+    overrides = OverridesParser.create().parse_overrides(args)
+    return {ALIASES.get(o.key_or_group, o.key_or_group): list(o.sweep_string_iterator())
+            for o in overrides if o.is_sweep_override() and not o.key_or_group.startswith("hydra")}
+
+
+def _group_options(group: str, choice: str) -> dict[str, Any]:
+    """`group.option`: value of a choice's YAML defaults (scalars only), {} for an unknown choice."""
+    try:
+        raw = registry.load(group, choice)
+    except ValueError:
+        return {}
+    return {f"{group}.{k}": v for k, v in raw.items()
+            if not k.startswith("_") and k != "defaults" and isinstance(v, (int, float, str, bool))}
+
+
+def _typed(value: str, like: Any) -> Any:
+    """A swept value as written on the command line, converted to the type of this run's own value."""
+    if isinstance(like, bool):
+        return value.lower() == "true"
+    if isinstance(like, (int, float)):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def declare(own: Mapping[str, Any], swept: Mapping[str, list[str]], seeds: list[int]) -> dict[str, tuple[list, bool]]:
+    """{hparam: (the values it takes across the sweep, differs)}: this run's, swept values, other choices' options.
+
+    `seeds` are this job's vmapped seeds; each swept seed s contributes s..s+len(seeds)-1. Outside a
+    sweep nothing is swept, so the top-level choices are marked instead: runs gathered under outputs/
+    then open on them.
+    """
+    values: dict[str, list] = {k: [v] for k, v in own.items()}
+    for key, vals in swept.items():
+        if key == "seed":
+            vals = [str(int(s) + i) for s in vals for i in range(len(seeds))]
+        typed = [_typed(v, own.get(key, v)) for v in vals]
+        values.setdefault(key, []).extend(typed)
+        if (registry.CONFIG_DIR / key).is_dir():  # a swept config group: every choice's options are columns
+            for choice in vals:
+                for k, v in _group_options(key, choice).items():
+                    values.setdefault(k, []).append(v)
+    values["seed"] = sorted({*values.get("seed", []), *map(str, seeds)}, key=int)
+    out = {}
+    for key, vals in values.items():
+        distinct = list(dict.fromkeys(vals))
+        out[key] = (distinct, key in swept or (key == "seed" and len(seeds) > 1) or len(distinct) > 1
+                    or (not swept and key in TOP_LEVEL))
+    return out
+
+
+def metric_list(declared: Mapping[str, tuple[list, bool]], logged) -> list[str]:
+    """The declared metrics: those this run logged, or all of METRICS where the sweep spans tasks or heads
+    (every run must declare the same list, and a metric a run lacks is only an empty cell)."""
+    spans = any(len(declared.get(k, ([], False))[0]) > 1 for k in ("task", "head"))
+    return [m for m in METRICS if spans or m in logged]
+
+
+def _kind(vals) -> int:
+    """One TensorBoard type per column: bool, float64 if every value is a number, else string."""
+    if all(isinstance(v, bool) for v in vals):
+        return api_pb2.DATA_TYPE_BOOL
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+        return api_pb2.DATA_TYPE_FLOAT64
+    return api_pb2.DATA_TYPE_STRING
+
+
+def _as(kind: int, v: Any):
+    return {api_pb2.DATA_TYPE_BOOL: bool, api_pb2.DATA_TYPE_FLOAT64: float}.get(kind, str)(v)
+
+
+def _order(names) -> list[str]:
+    return sorted(names, key=lambda k: (k not in TOP_LEVEL, k))
+
+
+def experiment_summary(declared: Mapping[str, tuple[list, bool]], metrics: list[str]) -> summary_pb2.Summary:
+    """The experiment config: hparams with domains and differs flags, then the metric list."""
+    infos = []
+    for name in _order(declared):
+        vals, differs = declared[name]
+        kind = _kind(vals)
+        info = api_pb2.HParamInfo(name=name, differs=differs, type=kind)
+        if name in CHOICE_GROUPS:
+            info.domain_discrete.extend(sorted({*map(str, vals), *registry.choices(CHOICE_GROUPS[name])}))
+        elif kind == api_pb2.DATA_TYPE_BOOL:
+            info.domain_discrete.extend([False, True])
+        elif kind == api_pb2.DATA_TYPE_FLOAT64:
+            info.domain_interval.min_value, info.domain_interval.max_value = min(vals), max(vals)
+        infos.append(info)
+    metric_infos = [api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m), display_name=m, dataset_type=(
+        api_pb2.DATASET_VALIDATION if m.startswith("val/") else api_pb2.DATASET_TRAINING if m.startswith("train/")
+        else api_pb2.DATASET_UNKNOWN)) for m in metrics]
+    experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=metric_infos)
+    return _summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment))
+
+
+def session_start_summary(own: Mapping[str, Any], declared: Mapping[str, tuple[list, bool]]) -> summary_pb2.Summary:
+    """This run's hparams; an option of another swept choice (not this run's) is left out: an empty cell."""
+    start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time())
+    for name in _order(own):
+        v = _as(_kind(declared[name][0]) if name in declared else _kind([own[name]]), own[name])
+        field = {bool: "bool_value", float: "number_value", str: "string_value"}[type(v)]
+        setattr(start.hparams[name], field, v)
+    return _summary(metadata.SESSION_START_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_start_info=start))
+
+
+def session_end_summary(status: str) -> summary_pb2.Summary:
+    code = api_pb2.STATUS_SUCCESS if status == "completed" else api_pb2.STATUS_FAILURE
+    end = plugin_data_pb2.SessionEndInfo(status=code, end_time_secs=time.time())
+    return _summary(metadata.SESSION_END_INFO_TAG, plugin_data_pb2.HParamsPluginData(session_end_info=end))
+
+
+def _summary(tag: str, data: plugin_data_pb2.HParamsPluginData) -> summary_pb2.Summary:
+    value = summary_pb2.Summary.Value(tag=tag, metadata=metadata.create_summary_metadata(data))
+    return summary_pb2.Summary(value=[value])

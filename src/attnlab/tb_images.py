@@ -1,0 +1,61 @@
+"""Attention maps as readable RGB images: one panel per head, viridis, labelled, with a colour bar."""
+
+from __future__ import annotations
+
+import numpy as np
+
+SCALES = ("row", "log", "max")
+PANEL_INCHES, DPI = 2.6, 100  # ≥ 200 px per head panel
+LOG_FLOOR = 1e-4  # weights below this share the bottom colour in log scale
+
+
+def check_scale(scale: str) -> str:
+    """The trainer.attn_map_scale value, or a ValueError naming what is allowed."""
+    if scale not in SCALES:
+        raise ValueError(f"trainer.attn_map_scale={scale!r} unknown; allowed: {', '.join(SCALES)}")
+    return scale
+
+
+def scaled(map_NTS: np.ndarray, scale: str) -> tuple[np.ndarray, float, float, str]:
+    """(values to draw, colour-bar min, max, colour-bar label) of one layer's maps under `scale`.
+
+    row: each query row divided by its own max (diffuse rows show their structure);
+    log: log10 of the weight, floored at 1e-4; max: each head divided by its largest weight.
+    """
+    w_NTS = np.asarray(map_NTS, np.float64)
+    if scale == "row":
+        return w_NTS / np.maximum(w_NTS.max(-1, keepdims=True), 1e-12), 0.0, 1.0, "weight / row max"
+    if scale == "log":
+        return np.log10(np.maximum(w_NTS, LOG_FLOOR)), np.log10(LOG_FLOOR), 0.0, "log10 weight"
+    return w_NTS / np.maximum(w_NTS.max((-2, -1), keepdims=True), 1e-12), 0.0, 1.0, "weight / head max"
+
+
+def render(map_NTS: np.ndarray, scale: str, title: str):
+    """A matplotlib Figure: heads side by side, titled `head h`, queries down, keys across, one colour bar."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    values_NTS, lo, hi, label = scaled(map_NTS, scale)
+    n = values_NTS.shape[0]
+    fig = Figure(figsize=(PANEL_INCHES * n + 1.0, PANEL_INCHES + 0.6), dpi=DPI, layout="constrained")
+    axes = fig.subplots(1, n, squeeze=False)[0]
+    for h, (ax, v_TS) in enumerate(zip(axes, values_NTS)):
+        image = ax.imshow(v_TS, cmap="viridis", vmin=lo, vmax=hi, interpolation="nearest", aspect="equal")
+        ax.set_title(f"head {h}", fontsize=9)
+        ax.set_xlabel("key", fontsize=8)
+        ax.tick_params(labelsize=7)
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_locator(MaxNLocator(integer=True))
+    axes[0].set_ylabel("query", fontsize=8)
+    fig.colorbar(image, ax=list(axes), shrink=0.9).set_label(label, fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def to_rgb(fig) -> np.ndarray:
+    """An Agg-rendered figure as a uint8 (H, W, 3) array."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()

@@ -1,0 +1,269 @@
+"""What a sweep writes to TensorBoard, read back with TensorBoard's own reader (and, slow, its web UI)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import yaml
+from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli
+from matplotlib import colormaps
+from omegaconf import OmegaConf
+from PIL import Image
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.hparams import api_pb2, backend_context, metadata
+from tensorboard.util import tensor_util
+
+from attnlab import registry, tb_hparams, tb_images
+from attnlab.summaries import Summaries
+
+NORMALIZERS = ("softmax", "linear")
+EVAL_STEPS = [4]
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    """normalizer=softmax,linear × trainer.vmap_seeds=2 (seeds 0, 1 as seed<k>/ sub-runs), 2 layers of 2 heads."""
+    root = tmp_path_factory.mktemp("tb")
+    run_cli("-m", f"normalizer={','.join(NORMALIZERS)}", *TINY, *TINY_TASK["mqar"], "model.layers=2",
+            "trainer.vmap_seeds=2", f"hydra.sweep.dir={root / 'sweep'}", cwd=root)
+    return root / "sweep"
+
+
+def runs(sweep_dir):
+    """{(normalizer, seed): run dir} of the sweep's four runs."""
+    out = {}
+    for job in sweep_dir.iterdir():
+        if job.is_dir():
+            for seed_dir in (p for p in job.glob("seed*") if p.is_dir()):
+                out[(job.name.split("=", 1)[1], seed_dir.name[len("seed"):])] = seed_dir
+    assert sorted(out) == sorted((n, s) for n in NORMALIZERS for s in ("0", "1")), sorted(out)
+    return out
+
+
+def hparams_content(run_dir):
+    return events(run_dir).PluginTagToContent("hparams")
+
+
+def yaml_options(group, choice):
+    raw = yaml.safe_load((registry.CONFIG_DIR / group / f"{choice}.yaml").read_text())
+    return {f"{group}.{k}" for k, v in raw.items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
+
+
+def test_hparams_experiment_marks_the_swept_keys_and_declares_every_choices_options(sweep_dir):
+    experiments = [metadata.parse_experiment_plugin_data(hparams_content(d)[metadata.EXPERIMENT_TAG])
+                   for d in runs(sweep_dir).values()]
+    exp = experiments[0]
+    assert all(e == exp for e in experiments)  # whichever run TensorBoard picks, the same experiment
+    infos = {h.name: h for h in exp.hparam_infos}
+    assert {"normalizer", "seed", "task", "head", "model", "trainer.accelerator", "optim.lr"} <= set(infos)
+    for n in NORMALIZERS:  # the union: both normalizers' options are columns in every run
+        assert yaml_options("normalizer", n) <= set(infos), yaml_options("normalizer", n) - set(infos)
+    assert {n for n, h in infos.items() if h.differs} == {"normalizer", "seed"}
+    assert infos["seed"].type == api_pb2.DATA_TYPE_STRING and infos["seed"].WhichOneof("domain") is None
+    # Choices list every choice in configs/: a run of another sweep in the same logdir is never filtered out.
+    assert [v.string_value for v in infos["normalizer"].domain_discrete.values] == registry.choices("normalizer")
+    assert infos["optim.lr"].type == api_pb2.DATA_TYPE_FLOAT64
+    assert (infos["optim.lr"].domain_interval.min_value, infos["optim.lr"].domain_interval.max_value) == (3e-3, 3e-3)
+    assert [v.bool_value for v in infos["model.qk_norm"].domain_discrete.values] == [False, True]
+    assert [m.name.tag for m in exp.metric_infos] == [
+        "test/accuracy", "val/accuracy", "test/loss", "val/loss", "test/ece", "train/nonfinite_steps"]
+    # TensorBoard's own ordering (differs first, then by name); the HParams tab shows the first five.
+    backend_context._sort_and_reduce_to_hparams_limit(exp, 5)
+    assert [h.name for h in exp.hparam_infos] == ["normalizer", "seed", "head", "model", "model.d_model"]
+
+
+def test_sweep_values_read_the_multirun_yaml(tmp_path):
+    """Command-line sweeps and sweeper params both count; hydra's own keys and single values do not."""
+    task = ["normalizer=softmax,kl", "seed=range(0,3)", "optim.lr=1e-3", "hydra/launcher=joblib,basic"]
+    OmegaConf.save({"hydra": {"overrides": {"task": task}, "sweeper": {"params": {"model.d_model": "16,32"}}}},
+                   tmp_path / "multirun.yaml")
+    assert tb_hparams.sweep_values(tmp_path) == {"normalizer": ["softmax", "kl"], "seed": ["0", "1", "2"],
+                                                 "model.d_model": ["16", "32"]}
+    assert tb_hparams.sweep_values(tmp_path / "missing") == {}
+
+
+def test_outside_a_sweep_the_top_level_choices_are_marked():
+    own = {"normalizer": "kl", "task": "mqar", "head": "softmax_ce", "model": "tiny", "seed": "3", "optim.lr": 1e-3}
+    assert {k for k, (_, differs) in tb_hparams.declare(own, {}, [3]).items() if differs} == set(tb_hparams.TOP_LEVEL)
+    vmapped = tb_hparams.declare(own, {}, [3, 4])
+    assert vmapped["seed"] == (["3", "4"], True)
+
+
+def test_a_sweep_over_tasks_declares_every_metric_in_every_run():
+    own = {"task": "mqar", "head": "softmax_ce", "seed": "0"}
+    logged = {"test/accuracy", "test/loss", "train/nonfinite_steps"}
+    assert tb_hparams.metric_list(tb_hparams.declare(own, {}, [0]), logged) == [
+        "test/accuracy", "test/loss", "train/nonfinite_steps"]
+    across = tb_hparams.declare(own, {"task": ["mqar", "icl_regression"]}, [0])
+    assert tb_hparams.metric_list(across, logged) == list(tb_hparams.METRICS)
+
+
+def test_every_run_has_its_own_hparams_and_the_declared_metrics(sweep_dir):
+    for (normalizer, seed), run_dir in runs(sweep_dir).items():
+        content = hparams_content(run_dir)
+        start = metadata.parse_session_start_info_plugin_data(content[metadata.SESSION_START_INFO_TAG])
+        assert start.hparams["normalizer"].string_value == normalizer
+        assert start.hparams["seed"].WhichOneof("kind") == "string_value" and start.hparams["seed"].string_value == seed
+        config = json.loads((run_dir / "run.json").read_text())["config"]
+        assert start.hparams["optim.lr"].number_value == pytest.approx(config["optim"]["lr"])
+        assert start.hparams["model.layers"].number_value == config["model"]["layers"] == 2
+        own = yaml_options("normalizer", normalizer) & {k for k, v in start.hparams.items()}
+        other = yaml_options("normalizer", ({*NORMALIZERS} - {normalizer}).pop()) - yaml_options("normalizer", normalizer)
+        assert own and not other & set(start.hparams)  # another choice's options: an empty cell
+        end = metadata.parse_session_end_info_plugin_data(content[metadata.SESSION_END_INFO_TAG])
+        assert end.status == api_pb2.STATUS_SUCCESS
+        tags = set(events(run_dir).Tags()["scalars"])
+        assert {"test/accuracy", "val/accuracy", "test/loss", "val/loss", "test/ece", "train/nonfinite_steps"} <= tags
+
+
+def test_per_layer_means_equal_the_mean_of_the_heads(sweep_dir):
+    for run_dir in runs(sweep_dir).values():
+        acc = events(run_dir)
+        layer_tags = [t for t in acc.Tags()["scalars"] if re.fullmatch(r"(attn_\w+|score_grad)/layer_\d", t)]
+        assert {"attn_entropy/layer_0", "attn_entropy/layer_1", "attn_max_weight/layer_1"} <= set(layer_tags)
+        for tag in layer_tags:
+            heads_HK = np.array([[e.value for e in acc.Scalars(f"{tag}/head_{h}")] for h in range(2)], np.float64)
+            layer_K = np.array([e.value for e in acc.Scalars(tag)])
+            # score_grad/layer_i is the norm over heads, attn_<stat>/layer_i their mean.
+            want = np.sqrt((heads_HK**2).sum(0)) if tag.startswith("score_grad") else heads_HK.mean(0)
+            np.testing.assert_allclose(layer_K, want, rtol=1e-5, atol=1e-7, err_msg=tag)
+
+
+def test_duplicated_and_meaningless_series_are_gone(sweep_dir):
+    for (normalizer, _), run_dir in runs(sweep_dir).items():
+        acc, m = events(run_dir), metrics(run_dir)
+        tags = set(acc.Tags()["scalars"])
+        assert "val/loss" in tags and "val/nll" not in tags and "test/nll" not in tags  # nll is the loss here
+        assert m["final"]["val/nll"] == pytest.approx(m["final"]["val/loss"])  # metrics.json keys unchanged
+        assert not any(t.startswith("baseline/") for t in tags)
+        assert acc.Scalars("baseline_test/accuracy")[-1].value == pytest.approx(m["baseline"]["baseline/accuracy"])
+        assert acc.Scalars("baseline_val/accuracy")[-1].value == pytest.approx(m["baseline"]["baseline_val/accuracy"])
+        assert ("grad_norm/beta" in tags) == (normalizer == "softmax")  # linear attention has no β
+
+
+def test_attention_map_images_are_rgb_labelled_and_readable(sweep_dir):
+    shapes = set()
+    for run_dir in runs(sweep_dir).values():
+        acc = events(run_dir)
+        assert sorted(t for t in acc.Tags()["images"]) == ["attn_map/layer_0", "attn_map/layer_1"]
+        for tag in ("attn_map/layer_0", "attn_map/layer_1"):
+            imgs = acc.Images(tag)
+            assert [e.step for e in imgs] == EVAL_STEPS
+            png = Image.open(io.BytesIO(imgs[-1].encoded_image_string))
+            assert png.mode == "RGB" and (png.width, png.height) == (imgs[-1].width, imgs[-1].height)
+            assert png.height >= 200 and png.width >= 2 * 200  # two heads of at least 200 px
+            shapes.add(png.size)
+    assert len(shapes) == 1  # every run's map has the same layout
+
+
+@pytest.mark.parametrize("scale", ["row", "log", "max"])
+def test_rendered_map_has_head_titles_a_colour_bar_and_viridis_cells(scale):
+    rng = np.random.default_rng(0)
+    w_NTS = rng.dirichlet(np.ones(5) * 0.3, size=(2, 5))
+    fig = tb_images.render(w_NTS, scale, "layer 0")
+    rgb = tb_images.to_rgb(fig)
+    assert rgb.dtype == np.uint8 and rgb.ndim == 3 and rgb.shape[2] == 3
+    heads = [ax for ax in fig.axes if ax.get_title().startswith("head")]
+    assert [ax.get_title() for ax in heads] == ["head 0", "head 1"]
+    assert len(fig.axes) == 3 and fig.axes[2].get_ylabel()  # the colour bar, with its label
+    # The reference: each scale's closed form through matplotlib's viridis, read at each cell's centre.
+    ref = {"row": w_NTS / w_NTS.max(-1, keepdims=True),
+           "log": (np.log10(np.maximum(w_NTS, 1e-4)) + 4) / 4,
+           "max": w_NTS / w_NTS.max((1, 2), keepdims=True)}[scale]
+    height = rgb.shape[0]
+    for h, ax in enumerate(heads):
+        for t in range(5):
+            for s in range(5):
+                x, y = ax.transData.transform((s, t))
+                got = rgb[int(height - y), int(x)].astype(float)
+                want = np.array(colormaps["viridis"](ref[h, t, s])[:3]) * 255
+                np.testing.assert_allclose(got, want, atol=3, err_msg=f"{scale} head {h} cell {t},{s}")
+
+
+def test_probe_text_is_written_for_a_task_that_decodes_and_only_then(tmp_path):
+    class Bytes:
+        def decode(self, tokens_T):
+            return bytes(int(t) for t in tokens_T).decode()
+
+    for name, task in (("lm", Bytes()), ("mqar", object())):
+        writer = Summaries(str(tmp_path / name))
+        writer.probe_text(task, np.frombuffer(b"attention", np.uint8))
+        writer.close()
+    acc = events(tmp_path / "lm")
+    (event,) = acc.Tensors("probe/text/text_summary")
+    assert tensor_util.make_ndarray(event.tensor_proto).item() == b"attention"
+    assert acc.SummaryMetadata("probe/text/text_summary").plugin_data.plugin_name == "text"
+    assert events(tmp_path / "mqar").Tags()["tensors"] == []
+
+
+def test_unknown_attn_map_scale_exits_2_naming_the_key(tmp_path):
+    proc = run_cli(*TINY, *TINY_TASK["mqar"], "trainer.attn_map_scale=bright", f"hydra.run.dir={tmp_path / 'r'}",
+                   cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert "trainer.attn_map_scale='bright' unknown; allowed: row, log, max" in proc.stderr
+
+
+def test_custom_scalars_layout_overlays_one_chart_per_layer_statistic(sweep_dir):
+    for run_dir in runs(sweep_dir).values():
+        acc = events(run_dir)
+        raw = tensor_util.make_ndarray(acc.Tensors("custom_scalars__config__")[0].tensor_proto).item()
+        layout = layout_pb2.Layout.FromString(raw)
+        tags = acc.Tags()["scalars"]
+        assert [c.title for c in layout.category] == ["layer 0", "layer 1", "global"]
+        for category in layout.category:
+            assert len(category.chart) >= 3
+            for chart in category.chart:
+                (pattern,) = chart.multiline.tag
+                assert len([t for t in tags if re.match(pattern, t)]) == 1, (category.title, chart.title)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ~8 s beside the sweep fixture (TensorBoard start, page load): not marked slow.
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="no `chromium` on PATH (Debian: apt-get install -y chromium) for the headless browser test")
+def test_hparams_tab_in_headless_chromium_opens_on_the_swept_columns(sweep_dir, tmp_path):
+    from chromium_pipe import Chromium
+
+    port = _free_port()
+    board = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(sweep_dir), "--host",
+                              "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    browser = None
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/data/plugins_listing", timeout=5)
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "tensorboard did not answer in 60 s"
+                time.sleep(1)
+        browser = Chromium()
+        page = browser.open(f"http://127.0.0.1:{port}/#hparams")
+        texts = browser.wait_for_text(page, "Trial ID")
+        browser.screenshot(page, tmp_path / "hparams.png")
+        leaves = [t for _, t in texts]
+        assert "Trial ID" in leaves, leaves[:80]
+        # The table header: Trial ID, Show Metrics, then the hparam columns shown by default.
+        header = leaves[leaves.index("Trial ID") + 2:]
+        assert header[:2] == ["normalizer", "seed"], header[:8]
+        assert header[2:4] == ["head", "model"], header[:8]
+    finally:
+        if browser is not None:
+            browser.close()
+        board.kill()
+        board.wait()
