@@ -30,7 +30,7 @@ def test_two_by_two_multirun_with_joblib_completes(tmp_path):
     # The last lines say what to run next; the sweep leaves no empty file (no empty cli.log per job).
     assert proc.stderr.rstrip().splitlines()[-4:] == [
         "next:", f"  attnlab-report {tmp_path}", f"  tensorboard --logdir {tmp_path} --host 127.0.0.1",
-        r"  then open http://127.0.0.1:6006/?runColorGroup=regex:normalizer=(\w+)"]
+        "  then open http://127.0.0.1:6006/?runColorGroup=regex:normalizer%3D(%5Cw%2B)"]
     assert [p for p in tmp_path.rglob("*") if p.is_file() and p.stat().st_size == 0] == []
     assert not list(tmp_path.rglob("*.log"))
     # Distinct seeds give distinct runs; the same seed under another normalizer starts from the same data.

@@ -20,7 +20,8 @@ from omegaconf import OmegaConf
 MAX_NAME = 120  # characters of swept values in a job directory name; longer ones end in a hash
 HEADLINE = ("test/accuracy", "test/r2", "test/mse", "test/loss")  # the first one a job has sums it up
 TENSORBOARD_URL = "http://127.0.0.1:6006/"  # TensorBoard's default port; it prints the one it took
-COLOR_BY_NORMALIZER = r"?runColorGroup=regex:normalizer=(\w+)"  # one colour per normalizer (job names hold it)
+# One colour per normalizer (job names hold it); URL-encoded, since a bare "+" in a query reads as a space.
+COLOR_BY_NORMALIZER = "?runColorGroup=regex:normalizer%3D(%5Cw%2B)"
 
 
 def swept_keys(sweep_dir: Path) -> set[str] | None:
