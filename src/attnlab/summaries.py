@@ -8,6 +8,8 @@ import numpy as np
 from tensorboardX import SummaryWriter
 from tensorboardX.summary import hparams as hparams_summary
 
+from attnlab.normalizers import CORE_STATS
+
 
 def flatten_train_metrics(m: Mapping[str, Any], prefix: str = "train") -> dict[str, float]:
     """Host metrics of a train step → {tag: float}, per layer and head where they are per layer and head.
@@ -28,6 +30,8 @@ def flatten_train_metrics(m: Mapping[str, Any], prefix: str = "train") -> dict[s
             out.update({f"score_grad/layer_{i}/head_{h}": float(x) for h, x in enumerate(row)})
     for stat, v in m.get("attn", {}).items():
         for i, row in enumerate(np.asarray(v)):
+            if stat not in CORE_STATS and np.isnan(row).all():
+                continue  # a hybrid's layer whose normalizer does not report this statistic (model.stack_layer_stats)
             out.update({f"attn_{stat}/layer_{i}/head_{h}": float(x) for h, x in enumerate(row)})
     return out
 

@@ -248,8 +248,10 @@ def _evaluate_step(step, state, best, best_params, run_eval, maps_fn, probe, sum
         summaries[i].scalars(step, {**_prefixed("val", val), **_prefixed("baseline", baseline["val"])})
         summaries[i].attention_images(maps[i], step)
         for name in ("beta", "entropy"):
-            if name in attn:
-                summaries[i].histogram(f"hist/{name}", attn[name][i], step)
+            values = np.asarray(attn.get(name, np.zeros(0)))[i:i + 1]
+            values = values[~np.isnan(values)]  # NaN: hybrid layers without this statistic
+            if values.size:
+                summaries[i].histogram(f"hist/{name}", values, step)
         improved.append(val["loss"] < best[i]["val/loss"])
         if improved[-1]:
             best[i] = {**_prefixed("val", val), "step": step}
