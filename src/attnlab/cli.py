@@ -197,8 +197,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         env = environment()
         for seed, d in zip(seeds, run_dirs):
             d.mkdir(parents=True, exist_ok=True)
+            corpus = {"corpus": task.corpus} if getattr(task, "corpus", None) else {}  # the lm task's text identity
             write_json(d / "run.json", {"config": {**resolved, "seed": seed}, "choices": choices,
-                                        "overrides": list(hc.overrides.task), "env": env})
+                                        "overrides": list(hc.overrides.task), "env": env, **corpus})
         hparams = [{**hparams_of(cfg, choices), "seed": seed} for seed in seeds]
         records = _train(cfg, task, nets, tx, loop, run_dirs, run_dir, hparams)
     except Exception as exc:  # a failed run records why and lets a sweep go on

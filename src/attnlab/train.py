@@ -143,7 +143,8 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
         mse = baseline[split].get("mse")
         metrics, outs = evaluate(params, state["rest"], evals[split], None if mse is None else jnp.float32(mse))
         host = jax.device_get(metrics)
-        return [{k: float(v[i]) for k, v in host.items()} for i in range(S)], outs
+        per_seed = [{k: float(v[i]) for k, v in host.items()} for i in range(S)]
+        return [{**m, **task.derived_metrics(m)} for m in per_seed], outs
 
     # purge_step: a resumed run rewrites the steps after its checkpoint, so TensorBoard drops the old ones.
     summaries = [Summaries(str(d), purge_step=start + 1 if start else None) for d in run_dirs]
