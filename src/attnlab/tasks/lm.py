@@ -42,10 +42,10 @@ class LanguageModel(Task):
     kind = "classification"
     granularity = "token"
 
-    def __init__(self, seq_len: int = 128, path: str | None = None, hf_dataset: str | None = None,
+    def __init__(self, seq_len: int = 64, path: str | None = None, hf_dataset: str | None = None,
                  hf_config: str | None = None, hf_split: str = "train", hf_column: str = "text",
                  hf_data_files: str | None = None, val_fraction: float = 0.1, test_fraction: float = 0.1,
-                 seed: int = 0, n_train: int = 20000, n_val: int = 400, n_test: int = 400,
+                 seed: int = 0, n_train: int = 20000, n_val: int = 500, n_test: int = 500,
                  default_head: str = "softmax_ce"):
         self.seq_len = check_int("seq_len", seq_len, 2)
         for key, value in (("path", path), ("hf_dataset", hf_dataset), ("hf_config", hf_config),
