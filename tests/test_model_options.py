@@ -12,7 +12,7 @@ from test_configs import compose_train
 
 from attnlab import registry
 from attnlab.attention import ShortConv
-from attnlab.cli import ConfigError, build
+from attnlab.cli import ConfigError, build, hparams_of
 from attnlab.model import Transformer
 from attnlab.normalizers import Mask, build as build_normalizer
 from attnlab.steps import leaf_groups, make_train_step, probes_supported, sample_batch, step_key
@@ -197,3 +197,9 @@ def test_bad_model_options_fail_in_one_line(override, needle):
     with pytest.raises((ConfigError, ValueError)) as e:
         build(cfg, "softmax_ce")
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_hparams_record_the_layer_layout_as_one_string():
+    cfg = compose_train("model=tiny", "model.layer_normalizers=[softmax,linear]", *TINY_TASK["mqar"])
+    flat = hparams_of(cfg, {"normalizer": "softmax"})
+    assert flat["model.layer_normalizers"] == "softmax,linear" and flat["model.short_conv"] == 0
