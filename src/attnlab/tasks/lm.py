@@ -54,7 +54,8 @@ class LanguageModel(Task):
                 raise ValueError(f"option {key}={value!r} is invalid; allowed: a non-empty string"
                                  + ("" if key in ("hf_split", "hf_column") else " or null"))
         if path is not None and hf_dataset is not None:
-            raise ValueError(f"options path={path!r} and hf_dataset={hf_dataset!r} exclude each other; allowed: one or neither")
+            raise ValueError(f"options path={path!r} and hf_dataset={hf_dataset!r} exclude each other; "
+                             "allowed: one or neither")
         fractions = {"test": check_float("test_fraction", test_fraction, 0.0, 0.5, lo_open=True),
                      "val": check_float("val_fraction", val_fraction, 0.0, 0.5, lo_open=True)}
         sizes = {s: check_int(f"n_{s}", n, 1) for s, n in zip(SPLITS, (n_train, n_val, n_test))}
@@ -89,7 +90,8 @@ class LanguageModel(Task):
                                    np.ones((sizes[s], self.seq_len), bool))
         self.splits = {s: self.splits[s] for s in SPLITS}
         train = self.text["train"]
-        self._entropy = {"bits_per_byte": unigram_entropy_bits(train), "bits_per_byte_bigram": bigram_entropy_bits(train)}
+        self._entropy = {"bits_per_byte": unigram_entropy_bits(train),
+                         "bits_per_byte_bigram": bigram_entropy_bits(train)}
 
     def _windows(self, text_U8, n: int, rng, seen: set, max_rounds: int = 50) -> np.ndarray:
         """n windows of seq_len + 1 bytes at uniform random offsets, none with the inputs of an earlier split."""
