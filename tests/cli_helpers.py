@@ -27,6 +27,7 @@ TINY_TASK = {
     "listops": ["task.max_depth=2", "task.max_args=3", "task.min_length=4", "task.max_length=16", "task.seq_len=16",
                 "task.n_train=200", "task.n_val=40", "task.n_test=40"],
     "digits": [],
+    "lm": ["task.seq_len=16", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
 }
 
 

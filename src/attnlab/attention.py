@@ -23,25 +23,57 @@ def rope(x_BTNH, positions_T, base: float = 10000.0):
     return rot.astype(x_BTNH.dtype)
 
 
+class ShortConv(nnx.Module):
+    """Depthwise 1-D convolution of width k over time, then SiLU, on the (B,T,C) q/k/v projections.
+
+    Follows flash-linear-attention's ShortConvolution (fla/modules/convolution.py: depthwise Conv1d,
+    no bias, SiLU, padded positions zeroed first), used on q, k and v by Based and fla's linear-attention
+    layers (Zoology/H3 use the same short causal filter). Causal (left padding k−1) for per-token
+    tasks; centred (⌊(k−1)/2⌋ left, the rest right) for per-sequence tasks.
+    """
+
+    def __init__(self, channels: int, width: int, *, dtype, rngs: nnx.Rngs):
+        # PyTorch's Conv1d default init for a depthwise filter: U(±1/√fan_in), fan_in = width.
+        bound = 1.0 / math.sqrt(width)
+        self.kernel = nnx.Param(jax.random.uniform(rngs.params(), (width, channels), jnp.float32, -bound, bound))
+        self.width, self.dtype = width, dtype
+
+    def __call__(self, x_BTC, valid_BT, causal: bool):
+        if valid_BT is not None:  # padding must never reach a valid position
+            x_BTC = x_BTC * valid_BT[..., None].astype(x_BTC.dtype)
+        k, T = self.width, x_BTC.shape[1]
+        left = k - 1 if causal else (k - 1) // 2
+        xp_BTC = jnp.pad(x_BTC, ((0, 0), (left, k - 1 - left), (0, 0)))
+        w_KC = self.kernel[...].astype(x_BTC.dtype)
+        # y_t = Σ_j w_j · x_{t − left + j}: a sum of k shifted copies (k is small, 2–8).
+        y_BTC = sum(w_KC[j] * xp_BTC[:, j:j + T] for j in range(k))
+        return jax.nn.silu(y_BTC)
+
+
 class MultiHeadAttention(nnx.Module):
     """q, k, v projections → normalizer → output projection; returns (y_BTD, stats)."""
 
     def __init__(self, d_model: int, num_heads: int, make_normalizer: Callable[..., Normalizer], *,
-                 use_rope: bool, qk_norm: bool, seq_len: int, dtype, rngs: nnx.Rngs):
+                 use_rope: bool, qk_norm: bool, seq_len: int, dtype, rngs: nnx.Rngs, short_conv: int = 0):
         self.num_heads, self.head_dim = num_heads, d_model // num_heads
         self.qkv = nnx.Linear(d_model, 3 * d_model, use_bias=False, dtype=dtype, rngs=rngs)
         self.out = nnx.Linear(d_model, d_model, use_bias=False, dtype=dtype, rngs=rngs)
         self.normalizer = make_normalizer(num_heads=num_heads, head_dim=self.head_dim, rngs=rngs)
         self.use_rope, self.qk_norm = use_rope, qk_norm
+        if short_conv:
+            self.conv = ShortConv(3 * d_model, short_conv, dtype=dtype, rngs=rngs)
         if qk_norm:
             # QK-norm (Henry et al. 2020): one learnable g per layer, initialised to log2(L² − L).
             # q̂ is scaled by g·√H so that the normalizer's default β = 1/√H yields exactly g.
             self.qk_gain = NormalizerParam(jnp.array(math.log2(max(seq_len**2 - seq_len, 2)), jnp.float32))
 
-    def heads(self, x_BTD):
-        """Project to per-head q, k, v (B,T,N,H), with QK-norm and RoPE applied."""
+    def heads(self, x_BTD, mask: Mask):
+        """Project to per-head q, k, v (B,T,N,H), with the short convolution, QK-norm and RoPE applied."""
         B, T, _ = x_BTD.shape
-        q, k, v = jnp.split(self.qkv(x_BTD).reshape(B, T, 3 * self.num_heads, self.head_dim), 3, axis=2)
+        qkv_BTC = self.qkv(x_BTD)
+        if hasattr(self, "conv"):
+            qkv_BTC = self.conv(qkv_BTC, mask.key_valid_BS, mask.causal)
+        q, k, v = jnp.split(qkv_BTC.reshape(B, T, 3 * self.num_heads, self.head_dim), 3, axis=2)
         if self.qk_norm:
             q = q * jax.lax.rsqrt(jnp.sum(q.astype(jnp.float32) ** 2, -1, keepdims=True) + 1e-6).astype(q.dtype)
             k = k * jax.lax.rsqrt(jnp.sum(k.astype(jnp.float32) ** 2, -1, keepdims=True) + 1e-6).astype(k.dtype)
@@ -53,12 +85,12 @@ class MultiHeadAttention(nnx.Module):
 
     def weights(self, x_BTD, mask: Mask):
         """The explicit (B,N,T,S) attention matrix of this layer."""
-        q, k, _ = self.heads(x_BTD)
+        q, k, _ = self.heads(x_BTD, mask)
         return self.normalizer.weights(q, k, mask)
 
     def __call__(self, x_BTD, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
         B, T, _ = x_BTD.shape
-        q, k, v = self.heads(x_BTD)
+        q, k, v = self.heads(x_BTD, mask)
         kwargs = {} if score_probe_BNTS is None else {"score_probe_BNTS": score_probe_BNTS}
         o_BTNH, stats = self.normalizer(q, k, v, mask, with_stats=with_stats, **kwargs)
         return self.out(o_BTNH.reshape(B, T, -1)), stats

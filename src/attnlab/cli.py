@@ -72,7 +72,30 @@ def validate(cfg: DictConfig, device_count: int) -> None:
     _require(isinstance(cfg.seed, int), f"seed={cfg.seed!r} must be an integer")
 
 
-def build(cfg: DictConfig, head_name: str):
+def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> list:
+    """One normalizer factory per entry of model.layer_normalizers (cycled over the layers by the model).
+
+    null: every layer uses `normalizer`. A listed name equal to the selected `normalizer` uses its
+    composed config (with the normalizer.<option>= overrides); any other name its YAML defaults.
+    """
+    node = OmegaConf.to_container(cfg.normalizer, resolve=True)
+    names = cfg.model.get("layer_normalizers")
+    if names is None:
+        return [_construct("normalizer", node, _partial=True)]
+    allowed = registry.choices("normalizer")
+    _require(OmegaConf.is_list(names) and len(names) > 0 and all(isinstance(n, str) for n in names),
+             f"model.layer_normalizers={names!r} is invalid; allowed: null or a non-empty list of names "
+             f"from {', '.join(allowed)}, e.g. [softmax,linear]")
+    unknown = [n for n in names if n not in allowed]
+    _require(not unknown, f"model.layer_normalizers={list(names)} names unknown normalizer(s) "
+                          f"{', '.join(unknown)}; allowed: {', '.join(allowed)}")
+    if selected is None:  # outside Hydra: the YAML whose _target_ the composed normalizer has
+        selected = next((n for n in allowed if registry.load("normalizer", n).get("_target_") == node.get("_target_")), None)
+    return [_construct("normalizer", node if n == selected else registry.load("normalizer", n), _partial=True)
+            for n in names]
+
+
+def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     """task, nets (one per seed of trainer.vmap_seeds), optimizer and loop config; ConfigError on bad input."""
     import jax
     from flax import nnx
@@ -89,7 +112,7 @@ def build(cfg: DictConfig, head_name: str):
     _require(head_kind == task.kind, f"head={head_name} serves {head_kind}, but task {task.kind!r} is {task.kind}; "
                                      f"heads for {task.kind}: {', '.join(heads.compatible(task.kind))}")
     m = cfg.model
-    make_normalizer = _construct("normalizer", OmegaConf.to_container(cfg.normalizer, resolve=True), _partial=True)
+    make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
     causal = task.granularity == "token" if m.causal is None else bool(m.causal)
     _require(not (task.granularity == "token" and not causal),
              "model.causal=false with a per-token task lets each position see its own target; use causal=true or null")
@@ -101,7 +124,8 @@ def build(cfg: DictConfig, head_name: str):
                            dropout=m.dropout, positional=m.positional, max_len=m.max_len, causal=causal,
                            qk_norm=m.qk_norm, pooled=task.granularity == "sequence", make_normalizer=make_normalizer,
                            seq_len=task.seq_len, vocab_size=task.vocab_size, input_dim=task.input_dim,
-                           dtype=compute_dtype(cfg.accelerator.dtype), rngs=rngs)
+                           dtype=compute_dtype(cfg.accelerator.dtype), window=m.get("window"),
+                           short_conv=m.get("short_conv", 0), rngs=rngs)
         return Net(body, _construct("head", head_cfg, d_model=m.d_model, num_classes=task.num_classes, rngs=rngs))
 
     nets = [make_net(cfg.seed + i) for i in range(cfg.trainer.vmap_seeds)]
@@ -125,6 +149,8 @@ def hparams_of(cfg: DictConfig, choices: dict[str, str]) -> dict[str, Any]:
         for k, v in OmegaConf.to_container(cfg[group], resolve=True).items():
             if not k.startswith("_") and isinstance(v, (int, float, str, bool)):
                 flat[f"{group}.{k}"] = v
+            elif isinstance(v, list):  # e.g. model.layer_normalizers: the layout as one string
+                flat[f"{group}.{k}"] = ",".join(map(str, v))
     flat["seed"] = str(cfg.seed)
     return flat
 
@@ -157,7 +183,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         choices["head"] = head_name
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            task, nets, tx, loop = build(cfg, head_name)
+            task, nets, tx, loop = build(cfg, head_name, choices.get("normalizer"))
         for w in caught:
             print(f"attnlab: warning: {w.message}", file=sys.stderr)
     except (ConfigError, ValueError, TypeError) as exc:
@@ -176,8 +202,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         env = environment()
         for seed, d in zip(seeds, run_dirs):
             d.mkdir(parents=True, exist_ok=True)
+            corpus = {"corpus": task.corpus} if getattr(task, "corpus", None) else {}  # the lm task's text identity
             write_json(d / "run.json", {"config": {**resolved, "seed": seed}, "choices": choices,
-                                        "overrides": list(hc.overrides.task), "env": env})
+                                        "overrides": list(hc.overrides.task), "env": env, **corpus})
         from attnlab import tb_hparams
 
         hparams = [{**hparams_of(cfg, choices), "seed": str(seed)} for seed in seeds]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,14 +24,21 @@ def sinusoidal_table(length: int, d_model: int):
     return table.at[:, 1::2].set(jnp.cos(pos * inv)[:, : d_model // 2])
 
 
+def stack_layer_stats(per_layer: list[dict]) -> dict:
+    """{key: (L, N)} over the union of the layers' keys; NaN where a layer's normalizer lacks the key."""
+    keys = list(dict.fromkeys(k for s in per_layer for k in s))
+    like_N = next(v for s in per_layer for v in s.values())  # every statistic is per head, (N,)
+    return {k: jnp.stack([s[k] if k in s else jnp.full_like(like_N, jnp.nan) for s in per_layer]) for k in keys}
+
+
 class Block(nnx.Module):
     """x + attn(LN(x)); x + MLP(LN(x))."""
 
     def __init__(self, d_model, num_heads, mlp_ratio, dropout, make_normalizer, *, use_rope, qk_norm,
-                 seq_len, dtype, rngs):
+                 seq_len, dtype, rngs, short_conv=0):
         self.ln1 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
-        self.attn = MultiHeadAttention(d_model, num_heads, make_normalizer, use_rope=use_rope,
-                                       qk_norm=qk_norm, seq_len=seq_len, dtype=dtype, rngs=rngs)
+        self.attn = MultiHeadAttention(d_model, num_heads, make_normalizer, use_rope=use_rope, qk_norm=qk_norm,
+                                       seq_len=seq_len, dtype=dtype, rngs=rngs, short_conv=short_conv)
         self.ln2 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
         self.fc1 = nnx.Linear(d_model, mlp_ratio * d_model, dtype=dtype, rngs=rngs)
         self.fc2 = nnx.Linear(mlp_ratio * d_model, d_model, dtype=dtype, rngs=rngs)
@@ -48,13 +55,19 @@ class Transformer(nnx.Module):
     """Inputs (token ids (B,T) or vectors (B,T,I)) + valid_BT → (features, stats).
 
     features are (B,T,D) per token, or (B,D) with `pooled` (mean over valid tokens). stats maps
-    each per-head statistic of the normalizer to an (L, N) array (empty unless `with_stats`).
+    each per-head statistic to an (L, N) array (empty unless `with_stats`): the union of the keys of
+    every layer's normalizer, NaN for a layer whose normalizer does not report that statistic.
+
+    `make_normalizer` is one factory, or a sequence of them cycled over the layers (hybrids);
+    `window` (None: off) limits each query to its `window` nearest admissible keys (Mask.window);
+    `short_conv` (0: off) is the width of a short convolution on q, k, v (attention.ShortConv).
     """
 
     def __init__(self, *, d_model: int, num_heads: int, num_layers: int, mlp_ratio: int, dropout: float,
                  positional: str, max_len: int, causal: bool, qk_norm: bool, pooled: bool,
-                 make_normalizer: Callable[..., Normalizer], seq_len: int, vocab_size: int | None = None,
-                 input_dim: int | None = None, dtype=jnp.float32, rngs: nnx.Rngs):
+                 make_normalizer: Callable[..., Normalizer] | Sequence[Callable[..., Normalizer]], seq_len: int,
+                 vocab_size: int | None = None, input_dim: int | None = None, dtype=jnp.float32,
+                 window: int | None = None, short_conv: int = 0, rngs: nnx.Rngs):
         if positional not in POSITIONAL:
             raise ValueError(f"model.positional={positional!r} unknown; allowed: {', '.join(POSITIONAL)}")
         if d_model % num_heads:
@@ -63,15 +76,21 @@ class Transformer(nnx.Module):
             raise ValueError(f"sequence length {seq_len} exceeds model.max_len={max_len} of the {positional} table")
         if (vocab_size is None) == (input_dim is None):
             raise ValueError("exactly one of vocab_size (token inputs) and input_dim (vector inputs) is needed")
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ValueError(f"model.window={window!r} is invalid; allowed: null (off) or an integer >= 1")
+        if isinstance(short_conv, bool) or not isinstance(short_conv, int) or short_conv < 0:
+            raise ValueError(f"model.short_conv={short_conv!r} is invalid; allowed: 0 (off) or an integer >= 1")
+        makers = list(make_normalizer) if isinstance(make_normalizer, Sequence) else [make_normalizer]
         self.embed = (nnx.Embed(vocab_size, d_model, dtype=dtype, rngs=rngs) if vocab_size
                       else nnx.Linear(input_dim, d_model, dtype=dtype, rngs=rngs))
         self.positional, self.causal, self.pooled, self.dtype = positional, causal, pooled, dtype
+        self.window = window
         if positional == "learned":
             self.pos = nnx.Embed(max_len, d_model, embedding_init=nnx.initializers.normal(0.02), dtype=dtype, rngs=rngs)
         self.blocks = nnx.List([
-            Block(d_model, num_heads, mlp_ratio, dropout, make_normalizer, use_rope=positional == "rope",
-                  qk_norm=qk_norm, seq_len=seq_len, dtype=dtype, rngs=rngs)
-            for _ in range(num_layers)
+            Block(d_model, num_heads, mlp_ratio, dropout, makers[i % len(makers)], use_rope=positional == "rope",
+                  qk_norm=qk_norm, seq_len=seq_len, dtype=dtype, rngs=rngs, short_conv=short_conv)
+            for i in range(num_layers)
         ])
         self.ln_f = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
 
@@ -88,7 +107,7 @@ class Transformer(nnx.Module):
     def attention_maps(self, inputs, valid_BT):
         """Explicit (L, B, N, T, S) attention matrices, for diagnostics (images on eval steps)."""
         x_BTD = self.embed_inputs(inputs)
-        mask = Mask(key_valid_BS=valid_BT, causal=self.causal)
+        mask = Mask(key_valid_BS=valid_BT, causal=self.causal, window=self.window)
         maps = []
         for block in self.blocks:
             maps.append(block.attn.weights(block.ln1(x_BTD), mask))
@@ -97,7 +116,7 @@ class Transformer(nnx.Module):
 
     def __call__(self, inputs, valid_BT, *, with_stats=False, score_probes=None, deterministic=True, rngs=None):
         x_BTD = self.embed_inputs(inputs)
-        mask = Mask(key_valid_BS=valid_BT, causal=self.causal)
+        mask = Mask(key_valid_BS=valid_BT, causal=self.causal, window=self.window)
         per_layer = []
         for i, block in enumerate(self.blocks):
             probe = None if score_probes is None else score_probes[i]
@@ -105,7 +124,7 @@ class Transformer(nnx.Module):
                                  deterministic=deterministic, rngs=rngs)
             per_layer.append(stats)
         x_BTD = self.ln_f(x_BTD)
-        stats = {k: jnp.stack([s[k] for s in per_layer]) for k in per_layer[0]} if with_stats else {}
+        stats = stack_layer_stats(per_layer) if with_stats else {}
         if not self.pooled:
             return x_BTD, stats
         w_BT1 = valid_BT[..., None].astype(x_BTD.dtype)

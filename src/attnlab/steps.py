@@ -61,8 +61,8 @@ def grad_norms(grads, groups, layers, num_layers) -> dict[str, jax.Array]:
 
 
 def probes_supported(net: Net) -> bool:
-    """Whether the normalizer exposes its score matrix to a gradient probe."""
-    return isinstance(net.body.blocks[0].attn.normalizer, (ScoreNormalizer, Linear))
+    """Whether every layer's normalizer exposes its score matrix to a gradient probe."""
+    return all(isinstance(block.attn.normalizer, (ScoreNormalizer, Linear)) for block in net.body.blocks)
 
 
 def step_key(state):

@@ -15,6 +15,7 @@ from tensorboardX import SummaryWriter
 from tensorboardX.proto.summary_pb2 import Summary as XSummary
 
 from attnlab import tb_hparams, tb_images
+from attnlab.normalizers import CORE_STATS
 
 # Per layer in the custom-scalars layout: (chart title, tag pattern), every run overlaid.
 LAYER_CHARTS = (("entropy (mean over heads)", "attn_entropy/layer_{i}$"),
@@ -41,6 +42,8 @@ def flatten_train_metrics(m: Mapping[str, Any], prefix: str = "train", has_beta:
             out.update({f"score_grad/layer_{i}/head_{h}": float(x) for h, x in enumerate(row)})
     for stat, v in m.get("attn", {}).items():
         for i, row in enumerate(np.asarray(v)):
+            if stat not in CORE_STATS and np.isnan(row).all():
+                continue  # a hybrid's layer whose normalizer does not report this statistic (model.stack_layer_stats)
             out[f"attn_{stat}/layer_{i}"] = float(np.mean(row))
             out.update({f"attn_{stat}/layer_{i}/head_{h}": float(x) for h, x in enumerate(row)})
     return out

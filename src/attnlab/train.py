@@ -146,7 +146,8 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
         mse = baseline[split].get("mse")
         metrics, outs = evaluate(params, state["rest"], evals[split], None if mse is None else jnp.float32(mse))
         host = jax.device_get(metrics)
-        return [{k: float(v[i]) for k, v in host.items()} for i in range(S)], outs
+        per_seed = [{k: float(v[i]) for k, v in host.items()} for i in range(S)]
+        return [{**m, **task.derived_metrics(m)} for m in per_seed], outs
 
     # purge_step: a resumed run rewrites the steps after its checkpoint, so TensorBoard drops the old ones.
     summaries = [Summaries(str(d), purge_step=start + 1 if start else None, attn_map_scale=cfg.attn_map_scale)
@@ -259,8 +260,10 @@ def _evaluate_step(step, state, best, best_params, run_eval, maps_fn, probe, sum
                                     **_prefixed("baseline_val", baseline["val"])})
         summaries[i].attention_images(maps[i], step)
         for name in ("beta", "entropy"):
-            if name in attn:
-                summaries[i].histogram(f"hist/{name}", attn[name][i], step)
+            values = np.asarray(attn.get(name, np.zeros(0)))[i:i + 1]
+            values = values[~np.isnan(values)]  # NaN: hybrid layers without this statistic
+            if values.size:
+                summaries[i].histogram(f"hist/{name}", values, step)
         improved.append(val["loss"] < best[i]["val/loss"])
         if improved[-1]:
             best[i] = {**_prefixed("val", val), "step": step}

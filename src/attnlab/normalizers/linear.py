@@ -18,7 +18,7 @@ class Linear(Normalizer):
     - causal (T = S, no dense mask): chunked O(T) — within a chunk the masked quadratic form,
       across chunks an exclusive prefix sum of φ(K)ᵀV (flash-linear-attention, naive chunk form);
     - bidirectional: φ(Q)(φ(K)ᵀV) / φ(Q)·Σφ(K), O(T);
-    - an arbitrary dense mask: the parallel (masked quadratic) form;
+    - an arbitrary dense mask or a sliding window: the parallel (masked quadratic) form, O(T²);
     - `step`: the recurrent single-token form for decoding, S_t = S_{t−1} + φ(k_t)v_tᵀ.
 
     Padding keys are excluded in every form by zeroing φ(k). q and k are not scaled (elu1 as in
@@ -76,7 +76,8 @@ class Linear(Normalizer):
         qf, kf = self._features(q_BTNH, k_BSNH, mask)
         v = v_BSNH.astype(jnp.float32)
         T, S = q_BTNH.shape[1], k_BSNH.shape[1]
-        if score_probe_BNTS is not None or mask.dense_BTS is not None or (mask.causal and T != S):
+        if (score_probe_BNTS is not None or mask.dense_BTS is not None or mask.window is not None
+                or (mask.causal and T != S)):
             # The probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
             num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)
         elif mask.causal:

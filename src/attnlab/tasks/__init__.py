@@ -7,9 +7,10 @@ from attnlab.tasks.base import Split, Task
 from attnlab.tasks.digits import Digits
 from attnlab.tasks.icl_regression import ICLRegression
 from attnlab.tasks.listops import ListOps
+from attnlab.tasks.lm import LanguageModel
 from attnlab.tasks.mqar import MQAR
 
-__all__ = ["Task", "Split", "make", "choices", "MQAR", "ListOps", "ICLRegression", "Digits"]
+__all__ = ["Task", "Split", "make", "choices", "MQAR", "ListOps", "ICLRegression", "Digits", "LanguageModel"]
 
 
 def choices() -> list[str]:

@@ -101,6 +101,10 @@ class Task:
         """Reference scores on a split (chance/majority accuracy, or reference and zero-predictor MSE)."""
         raise NotImplementedError
 
+    def derived_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Task-specific metrics computed from a split's head metrics (e.g. bits per byte); none by default."""
+        return {}
+
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={len(v)}" for k, v in self.splits.items())
         return f"{type(self).__name__}({self.options}; {sizes})"

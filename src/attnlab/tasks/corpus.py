@@ -1,0 +1,74 @@
+"""Text corpora for the lm task: a list of documents (bytes) and the corpus's identity for run.json."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import sys
+from pathlib import Path
+
+SEPARATOR = b"\n\n"  # between the documents of one split (what a paragraph split removed)
+
+
+def identity(source: str, docs: list[bytes], **extra) -> dict:
+    """Source, Python version, size in bytes, sha256 of the documents joined in order, and their number."""
+    digest = hashlib.sha256(SEPARATOR.join(docs)).hexdigest()
+    return {"source": source, "python": sys.version.split()[0], "bytes": sum(map(len, docs)),
+            "sha256": digest, "documents": len(docs), **extra}
+
+
+def pydoc_topics() -> tuple[list[bytes], dict]:
+    """CPython's documentation topics (pydoc_data.topics, the text behind `help('TOPIC')`), one per document.
+
+    Real English written by CPython's documentation authors, shipped with every Python: no download.
+    Its content differs between Python versions, hence the version and hash in the identity.
+    """
+    from pydoc_data.topics import topics
+
+    docs = [topics[name].encode("utf-8") for name in sorted(topics)]
+    return docs, identity("pydoc_data.topics", docs)
+
+
+def _paragraphs(text: bytes) -> list[bytes]:
+    return [p for p in re.split(rb"\n[ \t\r]*\n", text) if p.strip()]
+
+
+def from_path(path: str) -> tuple[list[bytes], dict]:
+    """The files named by `path` (a file, a directory searched recursively, or a glob), one document each.
+
+    With fewer than 3 files there are too few documents to split by document, so each file's
+    paragraphs (blank-line separated) are the documents instead.
+    """
+    p = Path(os.path.expanduser(path))
+    if p.is_file():
+        files = [p]
+    elif p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file())
+    else:
+        files = sorted(Path(f) for f in glob.glob(os.path.expanduser(path), recursive=True) if Path(f).is_file())
+    if not files:
+        raise ValueError(f"task.path={path!r} matches no file; allowed: a file, a directory or a glob of text files")
+    docs = [d for d in (f.read_bytes() for f in files) if d.strip()]
+    if len(docs) < 3:
+        docs = [para for d in docs for para in _paragraphs(d)]
+    return docs, identity(f"path:{path}", docs, files=len(files))
+
+
+def from_hf(name: str, config: str | None, split: str, column: str, data_files) -> tuple[list[bytes], dict]:
+    """Rows of a Hugging Face `datasets` split, one document per non-empty `column` value."""
+    try:
+        import datasets
+    except ImportError as exc:
+        raise ValueError(f"task.hf_dataset={name!r} needs the `datasets` library: pip install 'attnlab[hf]'") from exc
+    try:
+        ds = datasets.load_dataset(name, config, split=split, data_files=data_files)
+    except Exception as exc:  # network, unknown name or split: one line, not a traceback
+        raise ValueError(f"task.hf_dataset={name!r} (config {config!r}, split {split!r}) could not be loaded: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    if column not in ds.column_names:
+        raise ValueError(f"task.hf_column={column!r} is not a column of {name!r}; allowed: {', '.join(ds.column_names)}")
+    docs = [str(x).encode("utf-8") for x in ds[column] if x and str(x).strip()]
+    return docs, identity(f"hf:{name}", docs, config=config, split=split, column=column,
+                          datasets_version=datasets.__version__)

@@ -1,0 +1,142 @@
+"""Byte-level language modelling: predict each next byte of real text, split by document."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attnlab.tasks import corpus
+from attnlab.tasks.base import SPLITS, Split, Task, check_float, check_int, majority_accuracy
+
+PAD = 0  # input id 0 is padding; byte b is input id b + 1
+
+
+def unigram_entropy_bits(text_U8: np.ndarray) -> float:
+    """H(X) in bits of the byte distribution of `text`."""
+    p = np.bincount(text_U8, minlength=256) / max(len(text_U8), 1)
+    p = p[p > 0]
+    return float(-(p * np.log2(p)).sum())
+
+
+def bigram_entropy_bits(text_U8: np.ndarray) -> float:
+    """H(X_t | X_{t−1}) = H(X_{t−1}, X_t) − H(X_{t−1}) in bits, over the consecutive pairs of `text`."""
+    pairs = text_U8[:-1].astype(np.int64) * 256 + text_U8[1:]
+    joint = np.bincount(pairs, minlength=256 * 256) / max(len(pairs), 1)
+    prev = joint.reshape(256, 256).sum(1)
+    h = lambda p: float(-(p[p > 0] * np.log2(p[p > 0])).sum())  # noqa: E731
+    return h(joint) - h(prev)
+
+
+class LanguageModel(Task):
+    """Next-byte prediction on windows of `seq_len` bytes (inputs: byte + 1, 0 = padding; targets: the next byte).
+
+    The corpus (CPython's pydoc topics by default, or `path`, or `hf_dataset`) is a list of documents;
+    whole documents go to test, then val (seeded, until each holds its fraction of the bytes), the
+    rest to train, so no test text is seen in training. Each split's documents are joined and
+    `n_<split>` random windows of seq_len + 1 bytes are drawn from it (seeded); a val/train window
+    equal to an earlier split's is redrawn. `corpus` records the source's identity (for run.json).
+    Baselines, in bits per byte, are the training text's unigram entropy and bigram conditional entropy.
+    """
+
+    kind = "classification"
+    granularity = "token"
+
+    def __init__(self, seq_len: int = 64, path: str | None = None, hf_dataset: str | None = None,
+                 hf_config: str | None = None, hf_split: str = "train", hf_column: str = "text",
+                 hf_data_files: str | None = None, val_fraction: float = 0.1, test_fraction: float = 0.1,
+                 seed: int = 0, n_train: int = 20000, n_val: int = 500, n_test: int = 500,
+                 default_head: str = "softmax_ce"):
+        self.seq_len = check_int("seq_len", seq_len, 2)
+        for key, value in (("path", path), ("hf_dataset", hf_dataset), ("hf_config", hf_config),
+                           ("hf_split", hf_split), ("hf_column", hf_column), ("hf_data_files", hf_data_files)):
+            if value is not None and not (isinstance(value, str) and value):
+                raise ValueError(f"option {key}={value!r} is invalid; allowed: a non-empty string"
+                                 + ("" if key in ("hf_split", "hf_column") else " or null"))
+        if path is not None and hf_dataset is not None:
+            raise ValueError(f"options path={path!r} and hf_dataset={hf_dataset!r} exclude each other; "
+                             "allowed: one or neither")
+        fractions = {"test": check_float("test_fraction", test_fraction, 0.0, 0.5, lo_open=True),
+                     "val": check_float("val_fraction", val_fraction, 0.0, 0.5, lo_open=True)}
+        sizes = {s: check_int(f"n_{s}", n, 1) for s, n in zip(SPLITS, (n_train, n_val, n_test))}
+        seed = check_int("seed", seed, 0)
+        self.vocab_size, self.num_classes, self.input_dim = 257, 256, None
+        self.default_head = default_head
+        self.options = dict(seq_len=seq_len, path=path, hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split,
+                            hf_column=hf_column, hf_data_files=hf_data_files, val_fraction=val_fraction,
+                            test_fraction=test_fraction, seed=seed, n_train=n_train, n_val=n_val, n_test=n_test,
+                            default_head=default_head)
+        if hf_dataset is not None:
+            docs, self.corpus = corpus.from_hf(hf_dataset, hf_config, hf_split, hf_column, hf_data_files)
+        elif path is not None:
+            docs, self.corpus = corpus.from_path(path)
+        else:
+            docs, self.corpus = corpus.pydoc_topics()
+        rngs = dict(zip(("documents", *SPLITS), np.random.SeedSequence(seed).spawn(1 + len(SPLITS))))
+        self.documents = split_documents(docs, fractions, np.random.default_rng(rngs["documents"]))
+        self.text = {s: np.frombuffer(corpus.SEPARATOR.join([docs[i] for i in idx]), np.uint8)
+                     for s, idx in self.documents.items()}
+        for s, text in self.text.items():
+            if len(text) < self.seq_len + 1:
+                raise ValueError(f"the {s} split holds {len(text)} bytes ({len(self.documents[s])} documents), fewer "
+                                 f"than seq_len + 1 = {self.seq_len + 1}; use more text, a larger {s}_fraction "
+                                 f"or a smaller seq_len")
+        self.corpus = {**self.corpus, "split_bytes": {s: int(len(t)) for s, t in self.text.items()}}
+        self.splits, seen = {}, set()
+        for s in ("test", "val", "train"):  # test first: it does not change with n_train
+            windows = self._windows(self.text[s], sizes[s], np.random.default_rng(rngs[s]), seen)
+            self.splits[s] = Split(windows[:, :-1].astype(np.int32) + 1, windows[:, 1:].astype(np.int32),
+                                   np.ones((sizes[s], self.seq_len), np.float32),
+                                   np.ones((sizes[s], self.seq_len), bool))
+        self.splits = {s: self.splits[s] for s in SPLITS}
+        train = self.text["train"]
+        self._entropy = {"bits_per_byte": unigram_entropy_bits(train),
+                         "bits_per_byte_bigram": bigram_entropy_bits(train)}
+
+    def _windows(self, text_U8, n: int, rng, seen: set, max_rounds: int = 50) -> np.ndarray:
+        """n windows of seq_len + 1 bytes at uniform random offsets, none with the inputs of an earlier split."""
+        view = np.lib.stride_tricks.sliding_window_view(text_U8, self.seq_len + 1)
+        kept: list[np.ndarray] = []
+        for _ in range(max_rounds):
+            for w in view[rng.integers(0, len(view), n - len(kept))]:
+                if w[:-1].tobytes() not in seen:
+                    kept.append(w)
+            if len(kept) == n:
+                break
+        if len(kept) < n:
+            raise ValueError(f"could not draw {n} windows unseen in other splits; use more text or a smaller seq_len")
+        seen.update(w[:-1].tobytes() for w in kept)
+        return np.stack(kept)
+
+    def baseline(self, split: str) -> dict[str, float]:
+        """Majority-byte accuracy, and the training text's unigram and bigram entropies in bits per byte."""
+        s = self.splits[split]
+        return {"accuracy": majority_accuracy(self.text["train"], s.targets, s.weights), **self._entropy}
+
+    def derived_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """bits_per_byte = nll / ln 2 and perplexity = exp(nll) (per byte), from the head's nll in nats."""
+        if "nll" not in metrics:
+            return {}
+        return {"bits_per_byte": metrics["nll"] / math.log(2), "perplexity": math.exp(min(metrics["nll"], 700.0))}
+
+    def decode(self, tokens_T) -> str:
+        """Input ids back to text (padding dropped, invalid UTF-8 replaced)."""
+        return bytes(int(t) - 1 for t in np.asarray(tokens_T).ravel() if t != PAD).decode("utf-8", errors="replace")
+
+
+def split_documents(docs: list[bytes], fractions: dict[str, float], rng) -> dict[str, np.ndarray]:
+    """Document indices per split: a seeded permutation fills test, then val, up to their byte fractions."""
+    if len(docs) < 3:
+        raise ValueError(f"the corpus has {len(docs)} document(s); splitting by document needs at least 3")
+    order = rng.permutation(len(docs))
+    sizes = np.array([len(docs[i]) for i in order])
+    total, out, start = sizes.sum(), {}, 0
+    for s in ("test", "val"):
+        # At least one document each, and leave at least one for the later splits.
+        need = fractions[s] * total
+        stop = start + 1
+        while stop < len(docs) - (2 if s == "test" else 1) and sizes[start:stop].sum() < need:
+            stop += 1
+        out[s], start = np.sort(order[start:stop]), stop
+    out["train"] = np.sort(order[start:])
+    return {s: out[s] for s in SPLITS}

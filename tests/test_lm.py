@@ -1,0 +1,130 @@
+"""The lm task: document split, windows, baselines against direct counts, user text, datasets' text loader."""
+
+from __future__ import annotations
+
+import collections
+import json
+import math
+
+import numpy as np
+import pytest
+from cli_helpers import TINY, TINY_TASK, metrics, run_cli
+
+from attnlab import tasks
+from attnlab.tasks import corpus
+
+SMALL = {"seq_len": 32, "n_train": 300, "n_val": 60, "n_test": 60}
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return tasks.make("lm", **SMALL)
+
+
+def test_split_is_by_document_with_no_overlap(lm):
+    docs, ident = corpus.pydoc_topics()
+    idx = {s: set(v.tolist()) for s, v in lm.documents.items()}
+    assert not idx["train"] & idx["val"] and not idx["train"] & idx["test"] and not idx["val"] & idx["test"]
+    assert idx["train"] | idx["val"] | idx["test"] == set(range(len(docs))) == set(range(ident["documents"]))
+    for s, text in lm.text.items():
+        assert text.tobytes() == b"\n\n".join(docs[i] for i in sorted(idx[s]))
+        # Every window of a split is a piece of that split's own text.
+        for row in lm.splits[s].inputs[:20]:
+            assert bytes((row - 1).astype(np.uint8).tolist()) in text.tobytes()
+    total = sum(len(d) for d in docs)
+    assert ident["bytes"] == total and 0.1 * total <= len(lm.text["test"]) and 0.1 * total <= len(lm.text["val"])
+
+
+def test_targets_are_the_next_byte_and_decode_inverts_the_inputs(lm):
+    s = lm.splits["train"]
+    np.testing.assert_array_equal(s.inputs[:, 1:] - 1, s.targets[:, :-1])
+    assert s.inputs.min() >= 1 and s.targets.max() <= 255 and lm.vocab_size == 257 and lm.num_classes == 256
+    row = s.inputs[0]
+    assert lm.decode(row).encode() == bytes((row - 1).tolist()) or "\ufffd" in lm.decode(row)
+    assert lm.decode(np.array([ord("h") + 1, ord("i") + 1, 0, 0])) == "hi"
+
+
+def test_baselines_equal_entropies_counted_directly(lm):
+    text = lm.text["train"].tobytes()
+    n = len(text)
+    unigram = -sum(c / n * math.log2(c / n) for c in collections.Counter(text).values())
+    pairs = collections.Counter(zip(text[:-1], text[1:]))
+    firsts = collections.Counter(text[:-1])
+    bigram = -sum(c / (n - 1) * math.log2(c / firsts[a]) for (a, _), c in pairs.items())
+    base = lm.baseline("test")
+    assert base["bits_per_byte"] == pytest.approx(unigram, rel=1e-9)
+    assert base["bits_per_byte_bigram"] == pytest.approx(bigram, rel=1e-9)
+    majority = collections.Counter(text).most_common(1)[0][0]
+    assert base["accuracy"] == pytest.approx(np.mean(lm.splits["test"].targets == majority))
+
+
+def test_derived_metrics_are_nll_in_bits_and_its_exponential(lm):
+    got = lm.derived_metrics({"nll": 2.0, "accuracy": 0.5})
+    assert got == {"bits_per_byte": pytest.approx(2.0 / math.log(2)), "perplexity": pytest.approx(math.exp(2.0))}
+
+
+def write_docs(root, n=4):
+    root.mkdir()
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "gamma", "delta", "omega"]
+    for i in range(n):
+        (root / f"doc{i}.txt").write_text(" ".join(rng.choice(words, 200)) + "\n")
+    return root
+
+
+def test_user_directory_glob_and_single_file(tmp_path):
+    root = write_docs(tmp_path / "texts")
+    by_dir = tasks.make("lm", path=str(root), **SMALL)
+    by_glob = tasks.make("lm", path=str(root / "*.txt"), **SMALL)
+    assert by_dir.corpus["documents"] == by_glob.corpus["documents"] == 4
+    assert by_dir.corpus["sha256"] == by_glob.corpus["sha256"]
+    one = tmp_path / "one.txt"
+    one.write_text("\n\n".join(f"paragraph {i} " * 10 for i in range(6)))
+    single = tasks.make("lm", path=str(one), **{**SMALL, "seq_len": 16})
+    assert single.corpus["documents"] == 6  # one file: its paragraphs are the documents
+    with pytest.raises(ValueError, match=r"task.path='.*nothing\*' matches no file"):
+        tasks.make("lm", path=str(tmp_path / "nothing*"), **SMALL)
+
+
+def test_datasets_text_loader_works_offline(tmp_path, monkeypatch):
+    pytest.importorskip("datasets")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    lines = [f"line {i}: " + "the quick brown fox jumps over the lazy dog " * 2 for i in range(12)]
+    f = tmp_path / "notes.txt"
+    f.write_text("\n".join(lines) + "\n\n")
+    task = tasks.make("lm", hf_dataset="text", hf_data_files=str(f), **{**SMALL, "seq_len": 16})
+    assert task.corpus["documents"] == 12 and task.corpus["source"] == "hf:text"
+    assert task.corpus["bytes"] == sum(len(x.encode()) for x in lines)
+    with pytest.raises(ValueError, match="task.hf_column='body' is not a column"):
+        tasks.make("lm", hf_dataset="text", hf_data_files=str(f), hf_column="body", **SMALL)
+
+
+@pytest.mark.parametrize("options, needle", [
+    ({"path": "x", "hf_dataset": "y"}, "exclude each other"),
+    ({"path": ""}, "option path='' is invalid"),
+    ({"seq_len": 1}, "option seq_len=1 is invalid"),
+    ({"val_fraction": 0.7}, "option val_fraction=0.7 is invalid"),
+    ({"seq_len": 60000}, "fewer than seq_len + 1"),
+])
+def test_bad_options_fail_in_one_line(options, needle):
+    with pytest.raises(ValueError) as e:
+        tasks.make("lm", **{**SMALL, **options})
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cli_run_on_a_user_file_records_corpus_and_bits_per_byte(tmp_path):
+    root = write_docs(tmp_path / "texts")
+    run_dir = tmp_path / "run"
+    run_cli(*TINY, "task=lm", *TINY_TASK["lm"], f"task.path={root}", "model.positional=rope", "trainer.vmap_seeds=2",
+            f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    for seed in (0, 1):
+        d = run_dir / f"seed{seed}"
+        run = json.loads((d / "run.json").read_text())
+        assert run["corpus"]["documents"] == 4 and run["corpus"]["source"] == f"path:{root}"
+        m = metrics(d)
+        assert m["status"] == "completed"
+        nll = m["final"]["test/nll"]
+        assert m["final"]["test/bits_per_byte"] == pytest.approx(nll / math.log(2), rel=1e-6)
+        assert m["final"]["test/perplexity"] == pytest.approx(math.exp(nll), rel=1e-6)
+        assert {"baseline/bits_per_byte", "baseline/bits_per_byte_bigram"} <= set(m["baseline"])
