@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attnlab.matmul import dense_dot_general
 from attnlab.normalizers import Mask, Normalizer, NormalizerParam
 
 
@@ -29,8 +30,8 @@ class MultiHeadAttention(nnx.Module):
     def __init__(self, d_model: int, num_heads: int, make_normalizer: Callable[..., Normalizer], *,
                  use_rope: bool, qk_norm: bool, seq_len: int, dtype, rngs: nnx.Rngs):
         self.num_heads, self.head_dim = num_heads, d_model // num_heads
-        self.qkv = nnx.Linear(d_model, 3 * d_model, use_bias=False, dtype=dtype, rngs=rngs)
-        self.out = nnx.Linear(d_model, d_model, use_bias=False, dtype=dtype, rngs=rngs)
+        self.qkv = nnx.Linear(d_model, 3 * d_model, use_bias=False, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
+        self.out = nnx.Linear(d_model, d_model, use_bias=False, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
         self.normalizer = make_normalizer(num_heads=num_heads, head_dim=self.head_dim, rngs=rngs)
         self.use_rope, self.qk_norm = use_rope, qk_norm
         if qk_norm:

@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from .base import InverseTemperature, NormalizerParam, ScoreNormalizer, masked_max
+from .softmax_vjp import softmax_attention
 
 
 def masked_softmax(logits_BNTS, m_B1TS):
@@ -41,8 +42,9 @@ def row_mean_N(x_BNT, m_B1TS):
 class Softmax(ScoreNormalizer):
     """softmax(β·q·kᵀ) over admissible keys; β = 1/√H by default is standard scaled attention.
 
-    With `fused`, steps that request no statistics use jax.nn.dot_product_attention (a row with no
-    admissible key is then uniform instead of zero).
+    Steps that request no statistics use `softmax_attention` (a hand-written backward, faster on
+    CPU), or with `fused` jax.nn.dot_product_attention (a row with no admissible key is then
+    uniform instead of zero).
     """
 
     def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, fused="auto"):
@@ -50,8 +52,11 @@ class Softmax(ScoreNormalizer):
         self.fused = fused
 
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask, *, with_stats=False, score_probe_BNTS=None):
-        if use_fused(self.fused) and not with_stats and score_probe_BNTS is None:
-            return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta()), {}
+        if not with_stats and score_probe_BNTS is None:
+            if use_fused(self.fused):
+                return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta()), {}
+            m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
+            return softmax_attention(q_BNTH, k_BNSH, v_BNSH, self.beta(), m_B1TS), {}
         return super().__call__(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
 
     def normalize(self, z_BNTS, m_B1TS):
