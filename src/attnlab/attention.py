@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab.matmul import dense_dot_general
+from attnlab.fast_vjp import dense_dot_general
 from attnlab.normalizers import Mask, Normalizer, NormalizerParam
 
 

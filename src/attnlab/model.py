@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab.attention import MultiHeadAttention
-from attnlab.matmul import dense_dot_general
+from attnlab.fast_vjp import dense_dot_general, gelu
 from attnlab.normalizers import Mask, Normalizer
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "none")
@@ -41,7 +41,7 @@ class Block(nnx.Module):
     def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic, rngs):
         a_BTD, stats = self.attn(self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
         x_BTD = x_BTD + self.drop(a_BTD, deterministic=deterministic, rngs=rngs)
-        h = self.fc2(jax.nn.gelu(self.fc1(self.ln2(x_BTD))))
+        h = self.fc2(gelu(self.fc1(self.ln2(x_BTD))))
         return x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs), stats
 
 
