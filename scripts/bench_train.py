@@ -67,10 +67,10 @@ def worker(kind: str) -> None:
     import jax
 
     step, state, data, net, cfg, loop = compiled_default_step()
-    if kind == "minimal":
+    if kind.startswith("hand"):
         import minimal_step
 
-        step, state = minimal_step.compiled(net, cfg, loop, data)
+        step, state = minimal_step.compiled(net, cfg, loop, data, fast=kind == "hand_fast")
     losses = []
     for _ in range(3):  # same numbers: the first steps' losses, compared across workers
         state, m = step(state, data)
@@ -138,14 +138,15 @@ def main(argv=None) -> None:
         return worker(args.worker)
     t_start, load_start = time.perf_counter(), os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        srcs = {"old": base_tree(args.base, tmp), "new": str(ROOT / "src"), "limit": str(ROOT / "src")}
-        procs = {name: spawn("minimal" if name == "limit" else "attnlab", src) for name, src in srcs.items()}
+        srcs = {"old": base_tree(args.base, tmp), "new": str(ROOT / "src")}
+        kinds = {"old": "attnlab", "new": "attnlab", "hand_autodiff": "hand_autodiff", "hand_fast": "hand_fast"}
+        procs = {name: spawn(kind, srcs.get(name, srcs["new"])) for name, kind in kinds.items()}
         ready = {name: reply(p) for name, p in procs.items()}
         ms = {n: [] for n in procs}
         cpu = {n: [] for n in procs}
         names = list(procs)
         for r in range(args.rounds + 1):  # round 0 is a warm-up
-            order = names[r % 3:] + names[: r % 3]
+            order = names[r % len(names):] + names[: r % len(names)]
             for name in order[::-1] if r % 2 else order:
                 procs[name].stdin.write(f"{args.block}\n")
                 procs[name].stdin.flush()
@@ -174,7 +175,9 @@ def main(argv=None) -> None:
         print(f"| {n} | {med(ms[n]):.2f} | {med(cpu[n]):.2f} | {', '.join(f'{x:.5f}' for x in ready[n]['losses'])} |")
     print("\n| ratio | wall | CPU |\n|---|---|---|")
     print(f"| old / new (speed-up) | {ratio(ms, 'old', 'new')} | {ratio(cpu, 'old', 'new')} |")
-    print(f"| new / limit | {ratio(ms, 'new', 'limit')} | {ratio(cpu, 'new', 'limit')} |")
+    print(f"| new / hand_fast (the limit) | {ratio(ms, 'new', 'hand_fast')} | {ratio(cpu, 'new', 'hand_fast')} |")
+    print(f"| hand_autodiff / hand_fast | {ratio(ms, 'hand_autodiff', 'hand_fast')} | "
+          f"{ratio(cpu, 'hand_autodiff', 'hand_fast')} |")
     if fit:
         print(f"\ndefault run (trainer.steps={args.fit_steps}) steps_per_sec: old {fit['old']['steps_per_sec']:.2f}, "
               f"new {fit['new']['steps_per_sec']:.2f}, ratio {fit['new']['steps_per_sec'] / fit['old']['steps_per_sec']:.2f}; "
