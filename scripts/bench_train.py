@@ -181,7 +181,7 @@ def main(argv=None) -> None:
     if fit:
         print(f"\ndefault run (trainer.steps={args.fit_steps}) steps_per_sec: old {fit['old']['steps_per_sec']:.2f}, "
               f"new {fit['new']['steps_per_sec']:.2f}, ratio {fit['new']['steps_per_sec'] / fit['old']['steps_per_sec']:.2f}; "
-              f"final test loss old {fit['old'].get('test/loss', float('nan')):.4f}, new {fit['new'].get('test/loss', float('nan')):.4f}")
+              f"final test/loss old {fit['old']['final']['test/loss']:.4f}, new {fit['new']['final']['test/loss']:.4f}")
 
 
 if __name__ == "__main__":
