@@ -72,7 +72,8 @@ def test_loss_and_gradients_equal_the_reference(normalizer, causal):
     loss, grads = jax.value_and_grad(model_loss)(params)
     ref, ref_grads = jax.value_and_grad(ref_loss)(nnx.to_pure_dict(params))
     np.testing.assert_allclose(loss, ref, rtol=1e-5)
-    got, want = jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(grads))[0], jax.tree_util.tree_flatten_with_path(ref_grads)[0]
+    got = jax.tree_util.tree_flatten_with_path(nnx.to_pure_dict(grads))[0]
+    want = jax.tree_util.tree_flatten_with_path(ref_grads)[0]
     assert [k for k, _ in got] == [k for k, _ in want]
     for (path, g), (_, r) in zip(got, want):
         scale = float(np.abs(r).max()) + 1e-6

@@ -20,7 +20,8 @@ def masked_softmax(logits_BNTS, m_B1TS):
 def fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, beta_N):
     """softmax(βq·kᵀ)v by jax.nn.dot_product_attention (cuDNN/flash kernels on GPU); β folded into q.
 
-    That kernel takes (B,T,N,H): the transposes happen here, on the GPU path only."""
+    That kernel takes (B,T,N,H): the transposes happen here, on the GPU path only.
+    """
     m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
     q = q_BNTH * beta_N[None, :, None, None].astype(q_BNTH.dtype)
     btnh = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
