@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab.attention import MultiHeadAttention
+from attnlab.fast_vjp import dense_dot_general, gelu
 from attnlab.normalizers import Mask, Normalizer
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "none")
@@ -40,14 +41,14 @@ class Block(nnx.Module):
         self.attn = MultiHeadAttention(d_model, num_heads, make_normalizer, use_rope=use_rope, qk_norm=qk_norm,
                                        seq_len=seq_len, dtype=dtype, rngs=rngs, short_conv=short_conv)
         self.ln2 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
-        self.fc1 = nnx.Linear(d_model, mlp_ratio * d_model, dtype=dtype, rngs=rngs)
-        self.fc2 = nnx.Linear(mlp_ratio * d_model, d_model, dtype=dtype, rngs=rngs)
+        self.fc1 = nnx.Linear(d_model, mlp_ratio * d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
+        self.fc2 = nnx.Linear(mlp_ratio * d_model, d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
         self.drop = nnx.Dropout(dropout, rngs=rngs)
 
     def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic, rngs):
         a_BTD, stats = self.attn(self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
         x_BTD = x_BTD + self.drop(a_BTD, deterministic=deterministic, rngs=rngs)
-        h = self.fc2(jax.nn.gelu(self.fc1(self.ln2(x_BTD))))
+        h = self.fc2(gelu(self.fc1(self.ln2(x_BTD))))
         return x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs), stats
 
 
