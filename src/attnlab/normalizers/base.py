@@ -160,8 +160,39 @@ class ScoreNormalizer(Normalizer):
     a zero array added to z, lets the trainer read dL/dz (the gradient at the normalizer input).
     """
 
+    blockwise, block_size = False, 512  # dense unless the subclass takes the options (set_blockwise)
+
     def normalize(self, z_BNTS, m_B1TS):
         raise NotImplementedError
+
+    def normalize_rows(self, z_BNRS, m_B1RS, q_pos_R):
+        """`normalize` on a subset of query rows at positions q_pos_R (for sampled statistics)."""
+        return self.normalize(z_BNRS, m_B1RS)
+
+    def block_form(self):
+        """The elementwise piece for blockwise attention (blockwise.BlockForm), or None: dense only."""
+        return None
+
+    def set_blockwise(self, blockwise, block_size):
+        from .long_context import check_blockwise_options
+
+        self.blockwise, self.block_size = check_blockwise_options(blockwise, block_size)
+
+    def _blockwise_call(self, q_BTNH, k_BSNH, v_BSNH, mask: Mask, with_stats: bool):
+        """(out, stats) by blockwise attention; statistics on evenly spaced query rows (long_context)."""
+        from . import blockwise, long_context
+
+        to_heads = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  BTNH <-> BNTH at the boundary
+        out_BNTH = blockwise.attention(self.block_form(), to_heads(q_BTNH), to_heads(k_BSNH), to_heads(v_BSNH),
+                                       mask, self.block_size)
+        if not with_stats:
+            return to_heads(out_BNTH), {}
+        T, S = q_BTNH.shape[1], k_BSNH.shape[1]
+        rows_R = long_context.stats_rows(T)
+        m_B1RS = long_context.rows_mask_B1RS(mask, rows_R, T, S)
+        att_BNRS, logits_BNRS, extras = self.normalize_rows(self._scores(q_BTNH[:, rows_R], k_BSNH), m_B1RS,
+                                                            jnp.asarray(rows_R) + (S - T))
+        return to_heads(out_BNTH), {**core_stats(att_BNRS, logits_BNRS, m_B1RS), **extras}
 
     def _scores(self, q_BTNH, k_BSNH):
         # Normalizer math in float32 even under bfloat16 compute (softmax-in-fp32 practice).
@@ -172,6 +203,11 @@ class ScoreNormalizer(Normalizer):
         return self.normalize(self._scores(q_BTNH, k_BSNH), m_B1TS)[0]
 
     def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
+        from .long_context import use_blockwise
+
+        if score_probe_BNTS is None and self.block_form() is not None and use_blockwise(
+                self.blockwise, q_BTNH.shape[1], k_BSNH.shape[1]):
+            return self._blockwise_call(q_BTNH, k_BSNH, v_BSNH, mask, with_stats)
         m_B1TS = mask.matrix_B1TS(q_BTNH.shape[1], k_BSNH.shape[1])
         z_BNTS = self._scores(q_BTNH, k_BSNH)
         if score_probe_BNTS is not None:
