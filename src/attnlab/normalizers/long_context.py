@@ -7,8 +7,8 @@ import numpy as np
 
 from .base import Mask
 
-# `blockwise: auto` goes blockwise once T·S reaches this (T = S = 2048; see BENCHMARKS.md, attention).
-AUTO_MIN_TS = 2048 * 2048
+# `blockwise: auto` goes blockwise once T·S reaches this (T = S = 1024; see BENCHMARKS.md, attention).
+AUTO_MIN_TS = 1024 * 1024
 # Statistics of a blockwise step are computed on this many evenly spaced query rows (all if T is smaller).
 STATS_ROWS = 128
 
