@@ -373,5 +373,26 @@ def make_mask(kind):
     return T, S, mask, admissible(B, T, S, valid, dense, causal)
 
 
+class TokenMajor(nnx.Module):
+    """A normalizer seen in jax.nn.dot_product_attention's (B,T,N,H) layout, which these references
+    use: transposes to the heads-major contract (B,N,T,H) and back; other attributes pass through."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask, **kwargs):
+        out_BNTH, stats = self.inner(*(jnp.swapaxes(x, 1, 2) for x in (q_BTNH, k_BSNH, v_BSNH)), mask, **kwargs)
+        return jnp.swapaxes(out_BNTH, 1, 2), stats
+
+    def weights(self, q_BTNH, k_BSNH, mask):
+        return self.inner.weights(jnp.swapaxes(q_BTNH, 1, 2), jnp.swapaxes(k_BSNH, 1, 2), mask)
+
+
 def build(name, opts):
-    return nz.build(name, num_heads=N, head_dim=H, rngs=nnx.Rngs(0), **opts)
+    """The named normalizer, called with (B,T,N,H) operands like the references (TokenMajor)."""
+    return TokenMajor(nz.build(name, num_heads=N, head_dim=H, rngs=nnx.Rngs(0), **opts))

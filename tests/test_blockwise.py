@@ -43,8 +43,9 @@ def out_and_grads(norm, q, k, v, mask, ct):
     graphdef, params, rest = nnx.split(norm, nz.NormalizerParam, ...)
 
     def loss(params, q, k, v):
-        out, _ = nnx.merge(graphdef, params, rest)(q, k, v, mask)
-        return jnp.sum(out * ct), out
+        heads_major = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  the normalizer contract is (B,N,T,H)
+        out, _ = nnx.merge(graphdef, params, rest)(heads_major(q), heads_major(k), heads_major(v), mask)
+        return jnp.sum(heads_major(out) * ct), heads_major(out)
 
     (_, out), grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2, 3), has_aux=True))(params, q, k, v)
     return out, grads

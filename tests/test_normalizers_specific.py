@@ -307,8 +307,8 @@ def test_fused_path_equals_the_explicit_softmax(name, opts):
     valid = jnp.asarray(np.arange(13)[None, :] >= np.array([[0], [2]]))  # left padding keeps every row non-empty
     valid = valid.at[:, 0].set(True)
     mask = Mask(key_valid_BS=valid, causal=True)
-    fused = build(name, num_heads=3, head_dim=5, fused=True, **opts)
-    plain = build(name, num_heads=3, head_dim=5, fused=False, **opts)
+    fused = R.TokenMajor(build(name, num_heads=3, head_dim=5, fused=True, **opts))
+    plain = R.TokenMajor(build(name, num_heads=3, head_dim=5, fused=False, **opts))
 
     def loss(norm, q, k, v):
         return jnp.sum(norm(q, k, v, mask)[0] * jnp.cos(jnp.arange(5.0)))

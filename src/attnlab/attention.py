@@ -12,15 +12,15 @@ from flax import nnx
 from attnlab.normalizers import Mask, Normalizer, NormalizerParam
 
 
-def rope(x_BTNH, positions_T, base: float = 10000.0):
+def rope(x_BNTH, positions_T, base: float = 10000.0):
     """Rotary position embedding (Su et al. 2021), rotating pairs (i, i + H/2)."""
-    H = x_BTNH.shape[-1]
+    H = x_BNTH.shape[-1]
     inv_freq = base ** (-jnp.arange(0, H // 2, dtype=jnp.float32) / (H // 2))
     ang_TF = positions_T[:, None].astype(jnp.float32) * inv_freq[None]
-    cos, sin = jnp.cos(ang_TF)[None, :, None], jnp.sin(ang_TF)[None, :, None]
-    x1, x2 = x_BTNH[..., : H // 2], x_BTNH[..., H // 2 : 2 * (H // 2)]
-    rot = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x_BTNH[..., 2 * (H // 2):]], -1)
-    return rot.astype(x_BTNH.dtype)
+    cos, sin = jnp.cos(ang_TF)[None, None], jnp.sin(ang_TF)[None, None]
+    x1, x2 = x_BNTH[..., : H // 2], x_BNTH[..., H // 2 : 2 * (H // 2)]
+    rot = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x_BNTH[..., 2 * (H // 2):]], -1)
+    return rot.astype(x_BNTH.dtype)
 
 
 class MultiHeadAttention(nnx.Module):
@@ -39,9 +39,11 @@ class MultiHeadAttention(nnx.Module):
             self.qk_gain = NormalizerParam(jnp.array(math.log2(max(seq_len**2 - seq_len, 2)), jnp.float32))
 
     def heads(self, x_BTD):
-        """Project to per-head q, k, v (B,T,N,H), with QK-norm and RoPE applied."""
+        """Project to heads-major q, k, v (B,N,T,H), with QK-norm and RoPE applied."""
         B, T, _ = x_BTD.shape
-        q, k, v = jnp.split(self.qkv(x_BTD).reshape(B, T, 3 * self.num_heads, self.head_dim), 3, axis=2)
+        # One transpose of the (B,T,3D) projection puts every head's T×H block contiguous, so the
+        # normalizer's products batch over (b, n) without copies (docs/ARCHITECTURE.md, "Layout").
+        q, k, v = self.qkv(x_BTD).reshape(B, T, 3, self.num_heads, self.head_dim).transpose(2, 0, 3, 1, 4)
         if self.qk_norm:
             q = q * jax.lax.rsqrt(jnp.sum(q.astype(jnp.float32) ** 2, -1, keepdims=True) + 1e-6).astype(q.dtype)
             k = k * jax.lax.rsqrt(jnp.sum(k.astype(jnp.float32) ** 2, -1, keepdims=True) + 1e-6).astype(k.dtype)
@@ -60,5 +62,5 @@ class MultiHeadAttention(nnx.Module):
         B, T, _ = x_BTD.shape
         q, k, v = self.heads(x_BTD)
         kwargs = {} if score_probe_BNTS is None else {"score_probe_BNTS": score_probe_BNTS}
-        o_BTNH, stats = self.normalizer(q, k, v, mask, with_stats=with_stats, **kwargs)
-        return self.out(o_BTNH.reshape(B, T, -1)), stats
+        o_BNTH, stats = self.normalizer(q, k, v, mask, with_stats=with_stats, **kwargs)
+        return self.out(o_BNTH.transpose(0, 2, 1, 3).reshape(B, T, -1)), stats

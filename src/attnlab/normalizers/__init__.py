@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import jax.numpy as jnp
 from flax import nnx
 
 from attnlab import registry
@@ -25,13 +26,20 @@ def build(name: str, *, num_heads: int, head_dim: int, rngs: nnx.Rngs | None = N
     return cls(num_heads=num_heads, head_dim=head_dim, rngs=rngs or nnx.Rngs(0), **opts)
 
 
+def _heads_major(x_BTNH):
+    """(B,T,N,H) ↔ (B,N,T,H): the public functions speak jax.nn.dot_product_attention's layout."""
+    return jnp.swapaxes(x_BTNH, 1, 2)
+
+
 def attend(name: str, q_BTNH, k_BSNH, v_BSNH, mask=None, *, causal=False, with_stats=True, **options):
     """(out_BTNH, stats) of the named normalizer; mask is None, a `Mask` or a boolean (B,T,S) array."""
     norm = build(name, num_heads=q_BTNH.shape[2], head_dim=q_BTNH.shape[3], **options)
-    return norm(q_BTNH, k_BSNH, v_BSNH, as_mask(mask, causal), with_stats=with_stats)
+    q_BNTH, k_BNSH, v_BNSH = (_heads_major(x) for x in (q_BTNH, k_BSNH, v_BSNH))
+    out_BNTH, stats = norm(q_BNTH, k_BNSH, v_BNSH, as_mask(mask, causal), with_stats=with_stats)
+    return _heads_major(out_BNTH), stats
 
 
 def attention_weights(name: str, q_BTNH, k_BSNH, mask=None, *, causal=False, **options):
     """The explicit (B,N,T,S) attention matrix of the named normalizer."""
     norm = build(name, num_heads=q_BTNH.shape[2], head_dim=q_BTNH.shape[3], **options)
-    return norm.weights(q_BTNH, k_BSNH, as_mask(mask, causal))
+    return norm.weights(_heads_major(q_BTNH), _heads_major(k_BSNH), as_mask(mask, causal))

@@ -1,7 +1,8 @@
 """The normalizer contract, the admissible mask, β, and the statistics every normalizer reports.
 
-Shape letters (as in jax.nn.dot_product_attention): B batch, T queries, S keys, N heads,
-H head dim, F feature dim (linear attention).
+Shape letters: B batch, T queries, S keys, N heads, H head dim, F feature dim (linear attention).
+Normalizers take heads-major operands (B,N,T,H): XLA's CPU backend runs the attention products
+2.7× faster on them than on jax.nn.dot_product_attention's (B,T,N,H) (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -131,24 +132,25 @@ class Normalizer(nnx.Module):
     Built as `cls(num_heads=N, head_dim=H, rngs=rngs, **options)`, where the options are exactly
     the keys of its YAML in configs/normalizer/. Then
 
-        out_BTNH, stats = normalizer(q_BTNH, k_BSNH, v_BSNH, mask, with_stats=False)
+        out_BNTH, stats = normalizer(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=False)
 
-    maps queries, keys, values and the admissible `Mask` (causal ∧ not padding) to the attended
+    maps heads-major queries, keys, values and the admissible `Mask` (causal ∧ not padding) to the attended
     output. `stats` is {} unless `with_stats`; then it holds per-head (N,) arrays with the
     CORE_STATS keys (the same for every normalizer) plus the normalizer's extras (β, KL to the
     prior, minimum denominator, ...). Computing statistics may materialise the T×S matrix;
     training without them keeps each normalizer's own asymptotic cost (O(T) for linear).
 
-        att_BNTS = normalizer.weights(q_BTNH, k_BSNH, mask)
+        att_BNTS = normalizer.weights(q_BNTH, k_BNSH, mask)
 
     returns the explicit attention matrix, for diagnostics and tests. Padding keys always get
-    weight 0; a row with no admissible key gets all zeros.
+    weight 0; a row with no admissible key gets all zeros. The public `attend` and
+    `attention_weights` take jax.nn.dot_product_attention's (B,T,N,H) and transpose at that boundary.
     """
 
-    def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask: Mask, *, with_stats: bool = False):
+    def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats: bool = False):
         raise NotImplementedError
 
-    def weights(self, q_BTNH, k_BSNH, mask: Mask):
+    def weights(self, q_BNTH, k_BNSH, mask: Mask):
         raise NotImplementedError
 
 
@@ -178,42 +180,40 @@ class ScoreNormalizer(Normalizer):
 
         self.blockwise, self.block_size = check_blockwise_options(blockwise, block_size)
 
-    def _blockwise_call(self, q_BTNH, k_BSNH, v_BSNH, mask: Mask, with_stats: bool):
+    def _blockwise_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool):
         """(out, stats) by blockwise attention; statistics on evenly spaced query rows (long_context)."""
         from . import blockwise, long_context
 
-        to_heads = lambda x: jnp.swapaxes(x, 1, 2)  # noqa: E731  BTNH <-> BNTH at the boundary
-        out_BNTH = blockwise.attention(self.block_form(), to_heads(q_BTNH), to_heads(k_BSNH), to_heads(v_BSNH),
-                                       mask, self.block_size)
+        out_BNTH = blockwise.attention(self.block_form(), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size)
         if not with_stats:
-            return to_heads(out_BNTH), {}
-        T, S = q_BTNH.shape[1], k_BSNH.shape[1]
+            return out_BNTH, {}
+        T, S = q_BNTH.shape[2], k_BNSH.shape[2]
         rows_R = long_context.stats_rows(T)
         m_B1RS = long_context.rows_mask_B1RS(mask, rows_R, T, S)
-        att_BNRS, logits_BNRS, extras = self.normalize_rows(self._scores(q_BTNH[:, rows_R], k_BSNH), m_B1RS,
+        att_BNRS, logits_BNRS, extras = self.normalize_rows(self._scores(q_BNTH[:, :, rows_R], k_BNSH), m_B1RS,
                                                             jnp.asarray(rows_R) + (S - T))
-        return to_heads(out_BNTH), {**core_stats(att_BNRS, logits_BNRS, m_B1RS), **extras}
+        return out_BNTH, {**core_stats(att_BNRS, logits_BNRS, m_B1RS), **extras}
 
-    def _scores(self, q_BTNH, k_BSNH):
+    def _scores(self, q_BNTH, k_BNSH):
         # Normalizer math in float32 even under bfloat16 compute (softmax-in-fp32 practice).
-        return jnp.einsum("btnh,bsnh->bnts", q_BTNH, k_BSNH, preferred_element_type=jnp.float32)
+        return jnp.einsum("bnth,bnsh->bnts", q_BNTH, k_BNSH, preferred_element_type=jnp.float32)
 
-    def weights(self, q_BTNH, k_BSNH, mask: Mask):
-        m_B1TS = mask.matrix_B1TS(q_BTNH.shape[1], k_BSNH.shape[1])
-        return self.normalize(self._scores(q_BTNH, k_BSNH), m_B1TS)[0]
+    def weights(self, q_BNTH, k_BNSH, mask: Mask):
+        m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
+        return self.normalize(self._scores(q_BNTH, k_BNSH), m_B1TS)[0]
 
-    def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
+    def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
         from .long_context import use_blockwise
 
         if score_probe_BNTS is None and self.block_form() is not None and use_blockwise(
-                self.blockwise, q_BTNH.shape[1], k_BSNH.shape[1]):
-            return self._blockwise_call(q_BTNH, k_BSNH, v_BSNH, mask, with_stats)
-        m_B1TS = mask.matrix_B1TS(q_BTNH.shape[1], k_BSNH.shape[1])
-        z_BNTS = self._scores(q_BTNH, k_BSNH)
+                self.blockwise, q_BNTH.shape[2], k_BNSH.shape[2]):
+            return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats)
+        m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
+        z_BNTS = self._scores(q_BNTH, k_BNSH)
         if score_probe_BNTS is not None:
             z_BNTS = z_BNTS + score_probe_BNTS
         att_BNTS, logits_BNTS, extras = self.normalize(z_BNTS, m_B1TS)
-        out_BTNH = jnp.einsum("bnts,bsnh->btnh", att_BNTS.astype(v_BSNH.dtype), v_BSNH)
+        out_BNTH = jnp.einsum("bnts,bnsh->bnth", att_BNTS.astype(v_BNSH.dtype), v_BNSH)
         if not with_stats:
-            return out_BTNH, {}
-        return out_BTNH, {**core_stats(att_BNTS, logits_BNTS, m_B1TS), **extras}
+            return out_BNTH, {}
+        return out_BNTH, {**core_stats(att_BNTS, logits_BNTS, m_B1TS), **extras}

@@ -17,11 +17,15 @@ def masked_softmax(logits_BNTS, m_B1TS):
     return e / jnp.where(s > 0, s, 1.0)
 
 
-def fused_attention(q_BTNH, k_BSNH, v_BSNH, mask, beta_N):
-    """softmax(βq·kᵀ)v by jax.nn.dot_product_attention (cuDNN/flash kernels on GPU); β folded into q."""
-    m_B1TS = mask.matrix_B1TS(q_BTNH.shape[1], k_BSNH.shape[1])
-    q = q_BTNH * beta_N[None, None, :, None].astype(q_BTNH.dtype)
-    return jax.nn.dot_product_attention(q, k_BSNH, v_BSNH, mask=m_B1TS, scale=1.0)
+def fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, beta_N):
+    """softmax(βq·kᵀ)v by jax.nn.dot_product_attention (cuDNN/flash kernels on GPU); β folded into q.
+
+    That kernel takes (B,T,N,H): the transposes happen here, on the GPU path only."""
+    m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
+    q = q_BNTH * beta_N[None, :, None, None].astype(q_BNTH.dtype)
+    btnh = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
+    out_BTNH = jax.nn.dot_product_attention(btnh(q), btnh(k_BNSH), btnh(v_BNSH), mask=m_B1TS, scale=1.0)
+    return btnh(out_BTNH)
 
 
 def use_fused(fused) -> bool:
@@ -51,10 +55,10 @@ class Softmax(ScoreNormalizer):
     def block_form(self):
         return BlockForm("exp", {"beta": self.beta()}, scaled_logits)
 
-    def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask, *, with_stats=False, score_probe_BNTS=None):
+    def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask, *, with_stats=False, score_probe_BNTS=None):
         if use_fused(self.fused) and not with_stats and score_probe_BNTS is None:
-            return fused_attention(q_BTNH, k_BSNH, v_BSNH, mask, self.beta()), {}
-        return super().__call__(q_BTNH, k_BSNH, v_BSNH, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
+            return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta()), {}
+        return super().__call__(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
@@ -86,11 +90,11 @@ class KL(ScoreNormalizer):
         if prior == "learned":
             self.table = NormalizerParam(jnp.zeros((num_heads, 2 * self.max_distance - 1), jnp.float32))
 
-    def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask, *, with_stats=False, score_probe_BNTS=None):
+    def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask, *, with_stats=False, score_probe_BNTS=None):
         # A uniform prior is exactly softmax, so it may take the fused kernel too.
         if self.prior == "uniform" and use_fused(self.fused) and not with_stats and score_probe_BNTS is None:
-            return fused_attention(q_BTNH, k_BSNH, v_BSNH, mask, self.beta()), {}
-        return super().__call__(q_BTNH, k_BSNH, v_BSNH, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
+            return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta()), {}
+        return super().__call__(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
 
     def prior_params(self):
         """The differentiable arrays of the prior ({} for uniform)."""

@@ -36,9 +36,9 @@ class Linear(Normalizer):
         if feature_map == "favor":
             self.omega = FixedFeatures(_orthogonal_gaussian(rngs.params(), num_features, head_dim))
 
-    def phi(self, x_BTNH, is_query: bool):
+    def phi(self, x_BNTH, is_query: bool):
         """Feature map, computed in float32."""
-        x = x_BTNH.astype(jnp.float32)
+        x = x_BNTH.astype(jnp.float32)
         if self.feature_map == "elu1":
             # elu(x)+1 written so it neither rounds to 0 nor explodes in its gradient (fla #1261).
             return jnp.where(x >= 0, x + 1, jnp.exp(jnp.minimum(x, 0)))
@@ -46,74 +46,74 @@ class Linear(Normalizer):
             return jax.nn.relu(x)
         return self._favor(x, is_query)
 
-    def _favor(self, x_BTNH, is_query):
+    def _favor(self, x_BNTH, is_query):
         # FAVOR+ positive features (Choromanski et al. 2021; google-research performer/fast_attention):
         # m^{-1/2}(exp(ωᵀx′ − ‖x′‖²/2 − c) + eps), x′ = x·d^{-1/4}.
         omega_FH = self.omega[...]
         m, d = omega_FH.shape
-        xs = x_BTNH * d**-0.25
-        log_BTNF = jnp.einsum("btnh,fh->btnf", xs, omega_FH) - 0.5 * jnp.sum(xs**2, -1, keepdims=True)
+        xs = x_BNTH * d**-0.25
+        log_BNTF = jnp.einsum("bnth,fh->bntf", xs, omega_FH) - 0.5 * jnp.sum(xs**2, -1, keepdims=True)
         if is_query:  # the per-query max is a constant of the row: it cancels in the ratio.
-            log_BTNF = log_BTNF - jax.lax.stop_gradient(log_BTNF.max(-1, keepdims=True))
+            log_BNTF = log_BNTF - jax.lax.stop_gradient(log_BNTF.max(-1, keepdims=True))
         # Keys need no data-dependent max (Performer's max over all positions would see the future
         # and break the recurrent form): ωᵀx − ‖x‖²/2 ≤ ‖ω‖²/2, so exp cannot overflow float32.
-        return (jnp.exp(log_BTNF) + 1e-6) / math.sqrt(m)
+        return (jnp.exp(log_BNTF) + 1e-6) / math.sqrt(m)
 
-    def _features(self, q_BTNH, k_BSNH, mask: Mask):
-        qf_BTNF = self.phi(q_BTNH, True)
-        kf_BSNF = self.phi(k_BSNH, False)
+    def _features(self, q_BNTH, k_BNSH, mask: Mask):
+        qf_BNTF = self.phi(q_BNTH, True)
+        kf_BNSF = self.phi(k_BNSH, False)
         if mask.key_valid_BS is not None:
-            kf_BSNF = kf_BSNF * mask.key_valid_BS[:, :, None, None]
-        return qf_BTNF, kf_BSNF
+            kf_BNSF = kf_BNSF * mask.key_valid_BS[:, None, :, None]
+        return qf_BNTF, kf_BNSF
 
-    def weights(self, q_BTNH, k_BSNH, mask: Mask):
-        qf, kf = self._features(q_BTNH, k_BSNH, mask)
-        a_BNTS = jnp.where(mask.matrix_B1TS(q_BTNH.shape[1], k_BSNH.shape[1]),
-                           jnp.einsum("btnf,bsnf->bnts", qf, kf), 0.0)
+    def weights(self, q_BNTH, k_BNSH, mask: Mask):
+        qf, kf = self._features(q_BNTH, k_BNSH, mask)
+        a_BNTS = jnp.where(mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2]),
+                           jnp.einsum("bntf,bnsf->bnts", qf, kf), 0.0)
         return _divide(a_BNTS, a_BNTS.sum(-1, keepdims=True) + self.eps)
 
-    def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
-        qf, kf = self._features(q_BTNH, k_BSNH, mask)
-        v = v_BSNH.astype(jnp.float32)
-        T, S = q_BTNH.shape[1], k_BSNH.shape[1]
+    def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
+        qf, kf = self._features(q_BNTH, k_BNSH, mask)
+        v = v_BNSH.astype(jnp.float32)
+        T, S = q_BNTH.shape[2], k_BNSH.shape[2]
         if score_probe_BNTS is not None or mask.dense_BTS is not None or (mask.causal and T != S):
             # The probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
             num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)
         elif mask.causal:
             num, den = self._chunked(qf, kf, v)
         else:
-            num = jnp.einsum("btnf,bnfh->btnh", qf, jnp.einsum("bsnf,bsnh->bnfh", kf, v))
-            den = jnp.einsum("btnf,bnf->btn", qf, kf.sum(1))[..., None]
-        out_BTNH = _divide(num, den + self.eps).astype(v_BSNH.dtype)
+            num = jnp.einsum("bntf,bnfh->bnth", qf, jnp.einsum("bnsf,bnsh->bnfh", kf, v))
+            den = jnp.einsum("bntf,bnf->bnt", qf, kf.sum(2))[..., None]
+        out_BNTH = _divide(num, den + self.eps).astype(v_BNSH.dtype)
         if not with_stats:
-            return out_BTNH, {}
+            return out_BNTH, {}
         m_B1TS = mask.matrix_B1TS(T, S)
-        a_BNTS = jnp.where(m_B1TS, jnp.einsum("btnf,bsnf->bnts", qf, kf), 0.0)
+        a_BNTS = jnp.where(m_B1TS, jnp.einsum("bntf,bnsf->bnts", qf, kf), 0.0)
         den_BNT = a_BNTS.sum(-1)
         has_keys = jnp.broadcast_to(m_B1TS.any(-1), den_BNT.shape)
         stats = core_stats(_divide(a_BNTS, den_BNT[..., None] + self.eps), a_BNTS, m_B1TS)
         stats["min_denominator"] = jnp.where(has_keys, den_BNT, jnp.inf).min((0, 2))
-        return out_BTNH, stats
+        return out_BNTH, stats
 
     def _parallel(self, qf, kf, v, mask, probe_BNTS=None):
-        a_BNTS = jnp.einsum("btnf,bsnf->bnts", qf, kf)
+        a_BNTS = jnp.einsum("bntf,bnsf->bnts", qf, kf)
         if probe_BNTS is not None:
             a_BNTS = a_BNTS + probe_BNTS
-        a_BNTS = jnp.where(mask.matrix_B1TS(qf.shape[1], kf.shape[1]), a_BNTS, 0.0)
-        return jnp.einsum("bnts,bsnh->btnh", a_BNTS, v), a_BNTS.sum(-1).transpose(0, 2, 1)[..., None]
+        a_BNTS = jnp.where(mask.matrix_B1TS(qf.shape[2], kf.shape[2]), a_BNTS, 0.0)
+        return jnp.einsum("bnts,bnsh->bnth", a_BNTS, v), a_BNTS.sum(-1)[..., None]
 
-    def _chunked(self, qf_BTNF, kf_BTNF, v_BTNH):
-        B, T, N, F = qf_BTNF.shape
+    def _chunked(self, qf_BNTF, kf_BNTF, v_BNTH):
+        B, N, T, F = qf_BNTF.shape
         C = min(self.chunk_size, T)
         pad = -T % C  # padded positions have φ(k) = 0, so they add nothing; their rows are dropped.
         K = (T + pad) // C
         # A ones column on v carries the denominator: o[..., :H] is the numerator, o[..., H] the denominator.
-        v1 = jnp.concatenate([v_BTNH, jnp.ones(v_BTNH.shape[:-1] + (1,), v_BTNH.dtype)], -1)
+        v1 = jnp.concatenate([v_BNTH, jnp.ones(v_BNTH.shape[:-1] + (1,), v_BNTH.dtype)], -1)
 
-        def blocks(x):  # (B,T,N,X) -> (B,N,K,C,X): head-major, so every einsum batches over (b, n, k)
-            return jnp.pad(x, ((0, 0), (0, pad), (0, 0), (0, 0))).reshape(B, K, C, N, -1).transpose(0, 3, 1, 2, 4)
+        def blocks(x):  # (B,N,T,X) -> (B,N,K,C,X): every einsum batches over (b, n, k)
+            return jnp.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0))).reshape(B, N, K, C, -1)
 
-        qf, kf, v = blocks(qf_BTNF), blocks(kf_BTNF), blocks(v1)
+        qf, kf, v = blocks(qf_BNTF), blocks(kf_BNTF), blocks(v1)
         kv_BNKFX = jnp.einsum("bnkcf,bnkcx->bnkfx", kf, v)
         # Exclusive prefix over chunks (the state entering each chunk), by a scan: cumsum − x loses
         # precision on long sequences (measured 1.6× faster too; BENCHMARKS.md).
@@ -121,7 +121,7 @@ class Linear(Normalizer):
         s_BNKFX = jnp.moveaxis(s, 0, 2)
         a_BNKCC = jnp.einsum("bnkcf,bnkdf->bnkcd", qf, kf) * jnp.tril(jnp.ones((C, C)))
         o = jnp.einsum("bnkcd,bnkdx->bnkcx", a_BNKCC, v) + jnp.einsum("bnkcf,bnkfx->bnkcx", qf, s_BNKFX)
-        o = o.reshape(B, N, K * C, -1).transpose(0, 2, 1, 3)[:, :T]
+        o = o.reshape(B, N, K * C, -1)[:, :, :T]
         return o[..., :-1], o[..., -1:]
 
     def init_state(self, batch: int, num_heads: int, head_dim: int, value_dim: int | None = None):
@@ -132,8 +132,8 @@ class Linear(Normalizer):
     def step(self, state, q_BNH, k_BNH, v_BNH, valid_B=None):
         """One decoding step: add (k, v) to the state unless padding, then read it with q."""
         s_BNFH, z_BNF = state
-        qf = self.phi(q_BNH[:, None], True)[:, 0]
-        kf = self.phi(k_BNH[:, None], False)[:, 0]
+        qf = self.phi(q_BNH[:, :, None], True)[:, :, 0]
+        kf = self.phi(k_BNH[:, :, None], False)[:, :, 0]
         if valid_B is not None:
             kf = kf * valid_B[:, None, None]
         s_BNFH = s_BNFH + jnp.einsum("bnf,bnh->bnfh", kf, v_BNH.astype(jnp.float32))
