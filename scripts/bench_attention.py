@@ -52,7 +52,7 @@ class Case:
             return jnp.sum(out.astype(jnp.float32) * ct)
 
         keys = jax.random.split(jax.random.key(0), 4)
-        shape = (args.batch, T, args.heads, args.head_dim)
+        shape = (args.batch, args.heads, T, args.head_dim)  # the heads-major normalizer contract
         self.inputs = [jax.random.normal(kk, shape, args.dtype) for kk in keys[:3]]
         self.inputs += [jax.random.normal(keys[3], shape), state]
         self.compiled = jax.jit(jax.grad(loss, (0, 1, 2, 4))).lower(*self.inputs).compile()
