@@ -106,7 +106,9 @@ def test_rows_without_admissible_key_are_zero_at_eps0():
 
 def test_matches_dot_product_attention_with_bfloat16_and_T_not_multiple_of_block():
     q, k, v = (x.astype(jnp.bfloat16) for x in qkv(37, 37))
-    out = nz.attend("softmax", q, k, v, causal=True, with_stats=False, blockwise=True, block_size=16)[0]
+    attend = jax.jit(lambda q, k, v: nz.attend("softmax", q, k, v, causal=True, with_stats=False, blockwise=True,
+                                               block_size=16)[0])
+    out = attend(q, k, v)
     ref = jax.nn.dot_product_attention(q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32),
                                        is_causal=True)
     assert out.dtype == jnp.bfloat16
@@ -117,8 +119,9 @@ def test_auto_rule_and_sampled_statistics(monkeypatch):
     monkeypatch.setattr(long_context, "AUTO_MIN_TS", 24 * 24)
     monkeypatch.setattr(long_context, "STATS_ROWS", 5)
     q, k, v = qkv(24, 24, B=1)
-    out_b, stats_b = nz.attend("kl", q, k, v, causal=True, with_stats=True, prior="recency")
-    out_d, stats_d = nz.attend("kl", q, k, v, causal=True, with_stats=True, prior="recency", blockwise=False)
+    out_b, stats_b = jax.jit(lambda q, k, v: nz.attend("kl", q, k, v, causal=True, prior="recency"))(q, k, v)
+    out_d, stats_d = jax.jit(lambda q, k, v: nz.attend("kl", q, k, v, causal=True, prior="recency",
+                                                       blockwise=False))(q, k, v)
     np.testing.assert_allclose(out_b, out_d, rtol=2e-5, atol=2e-6)
     # The sampled statistics are the dense ones restricted to rows 0, 6, 12, 17, 23 (independent reference).
     rows = long_context.stats_rows(24, 5)
