@@ -12,6 +12,7 @@ from flax import nnx
 
 from attnlab.normalizers import NormalizerParam, ScoreNormalizer
 from attnlab.normalizers.linear import Linear
+from attnlab.normalizers.long_context import skip_score_probe
 
 GROUPS = ("embedding", "attention", "mlp", "norm", "head", "normalizer")
 
@@ -105,8 +106,9 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
         key = step_key(state)
         batch = sample(data, key)
         T = batch["valid"].shape[1]
+        # No B×N×T×T probe at length: the step stays blockwise and score_grad is not logged.
         probes = ([jnp.zeros((batch_size, num_heads, T, T)) for _ in range(num_layers)]
-                  if with_stats and probe_scores else None)
+                  if with_stats and probe_scores and not skip_score_probe(T, T) else None)
 
         def loss_fn(params, probes):
             net = nnx.merge(graphdef, params, state["rest"])

@@ -162,8 +162,37 @@ class ScoreNormalizer(Normalizer):
     a zero array added to z, lets the trainer read dL/dz (the gradient at the normalizer input).
     """
 
+    blockwise, block_size = False, 512  # dense unless the subclass takes the options (set_blockwise)
+
     def normalize(self, z_BNTS, m_B1TS):
         raise NotImplementedError
+
+    def normalize_rows(self, z_BNRS, m_B1RS, q_pos_R):
+        """`normalize` on a subset of query rows at positions q_pos_R (for sampled statistics)."""
+        return self.normalize(z_BNRS, m_B1RS)
+
+    def block_form(self):
+        """The elementwise piece for blockwise attention (blockwise.BlockForm), or None: dense only."""
+        return None
+
+    def set_blockwise(self, blockwise, block_size):
+        from .long_context import check_blockwise_options
+
+        self.blockwise, self.block_size = check_blockwise_options(blockwise, block_size)
+
+    def _blockwise_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool):
+        """(out, stats) by blockwise attention; statistics on evenly spaced query rows (long_context)."""
+        from . import blockwise, long_context
+
+        out_BNTH = blockwise.attention(self.block_form(), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size)
+        if not with_stats:
+            return out_BNTH, {}
+        T, S = q_BNTH.shape[2], k_BNSH.shape[2]
+        rows_R = long_context.stats_rows(T)
+        m_B1RS = long_context.rows_mask_B1RS(mask, rows_R, T, S)
+        att_BNRS, logits_BNRS, extras = self.normalize_rows(self._scores(q_BNTH[:, :, rows_R], k_BNSH), m_B1RS,
+                                                            jnp.asarray(rows_R) + (S - T))
+        return out_BNTH, {**core_stats(att_BNRS, logits_BNRS, m_B1RS), **extras}
 
     def _scores(self, q_BNTH, k_BNSH):
         # Normalizer math in float32 even under bfloat16 compute (softmax-in-fp32 practice).
@@ -174,6 +203,11 @@ class ScoreNormalizer(Normalizer):
         return self.normalize(self._scores(q_BNTH, k_BNSH), m_B1TS)[0]
 
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
+        from .long_context import use_blockwise
+
+        if score_probe_BNTS is None and self.block_form() is not None and use_blockwise(
+                self.blockwise, q_BNTH.shape[2], k_BNSH.shape[2]):
+            return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats)
         m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
         z_BNTS = self._scores(q_BNTH, k_BNSH)
         if score_probe_BNTS is not None:

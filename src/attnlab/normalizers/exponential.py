@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 
 from .base import InverseTemperature, NormalizerParam, ScoreNormalizer, masked_max
+from .blockwise import BlockForm, scaled_logits
+from .long_context import use_blockwise
 from .softmax_vjp import softmax_attention
 
 
@@ -48,14 +50,21 @@ class Softmax(ScoreNormalizer):
     uniform instead of zero).
     """
 
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, fused="auto"):
+    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, fused="auto",
+                 blockwise="auto", block_size=512):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.fused = fused
+        self.set_blockwise(blockwise, block_size)
+
+    def block_form(self):
+        return BlockForm("exp", {"beta": self.beta()}, scaled_logits)
 
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask, *, with_stats=False, score_probe_BNTS=None):
         if not with_stats and score_probe_BNTS is None:
             if use_fused(self.fused):
                 return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta()), {}
+            if use_blockwise(self.blockwise, q_BNTH.shape[2], k_BNSH.shape[2]):
+                return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=False)
             m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
             return softmax_attention(q_BNTH, k_BNSH, v_BNSH, self.beta(), m_B1TS), {}
         return super().__call__(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
@@ -77,13 +86,14 @@ class KL(ScoreNormalizer):
     PRIORS = ("uniform", "recency", "learned")
 
     def __init__(self, *, num_heads, head_dim, rngs, prior="uniform", beta=None, learnable=True,
-                 per_head=True, slope=0.1, max_distance=512, fused="auto"):
+                 per_head=True, slope=0.1, max_distance=512, fused="auto", blockwise="auto", block_size=512):
         if prior not in self.PRIORS:
             raise ValueError(f"normalizer.prior={prior!r} unknown; allowed: {', '.join(self.PRIORS)}")
         if slope <= 0 or max_distance < 1:
             raise ValueError(f"normalizer.slope must be > 0 and max_distance >= 1 (got {slope}, {max_distance})")
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.prior, self.max_distance, self.fused = prior, int(max_distance), fused
+        self.set_blockwise(blockwise, block_size)
         if prior == "recency":
             self.log_slope = NormalizerParam(jnp.full((num_heads,), jnp.log(slope), jnp.float32))
         if prior == "learned":
@@ -95,25 +105,46 @@ class KL(ScoreNormalizer):
             return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta()), {}
         return super().__call__(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
 
-    def log_prior(self, m_B1TS):
+    def prior_params(self):
+        """The differentiable arrays of the prior ({} for uniform)."""
+        if self.prior == "recency":
+            return {"slope": jnp.exp(self.log_slope[...])}
+        return {"table": self.table[...]} if self.prior == "learned" else {}
+
+    def raw_prior(self, p, q_pos_T, k_pos_S):
+        """Unnormalised log u, (N|1, T, S), from query/key positions."""
+        d_TS = q_pos_T[:, None] - k_pos_S[None, :]
+        if self.prior == "uniform":
+            return jnp.zeros((1,) + d_TS.shape)
+        if self.prior == "recency":
+            return -p["slope"][:, None, None] * jnp.abs(d_TS)[None]
+        M = self.max_distance
+        return p["table"][:, jnp.clip(d_TS, -(M - 1), M - 1) + M - 1]
+
+    def block_form(self):
+        # log u's per-row normaliser is constant along the row and cancels inside the softmax
+        # (dense: masked_softmax(βz + log u)), so blocks add the unnormalised prior only.
+        def logits(p, z, q_pos, k_pos, n):
+            return p["beta"][:, None, None] * z + self.raw_prior(p, q_pos, k_pos)[None]
+
+        return BlockForm("exp", {"beta": self.beta(), **self.prior_params()}, logits)
+
+    def normalize_rows(self, z_BNRS, m_B1RS, q_pos_R):
+        return self.normalize(z_BNRS, m_B1RS, q_pos_R)
+
+    def log_prior(self, m_B1TS, q_pos_T=None):
         """log u over admissible keys (normalised per row), -inf elsewhere."""
         T, S = m_B1TS.shape[-2:]
-        d_TS = (jnp.arange(T)[:, None] + (S - T)) - jnp.arange(S)[None, :]  # query pos − key pos
-        if self.prior == "uniform":
-            raw_NTS = jnp.zeros((1, T, S))
-        elif self.prior == "recency":
-            raw_NTS = -jnp.exp(self.log_slope[...])[:, None, None] * jnp.abs(d_TS)[None]
-        else:
-            M = self.max_distance
-            raw_NTS = self.table[...][:, jnp.clip(d_TS, -(M - 1), M - 1) + M - 1]
+        q_pos_T = jnp.arange(T) + (S - T) if q_pos_T is None else q_pos_T
+        raw_NTS = self.raw_prior(self.prior_params(), q_pos_T, jnp.arange(S))
         raw = jnp.where(m_B1TS, raw_NTS[None], -jnp.inf)
         lse = jax.nn.logsumexp(raw, -1, keepdims=True)
         return jnp.where(m_B1TS, raw - jnp.where(jnp.isfinite(lse), lse, 0.0), -jnp.inf)
 
-    def normalize(self, z_BNTS, m_B1TS):
+    def normalize(self, z_BNTS, m_B1TS, q_pos_T=None):
         beta_N = self.beta()
         bz_BNTS = beta_N[:, None, None] * z_BNTS
-        logu_BNTS = self.log_prior(m_B1TS)
+        logu_BNTS = self.log_prior(m_B1TS, q_pos_T)
         att_BNTS = masked_softmax(jnp.where(m_B1TS, bz_BNTS + logu_BNTS, 0.0), m_B1TS)
         # log π − log u = βz − LSE(βz + log u), so KL = β⟨π,z⟩ − LSE and the optimal value of the
         # objective is LSE/β (LITERATURE.md, cross-cutting).
@@ -131,8 +162,13 @@ class KL(ScoreNormalizer):
 class Softmax1(ScoreNormalizer):
     """softmax₁: exp(βzᵢ)/(1 + Σⱼ exp(βzⱼ)), attention with a null sink ("attention is off by one")."""
 
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True):
+    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True,
+                 blockwise="auto", block_size=512):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+        self.set_blockwise(blockwise, block_size)
+
+    def block_form(self):
+        return BlockForm("exp", {"beta": self.beta()}, scaled_logits, sink=True)
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
@@ -147,9 +183,18 @@ class Softmax1(ScoreNormalizer):
 class Sigmoid(ScoreNormalizer):
     """σ(βz + b) per key, b = −log n (n admissible keys of the row) unless `bias` is set (Apple, 2024)."""
 
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, bias=None):
+    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, bias=None,
+                 blockwise="auto", block_size=512):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.bias = bias
+        self.set_blockwise(blockwise, block_size)
+
+    def block_form(self):
+        def logits(p, z, q_pos, k_pos, n):
+            b = -jnp.log(jnp.maximum(n, 1)) if self.bias is None else self.bias
+            return p["beta"][:, None, None] * z + b
+
+        return BlockForm("count", {"beta": self.beta()}, logits, gate=jax.nn.sigmoid)
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
@@ -162,8 +207,13 @@ class Sigmoid(ScoreNormalizer):
 class ReLU(ScoreNormalizer):
     """relu(βz)/n, n = admissible keys of the row (Wortsman et al. 2023)."""
 
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True):
+    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True,
+                 blockwise="auto", block_size=512):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+        self.set_blockwise(blockwise, block_size)
+
+    def block_form(self):
+        return BlockForm("count", {"beta": self.beta()}, scaled_logits, gate=jax.nn.relu, divide_by_count=True)
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import jax.numpy as jnp
 
 from .base import InverseTemperature, ScoreNormalizer
+from .blockwise import BlockForm, power_gate, scaled_logits
 
 
 class Squared(ScoreNormalizer):
@@ -20,7 +20,7 @@ class Squared(ScoreNormalizer):
     """
 
     def __init__(self, *, num_heads, head_dim, rngs, power=2, eps=1e-6, offset=False, beta=None,
-                 learnable=False, per_head=True):
+                 learnable=False, per_head=True, blockwise="auto", block_size=512):
         if not (isinstance(power, int) and power >= 1):
             raise ValueError(f"normalizer.power must be an integer >= 1 (got {power!r})")
         if eps < 0:
@@ -32,15 +32,16 @@ class Squared(ScoreNormalizer):
                           "effect (set normalizer.offset=true or normalizer.learnable=false)", stacklevel=2)
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.power, self.eps, self.offset = power, float(eps), bool(offset)
+        self.set_blockwise(blockwise, block_size)
+
+    def block_form(self):
+        return BlockForm("sum", {"beta": self.beta()}, scaled_logits, gate=power_gate(self.power, self.offset),
+                         eps=self.eps)
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
         x_BNTS = beta_N[:, None, None] * z_BNTS
-        if self.offset:
-            f_BNTS = sum(x_BNTS**k / math.factorial(k) for k in range(self.power + 1))
-        else:
-            f_BNTS = jnp.abs(x_BNTS) ** self.power
-        f_BNTS = jnp.where(m_B1TS, f_BNTS, 0.0)
+        f_BNTS = jnp.where(m_B1TS, power_gate(self.power, self.offset)(x_BNTS), 0.0)
         den_BNT1 = f_BNTS.sum(-1, keepdims=True)
         has_keys = jnp.broadcast_to(m_B1TS.any(-1, keepdims=True), den_BNT1.shape)
         # A row with no admissible key is all zeros even at eps = 0; a row whose keys all score 0

@@ -1,0 +1,51 @@
+"""When attention goes blockwise, and the statistics of a long step on a sample of query rows."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from .base import Mask
+
+# `blockwise: auto` goes blockwise once T·S reaches this (T = S = 1024; see BENCHMARKS.md, attention).
+AUTO_MIN_TS = 1024 * 1024
+# Statistics of a blockwise step are computed on this many evenly spaced query rows (all if T is smaller).
+STATS_ROWS = 128
+
+
+def check_blockwise_options(blockwise, block_size) -> tuple:
+    """Validated (blockwise, block_size) from a normalizer's YAML."""
+    if not (blockwise is True or blockwise is False or blockwise == "auto"):
+        raise ValueError(f"normalizer.blockwise={blockwise!r} not allowed; allowed: auto, true, false")
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"normalizer.block_size={block_size!r} not allowed; allowed: an integer >= 1")
+    return blockwise, block_size
+
+
+def use_blockwise(blockwise, T: int, S: int) -> bool:
+    """`blockwise`: true | false | "auto" (T·S ≥ AUTO_MIN_TS)."""
+    return T * S >= AUTO_MIN_TS if blockwise == "auto" else bool(blockwise)
+
+
+def skip_score_probe(T: int, S: int) -> bool:
+    """The score probe (a B×N×T×S array) is not built once T·S ≥ AUTO_MIN_TS: score_grad is not logged."""
+    return T * S >= AUTO_MIN_TS
+
+
+def stats_rows(T: int, R: int | None = None) -> np.ndarray:
+    """R (default STATS_ROWS) evenly spaced query rows, first and last included (all rows when T ≤ R)."""
+    R = STATS_ROWS if R is None else R
+    return np.unique(np.round(np.linspace(0, T - 1, min(R, T))).astype(int))
+
+
+def rows_mask_B1RS(mask: Mask, rows_R, T: int, S: int):
+    """The admissible mask of the query rows `rows_R` only, (B|1, 1, R, S)."""
+    m_BRS = jnp.ones((1, len(rows_R), S), bool)
+    pos_RS = mask.positional_TS(jnp.asarray(rows_R) + (S - T), jnp.arange(S))
+    if pos_RS is not None:
+        m_BRS = m_BRS & pos_RS[None]
+    if mask.key_valid_BS is not None:
+        m_BRS = m_BRS & mask.key_valid_BS[:, None, :].astype(bool)
+    if mask.dense_BTS is not None:
+        m_BRS = m_BRS & jnp.asarray(mask.dense_BTS, bool)[:, rows_R]
+    return m_BRS[:, None]
