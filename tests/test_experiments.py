@@ -120,3 +120,77 @@ def test_index_lists_every_study():
     index = (EXPERIMENTS / "README.md").read_text()
     listed = set(re.findall(r"^\| \[(\w+)\]\((\w+)/\) \|", index, flags=re.M))
     assert listed == {(s.name, s.name) for s in STUDIES}
+
+
+def test_recall_capacity_tables_from_runs():
+    """capacity.py's pivot against hand-computed means: mixer names, fixed keys, failed runs left out."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("capacity", EXPERIMENTS / "recall_capacity" / "capacity.py")
+    capacity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(capacity)
+
+    def run(acc, d, pairs, status="completed", **cfg):
+        config = {"normalizer": "softmax", "model.d_model": d, "task.num_kv_pairs": pairs, "model.short_conv": 0,
+                  "model.layer_normalizers": None, "model.window": None, **cfg}
+        return SimpleNamespace(config=config, value=lambda m, w: acc if status == "completed" else None)
+
+    runs = [run(1.0, 64, 4), run(0.9, 64, 4), run(0.5, 64, 8), run(0.2, 32, 8),
+            run(0.3, 64, 4, normalizer="linear", **{"model.short_conv": 4}),
+            run(0.7, 64, 4, status="failed", normalizer="linear"),
+            run(0.6, 64, 8, **{"model.layer_normalizers": '["linear", "softmax"]'}),
+            run(0.4, 64, 8, **{"model.window": 16})]
+    cols, rows = capacity.pivot(runs, "task.num_kv_pairs", {"model.d_model": 64})
+    assert cols == [4, 8]
+    assert rows == {"linear, short_conv 4": {4: [0.3]}, "linear/softmax": {8: [0.6]},
+                    "softmax": {4: [1.0, 0.9], 8: [0.5]}, "softmax, window 16": {8: [0.4]}}
+    assert capacity.cell_text([1.0, 0.9]) == "0.950 ± 0.071 (2)"  # std ddof=1: 0.1/sqrt(2)
+    cols, rows = capacity.pivot(runs, "model.d_model", {"task.num_kv_pairs": 8})
+    assert cols == [32, 64] and rows["softmax"] == {32: [0.2], 64: [0.5]}
+
+
+def test_recall_capacity_reads_run_directories(tmp_path, capsys):
+    """capacity.py through attnlab's own loader: run.json config + choices, metrics.json final, the list key."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("capacity", EXPERIMENTS / "recall_capacity" / "capacity.py")
+    capacity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(capacity)
+    for i, (layers, acc) in enumerate([(None, 0.5), (["linear", "softmax"], 0.75), (["linear", "softmax"], 0.25)]):
+        run = tmp_path / f"{i}_job"
+        run.mkdir()
+        config = {"seed": i, "model": {"d_model": 64, "heads": 4, "short_conv": 0, "layer_normalizers": layers,
+                                       "window": None}, "task": {"num_kv_pairs": 8}}
+        (run / "run.json").write_text(json.dumps({"config": config, "choices": {"normalizer": "softmax"}}))
+        (run / "metrics.json").write_text(json.dumps({"status": "completed", "final": {"test/accuracy": acc}}))
+    capacity.main([str(tmp_path), "--d-model", "64", "--pairs", "8"])
+    out = capsys.readouterr().out
+    assert "| linear/softmax | 0.500 ± 0.354 (2) |" in out  # mean of 0.75, 0.25; std 0.5/sqrt(2)
+    assert "| softmax | 0.500 ± nan (1) |" in out
+    assert "| linear state per layer (heads × head_dim²) | 1024 |" in out  # 4 heads × 16²
+
+
+def test_lm_baselines_table_and_mixed_corpora(tmp_path, capsys):
+    """baselines.py prints the runs' shared baselines and refuses runs whose corpora differ."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("baselines", EXPERIMENTS / "lm_normalizers" / "baselines.py")
+    baselines = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(baselines)
+    base = {"baseline/bits_per_byte": 4.56789, "baseline/bits_per_byte_bigram": 3.5, "baseline/accuracy": 0.17}
+    for i, status in enumerate(["completed", "completed", "failed"]):
+        (tmp_path / f"run{i}").mkdir()
+        record = {"status": status, "baseline": base if status == "completed" else {}}
+        (tmp_path / f"run{i}" / "metrics.json").write_text(json.dumps(record))
+    baselines.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "identical in all 2 completed runs" in out
+    assert "| unigram entropy of the training text (bits per byte) | 4.5679 |" in out
+    (tmp_path / "run3").mkdir()
+    other = {"status": "completed", "baseline": {**base, "baseline/bits_per_byte": 4.0}}
+    (tmp_path / "run3" / "metrics.json").write_text(json.dumps(other))
+    with pytest.raises(SystemExit, match="one corpus and split per sweep"):
+        baselines.main([str(tmp_path)])
