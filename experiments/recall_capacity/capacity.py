@@ -32,7 +32,7 @@ def mixer_name(config: dict) -> str:
 
 
 def pivot(runs, column: str, fixed: dict) -> tuple[list, dict]:
-    """Columns (sorted values of `column`) and {mixer: {value: [metric per completed run]}} over runs matching `fixed`."""
+    """Sorted values of `column`, and {mixer: {value: [metric per completed run]}} over runs matching `fixed`."""
     cells: dict = defaultdict(lambda: defaultdict(list))
     for r in runs:
         v = r.value(METRIC, "final")
@@ -51,9 +51,10 @@ def cell_text(values: list[float]) -> str:
 
 
 def markdown(title: str, column: str, columns: list, rows: dict, reference: tuple[str, list[str]]) -> str:
-    head = f"| mixer | " + " | ".join(f"{column}={c}" for c in columns) + " |"
+    head = "| mixer | " + " | ".join(f"{column}={c}" for c in columns) + " |"
     lines = [f"**{title}**", "", head, "|---|" + "---:|" * len(columns)]
-    lines += [f"| {m} | " + " | ".join(cell_text(cells.get(c, [])) for c in columns) + " |" for m, cells in rows.items()]
+    lines += [f"| {m} | " + " | ".join(cell_text(cells.get(c, [])) for c in columns) + " |"
+              for m, cells in rows.items()]
     lines.append(f"| {reference[0]} | " + " | ".join(reference[1]) + " |")
     return "\n".join(lines)
 
