@@ -26,12 +26,16 @@ def build(name: str, *, num_heads: int, head_dim: int, rngs: nnx.Rngs | None = N
 
 
 def attend(name: str, q_BTNH, k_BSNH, v_BSNH, mask=None, *, causal=False, with_stats=True, **options):
-    """(out_BTNH, stats) of the named normalizer; mask is None, a `Mask` or a boolean (B,T,S) array."""
+    """(out_BTNH, stats) of the named normalizer; mask is None, a `Mask` or a boolean (B,T,S) / (B,N,T,S) array."""
     norm = build(name, num_heads=q_BTNH.shape[2], head_dim=q_BTNH.shape[3], **options)
-    return norm(q_BTNH, k_BSNH, v_BSNH, as_mask(mask, causal), with_stats=with_stats)
+    return norm(q_BTNH, k_BSNH, v_BSNH, as_mask(mask, causal, _shape_BNTS(q_BTNH, k_BSNH)), with_stats=with_stats)
 
 
 def attention_weights(name: str, q_BTNH, k_BSNH, mask=None, *, causal=False, **options):
     """The explicit (B,N,T,S) attention matrix of the named normalizer."""
     norm = build(name, num_heads=q_BTNH.shape[2], head_dim=q_BTNH.shape[3], **options)
-    return norm.weights(q_BTNH, k_BSNH, as_mask(mask, causal))
+    return norm.weights(q_BTNH, k_BSNH, as_mask(mask, causal, _shape_BNTS(q_BTNH, k_BSNH)))
+
+
+def _shape_BNTS(q_BTNH, k_BSNH) -> tuple[int, int, int, int]:
+    return q_BTNH.shape[0], q_BTNH.shape[2], q_BTNH.shape[1], k_BSNH.shape[1]

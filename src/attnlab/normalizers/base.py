@@ -29,12 +29,15 @@ class FixedFeatures(nnx.Variable):
 class Mask:
     """Admissible keys: causal ∧ not padding, kept structured so O(T) forms need no T×S mask.
 
-    `dense_BTS` (optional) is an arbitrary explicit mask, combined with the rest by ∧.
+    `dense_BTS` (optional) is an arbitrary explicit mask, combined with the rest by ∧;
+    `dense_BNTS` (optional) is one per head, jax.nn.dot_product_attention's convention (any of its
+    axes may be 1 and broadcasts).
     Under `causal` with T < S, query t sees keys s ≤ t + S − T (the queries are the last T).
     """
 
     key_valid_BS: jax.Array | None = None
     dense_BTS: jax.Array | None = None
+    dense_BNTS: jax.Array | None = None
     causal: bool = struct.field(pytree_node=False, default=False)
     # Sliding window: a query at position p sees keys at positions s with p − s < window (causal:
     # its `window` most recent keys, itself included) or |p − s| < window (bidirectional).
@@ -51,8 +54,13 @@ class Mask:
             m_TS = w_TS if m_TS is None else m_TS & w_TS
         return m_TS
 
+    @property
+    def has_dense(self) -> bool:
+        """Whether an arbitrary explicit mask is part of it (O(T) forms then fall back to the T×S one)."""
+        return self.dense_BTS is not None or self.dense_BNTS is not None
+
     def matrix_B1TS(self, T: int, S: int) -> jax.Array:
-        """The explicit boolean mask, broadcastable to (B, N, T, S)."""
+        """The explicit boolean mask, broadcastable to (B, N, T, S) ((B, N, T, S) itself with dense_BNTS)."""
         m_BTS = jnp.ones((1, T, S), bool)
         pos_TS = self.positional_TS(jnp.arange(T) + (S - T), jnp.arange(S))
         if pos_TS is not None:
@@ -61,16 +69,35 @@ class Mask:
             m_BTS = m_BTS & self.key_valid_BS[:, None, :].astype(bool)
         if self.dense_BTS is not None:
             m_BTS = m_BTS & self.dense_BTS.astype(bool)
+        if self.dense_BNTS is not None:
+            return m_BTS[:, None] & self.dense_BNTS.astype(bool)
         return m_BTS[:, None]
 
 
-def as_mask(mask, causal: bool = False) -> Mask:
-    """Accept None, a Mask, or a boolean (B,T,S) array."""
+MASK_SHAPES = "a Mask, or a boolean array of shape (B, T, S) or (B, N, T, S) (jax.nn's convention), any axis 1 or full"
+
+
+def as_mask(mask, causal: bool = False, shape_BNTS: tuple[int, int, int, int] | None = None) -> Mask:
+    """Accept None, a Mask, or a boolean (B,T,S) or (B,N,T,S) array whose axes are full or 1 (broadcast).
+
+    With `shape_BNTS` (the attention's B, N, T, S) an array's shape is checked against it, so a wrong
+    one fails here with the accepted shapes instead of deep inside an einsum.
+    """
     if mask is None:
         return Mask(causal=causal)
     if isinstance(mask, Mask):
         return mask.replace(causal=mask.causal or causal)
-    return Mask(dense_BTS=jnp.asarray(mask, bool), causal=causal)
+    m = jnp.asarray(mask)
+    full = None if shape_BNTS is None else (shape_BNTS if m.ndim == 4 else shape_BNTS[:1] + shape_BNTS[2:])
+    fits = m.ndim in (3, 4) and (full is None or all(a in (1, f) for a, f in zip(m.shape, full)))
+    if not fits:
+        wanted = "" if shape_BNTS is None else f" with (B, N, T, S) = {tuple(shape_BNTS)}"
+        raise ValueError(f"mask of shape {tuple(m.shape)} does not fit the attention{wanted}; allowed: {MASK_SHAPES}")
+    if m.ndim == 4 and m.shape[1] == 1:  # no head axis: the structured (B, T, S) form keeps O(T) paths open
+        m = m[:, 0]
+    if m.ndim == 4:
+        return Mask(dense_BNTS=m.astype(bool), causal=causal)
+    return Mask(dense_BTS=m.astype(bool), causal=causal)
 
 
 class InverseTemperature(nnx.Module):

@@ -76,7 +76,7 @@ class Linear(Normalizer):
         qf, kf = self._features(q_BTNH, k_BSNH, mask)
         v = v_BSNH.astype(jnp.float32)
         T, S = q_BTNH.shape[1], k_BSNH.shape[1]
-        if score_probe_BNTS is not None or mask.dense_BTS is not None or (mask.causal and T != S):
+        if score_probe_BNTS is not None or mask.has_dense or (mask.causal and T != S):
             # The probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
             num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)
         elif mask.causal:
