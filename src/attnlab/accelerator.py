@@ -9,6 +9,11 @@ import jax
 import jax.numpy as jnp
 
 PLATFORMS = {"auto": None, "cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
+# How to get the JAX wheels of each platform, for the pinned jax 0.10.x (its extras cuda12, cuda13, tpu).
+INSTALL = {
+    "gpu": "pip install 'attnlab[cuda]' (CUDA 12 wheels, = jax[cuda12]; 'attnlab[cuda13]' for CUDA 13)",
+    "tpu": "pip install 'jax[tpu]==%s' on a Cloud TPU VM" % jax.__version__,
+}
 
 
 def configure(platform: str, devices: int | None = None, cache_dir: str | None = None,
@@ -35,6 +40,28 @@ def configure(platform: str, devices: int | None = None, cache_dir: str | None =
         # Small CPU programs fall under the default thresholds and would never be cached.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    if PLATFORMS[platform]:
+        check_platform(platform)
+
+
+def check_platform(platform: str) -> None:
+    """A ValueError in one line when JAX has no device of the asked platform: what JAX sees and how to install."""
+    before = jax.config.jax_platforms
+    try:
+        found = len(jax.devices(PLATFORMS[platform])) > 0
+    except (RuntimeError, AssertionError):  # jax 0.10: AssertionError from the backend lookup, RuntimeError else
+        found = False
+    if found:
+        return
+    jax.config.update("jax_platforms", None if before == PLATFORMS[platform] else before)
+    try:
+        seen = ", ".join(sorted({f"{d.platform} x{jax.device_count(d.platform)}" for d in jax.devices()}))
+    except (RuntimeError, AssertionError):
+        seen = "no device"
+    install = INSTALL.get(platform, "")
+    raise ValueError(f"accelerator={platform} asks for JAX platform {PLATFORMS[platform]!r}, but JAX "
+                     f"{jax.__version__} sees only: {seen}; allowed here: accelerator=auto or cpu"
+                     + (f"; to add {platform} support: {install}" if install else ""))
 
 
 def compute_dtype(dtype: str | None):
