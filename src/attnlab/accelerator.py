@@ -35,7 +35,11 @@ def configure(platform: str, devices: int | None = None, cache_dir: str | None =
         # One run over several hosts (e.g. SLURM tasks): coordinator and ranks come from the environment.
         jax.distributed.initialize()
     if cache_dir:
-        Path(cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
+        try:
+            Path(cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"compile_cache={cache_dir} cannot be created ({exc.strerror or exc}); "
+                             f"allowed: a writable directory, or null to disable the cache") from None
         jax.config.update("jax_compilation_cache_dir", str(Path(cache_dir).expanduser()))
         # Small CPU programs fall under the default thresholds and would never be cached.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
