@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attnlab import checks
 from attnlab.attention import MultiHeadAttention
 from attnlab.normalizers import Mask, Normalizer
 
@@ -55,6 +56,7 @@ class Transformer(nnx.Module):
                  positional: str, max_len: int, causal: bool, qk_norm: bool, pooled: bool,
                  make_normalizer: Callable[..., Normalizer], seq_len: int, vocab_size: int | None = None,
                  input_dim: int | None = None, dtype=jnp.float32, rngs: nnx.Rngs):
+        checks.model_options(locals())  # each option's range, one line naming it (ZeroDivisionError before)
         if positional not in POSITIONAL:
             raise ValueError(f"model.positional={positional!r} unknown; allowed: {', '.join(POSITIONAL)}")
         if d_model % num_heads:

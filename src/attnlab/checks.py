@@ -1,0 +1,111 @@
+"""Value checks shared by the components and the CLI: each failure is one line naming key, value, allowed."""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any, Iterable
+
+# Beyond this many parameters no machine can hold the model (10^10 float32 = 40 GB before optimizer state).
+MAX_PARAMS = 10**10
+
+
+def is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_real(value) -> bool:
+    """A finite int or float (not a bool, not nan/inf)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def integer(key: str, value, lo: int, hi: int | None = None) -> int:
+    """An integer in [lo, hi], else ValueError `key=value is invalid; allowed: ...`."""
+    if not is_int(value) or value < lo or (hi is not None and value > hi):
+        allowed = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
+        raise ValueError(f"{key}={value!r} is invalid; allowed: {allowed}")
+    return value
+
+
+def real(key: str, value, lo: float = -math.inf, hi: float = math.inf, *, lo_open=False, hi_open=False) -> float:
+    """A finite number in the interval, else ValueError naming the interval."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
+    if not ok:
+        interval = f"{'(' if lo_open or lo == -math.inf else '['}{lo}, {hi}{')' if hi_open or hi == math.inf else ']'}"
+        raise ValueError(f"{key}={value!r} is invalid; allowed: a finite number in {interval}")
+    return float(value)
+
+
+def boolean(key: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{key}={value!r} is invalid; allowed: true or false")
+    return value
+
+
+def choice(key: str, value, allowed: Iterable[Any]) -> Any:
+    allowed = list(allowed)
+    if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed if a == value):
+        raise ValueError(f"{key}={value!r} unknown; allowed: {', '.join('null' if a is None else str(a) for a in allowed)}")
+    return value
+
+
+def model_options(values: dict[str, Any]) -> None:
+    """Every option of the `model` group, from Transformer.__init__'s arguments (constructor names)."""
+    d_model = integer("model.d_model", values["d_model"], 1)
+    heads = integer("model.heads", values["num_heads"], 1, d_model)
+    layers = integer("model.layers", values["num_layers"], 1)
+    mlp_ratio = integer("model.mlp_ratio", values["mlp_ratio"], 1)
+    real("model.dropout", values["dropout"], 0.0, 1.0, hi_open=True)
+    max_len = integer("model.max_len", values["max_len"], 1)
+    boolean("model.qk_norm", values["qk_norm"])
+    if d_model % heads:
+        raise ValueError(f"model.d_model={d_model} is not divisible by model.heads={heads}; "
+                         f"allowed: heads dividing d_model")
+    table = (values.get("vocab_size") or values.get("input_dim") or 0) + max_len
+    params = layers * (4 + 2 * mlp_ratio) * d_model**2 + table * d_model
+    if params > MAX_PARAMS:
+        raise ValueError(f"model.d_model={d_model}, model.layers={layers}, model.mlp_ratio={mlp_ratio}, "
+                         f"model.max_len={max_len} make ~{params:.2g} parameters; allowed: at most {MAX_PARAMS:.0e}")
+
+
+def one_line(message: str) -> str:
+    """A multi-line library message (Hydra's) as one line."""
+    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+
+
+def compose_overrides(overrides: list[str]) -> list[list[str]]:
+    """The single-run override lists a command line stands for: first values, then each other swept value."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    values = [list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+              for o in parsed]
+    key = [o.get_key_element() for o in parsed]
+    base = [f"{k}={v[0]}" for k, v in zip(key, values)]
+    variants = [base]
+    for i, vs in enumerate(values):
+        variants += [base[:i] + [f"{key[i]}={v}"] + base[i + 1:] for v in vs[1:]]
+    return variants
+
+
+def compose_or_exit(argv: list[str], config_dir: str) -> None:
+    """Compose the config of a command line as Hydra will; a composition error is one line and exit 2.
+
+    Hydra would print a multi-line message (unknown choice, key not in the config) and exit 1.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    overrides = [a for a in argv if not a.startswith("-")]
+    if len(overrides) != len(argv) - argv.count("-m") - argv.count("--multirun"):
+        return  # --help, --cfg, -cd ...: Hydra's own business
+    try:
+        lists = compose_overrides([o for o in overrides if not o.startswith("hydra")])
+        with initialize_config_dir(config_dir, version_base="1.3"):
+            for override_list in lists:
+                compose("train", overrides=override_list)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        print(f"attnlab: error: {one_line(exc)}", file=sys.stderr)
+        sys.exit(2)
