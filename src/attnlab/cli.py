@@ -195,6 +195,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if len(nets) > 1:
         write_json(run_dir / "seeds.json", {"config": resolved, "seeds": {
             str(s): {"status": r["status"], "run_dir": str(d)} for s, d, r in zip(seeds, run_dirs, records)}})
+    if multirun and any(r["status"] == "interrupted" for r in records):  # one Ctrl-C/SIGTERM stops the sweep
+        sys.exit(f"attnlab: sweep interrupted at {run_dir}; the same command resumes it")
     return {**records[0], "run_dir": str(run_dirs[0])}
 
 
