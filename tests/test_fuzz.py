@@ -30,6 +30,7 @@ def draws(draw, max_options: int = 3):
     task = draw(st.sampled_from(registry.choices("task")))
     overrides = [f"task={task}", *TINY_TASK.get(task, [])]
     chosen = {"task": task, "model": "tiny"}
+    defaults = {}  # option key -> its default, whose type says which drawn values are the wrong type
     for group in space.groups():
         if group == "task" or draw(st.floats(0, 1)) < 0.7:
             continue
@@ -37,6 +38,7 @@ def draws(draw, max_options: int = 3):
         name = "no_such_choice" if unknown else draw(st.sampled_from(registry.choices(group)))
         overrides.append(f"{group}={name}")
         chosen[group] = name
+        defaults = {k: v for k, v in defaults.items() if not k.startswith(f"{group}.")}
     for _ in range(draw(st.integers(1, max_options))):
         group = draw(st.sampled_from(["", *space.groups()]))
         if group == "":
@@ -51,7 +53,8 @@ def draws(draw, max_options: int = 3):
             continue
         key = draw(st.sampled_from(sorted(opts)))
         overrides.append(draw(space.option_override(group, "", key, opts[key])))
-    return overrides
+        defaults[overrides[-1].split("=", 1)[0]] = opts[key]
+    return overrides, defaults
 
 
 def _default_choice(group: str, task: str) -> str:
@@ -114,7 +117,22 @@ def test_issue_cases_are_refused_in_one_line_naming_the_key(overrides):
     assert "\n" not in message and overrides[0].split("=")[0] in message and "allowed" in message, message
 
 
-def _check(overrides, stats, tmp_path_factory, train_budget):
+def wrong_type(override: str, default) -> bool:
+    """Whether a drawn value cannot be of the option's type (its default's): then it must be refused."""
+    value = override.split("=", 1)[1]
+    if isinstance(default, bool):
+        return value not in ("true", "false")
+    if isinstance(default, int):
+        return value in ("abc", "true", "''", "1.5", "1e30", "nan", "inf", "null", "0.5", "-0.001")
+    if isinstance(default, float):
+        return value in ("abc", "true", "''", "nan", "inf", "null")
+    if isinstance(default, str):
+        return value in ("0", "-1", "1000000000000", "1e30", "-0.001", "1.5", "true", "nan", "inf", "0.5", "2", "1")
+    return False
+
+
+def _check(draw, stats, tmp_path_factory, train_budget):
+    overrides, defaults = draw
     kind, detail = outcome(overrides)
     stats[kind] += 1
     assert kind != "bug", f"{overrides}: {type(detail).__name__}: {detail}"
@@ -122,6 +140,9 @@ def _check(overrides, stats, tmp_path_factory, train_budget):
         assert detail and "\n" not in detail, (overrides, detail)
         assert any(k in detail for k in keys_of(overrides)), f"{overrides}: message names no key set: {detail}"
         return
+    last = {o.split("=", 1)[0]: o for o in overrides}  # Hydra: the last value of a key wins
+    wrong = [o for key, o in last.items() if key in defaults and wrong_type(o, defaults[key])]
+    assert not wrong, f"{overrides}: accepted a value of the wrong type: {wrong}"
     if stats["trained"] >= train_budget:
         return
     cfg, built = detail
@@ -140,11 +161,11 @@ def _fuzz(tmp_path_factory, n, train_budget):
     @settings(max_examples=n, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     @given(draws())
-    @example(["model.heads=0"]).via("issue 13")
-    @example(["model.dropout=1.5"]).via("issue 13")
-    @example(["accelerator=gpu"]).via("issue 13")
-    def prop(overrides):
-        _check(overrides, stats, tmp_path_factory, train_budget)
+    @example((["model.heads=0"], {"model.heads": 2})).via("issue 13")
+    @example((["model.dropout=1.5"], {"model.dropout": 0.0})).via("issue 13")
+    @example((["accelerator=gpu"], {})).via("issue 13")
+    def prop(draw):
+        _check(draw, stats, tmp_path_factory, train_budget)
 
     prop()
     print(f"\nfuzz: {n} draws: {dict(stats)}")

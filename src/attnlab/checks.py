@@ -22,7 +22,7 @@ def is_real(value) -> bool:
 def integer(key: str, value, lo: int, hi: int | None = None) -> int:
     """An integer in [lo, hi], else ValueError `key=value is invalid; allowed: ...`."""
     if not is_int(value) or value < lo or (hi is not None and value > hi):
-        allowed = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
+        allowed = f"an integer >= {lo}" + (f" and <= {hi}" if hi is not None else "")
         raise ValueError(f"{key}={value!r} is invalid; allowed: {allowed}")
     return value
 
@@ -32,8 +32,8 @@ def real(key: str, value, lo: float = -math.inf, hi: float = math.inf, *, lo_ope
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
     if not ok:
-        interval = f"{'(' if lo_open or lo == -math.inf else '['}{lo}, {hi}{')' if hi_open or hi == math.inf else ']'}"
-        raise ValueError(f"{key}={value!r} is invalid; allowed: a finite number in {interval}")
+        bounds = [f"{'>' if lo_open else '>='} {lo}" if lo > -math.inf else "", f"{'<' if hi_open else '<='} {hi}" if hi < math.inf else ""]
+        raise ValueError(f"{key}={value!r} is invalid; allowed: a finite number {' and '.join(b for b in bounds if b)}")
     return float(value)
 
 

@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
+from attnlab import checks
+
 # Masked logits get this offset below the row's admissible maximum instead of -inf: -inf broke
 # sparsemax/entmax (deep-spin/entmax #17) and turns fully padded rows into NaN.
 MASK_GAP = 1e4
@@ -104,9 +106,9 @@ class InverseTemperature(nnx.Module):
     """β = exp(θ) per head (or shared), so β stays positive; θ is a NormalizerParam (no decay)."""
 
     def __init__(self, num_heads: int, head_dim: int, beta: float | None, learnable: bool, per_head: bool):
-        beta = 1.0 / math.sqrt(head_dim) if beta is None else float(beta)
-        if beta <= 0:
-            raise ValueError(f"beta must be > 0 (got {beta}); null means 1/sqrt(head_dim)")
+        beta = 1.0 / math.sqrt(head_dim) if beta is None else checks.real("normalizer.beta", beta, 0, 1e6, lo_open=True)
+        checks.boolean("normalizer.learnable", learnable)
+        checks.boolean("normalizer.per_head", per_head)
         theta_N = jnp.full((num_heads,) if per_head else (1,), math.log(beta), jnp.float32)
         self.num_heads = num_heads
         self.theta = NormalizerParam(theta_N) if learnable else FixedFeatures(theta_N)

@@ -5,7 +5,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from attnlab import checks
+
 from .base import InverseTemperature, NormalizerParam, ScoreNormalizer, masked_max
+
+FUSED = ("auto", True, False)  # normalizer.fused
 
 
 def masked_softmax(logits_BNTS, m_B1TS):
@@ -43,7 +47,7 @@ class Softmax(ScoreNormalizer):
 
     def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, fused="auto"):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.fused = fused
+        self.fused = checks.choice("normalizer.fused", fused, FUSED)
 
     def __call__(self, q_BTNH, k_BSNH, v_BSNH, mask, *, with_stats=False, score_probe_BNTS=None):
         if use_fused(self.fused) and not with_stats and score_probe_BNTS is None:
@@ -70,10 +74,11 @@ class KL(ScoreNormalizer):
                  per_head=True, slope=0.1, max_distance=512, fused="auto"):
         if prior not in self.PRIORS:
             raise ValueError(f"normalizer.prior={prior!r} unknown; allowed: {', '.join(self.PRIORS)}")
-        if slope <= 0 or max_distance < 1:
-            raise ValueError(f"normalizer.slope must be > 0 and max_distance >= 1 (got {slope}, {max_distance})")
+        checks.real("normalizer.slope", slope, 0, 1e6, lo_open=True)
+        checks.integer("normalizer.max_distance", max_distance, 1, 2**20)
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.prior, self.max_distance, self.fused = prior, int(max_distance), fused
+        self.prior, self.max_distance = prior, max_distance
+        self.fused = checks.choice("normalizer.fused", fused, FUSED)
         if prior == "recency":
             self.log_slope = NormalizerParam(jnp.full((num_heads,), jnp.log(slope), jnp.float32))
         if prior == "learned":
@@ -139,7 +144,7 @@ class Sigmoid(ScoreNormalizer):
 
     def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, bias=None):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.bias = bias
+        self.bias = None if bias is None else checks.real("normalizer.bias", bias, -1e6, 1e6)
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
