@@ -53,7 +53,7 @@ def choice(key: str, value, allowed: Iterable[Any]) -> Any:
 def model_options(values: dict[str, Any]) -> None:
     """Every option of the `model` group, from Transformer.__init__'s arguments (constructor names)."""
     d_model = integer("model.d_model", values["d_model"], 1)
-    heads = integer("model.heads", values["num_heads"], 1, d_model)
+    heads = integer("model.heads", values["num_heads"], 1)
     layers = integer("model.layers", values["num_layers"], 1)
     mlp_ratio = integer("model.mlp_ratio", values["mlp_ratio"], 1)
     real("model.dropout", values["dropout"], 0.0, 1.0, hi_open=True)
