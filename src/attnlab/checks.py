@@ -70,8 +70,9 @@ def model_options(values: dict[str, Any]) -> None:
 
 
 def one_line(message: str) -> str:
-    """A multi-line library message (Hydra's) as one line."""
-    return " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    """A multi-line library message (Hydra's) as one line, without Hydra's config search path."""
+    text = str(message).split("Config search path")[0]
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 def compose_overrides(overrides: list[str]) -> list[list[str]]:
