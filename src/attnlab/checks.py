@@ -79,10 +79,15 @@ def compose_overrides(overrides: list[str]) -> list[list[str]]:
     """The single-run override lists a command line stands for: first values, then each other swept value."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
-    values = [list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
-              for o in parsed]
-    key = [o.get_key_element() for o in parsed]
+    from hydra.errors import HydraException
+
+    key, values = [], []
+    for o in OverridesParser.create().parse_overrides(overrides):
+        try:
+            values.append(list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()])
+        except HydraException:  # glob(...) needs the config loader, interval(...) a sweeper: left to Hydra
+            continue
+        key.append(o.get_key_element())
     base = [f"{k}={v[0]}" for k, v in zip(key, values)]
     variants = [base]
     for i, vs in enumerate(values):
