@@ -119,9 +119,12 @@ def check_int(name: str, value, lo: int, hi: int | None = INT32_MAX) -> int:
     return int(value)
 
 
-def check_float(name: str, value, lo: float, hi: float | None = None, lo_open: bool = False) -> float:
-    """A real option inside [lo, hi] (or (lo, hi]), or a ValueError naming the option and the range."""
-    bad = not isinstance(value, (int, float, np.floating)) or isinstance(value, bool)
+def check_float(name: str, value, lo: float, hi: float | None = 1e6, lo_open: bool = False) -> float:
+    """A finite real option inside [lo, hi] (or (lo, hi]), or a ValueError naming the option and the range.
+
+    The default bound keeps data in float32 range (a noise scale of 1e30 squares to inf).
+    """
+    bad = not isinstance(value, (int, float, np.floating)) or isinstance(value, bool) or not np.isfinite(value)
     if not bad:
         bad = value <= lo if lo_open else value < lo
         bad = bad or (hi is not None and value > hi)
