@@ -75,7 +75,7 @@ def near(default, key: str) -> list[str]:
 
 
 @st.composite
-def option_override(draw, group: str, choice: str, key: str, default, wrong_weight: float = 0.3):
+def option_override(draw, group: str, key: str, default, wrong_weight: float = 0.3):
     """`group.key=value`, valid (near the default) or wrong, for an option of the chosen YAML."""
     wrong = draw(st.floats(0, 1)) < wrong_weight
     value = draw(st.sampled_from(WRONG if wrong else near(default, key)))

@@ -5,7 +5,6 @@ are discovered from configs/ at test time (fuzz_space.py), so options added late
 from __future__ import annotations
 
 import math
-import os
 from collections import Counter
 
 import pytest
@@ -19,7 +18,6 @@ from omegaconf.errors import OmegaConfBaseException
 import fuzz_space as space
 from attnlab import accelerator, checks, cli, registry
 
-SLOW = os.environ.get("ATTNLAB_FUZZ_SLOW") == "1"
 # Base: the CLI tests' tiny run, in-process (no compile cache flag, no accelerator=cpu: drawn like the rest).
 BASE = [o for o in TINY if not o.startswith(("compile_cache=", "accelerator="))]
 
@@ -38,7 +36,6 @@ def draws(draw, max_options: int = 3):
         name = "no_such_choice" if unknown else draw(st.sampled_from(registry.choices(group)))
         overrides.append(f"{group}={name}")
         chosen[group] = name
-        defaults = {k: v for k, v in defaults.items() if not k.startswith(f"{group}.")}
     for _ in range(draw(st.integers(1, max_options))):
         group = draw(st.sampled_from(["", *space.groups()]))
         if group == "":
@@ -49,10 +46,13 @@ def draws(draw, max_options: int = 3):
                 chosen[group] = name
                 overrides.append(f"{group}={name}")
             opts = space.options(group, name) if name in registry.choices(group) else {}
+        if draw(st.floats(0, 1)) < 0.05:  # a key no YAML of the group has
+            overrides.append(f"+{group or 'trainer'}.no_such_option=1")
+            continue
         if not opts:
             continue
         key = draw(st.sampled_from(sorted(opts)))
-        overrides.append(draw(space.option_override(group, "", key, opts[key])))
+        overrides.append(draw(space.option_override(group, key, opts[key])))
         defaults[overrides[-1].split("=", 1)[0]] = opts[key]
     return overrides, defaults
 

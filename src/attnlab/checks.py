@@ -69,6 +69,30 @@ def model_options(values: dict[str, Any]) -> None:
                          f"model.max_len={max_len} make ~{params:.2g} parameters; allowed: at most {MAX_PARAMS:.0e}")
 
 
+def no_unknown_keys(cfg) -> None:
+    """Groups built without a `_target_` (model, optim, trainer, ...) take only keys one of their YAMLs has;
+    components with a `_target_` refuse unknown keys when they are built (cli._construct)."""
+    import yaml
+
+    from attnlab import registry
+
+    groups = sorted(p.name for p in registry.CONFIG_DIR.iterdir() if p.is_dir() and p.name != "hydra")
+    top = set(yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())) - {"defaults"}
+    unknown = sorted(set(cfg) - top - set(groups))
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(unknown)}; allowed at the top level: "
+                         f"{', '.join(sorted(top - {'hydra'}))} and the groups {', '.join(groups)}")
+    for group in groups:
+        yamls = [registry.load(group, name) for name in registry.choices(group)]
+        if group not in cfg or not cfg[group] or any("_target_" in y for y in yamls):
+            continue
+        allowed = set().union(*yamls)
+        unknown = sorted(set(cfg[group]) - allowed)
+        if unknown:
+            raise ValueError(f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}; "
+                             f"allowed: {', '.join(sorted(allowed))}")
+
+
 def one_line(message: str) -> str:
     """A multi-line library message (Hydra's) as one line, without Hydra's config search path."""
     text = str(message).split("Config search path")[0]

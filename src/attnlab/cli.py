@@ -72,6 +72,7 @@ def validate(cfg: DictConfig, device_count: int) -> None:
     _require(checks.is_int(cfg.seed) and 0 <= cfg.seed < 2**31 - t.vmap_seeds,
              f"seed={cfg.seed!r} is invalid; allowed: an integer in [0, 2^31 - trainer.vmap_seeds)")
     checks.choice("task.default_head", cfg.task.get("default_head"), registry.choices("head"))
+    checks.no_unknown_keys(cfg)
 
 
 def build(cfg: DictConfig, head_name: str):
