@@ -179,5 +179,5 @@ def test_fuzzed_configurations_train_or_are_refused_in_one_line(tmp_path_factory
 
 @pytest.mark.slow
 def test_fuzzed_configurations_thousands(tmp_path_factory):
-    stats = _fuzz(tmp_path_factory, n=3000, train_budget=40)
-    assert stats["refused"] > 500 and stats["trained"] == 40, stats
+    stats = _fuzz(tmp_path_factory, n=3000, train_budget=20)
+    assert stats["refused"] > 500 and stats["accepted"] > 300 and stats["trained"] == 20, stats
