@@ -140,7 +140,7 @@ def test_soak_sweep_with_random_sigterms_completes_every_run_once(tmp_path):
     for _ in range(60):
         proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
-            proc.wait(timeout=rng.uniform(2.0, 15.0))
+            proc.wait(timeout=rng.uniform(3.0, 25.0))  # startup alone takes seconds
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGTERM)
             kills += 1

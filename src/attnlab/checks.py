@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 from typing import Any, Iterable
 
 # Beyond this many parameters no machine can hold the model (10^10 float32 = 40 GB before optimizer state).
@@ -99,8 +100,9 @@ def one_line(message: str) -> str:
     return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
-def compose_overrides(overrides: list[str]) -> list[list[str]]:
-    """The single-run override lists a command line stands for: first values, then each other swept value."""
+def compose_overrides(overrides: list[str], groups: set[str] | None = None) -> list[list[str]]:
+    """The single-run override lists a command line stands for: first values, then each other swept value
+    (only of the keys in `groups` when given: a swept option's values cannot break composition, a choice can)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     from hydra.errors import HydraException
@@ -115,7 +117,8 @@ def compose_overrides(overrides: list[str]) -> list[list[str]]:
     base = [f"{k}={v[0]}" for k, v in zip(key, values)]
     variants = [base]
     for i, vs in enumerate(values):
-        variants += [base[:i] + [f"{key[i]}={v}"] + base[i + 1:] for v in vs[1:]]
+        if groups is None or key[i].lstrip("+~") in groups:
+            variants += [base[:i] + [f"{key[i]}={v}"] + base[i + 1:] for v in vs[1:]]
     return variants
 
 
@@ -132,7 +135,8 @@ def compose_or_exit(argv: list[str], config_dir: str) -> None:
     if len(overrides) != len(argv) - argv.count("-m") - argv.count("--multirun"):
         return  # --help, --cfg, -cd ...: Hydra's own business
     try:
-        lists = compose_overrides([o for o in overrides if not o.startswith("hydra")])
+        groups = {p.name for p in Path(config_dir).iterdir() if p.is_dir()}
+        lists = compose_overrides([o for o in overrides if not o.startswith("hydra")], groups)
         with initialize_config_dir(config_dir, version_base="1.3"):
             for override_list in lists:
                 compose("train", overrides=override_list)
