@@ -175,10 +175,10 @@ def _fuzz(tmp_path_factory, n, train_budget):
 
 def test_fuzzed_configurations_train_or_are_refused_in_one_line(tmp_path_factory):
     stats = _fuzz(tmp_path_factory, n=250, train_budget=3)
-    assert stats["refused"] > 50 and stats["accepted"] > 20 and stats["trained"] == 3, stats
+    assert stats["refused"] > 50 and stats["accepted"] >= 10 and stats["trained"] == 3, stats
 
 
 @pytest.mark.slow
 def test_fuzzed_configurations_thousands(tmp_path_factory):
     stats = _fuzz(tmp_path_factory, n=3000, train_budget=20)
-    assert stats["refused"] > 500 and stats["accepted"] > 300 and stats["trained"] == 20, stats
+    assert stats["refused"] > 500 and stats["accepted"] >= 100 and stats["trained"] == 20, stats
