@@ -104,3 +104,71 @@ def test_skip_policy_counts_nonfinite_steps_and_keeps_going(tmp_path):
     assert counts == sorted(counts) and counts[-1] == m["nonfinite_steps"]
     # Skipped steps leave the parameters untouched, so every logged gradient norm of a good step is finite.
     assert "grad_norm/global" in events(tmp_path / "r").Tags()["scalars"]
+
+
+def test_sweep_with_refused_draws_completes_the_others(tmp_path):
+    """heads=0 and dropout=1.5 are refused in their own job (one line each); the valid draws still train."""
+    proc = run_cli("-m", "model.heads=0,2", "model.dropout=1.5,0.0", *TINY, *TINY_TASK["mqar"],
+                   f"hydra.sweep.dir={tmp_path}", cwd=tmp_path, check=False)
+    assert proc.returncode == 1, proc.stderr  # the summary exits non-zero because something failed
+    status = {p.name: metrics(p) for p in tmp_path.iterdir() if (p / "metrics.json").exists()}
+    assert len(status) == 4, sorted(status)
+    for name, m in status.items():
+        bad = "heads=0" in name or "dropout=1.5" in name
+        assert m["status"] == ("failed" if bad else "completed"), (name, m)
+        if bad:
+            assert m["error"].startswith("configuration: model.") and "allowed" in m["error"], m["error"]
+        else:
+            assert m["steps"] == 4 and np.isfinite(m["final"]["test/loss"])
+    assert "1 completed, 3 failed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _progress(sweep_dir) -> set[str]:
+    """What a sweep has achieved so far: checkpoints written and runs finished."""
+    return {str(p) for p in sweep_dir.glob("*/checkpoints/*")} | {str(p) for p in sweep_dir.glob("*/metrics.json")}
+
+
+@pytest.mark.slow
+def test_soak_sweep_with_random_sigterms_completes_every_run_once(tmp_path):
+    """20 tiny runs; SIGTERM at random moments (during start-up, or at a random time after the sweep made
+    progress), then the same command again until done: every run completes exactly once (a completed run
+    is never re-run) and TensorBoard holds each logged step once."""
+    import random
+    import time
+
+    rng, seeds, steps, max_kills = random.Random(13), range(20), 20, 8
+    cmd = [sys.executable, "-m", "attnlab", "-m", "seed=" + ",".join(map(str, seeds)), *TINY, *TINY_TASK["mqar"],
+           f"trainer.steps={steps}", "trainer.log_every=2", "trainer.eval_every=10", "trainer.checkpoint_every=5",
+           f"hydra.sweep.dir={tmp_path}"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    completed_at: dict[str, int] = {}  # job -> metrics.json mtime when first seen completed
+    kills = 0
+    for _ in range(40):
+        before = _progress(tmp_path)
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if kills < max_kills:
+            if rng.random() < 0.25:  # during start-up
+                time.sleep(rng.uniform(0.5, 5.0))
+            else:  # somewhere in a run, once the sweep has moved on
+                while proc.poll() is None and _progress(tmp_path) == before:
+                    time.sleep(0.3)
+                time.sleep(rng.uniform(0.0, 6.0))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                kills += 1
+        err = proc.communicate(timeout=1200)[1]
+        assert "Traceback" not in err, err[-3000:]
+        for job in tmp_path.glob("*_seed=*"):
+            if (job / "metrics.json").exists() and metrics(job)["status"] == "completed":
+                mtime = (job / "metrics.json").stat().st_mtime_ns
+                assert completed_at.setdefault(job.name, mtime) == mtime, f"{job.name} completed twice"
+        if proc.returncode == 0 and len(completed_at) == len(seeds):
+            break
+    assert kills >= 4 and len(completed_at) == len(seeds), (kills, sorted(completed_at))
+    for job in tmp_path.glob("*_seed=*"):
+        m = metrics(job)
+        assert m["status"] == "completed" and m["steps"] == steps, (job.name, m)
+        acc = events(job)
+        for tag, every in (("train/loss", 2), ("val/loss", 10)):
+            logged = [e.step for e in acc.Scalars(tag)]
+            assert logged == list(range(every, steps + 1, every)), (job.name, tag, logged)

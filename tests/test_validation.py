@@ -73,6 +73,9 @@ def test_unknown_accelerator_platform_is_refused():
 
 
 @pytest.mark.parametrize("overrides, needle", [
+    (["normalizer=bogus"], "Could not find 'normalizer/bogus' Available options in 'normalizer': entmax kl"),
+    (["model.foo=1"], "Could not override 'model.foo'"),
+    (["model.heads=0"], "model.heads=0 is invalid; allowed: an integer >= 1"),
     (["trainer.resume=true"], "trainer.resume=true but"),
     (["model.d_model=30", "model.heads=4"], "not divisible"),
 ])
@@ -83,3 +86,54 @@ def test_cli_exits_2_with_one_line_before_compiling(tmp_path, overrides, needle)
     assert len(lines) == 1 and needle in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "r" / "events.out.tfevents").exists()
+
+
+@pytest.mark.parametrize("mode", ["run", "sweep"])
+def test_output_directory_under_a_regular_file_is_one_line_and_exit_2(tmp_path, mode):
+    """Tests run as root, so no permission bits: a directory below a regular file cannot be created."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    key = "hydra.run.dir" if mode == "run" else "hydra.sweep.dir"
+    flags = [] if mode == "run" else ["-m", "seed=0,1"]
+    proc = run_cli(*flags, *TINY, *MQAR, f"{key}={blocker / 'out'}", cwd=tmp_path, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [f"attnlab: error: {key}={blocker / 'out'} cannot be created or written: {blocker} is not a "
+                     f"directory; allowed: a directory path you can write to"], proc.stderr
+    assert blocker.read_text() == "not a directory"
+
+
+def test_compile_cache_under_a_regular_file_is_one_line_and_exit_2(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    proc = run_cli(*TINY, *MQAR, f"compile_cache={blocker / 'cache'}", f"hydra.run.dir={tmp_path / 'r'}",
+                   cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("attnlab: error:")]
+    assert len(lines) == 1 and f"compile_cache={blocker / 'cache'} cannot be created" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_gpu_without_a_gpu_says_what_jax_sees_and_how_to_install(tmp_path):
+    import jax
+
+    if jax.devices()[0].platform == "gpu":
+        pytest.skip("this machine has a GPU")
+    proc = run_cli(*[o for o in TINY if not o.startswith("accelerator=")], *MQAR, "accelerator=gpu",
+                   f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("attnlab: error:")]
+    assert len(lines) == 1, proc.stderr
+    assert "accelerator=gpu asks for JAX platform 'cuda'" in lines[0] and "sees only: cpu" in lines[0]
+    assert "pip install 'attnlab[cuda]'" in lines[0]
+
+
+def test_sweep_command_lines_are_composed_value_by_value_before_hydra_runs():
+    from attnlab.checks import compose_overrides
+
+    assert compose_overrides(["seed=0,1", "normalizer=kl,softmax", "model=tiny"]) == [
+        ["seed=0", "normalizer=kl", "model=tiny"], ["seed=1", "normalizer=kl", "model=tiny"],
+        ["seed=0", "normalizer=softmax", "model=tiny"]]
+    # Sweeps only Hydra can expand (glob needs its config loader, interval a sweeper) are left to it.
+    assert compose_overrides(["normalizer=glob(*)", "optim.lr=interval(0,1)", "seed=range(0,2)"]) == [
+        ["seed=0"], ["seed=1"]]

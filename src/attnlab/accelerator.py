@@ -8,19 +8,24 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+from attnlab import checks
+
 PLATFORMS = {"auto": None, "cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
+DTYPES = (None, "auto", "float32", "bfloat16")
+# How to get the JAX wheels of each platform, for the pinned jax 0.10.x (its extras cuda12, cuda13, tpu).
+INSTALL = {
+    "gpu": "pip install 'attnlab[cuda]' (CUDA 12 wheels, = jax[cuda12]; 'attnlab[cuda13]' for CUDA 13)",
+    "tpu": "pip install 'jax[tpu]==%s' on a Cloud TPU VM" % jax.__version__,
+}
 
 
 def configure(platform: str, devices: int | None = None, cache_dir: str | None = None,
               gpu_memory_fraction: float | None = None, distributed: bool = False) -> None:
     """Set JAX's platform and device count; must run before any JAX computation."""
-    if platform not in PLATFORMS:
-        raise ValueError(f"accelerator.platform={platform!r} unknown; allowed: {', '.join(PLATFORMS)}")
+    check_options(platform, devices, cache_dir, gpu_memory_fraction, distributed)
     if PLATFORMS[platform]:
         jax.config.update("jax_platforms", PLATFORMS[platform])
     if devices is not None:
-        if platform != "cpu":
-            raise ValueError(f"accelerator.devices={devices} only simulates devices with accelerator=cpu")
         jax.config.update("jax_num_cpu_devices", int(devices))
     if gpu_memory_fraction is not None:
         # Several processes on one GPU: no preallocation, each capped (JAX GPU memory docs).
@@ -30,15 +35,59 @@ def configure(platform: str, devices: int | None = None, cache_dir: str | None =
         # One run over several hosts (e.g. SLURM tasks): coordinator and ranks come from the environment.
         jax.distributed.initialize()
     if cache_dir:
-        Path(cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
+        try:
+            Path(cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"compile_cache={cache_dir} cannot be created ({exc.strerror or exc}); "
+                             f"allowed: a writable directory, or null to disable the cache") from None
         jax.config.update("jax_compilation_cache_dir", str(Path(cache_dir).expanduser()))
         # Small CPU programs fall under the default thresholds and would never be cached.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    if PLATFORMS[platform]:
+        check_platform(platform)
+
+
+def check_options(platform, devices=None, cache_dir=None, gpu_memory_fraction=None, distributed=False,
+                  dtype=None) -> None:
+    """Every accelerator option and compile_cache, without touching JAX (one line naming the bad one)."""
+    checks.choice("accelerator.platform", platform, PLATFORMS)
+    if devices is not None:
+        checks.integer("accelerator.devices", devices, 1, 4096)
+        if platform != "cpu":
+            raise ValueError(f"accelerator.devices={devices} only simulates devices with accelerator=cpu; "
+                             f"allowed: null on {platform}")
+    if gpu_memory_fraction is not None:
+        checks.real("accelerator.gpu_memory_fraction", gpu_memory_fraction, 0.0, 1.0, lo_open=True)
+    checks.boolean("accelerator.distributed", distributed)
+    checks.choice("accelerator.dtype", dtype, DTYPES)
+    if cache_dir is not None and not isinstance(cache_dir, str):
+        raise ValueError(f"compile_cache={cache_dir!r} is invalid; allowed: a directory path, or null")
+
+
+def check_platform(platform: str) -> None:
+    """A ValueError in one line when JAX has no device of the asked platform: what JAX sees and how to install."""
+    before = jax.config.jax_platforms
+    try:
+        found = len(jax.devices(PLATFORMS[platform])) > 0
+    except (RuntimeError, AssertionError):  # jax 0.10: AssertionError from the backend lookup, RuntimeError else
+        found = False
+    if found:
+        return
+    jax.config.update("jax_platforms", None if before == PLATFORMS[platform] else before)
+    try:
+        seen = ", ".join(sorted({f"{d.platform} x{jax.device_count(d.platform)}" for d in jax.devices()}))
+    except (RuntimeError, AssertionError):
+        seen = "no device"
+    install = INSTALL.get(platform, "")
+    raise ValueError(f"accelerator={platform} asks for JAX platform {PLATFORMS[platform]!r}, but JAX "
+                     f"{jax.__version__} sees only: {seen}; allowed here: accelerator=auto or cpu"
+                     + (f"; to add {platform} support: {install}" if install else ""))
 
 
 def compute_dtype(dtype: str | None):
     """float32 on CPU, bfloat16 mixed precision on GPU/TPU, unless given explicitly."""
+    checks.choice("accelerator.dtype", dtype, DTYPES)
     if dtype in (None, "auto"):
         return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
     return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype]

@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import registry, sweep
+from attnlab import checks, registry, sweep
 from attnlab.record import environment, read_json, write_json
 
 EXIT_CONFIG = 2
@@ -44,22 +44,25 @@ def _construct(group: str, node: dict[str, Any], **extra):
 
 
 def validate(cfg: DictConfig, device_count: int) -> None:
-    """Checks that need no object: run-level numbers and choices."""
+    """Checks that need no object: run-level numbers and choices, and cross-group ones."""
     t, o = cfg.trainer, cfg.optim
     for key in ("steps", "batch_size", "eval_every", "log_every", "eval_batch_size"):
-        _require(isinstance(t[key], int) and not isinstance(t[key], bool) and t[key] > 0,
-                 f"trainer.{key}={t[key]!r} must be a positive integer")
-    _require(isinstance(t.checkpoint_every, int) and t.checkpoint_every >= 0,
+        _require(checks.is_int(t[key]) and 0 < t[key] < 2**31,
+                 f"trainer.{key}={t[key]!r} must be a positive integer (< 2^31)")
+    _require(checks.is_int(t.checkpoint_every) and 0 <= t.checkpoint_every < 2**31,
              f"trainer.checkpoint_every={t.checkpoint_every!r} must be an integer >= 0 (0: only on signals and at the end)")
     _require(isinstance(t.resume, bool), f"trainer.resume={t.resume!r} must be true or false")
-    _require(isinstance(t.vmap_seeds, int) and t.vmap_seeds >= 1,
-             f"trainer.vmap_seeds={t.vmap_seeds!r} must be an integer >= 1")
-    _require(isinstance(o.lr, (int, float)) and o.lr > 0, f"optim.lr={o.lr!r} must be > 0")
-    _require(isinstance(o.warmup_steps, int) and o.warmup_steps >= 0, f"optim.warmup_steps={o.warmup_steps!r} must be an integer >= 0")
-    _require(isinstance(o.weight_decay, (int, float)) and o.weight_decay >= 0, f"optim.weight_decay={o.weight_decay!r} must be >= 0")
-    _require(isinstance(o.clip_norm, (int, float)) and o.clip_norm > 0, f"optim.clip_norm={o.clip_norm!r} must be > 0")
+    checks.integer("trainer.vmap_seeds", t.vmap_seeds, 1, 4096)
+    _require(checks.is_real(o.lr) and 0 < o.lr <= 1e6, f"optim.lr={o.lr!r} must be > 0 (and finite, <= 1e6)")
+    _require(checks.is_int(o.warmup_steps) and 0 <= o.warmup_steps < 2**31,
+             f"optim.warmup_steps={o.warmup_steps!r} must be an integer >= 0")
+    _require(checks.is_real(o.weight_decay) and 0 <= o.weight_decay <= 1e6,
+             f"optim.weight_decay={o.weight_decay!r} must be >= 0 (and finite, <= 1e6)")
+    _require(checks.is_real(o.clip_norm) and o.clip_norm > 0,
+             f"optim.clip_norm={o.clip_norm!r} must be > 0 (and finite)")
     for b in ("b1", "b2"):
-        _require(isinstance(o[b], (int, float)) and 0 <= o[b] < 1, f"optim.{b}={o[b]!r} must be in [0, 1)")
+        _require(checks.is_real(o[b]) and 0 <= o[b] < 1, f"optim.{b}={o[b]!r} must be in [0, 1)")
+    checks.real("optim.final_fraction", o.final_fraction, 0.0, 1.0)
     _require(t.nonfinite in ("skip", "stop"), f"trainer.nonfinite={t.nonfinite!r} unknown; allowed: skip, stop")
     _require(t.get("attn_map_scale", "row") in ("row", "log", "max"),
              f"trainer.attn_map_scale={t.get('attn_map_scale')!r} unknown; allowed: row, log, max")
@@ -69,7 +72,10 @@ def validate(cfg: DictConfig, device_count: int) -> None:
     _require(seeds_over_devices(t.vmap_seeds, device_count) or t.batch_size % device_count == 0,
              f"trainer.batch_size={t.batch_size} is not divisible by the device count ({device_count}), "
              f"nor is trainer.vmap_seeds={t.vmap_seeds}")
-    _require(isinstance(cfg.seed, int), f"seed={cfg.seed!r} must be an integer")
+    _require(checks.is_int(cfg.seed) and 0 <= cfg.seed < 2**31 - t.vmap_seeds,
+             f"seed={cfg.seed!r} is invalid; allowed: an integer in [0, 2^31 - trainer.vmap_seeds)")
+    checks.choice("task.default_head", cfg.task.get("default_head"), registry.choices("head"))
+    checks.no_unknown_keys(cfg)
 
 
 def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> list:
@@ -226,6 +232,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if len(nets) > 1:
         write_json(run_dir / "seeds.json", {"config": resolved, "seeds": {
             str(s): {"status": r["status"], "run_dir": str(d)} for s, d, r in zip(seeds, run_dirs, records)}})
+    if multirun and any(r["status"] == "interrupted" for r in records):  # one Ctrl-C/SIGTERM stops the sweep
+        sys.exit(f"attnlab: sweep interrupted at {run_dir}; the same command resumes it")
     return {**records[0], "run_dir": str(run_dirs[0])}
 
 
@@ -276,6 +284,9 @@ def _hydra_train(cfg: DictConfig) -> None:
 
 def train_main() -> None:
     """Console script `attnlab-train`."""
+    from attnlab.checks import compose_or_exit
+
+    compose_or_exit(sys.argv[1:], str(registry.CONFIG_DIR))
     _hydra_train()
 
 

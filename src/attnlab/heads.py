@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab import calibration as cal
+from attnlab import checks
 from attnlab import registry
 
 KINDS = ("classification", "regression")
@@ -81,7 +82,8 @@ class _Classification(Head):
     def __init__(self, *, d_model: int, num_classes: int | None, rngs: nnx.Rngs, ece_bins: int = 15):
         if num_classes is None or num_classes < 2:
             raise ValueError(f"{type(self).__name__} needs num_classes >= 2, got {num_classes}")
-        self.num_classes, self.ece_bins = int(num_classes), int(ece_bins)
+        self.num_classes = int(num_classes)
+        self.ece_bins = checks.integer("head.ece_bins", ece_bins, 1, 10**6)
         self.proj = nnx.Linear(d_model, self.num_classes, rngs=rngs)
 
     def logits(self, outputs_XC):
@@ -118,7 +120,8 @@ class ScoresMSE(_Classification):
     def __init__(self, *, d_model: int, num_classes: int | None, rngs: nnx.Rngs,
                  k: float = 1.0, M: float = 1.0, ece_bins: int = 15):
         super().__init__(d_model=d_model, num_classes=num_classes, rngs=rngs, ece_bins=ece_bins)
-        self.k, self.M = float(k), float(M)
+        self.k = checks.real("head.k", k, 0.0, 1e6, lo_open=True)  # a weight on the true class: > 0
+        self.M = checks.real("head.M", M, 0.0, 1e6, lo_open=True)  # the target score of the true class
 
     def loss(self, outputs_XC, targets_X, weights_X):
         scores_XC, weights_X = _float(outputs_XC), _float(weights_X)
@@ -197,9 +200,11 @@ class HLGauss(_Regression):
                  v_min: float = -10.0, v_max: float = 10.0, num_bins: int = 64,
                  sigma_ratio: float = 0.75):
         self._check_num_classes(num_classes)
-        if not v_min < v_max or num_bins < 2 or sigma_ratio <= 0:
-            raise ValueError(f"HLGauss needs v_min < v_max, num_bins >= 2, sigma_ratio > 0; "
-                             f"got {v_min}, {v_max}, {num_bins}, {sigma_ratio}")
+        checks.real("head.v_min", v_min, -1e30, 1e30)
+        if not v_min < checks.real("head.v_max", v_max, -1e30, 1e30):
+            raise ValueError(f"head.v_max={v_max} is invalid; allowed: a number > head.v_min={v_min}")
+        checks.integer("head.num_bins", num_bins, 2, 10**6)
+        checks.real("head.sigma_ratio", sigma_ratio, 0.0, 1e6, lo_open=True)
         self.v_min, self.v_max, self.num_bins = float(v_min), float(v_max), int(num_bins)
         self.sigma = float(sigma_ratio) * (self.v_max - self.v_min) / self.num_bins  # σ = ratio × bin width
         self.proj = nnx.Linear(d_model, self.num_bins, rngs=rngs)

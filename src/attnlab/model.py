@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from attnlab import checks
 from attnlab.attention import MultiHeadAttention
 from attnlab.fast_vjp import dense_dot_general, gelu
 from attnlab.normalizers import Mask, Normalizer
@@ -69,6 +70,7 @@ class Transformer(nnx.Module):
                  make_normalizer: Callable[..., Normalizer] | Sequence[Callable[..., Normalizer]], seq_len: int,
                  vocab_size: int | None = None, input_dim: int | None = None, dtype=jnp.float32,
                  window: int | None = None, short_conv: int = 0, rngs: nnx.Rngs):
+        checks.model_options(locals())  # each option's range, one line naming it (ZeroDivisionError before)
         if positional not in POSITIONAL:
             raise ValueError(f"model.positional={positional!r} unknown; allowed: {', '.join(POSITIONAL)}")
         if d_model % num_heads:
@@ -77,10 +79,6 @@ class Transformer(nnx.Module):
             raise ValueError(f"sequence length {seq_len} exceeds model.max_len={max_len} of the {positional} table")
         if (vocab_size is None) == (input_dim is None):
             raise ValueError("exactly one of vocab_size (token inputs) and input_dim (vector inputs) is needed")
-        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-            raise ValueError(f"model.window={window!r} is invalid; allowed: null (off) or an integer >= 1")
-        if isinstance(short_conv, bool) or not isinstance(short_conv, int) or short_conv < 0:
-            raise ValueError(f"model.short_conv={short_conv!r} is invalid; allowed: 0 (off) or an integer >= 1")
         makers = list(make_normalizer) if isinstance(make_normalizer, Sequence) else [make_normalizer]
         self.embed = (nnx.Embed(vocab_size, d_model, dtype=dtype, rngs=rngs) if vocab_size
                       else nnx.Linear(input_dim, d_model, dtype=dtype, rngs=rngs))

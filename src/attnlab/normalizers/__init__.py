@@ -32,14 +32,18 @@ def _heads_major(x_BTNH):
 
 
 def attend(name: str, q_BTNH, k_BSNH, v_BSNH, mask=None, *, causal=False, with_stats=True, **options):
-    """(out_BTNH, stats) of the named normalizer; mask is None, a `Mask` or a boolean (B,T,S) array."""
+    """(out_BTNH, stats) of the named normalizer; mask is None, a `Mask` or a boolean (B,T,S) / (B,N,T,S) array."""
     norm = build(name, num_heads=q_BTNH.shape[2], head_dim=q_BTNH.shape[3], **options)
     q_BNTH, k_BNSH, v_BNSH = (_heads_major(x) for x in (q_BTNH, k_BSNH, v_BSNH))
-    out_BNTH, stats = norm(q_BNTH, k_BNSH, v_BNSH, as_mask(mask, causal), with_stats=with_stats)
+    out_BNTH, stats = norm(q_BNTH, k_BNSH, v_BNSH, as_mask(mask, causal, _shape_BNTS(q_BTNH, k_BSNH)), with_stats=with_stats)
     return _heads_major(out_BNTH), stats
 
 
 def attention_weights(name: str, q_BTNH, k_BSNH, mask=None, *, causal=False, **options):
     """The explicit (B,N,T,S) attention matrix of the named normalizer."""
     norm = build(name, num_heads=q_BTNH.shape[2], head_dim=q_BTNH.shape[3], **options)
-    return norm.weights(_heads_major(q_BTNH), _heads_major(k_BSNH), as_mask(mask, causal))
+    return norm.weights(_heads_major(q_BTNH), _heads_major(k_BSNH), as_mask(mask, causal, _shape_BNTS(q_BTNH, k_BSNH)))
+
+
+def _shape_BNTS(q_BTNH, k_BSNH) -> tuple[int, int, int, int]:
+    return q_BTNH.shape[0], q_BTNH.shape[2], q_BTNH.shape[1], k_BSNH.shape[1]

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx, struct
 
+from attnlab import checks
+
 # Masked logits get this offset below the row's admissible maximum instead of -inf: -inf broke
 # sparsemax/entmax (deep-spin/entmax #17) and turns fully padded rows into NaN.
 MASK_GAP = 1e4
@@ -30,12 +32,15 @@ class FixedFeatures(nnx.Variable):
 class Mask:
     """Admissible keys: causal ∧ not padding, kept structured so O(T) forms need no T×S mask.
 
-    `dense_BTS` (optional) is an arbitrary explicit mask, combined with the rest by ∧.
+    `dense_BTS` (optional) is an arbitrary explicit mask, combined with the rest by ∧;
+    `dense_BNTS` (optional) is one per head, jax.nn.dot_product_attention's convention (any of its
+    axes may be 1 and broadcasts).
     Under `causal` with T < S, query t sees keys s ≤ t + S − T (the queries are the last T).
     """
 
     key_valid_BS: jax.Array | None = None
     dense_BTS: jax.Array | None = None
+    dense_BNTS: jax.Array | None = None
     causal: bool = struct.field(pytree_node=False, default=False)
     # Sliding window: a query at position p sees keys at positions s with p − s < window (causal:
     # its `window` most recent keys, itself included) or |p − s| < window (bidirectional).
@@ -52,8 +57,13 @@ class Mask:
             m_TS = w_TS if m_TS is None else m_TS & w_TS
         return m_TS
 
+    @property
+    def has_dense(self) -> bool:
+        """Whether an arbitrary explicit mask is part of it (O(T) forms then fall back to the T×S one)."""
+        return self.dense_BTS is not None or self.dense_BNTS is not None
+
     def matrix_B1TS(self, T: int, S: int) -> jax.Array:
-        """The explicit boolean mask, broadcastable to (B, N, T, S)."""
+        """The explicit boolean mask, broadcastable to (B, N, T, S) ((B, N, T, S) itself with dense_BNTS)."""
         m_BTS = jnp.ones((1, T, S), bool)
         pos_TS = self.positional_TS(jnp.arange(T) + (S - T), jnp.arange(S))
         if pos_TS is not None:
@@ -62,25 +72,44 @@ class Mask:
             m_BTS = m_BTS & self.key_valid_BS[:, None, :].astype(bool)
         if self.dense_BTS is not None:
             m_BTS = m_BTS & self.dense_BTS.astype(bool)
+        if self.dense_BNTS is not None:
+            return m_BTS[:, None] & self.dense_BNTS.astype(bool)
         return m_BTS[:, None]
 
 
-def as_mask(mask, causal: bool = False) -> Mask:
-    """Accept None, a Mask, or a boolean (B,T,S) array."""
+MASK_SHAPES = "a Mask, or a boolean array of shape (B, T, S) or (B, N, T, S) (jax.nn's convention), any axis 1 or full"
+
+
+def as_mask(mask, causal: bool = False, shape_BNTS: tuple[int, int, int, int] | None = None) -> Mask:
+    """Accept None, a Mask, or a boolean (B,T,S) or (B,N,T,S) array whose axes are full or 1 (broadcast).
+
+    With `shape_BNTS` (the attention's B, N, T, S) an array's shape is checked against it, so a wrong
+    one fails here with the accepted shapes instead of deep inside an einsum.
+    """
     if mask is None:
         return Mask(causal=causal)
     if isinstance(mask, Mask):
         return mask.replace(causal=mask.causal or causal)
-    return Mask(dense_BTS=jnp.asarray(mask, bool), causal=causal)
+    m = jnp.asarray(mask)
+    full = None if shape_BNTS is None else (shape_BNTS if m.ndim == 4 else shape_BNTS[:1] + shape_BNTS[2:])
+    fits = m.ndim in (3, 4) and (full is None or all(a in (1, f) for a, f in zip(m.shape, full)))
+    if not fits:
+        wanted = "" if shape_BNTS is None else f" with (B, N, T, S) = {tuple(shape_BNTS)}"
+        raise ValueError(f"mask of shape {tuple(m.shape)} does not fit the attention{wanted}; allowed: {MASK_SHAPES}")
+    if m.ndim == 4 and m.shape[1] == 1:  # no head axis: the structured (B, T, S) form keeps O(T) paths open
+        m = m[:, 0]
+    if m.ndim == 4:
+        return Mask(dense_BNTS=m.astype(bool), causal=causal)
+    return Mask(dense_BTS=m.astype(bool), causal=causal)
 
 
 class InverseTemperature(nnx.Module):
     """β = exp(θ) per head (or shared), so β stays positive; θ is a NormalizerParam (no decay)."""
 
     def __init__(self, num_heads: int, head_dim: int, beta: float | None, learnable: bool, per_head: bool):
-        beta = 1.0 / math.sqrt(head_dim) if beta is None else float(beta)
-        if beta <= 0:
-            raise ValueError(f"beta must be > 0 (got {beta}); null means 1/sqrt(head_dim)")
+        beta = 1.0 / math.sqrt(head_dim) if beta is None else checks.real("normalizer.beta", beta, 0, 1e6, lo_open=True)
+        checks.boolean("normalizer.learnable", learnable)
+        checks.boolean("normalizer.per_head", per_head)
         theta_N = jnp.full((num_heads,) if per_head else (1,), math.log(beta), jnp.float32)
         self.num_heads = num_heads
         self.theta = NormalizerParam(theta_N) if learnable else FixedFeatures(theta_N)
@@ -202,11 +231,14 @@ class ScoreNormalizer(Normalizer):
         m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
         return self.normalize(self._scores(q_BNTH, k_BNSH), m_B1TS)[0]
 
-    def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
+    def goes_blockwise(self, T: int, S: int, mask: Mask) -> bool:
+        """Whether a step without score probe takes the blockwise path (per-head masks stay dense)."""
         from .long_context import use_blockwise
 
-        if score_probe_BNTS is None and self.block_form() is not None and use_blockwise(
-                self.blockwise, q_BNTH.shape[2], k_BNSH.shape[2]):
+        return self.block_form() is not None and mask.dense_BNTS is None and use_blockwise(self.blockwise, T, S)
+
+    def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
+        if score_probe_BNTS is None and self.goes_blockwise(q_BNTH.shape[2], k_BNSH.shape[2], mask):
             return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats)
         m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
         z_BNTS = self._scores(q_BNTH, k_BNSH)

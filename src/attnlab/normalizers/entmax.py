@@ -7,6 +7,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
+from attnlab import checks
+
 from .base import MASK_GAP, InverseTemperature, ScoreNormalizer, masked_max
 
 BISECTION_STEPS = 50
@@ -76,8 +78,7 @@ class Entmax(ScoreNormalizer):
     """α-entmax(βz) over admissible keys; β sets the support size (sparsemax is not scale-invariant)."""
 
     def __init__(self, *, num_heads, head_dim, rngs, alpha=1.5, beta=None, learnable=True, per_head=True):
-        if not alpha > 1:
-            raise ValueError(f"normalizer.alpha must be > 1 (got {alpha}); alpha -> 1 is softmax, use normalizer=softmax")
+        checks.real("normalizer.alpha", alpha, 1.0, 100.0, lo_open=True)  # alpha -> 1 is softmax: normalizer=softmax
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.alpha = float(alpha)
 

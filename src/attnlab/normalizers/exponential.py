@@ -5,10 +5,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from attnlab import checks
+
 from .base import InverseTemperature, NormalizerParam, ScoreNormalizer, masked_max
 from .blockwise import BlockForm, scaled_logits
-from .long_context import use_blockwise
 from .softmax_vjp import softmax_attention
+
+FUSED = ("auto", True, False)  # normalizer.fused
 
 
 def masked_softmax(logits_BNTS, m_B1TS):
@@ -53,7 +56,7 @@ class Softmax(ScoreNormalizer):
     def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, fused="auto",
                  blockwise="auto", block_size=512):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.fused = fused
+        self.fused = checks.choice("normalizer.fused", fused, FUSED)
         self.set_blockwise(blockwise, block_size)
 
     def block_form(self):
@@ -63,7 +66,7 @@ class Softmax(ScoreNormalizer):
         if not with_stats and score_probe_BNTS is None:
             if use_fused(self.fused):
                 return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta()), {}
-            if use_blockwise(self.blockwise, q_BNTH.shape[2], k_BNSH.shape[2]):
+            if self.goes_blockwise(q_BNTH.shape[2], k_BNSH.shape[2], mask):
                 return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=False)
             m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
             return softmax_attention(q_BNTH, k_BNSH, v_BNSH, self.beta(), m_B1TS), {}
@@ -89,10 +92,11 @@ class KL(ScoreNormalizer):
                  per_head=True, slope=0.1, max_distance=512, fused="auto", blockwise="auto", block_size=512):
         if prior not in self.PRIORS:
             raise ValueError(f"normalizer.prior={prior!r} unknown; allowed: {', '.join(self.PRIORS)}")
-        if slope <= 0 or max_distance < 1:
-            raise ValueError(f"normalizer.slope must be > 0 and max_distance >= 1 (got {slope}, {max_distance})")
+        checks.real("normalizer.slope", slope, 0, 1e6, lo_open=True)
+        checks.integer("normalizer.max_distance", max_distance, 1, 2**20)
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.prior, self.max_distance, self.fused = prior, int(max_distance), fused
+        self.prior, self.max_distance = prior, int(max_distance)
+        self.fused = checks.choice("normalizer.fused", fused, FUSED)
         self.set_blockwise(blockwise, block_size)
         if prior == "recency":
             self.log_slope = NormalizerParam(jnp.full((num_heads,), jnp.log(slope), jnp.float32))
@@ -186,7 +190,7 @@ class Sigmoid(ScoreNormalizer):
     def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, bias=None,
                  blockwise="auto", block_size=512):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.bias = bias
+        self.bias = None if bias is None else checks.real("normalizer.bias", bias, -1e6, 1e6)
         self.set_blockwise(blockwise, block_size)
 
     def block_form(self):

@@ -7,6 +7,8 @@ import math
 import jax
 import jax.numpy as jnp
 
+from attnlab import checks
+
 from .base import FixedFeatures, Mask, Normalizer, core_stats
 
 FEATURE_MAPS = ("elu1", "relu", "favor")
@@ -29,9 +31,9 @@ class Linear(Normalizer):
                  num_features=64):
         if feature_map not in FEATURE_MAPS:
             raise ValueError(f"normalizer.feature_map={feature_map!r} unknown; allowed: {', '.join(FEATURE_MAPS)}")
-        if eps < 0 or chunk_size < 1 or num_features < 1:
-            raise ValueError(f"normalizer.eps must be >= 0, chunk_size and num_features >= 1 "
-                             f"(got {eps}, {chunk_size}, {num_features})")
+        checks.real("normalizer.eps", eps, 0.0, 1e6)
+        checks.integer("normalizer.chunk_size", chunk_size, 1, 2**20)
+        checks.integer("normalizer.num_features", num_features, 1, 2**16)
         self.feature_map, self.eps, self.chunk_size = feature_map, float(eps), int(chunk_size)
         if feature_map == "favor":
             self.omega = FixedFeatures(_orthogonal_gaussian(rngs.params(), num_features, head_dim))
@@ -76,7 +78,7 @@ class Linear(Normalizer):
         qf, kf = self._features(q_BNTH, k_BNSH, mask)
         v = v_BNSH.astype(jnp.float32)
         T, S = q_BNTH.shape[2], k_BNSH.shape[2]
-        if (score_probe_BNTS is not None or mask.dense_BTS is not None or mask.window is not None
+        if (score_probe_BNTS is not None or mask.has_dense or mask.window is not None
                 or (mask.causal and T != S)):
             # The probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
             num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)

@@ -6,6 +6,8 @@ import warnings
 
 import jax.numpy as jnp
 
+from attnlab import checks
+
 from .base import InverseTemperature, ScoreNormalizer
 from .blockwise import BlockForm, power_gate, scaled_logits
 
@@ -21,10 +23,9 @@ class Squared(ScoreNormalizer):
 
     def __init__(self, *, num_heads, head_dim, rngs, power=2, eps=1e-6, offset=False, beta=None,
                  learnable=False, per_head=True, blockwise="auto", block_size=512):
-        if not (isinstance(power, int) and power >= 1):
-            raise ValueError(f"normalizer.power must be an integer >= 1 (got {power!r})")
-        if eps < 0:
-            raise ValueError(f"normalizer.eps must be >= 0 (got {eps})")
+        checks.integer("normalizer.power", power, 1, 64)  # |x|^p overflows float32 long before p = 64
+        checks.real("normalizer.eps", eps, 0.0, 1e6)
+        checks.boolean("normalizer.offset", offset)
         if offset and power % 2:
             raise ValueError(f"normalizer.offset needs an even power (got power={power}): odd Taylor polynomials go negative")
         if learnable and not offset:

@@ -8,6 +8,7 @@ from typing import Callable
 import numpy as np
 
 SPLITS = ("train", "val", "test")
+INT32_MAX = 2**31 - 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +111,11 @@ class Task:
         return f"{type(self).__name__}({self.options}; {sizes})"
 
 
-def check_int(name: str, value, lo: int, hi: int | None = None) -> int:
-    """An integer option inside [lo, hi], or a ValueError naming the option and the allowed range."""
+def check_int(name: str, value, lo: int, hi: int | None = INT32_MAX) -> int:
+    """An integer option inside [lo, hi], or a ValueError naming the option and the allowed range.
+
+    Every integer option ends up in an int32 array or a count of them, hence the default bound.
+    """
     bad = isinstance(value, bool) or not isinstance(value, (int, np.integer))
     if bad or value < lo or (hi is not None and value > hi):
         allowed = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
@@ -119,9 +123,12 @@ def check_int(name: str, value, lo: int, hi: int | None = None) -> int:
     return int(value)
 
 
-def check_float(name: str, value, lo: float, hi: float | None = None, lo_open: bool = False) -> float:
-    """A real option inside [lo, hi] (or (lo, hi]), or a ValueError naming the option and the range."""
-    bad = not isinstance(value, (int, float, np.floating)) or isinstance(value, bool)
+def check_float(name: str, value, lo: float, hi: float | None = 1e6, lo_open: bool = False) -> float:
+    """A finite real option inside [lo, hi] (or (lo, hi]), or a ValueError naming the option and the range.
+
+    The default bound keeps data in float32 range (a noise scale of 1e30 squares to inf).
+    """
+    bad = not isinstance(value, (int, float, np.floating)) or isinstance(value, bool) or not np.isfinite(value)
     if not bad:
         bad = value <= lo if lo_open else value < lo
         bad = bad or (hi is not None and value > hi)
@@ -159,7 +166,7 @@ def disjoint_splits(
             have += len(keep)
         if have < n:
             raise ValueError(
-                f"could only draw {have} distinct examples for the {name} split (wanted {n}); "
+                f"could only draw {have} distinct examples for the {name} split (task.n_{name}={n}); "
                 "the options allow too few distinct sequences: enlarge the vocabulary/length or shrink n_*"
             )
         out[name] = Split.concat(parts)

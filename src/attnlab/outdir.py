@@ -1,0 +1,51 @@
+"""Refuse, in one line, a run or sweep directory that cannot be created or written, before Hydra makes it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from hydra.experimental.callback import Callback
+
+EXIT_CONFIG = 2
+
+
+def unwritable_reason(path: Path) -> str | None:
+    """Why `path` cannot be created (or written, if it exists) — None when it can.
+
+    Probes by creating and removing a directory in the nearest existing ancestor: permission bits
+    say nothing for root, nor for /proc, read-only mounts or an ancestor that is a regular file.
+    """
+    path = Path(path).expanduser().absolute()
+    ancestor = path
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is not a directory"
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".attnlab-probe-", dir=ancestor))
+    except OSError as exc:
+        return f"cannot create anything in {ancestor} ({exc.strerror or exc})"
+    return None
+
+
+def check(key: str, path: Any) -> None:
+    """Exit 2 with one line naming the key and the directory when it cannot be created or written."""
+    reason = unwritable_reason(Path(str(path)))
+    if reason:
+        print(f"attnlab: error: {key}={path} cannot be created or written: {reason}; "
+              f"allowed: a directory path you can write to", file=sys.stderr)
+        sys.exit(EXIT_CONFIG)
+
+
+class OutputDirCheck(Callback):
+    """Hydra calls these after composing the config and before it creates hydra.run.dir / hydra.sweep.dir."""
+
+    def on_run_start(self, config: Any, **kwargs: Any) -> None:
+        check("hydra.run.dir", config.hydra.run.dir)
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        check("hydra.sweep.dir", config.hydra.sweep.dir)

@@ -1,0 +1,83 @@
+"""The configuration space as configs/ defines it at test time, and hypothesis strategies over it.
+
+Nothing here lists a group, choice or option: every group directory of configs/ (but hydra), every
+YAML in it, every option of every YAML (and the run-level keys of train.yaml) is discovered, and a
+value is drawn from the type of the option's default: valid ones near the default and wrong ones
+(zero, negative, huge, wrong type, out of range, unknown choice, null, not-a-number).
+"""
+
+from __future__ import annotations
+
+import math
+
+import yaml
+from hypothesis import strategies as st
+
+from attnlab import registry
+
+RESERVED = ("_target_", "_partial_", "defaults")
+
+
+def groups() -> list[str]:
+    return sorted(p.name for p in registry.CONFIG_DIR.iterdir() if p.is_dir() and p.name != "hydra")
+
+
+def options(group: str, name: str) -> dict:
+    return {k: v for k, v in registry.load(group, name).items() if k not in RESERVED}
+
+
+def run_level() -> dict:
+    """Top-level scalar keys of train.yaml (seed, compile_cache, ...)."""
+    raw = yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())
+    return {k: v for k, v in raw.items() if k not in ("defaults", "hydra") and not isinstance(v, dict)}
+
+
+def train_defaults() -> dict[str, str]:
+    """The default choice of each group (train.yaml's defaults list)."""
+    raw = yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())
+    return {k: v for d in raw["defaults"] if isinstance(d, dict) for k, v in d.items() if v is not None}
+
+
+def strings_seen(key: str) -> list[str]:
+    """Every string default any YAML gives an option of this name (the valid spellings we know)."""
+    seen = {v for g in groups() for c in registry.choices(g) for k, v in options(g, c).items()
+            if k == key and isinstance(v, str)}
+    return sorted(seen)
+
+
+WRONG = ["0", "-1", "1000000000000", "1e30", "-0.001", "1.5", "abc", "true", "null", "nan", "inf", "''"]
+
+
+def fmt(value) -> str:
+    """A Python value as a Hydra override value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else ("nan" if math.isnan(value) else "inf")
+    if isinstance(value, str):
+        return value if value.isidentifier() else f"'{value}'"
+    return str(value)
+
+
+def near(default, key: str) -> list[str]:
+    """Values of the default's type that a user would plausibly write."""
+    if isinstance(default, bool):
+        return [fmt(default), fmt(not default)]
+    if isinstance(default, int):
+        return sorted({fmt(v) for v in (default, 1, 2, max(1, default // 2), 2 * default)})
+    if isinstance(default, float):
+        return sorted({fmt(v) for v in (default, default / 2, 2 * default, 0.5, 0.0)})
+    if isinstance(default, str):
+        return [fmt(v) for v in strings_seen(key)] or [fmt(default)]
+    return ["null", "1", "0.5", "2"]  # a null default: a number is the usual replacement
+
+
+@st.composite
+def option_override(draw, group: str, key: str, default, wrong_weight: float = 0.3):
+    """`group.key=value`, valid (near the default) or wrong, for an option of the chosen YAML."""
+    wrong = draw(st.floats(0, 1)) < wrong_weight
+    value = draw(st.sampled_from(WRONG if wrong else near(default, key)))
+    prefix = f"{group}." if group else ""
+    return f"{prefix}{key}={value}"
