@@ -188,8 +188,9 @@ def test_hybrid_layers_use_their_own_yaml_and_the_selected_normalizers_overrides
     ("model.layer_normalizers=[softmax,nope]", "model.layer_normalizers=['softmax', 'nope'] names unknown normalizer(s) nope; allowed: entmax"),
     ("model.layer_normalizers=softmax", "model.layer_normalizers='softmax' is invalid"),
     ("model.layer_normalizers=[]", "is invalid; allowed: null or a non-empty list"),
-    ("model.window=0", "model.window=0 is invalid; allowed: null (off) or an integer >= 1"),
-    ("model.short_conv=-1", "model.short_conv=-1 is invalid; allowed: 0 (off)"),
+    ("model.window=0", "model.window=0 is invalid; allowed: an integer >= 1"),
+    ("model.short_conv=-1", "model.short_conv=-1 is invalid; allowed: an integer >= 0 and <= 64"),
+    ("model.short_conv=100000", "model.short_conv=100000 is invalid; allowed: an integer >= 0 and <= 64"),
     ("model.short_conv=true", "model.short_conv=True is invalid"),
 ])
 def test_bad_model_options_fail_in_one_line(override, needle):
