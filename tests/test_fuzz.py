@@ -99,8 +99,8 @@ def train_one_step(cfg, built, tmp_dir):
     task, nets, tx, loop = built
     loop = type(loop)(**{**loop.__dict__, "steps": 1, "log_every": 1, "eval_every": 1, "checkpoint_every": 0,
                          "progress": "none", "resume": False})
-    hparams = [{"seed": cfg.seed}]
-    record = cli._train(cfg, task, nets[:1], tx, loop, [tmp_dir], tmp_dir, hparams)[0]
+    hparams = [{"seed": str(cfg.seed)}]
+    record = cli._train(cfg, task, nets[:1], tx, loop, [tmp_dir], tmp_dir, hparams, None)[0]
     return record, scalar_curve(tmp_dir, "train/loss")
 
 

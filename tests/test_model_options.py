@@ -89,7 +89,7 @@ def test_window_mask_equals_reference_and_softmax_equals_jax_local_window(causal
     for b in range(B):
         np.testing.assert_array_equal(got[b], window_ref(T, w, causal, valid[b]))
     norm = build_normalizer("softmax", num_heads=N, head_dim=H, fused=False)
-    out, _ = norm(q, k, v, mask)
+    out = jnp.swapaxes(norm(*(jnp.swapaxes(x, 1, 2) for x in (q, k, v)), mask)[0], 1, 2)  # heads-major contract
     ref = jax.nn.dot_product_attention(q, k, v, mask=jnp.asarray(valid)[:, None, None, :], is_causal=causal,
                                        local_window_size=(w - 1, 0 if causal else w - 1))
     rows = valid if not causal else np.ones_like(valid)  # rows of padded queries with no valid key differ by design
@@ -101,7 +101,9 @@ def test_linear_attention_with_a_window_is_the_exact_windowed_form():
     rng = np.random.default_rng(2)
     q, k, v = (rng.normal(size=(B, T, N, H)) for _ in range(3))
     mask = Mask(causal=True, window=w)
-    out, _ = build_normalizer("linear", num_heads=N, head_dim=H)(*(jnp.asarray(a, jnp.float32) for a in (q, k, v)), mask)
+    norm = build_normalizer("linear", num_heads=N, head_dim=H)
+    out_BNTH, _ = norm(*(jnp.swapaxes(jnp.asarray(a, jnp.float32), 1, 2) for a in (q, k, v)), mask)
+    out = jnp.swapaxes(out_BNTH, 1, 2)
     phi = lambda x: np.where(x >= 0, x + 1, np.exp(np.minimum(x, 0)))  # noqa: E731  (elu + 1)
     a = np.einsum("btnh,bsnh->bnts", phi(q), phi(k)) * window_ref(T, w, True, np.ones(T, bool))
     ref = np.einsum("bnts,bsnh->btnh", a / (a.sum(-1, keepdims=True) + 1e-6), v)
