@@ -62,19 +62,22 @@ class Mask:
         """Whether an arbitrary explicit mask is part of it (O(T) forms then fall back to the T×S one)."""
         return self.dense_BTS is not None or self.dense_BNTS is not None
 
-    def matrix_B1TS(self, T: int, S: int) -> jax.Array:
-        """The explicit boolean mask, broadcastable to (B, N, T, S) ((B, N, T, S) itself with dense_BNTS)."""
-        m_BTS = jnp.ones((1, T, S), bool)
-        pos_TS = self.positional_TS(jnp.arange(T) + (S - T), jnp.arange(S))
-        if pos_TS is not None:
-            m_BTS = m_BTS & pos_TS[None]
+    def matrix_B1TS(self, T: int, S: int, rows_R=None) -> jax.Array:
+        """The explicit boolean mask, broadcastable to (B, N, T, S) ((B, N, T, S) itself with dense_BNTS);
+        with `rows_R`, only those query rows (R in place of T: sampled statistics at length)."""
+        q_pos_R = (jnp.arange(T) if rows_R is None else jnp.asarray(rows_R)) + (S - T)
+        m_BRS = jnp.ones((1, q_pos_R.shape[0], S), bool)
+        pos_RS = self.positional_TS(q_pos_R, jnp.arange(S))
+        if pos_RS is not None:
+            m_BRS = m_BRS & pos_RS[None]
         if self.key_valid_BS is not None:
-            m_BTS = m_BTS & self.key_valid_BS[:, None, :].astype(bool)
+            m_BRS = m_BRS & self.key_valid_BS[:, None, :].astype(bool)
+        rows = lambda d: d if rows_R is None or d.shape[-2] == 1 else d[..., rows_R, :]  # noqa: E731
         if self.dense_BTS is not None:
-            m_BTS = m_BTS & self.dense_BTS.astype(bool)
+            m_BRS = m_BRS & rows(self.dense_BTS.astype(bool))
         if self.dense_BNTS is not None:
-            return m_BTS[:, None] & self.dense_BNTS.astype(bool)
-        return m_BTS[:, None]
+            return m_BRS[:, None] & rows(self.dense_BNTS.astype(bool))
+        return m_BRS[:, None]
 
 
 MASK_SHAPES = "a Mask, or a boolean array of shape (B, T, S) or (B, N, T, S) (jax.nn's convention), any axis 1 or full"
@@ -218,7 +221,7 @@ class ScoreNormalizer(Normalizer):
             return out_BNTH, {}
         T, S = q_BNTH.shape[2], k_BNSH.shape[2]
         rows_R = long_context.stats_rows(T)
-        m_B1RS = long_context.rows_mask_B1RS(mask, rows_R, T, S)
+        m_B1RS = mask.matrix_B1TS(T, S, rows_R)
         att_BNRS, logits_BNRS, extras = self.normalize_rows(self._scores(q_BNTH[:, :, rows_R], k_BNSH), m_B1RS,
                                                             jnp.asarray(rows_R) + (S - T))
         return out_BNTH, {**core_stats(att_BNRS, logits_BNRS, m_B1RS), **extras}

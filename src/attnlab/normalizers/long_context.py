@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 
-from .base import Mask
 
 # `blockwise: auto` goes blockwise once T·S reaches this (T = S = 1024; see BENCHMARKS.md, attention).
 AUTO_MIN_TS = 1024 * 1024
@@ -36,16 +34,3 @@ def stats_rows(T: int, R: int | None = None) -> np.ndarray:
     """R (default STATS_ROWS) evenly spaced query rows, first and last included (all rows when T ≤ R)."""
     R = STATS_ROWS if R is None else R
     return np.unique(np.round(np.linspace(0, T - 1, min(R, T))).astype(int))
-
-
-def rows_mask_B1RS(mask: Mask, rows_R, T: int, S: int):
-    """The admissible mask of the query rows `rows_R` only, (B|1, 1, R, S)."""
-    m_BRS = jnp.ones((1, len(rows_R), S), bool)
-    pos_RS = mask.positional_TS(jnp.asarray(rows_R) + (S - T), jnp.arange(S))
-    if pos_RS is not None:
-        m_BRS = m_BRS & pos_RS[None]
-    if mask.key_valid_BS is not None:
-        m_BRS = m_BRS & mask.key_valid_BS[:, None, :].astype(bool)
-    if mask.dense_BTS is not None:
-        m_BRS = m_BRS & jnp.asarray(mask.dense_BTS, bool)[:, rows_R]
-    return m_BRS[:, None]
