@@ -43,12 +43,13 @@ def path_groups_ref(params) -> tuple[list[str], list[int]]:
 
 
 @pytest.mark.parametrize("overrides", [
-    (),
-    ("model.layers=2", "model.layer_normalizers=[softmax,linear]", "model.short_conv=3", "model.qk_norm=true"),
-    ("normalizer=kl", "normalizer.prior=recency", "model.positional=rope"),
+    (),  # the default experiment's model (model=small)
+    ("model=tiny", "model.layers=2", "model.layer_normalizers=[softmax,linear]", "model.short_conv=3",
+     "model.qk_norm=true"),
+    ("model=tiny", "normalizer=kl", "normalizer.prior=recency", "model.positional=rope"),
 ])
 def test_declared_groups_match_the_path_rule(overrides):
-    cfg = compose_train("model=tiny", "task=mqar", *overrides, *TINY_TASK["mqar"])
+    cfg = compose_train("task=mqar", *overrides, *TINY_TASK["mqar"])
     _, nets, _, _ = build(cfg, "softmax_ce")
     _, params, _ = nnx.split(nets[0], nnx.Param, ...)
     groups, layers = leaf_groups(params)
