@@ -18,8 +18,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import re
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,10 +27,11 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab.normalizers import Mask, build
+from bench_common import (MiB, clock, interleave, load_average, med, mib, peak_bytes, ratio, seconds, since, table,
+                          write_section)
 
 SECTION = "## Attention: dense vs blockwise (scripts/bench_attention.py)"
 ROOT = Path(__file__).resolve().parents[1]
-MiB = 2**20
 
 
 def ints(text):
@@ -56,17 +55,16 @@ class Case:
         self.inputs = [jax.random.normal(kk, shape, args.dtype) for kk in keys[:3]]
         self.inputs += [jax.random.normal(keys[3], shape), state]
         self.compiled = jax.jit(jax.grad(loss, (0, 1, 2, 4))).lower(*self.inputs).compile()
-        ma = self.compiled.memory_analysis()
-        self.mem = (ma.temp_size_in_bytes + ma.argument_size_in_bytes + ma.output_size_in_bytes
-                    - ma.alias_size_in_bytes) if ma is not None else None
+        self.mem = peak_bytes(self.compiled)
         self.wall, self.cpu = [], []
 
     def sample(self):
-        c0, t0 = time.process_time(), time.perf_counter()
+        start = clock()
         jax.block_until_ready(self.compiled(*self.inputs))
-        self.wall.append(time.perf_counter() - t0)
-        self.cpu.append(time.process_time() - c0)
-        return self.wall[-1]
+        wall, cpu = since(start)
+        self.wall.append(wall)
+        self.cpu.append(cpu)
+        return wall
 
     def release(self):
         del self.inputs, self.compiled
@@ -80,29 +78,8 @@ def measure(cases, budget):
         return
     for c in cases:
         c.wall, c.cpu = [], []
-    for _ in range(max(1, min(15, int(budget / max(per_round, 1e-9))))):
-        for c in cases:
-            c.sample()
-
-
-def med(x):
-    return statistics.median(x) if x else None
-
-
-def ms(s):
-    return "–" if s is None else (f"{s * 1e3:,.1f} ms" if s < 10 else f"{s:,.1f} s")
-
-
-def mib(b):
-    return "–" if b is None else f"{b / MiB:,.1f}"
-
-
-def ratio(a, b):
-    return "–" if a is None or not b else f"{a / b:.2f}×"
-
-
-def load():
-    return "/".join(f"{x:.1f}" for x in os.getloadavg())
+    interleave({i: c.sample for i, c in enumerate(cases)}, max(1, min(15, int(budget / max(per_round, 1e-9)))),
+               warmup=False)
 
 
 def run(args):
@@ -116,9 +93,9 @@ def run(args):
             if timed:
                 measure(cases, args.budget)
             rows.append((T, name, dense, block))
-            print(f"T={T} {name}: dense {ms(dense and med(dense.wall))} {mib(dense and dense.mem)} MiB, blockwise "
-                  f"{ms(med(block.wall))} {mib(block.mem)} MiB (n={len(block.wall)}); load {load()}", file=sys.stderr,
-                  flush=True)
+            print(f"T={T} {name}: dense {seconds(dense and med(dense.wall))} {mib(dense and dense.mem)} MiB, "
+                  f"blockwise {seconds(med(block.wall))} {mib(block.mem)} MiB (n={len(block.wall)}); "
+                  f"load {load_average()}", file=sys.stderr, flush=True)
             for c in cases:
                 c.release()
     return rows
@@ -128,16 +105,17 @@ def report(args, rows, load_start, minutes):
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     L = [SECTION, "", __doc__.split("\n\n")[1].replace("\n", " "), "",
          f"- Date: {now}; `nproc` = {os.cpu_count()}; jax {jax.__version__}, backend {jax.default_backend()}; "
-         f"load average (1/5/15 min) {load_start} at start, {load()} at end; took {minutes:.1f} min",
+         f"load average (1/5/15 min) {load_start} at start, {load_average()} at end; took {minutes:.1f} min",
          f"- Command: `JAX_PLATFORMS=cpu .venv/bin/python scripts/bench_attention.py {' '.join(sys.argv[1:])}`",
          f"- B={args.batch}, N={args.heads}, H={args.head_dim}, {args.dtype}, causal, block_size={args.block_size}",
-         "", "| T | normalizer | dense wall | dense CPU | dense MiB | blockwise wall | blockwise CPU | blockwise MiB "
-         "| wall b/d | CPU b/d | mem b/d | n |", "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+         ""]
+    cells = []
     for T, name, d, b in rows:
         dw, dc = (med(d.wall), med(d.cpu)) if d else (None, None)
-        L.append(f"| {T} | {name} | {ms(dw)} | {ms(dc)} | {mib(d and d.mem)} | {ms(med(b.wall))} | {ms(med(b.cpu))} "
-                 f"| {mib(b.mem)} | {ratio(med(b.wall), dw)} | {ratio(med(b.cpu), dc)} | {ratio(b.mem, d and d.mem)} "
-                 f"| {len(b.wall)} |")
+        cells.append([T, name, seconds(dw), seconds(dc), mib(d and d.mem), seconds(med(b.wall)), seconds(med(b.cpu)),
+                      mib(b.mem), ratio(med(b.wall), dw), ratio(med(b.cpu), dc), ratio(b.mem, d and d.mem), len(b.wall)])
+    L += table(["T", "normalizer", "dense wall", "dense CPU", "dense MiB", "blockwise wall", "blockwise CPU",
+                "blockwise MiB", "wall b/d", "CPU b/d", "mem b/d", "n"], cells, "---:|---" + "|---:" * 10)
     L += ["", goals(rows, args), ""]
     return "\n".join(L)
 
@@ -163,17 +141,6 @@ def goals(rows, args):
     return " ".join(out)
 
 
-def write_section(text, path, old=("## Attention scaling (scripts/bench_attention.py)", SECTION)):
-    """Replace this script's section (or the old 'Attention scaling' one) up to the next '## ' heading."""
-    lines = path.read_text().splitlines(keepends=True) if path.exists() else ["# Benchmarks\n", "\n"]
-    start = next((i for i, line in enumerate(lines) if line.rstrip("\n") in old), None)
-    if start is None:
-        lines, start = lines + ["\n"], len(lines) + 1
-    end = next((i for i in range(start + 1, len(lines)) if re.match(r"## ", lines[i])), len(lines))
-    tail = lines[end:]
-    path.write_text("".join(lines[:start]) + text.rstrip("\n") + "\n" + ("\n" + "".join(tail) if tail else ""))
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--T", type=ints, default=[256, 1024, 4096, 8192, 16384, 32768])
@@ -191,12 +158,12 @@ def main(argv=None):
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--write", action="store_true", help="replace this script's section of BENCHMARKS.md")
     args = p.parse_args(argv)
-    load_start, t0 = load(), time.perf_counter()
+    load_start, t0 = load_average(), time.perf_counter()
     rows = run(args)
     text = report(args, rows, load_start, (time.perf_counter() - t0) / 60)
     print(text)
     if args.write:
-        write_section(text, ROOT / "BENCHMARKS.md")
+        write_section(text, ROOT / "BENCHMARKS.md", ("## Attention scaling (scripts/bench_attention.py)", SECTION))
 
 
 if __name__ == "__main__":

@@ -9,14 +9,16 @@ Protocol and results: BENCHMARKS.md, "Training step". One command, a few minutes
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_common import clock, interleave, med, paired_ratio, since, table
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BASE = "f7084a9"  # the step before issue 10
@@ -78,12 +80,12 @@ def worker(kind: str) -> None:
     print(json.dumps({"ready": kind, "losses": losses}), flush=True)
     for line in sys.stdin:
         n = int(line)
-        t, c = time.perf_counter(), time.process_time()
+        start = clock()
         for _ in range(n):
             state, _ = step(state, data)
         jax.block_until_ready(state)
-        print(json.dumps({"ms": (time.perf_counter() - t) / n * 1e3, "cpu_ms": (time.process_time() - c) / n * 1e3}),
-              flush=True)
+        wall, cpu = since(start)
+        print(json.dumps({"ms": wall / n * 1e3, "cpu_ms": cpu / n * 1e3}), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,6 +114,13 @@ def default_run(src: str, steps: int, tmp: str, name: str) -> dict:
     return json.loads(Path(run_dir, "metrics.json").read_text())
 
 
+def timed_block(p: subprocess.Popen, steps: int) -> dict:
+    """Ask a worker to time `steps` consecutive steps; its {ms, cpu_ms} per step."""
+    p.stdin.write(f"{steps}\n")
+    p.stdin.flush()
+    return reply(p)
+
+
 def reply(p: subprocess.Popen) -> dict:
     """The worker's next JSON line (anything else it prints, e.g. fit's own messages, is skipped)."""
     while True:
@@ -120,10 +129,6 @@ def reply(p: subprocess.Popen) -> dict:
             raise RuntimeError(f"a benchmark worker ended early (exit {p.wait()})")
         if line.startswith("{"):
             return json.loads(line)
-
-
-def med(xs):
-    return statistics.median(xs)
 
 
 def main(argv=None) -> None:
@@ -142,18 +147,10 @@ def main(argv=None) -> None:
         kinds = {"old": "attnlab", "new": "attnlab", "hand_autodiff": "hand_autodiff", "hand_fast": "hand_fast"}
         procs = {name: spawn(kind, srcs.get(name, srcs["new"])) for name, kind in kinds.items()}
         ready = {name: reply(p) for name, p in procs.items()}
-        ms = {n: [] for n in procs}
-        cpu = {n: [] for n in procs}
         names = list(procs)
-        for r in range(args.rounds + 1):  # round 0 is a warm-up
-            order = names[r % len(names):] + names[: r % len(names)]
-            for name in order[::-1] if r % 2 else order:
-                procs[name].stdin.write(f"{args.block}\n")
-                procs[name].stdin.flush()
-                res = reply(procs[name])
-                if r:
-                    ms[name].append(res["ms"])
-                    cpu[name].append(res["cpu_ms"])
+        samples = interleave({n: functools.partial(timed_block, procs[n], args.block) for n in names}, args.rounds)
+        ms = {n: [s["ms"] for s in samples[n]] for n in names}
+        cpu = {n: [s["cpu_ms"] for s in samples[n]] for n in names}
         for p in procs.values():
             p.stdin.close()
             p.wait()
@@ -163,21 +160,17 @@ def main(argv=None) -> None:
                 fit[name] = default_run(srcs[name], args.fit_steps, tmp, name)
     load_end = os.getloadavg()
 
-    def ratio(series, a, b):  # per-round ratio (the variants ran back to back), median and range
-        rs = [x / y for x, y in zip(series[a], series[b])]
-        return f"{med(rs):.2f} ({min(rs):.2f}–{max(rs):.2f})"
-
     print(f"base {args.base}; {args.rounds} rounds × {args.block} steps per variant; "
           f"load average {load_start[0]:.1f} at start, {load_end[0]:.1f} at end; {os.cpu_count()} CPUs; "
           f"{time.perf_counter() - t_start:.0f} s in all\n")
-    print("| step | ms/step (median) | CPU ms/step (median) | first 3 losses |\n|---|---|---|---|")
-    for n in names:
-        print(f"| {n} | {med(ms[n]):.2f} | {med(cpu[n]):.2f} | {', '.join(f'{x:.5f}' for x in ready[n]['losses'])} |")
-    print("\n| ratio | wall | CPU |\n|---|---|---|")
-    print(f"| old / new (speed-up) | {ratio(ms, 'old', 'new')} | {ratio(cpu, 'old', 'new')} |")
-    print(f"| new / hand_fast (the limit) | {ratio(ms, 'new', 'hand_fast')} | {ratio(cpu, 'new', 'hand_fast')} |")
-    print(f"| hand_autodiff / hand_fast | {ratio(ms, 'hand_autodiff', 'hand_fast')} | "
-          f"{ratio(cpu, 'hand_autodiff', 'hand_fast')} |")
+    print("\n".join(table(["step", "ms/step (median)", "CPU ms/step (median)", "first 3 losses"],
+                          [[n, f"{med(ms[n]):.2f}", f"{med(cpu[n]):.2f}", ", ".join(f"{x:.5f}" for x in ready[n]["losses"])]
+                           for n in names])))
+    pairs = [("old / new (speed-up)", "old", "new"), ("new / hand_fast (the limit)", "new", "hand_fast"),
+             ("hand_autodiff / hand_fast", "hand_autodiff", "hand_fast")]
+    print()
+    print("\n".join(table(["ratio", "wall", "CPU"], [[label, paired_ratio(ms[a], ms[b]), paired_ratio(cpu[a], cpu[b])]
+                                                      for label, a, b in pairs])))
     if fit:
         print(f"\ndefault run (trainer.steps={args.fit_steps}) steps_per_sec: old {fit['old']['steps_per_sec']:.2f}, "
               f"new {fit['new']['steps_per_sec']:.2f}, ratio {fit['new']['steps_per_sec'] / fit['old']['steps_per_sec']:.2f}; "

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab.fast_vjp import dense_dot_general
+from attnlab.groups import declare
 from attnlab.normalizers import Mask, Normalizer, NormalizerParam
 
 
@@ -38,6 +39,7 @@ class ShortConv(nnx.Module):
         bound = 1.0 / math.sqrt(width)
         self.kernel = nnx.Param(jax.random.uniform(rngs.params(), (width, channels), jnp.float32, -bound, bound))
         self.width, self.dtype = width, dtype
+        declare("attention", self)
 
     def __call__(self, x_BTC, valid_BT, causal: bool):
         if valid_BT is not None:  # padding must never reach a valid position
@@ -67,6 +69,7 @@ class MultiHeadAttention(nnx.Module):
             # QK-norm (Henry et al. 2020): one learnable g per layer, initialised to log2(L² − L).
             # q̂ is scaled by g·√H so that the normalizer's default β = 1/√H yields exactly g.
             self.qk_gain = NormalizerParam(jnp.array(math.log2(max(seq_len**2 - seq_len, 2)), jnp.float32))
+        declare("attention", self.qkv, self.out)  # the normalizer's own parameters are NormalizerParam
 
     def heads(self, x_BTD, mask: Mask):
         """Project to heads-major q, k, v (B,N,T,H), with the short convolution, QK-norm and RoPE applied."""

@@ -14,6 +14,7 @@ from flax import nnx
 
 from attnlab import calibration as cal
 from attnlab import checks
+from attnlab.groups import declare
 from attnlab import registry
 
 KINDS = ("classification", "regression")
@@ -85,6 +86,7 @@ class _Classification(Head):
         self.num_classes = int(num_classes)
         self.ece_bins = checks.integer("head.ece_bins", ece_bins, 1, 10**6)
         self.proj = nnx.Linear(d_model, self.num_classes, rngs=rngs)
+        declare("head", self.proj)
 
     def logits(self, outputs_XC):
         return outputs_XC
@@ -164,6 +166,7 @@ class MSE(_Regression):
     def __init__(self, *, d_model: int, num_classes: int | None = None, rngs: nnx.Rngs):
         self._check_num_classes(num_classes)
         self.proj = nnx.Linear(d_model, 1, rngs=rngs)
+        declare("head", self.proj)
 
     def __call__(self, features_XD):
         return self.proj(features_XD)[..., 0]
@@ -208,6 +211,7 @@ class HLGauss(_Regression):
         self.v_min, self.v_max, self.num_bins = float(v_min), float(v_max), int(num_bins)
         self.sigma = float(sigma_ratio) * (self.v_max - self.v_min) / self.num_bins  # σ = ratio × bin width
         self.proj = nnx.Linear(d_model, self.num_bins, rngs=rngs)
+        declare("head", self.proj)
 
     def pad_target(self) -> float:
         return (self.v_min + self.v_max) / 2

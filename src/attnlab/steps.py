@@ -10,11 +10,10 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from attnlab.normalizers import NormalizerParam, ScoreNormalizer
+from attnlab.groups import GROUPS, leaf_groups  # noqa: F401  (re-exported for train.py)
+from attnlab.normalizers import ScoreNormalizer
 from attnlab.normalizers.linear import Linear
 from attnlab.normalizers.long_context import skip_score_probe
-
-GROUPS = ("embedding", "attention", "mlp", "norm", "head", "normalizer")
 
 
 class Net(nnx.Module):
@@ -22,31 +21,6 @@ class Net(nnx.Module):
 
     def __init__(self, body, head):
         self.body, self.head = body, head
-
-
-def leaf_groups(params: nnx.State) -> tuple[list[str], list[int]]:
-    """For each parameter leaf: its module group and its layer index (−1 outside the blocks)."""
-    groups, layers = [], []
-    flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
-    for path, var in flat:
-        keys = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", None))) for k in path]
-        names = [str(k) for k in keys]
-        layer = int(names[names.index("blocks") + 1]) if "blocks" in names else -1
-        if isinstance(var, NormalizerParam):
-            group = "normalizer"
-        elif names[0] == "head":
-            group = "head"
-        elif "embed" in names or "pos" in names:
-            group = "embedding"
-        elif "attn" in names:
-            group = "attention"
-        elif any(n.startswith("ln") for n in names):
-            group = "norm"
-        else:
-            group = "mlp"
-        groups.append(("beta:" if "beta" in names else "") + group)
-        layers.append(layer)
-    return groups, layers
 
 
 def grad_norms(grads, groups, layers, num_layers) -> dict[str, jax.Array]:

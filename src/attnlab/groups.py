@@ -1,0 +1,52 @@
+"""Gradient-norm groups declared by each module when it is built, stored as `group` variable metadata.
+
+A module tags its own parameters with `declare(group, submodule, ...)` in its `__init__`; a
+`NormalizerParam` is the `normalizer` group by type. `leaf_groups` reads the tags and raises on an
+untagged parameter, so a new module that forgets to declare fails its first test instead of being
+logged silently as `mlp` (issue 15).
+"""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+
+from attnlab.normalizers import NormalizerParam
+
+GROUPS = ("embedding", "attention", "mlp", "norm", "head", "normalizer")
+
+
+def declare(group: str, *modules: nnx.Module) -> None:
+    """Tag every parameter of `modules` not yet tagged (an inner module declares first) with `group`."""
+    if group not in GROUPS:
+        raise ValueError(f"gradient group {group!r} is not one of {GROUPS}")
+    for module in modules:
+        for _, var in nnx.iter_graph(module):
+            if isinstance(var, nnx.Param) and not isinstance(var, NormalizerParam) and group_of(var) is None:
+                var.set_metadata(group=group)
+
+
+def group_of(var: nnx.Variable) -> str | None:
+    """The declared group of one parameter; None when its module declared none."""
+    if isinstance(var, NormalizerParam):
+        return "normalizer"
+    return var.get_metadata().get("group")
+
+
+def _key_name(k) -> str:
+    return str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", None))))
+
+
+def leaf_groups(params: nnx.State) -> tuple[list[str], list[int]]:
+    """For each parameter leaf: its declared group ("beta:" prefixed under a β) and its layer (−1 outside the blocks)."""
+    groups, layers = [], []
+    flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
+    for path, var in flat:
+        names = [_key_name(k) for k in path]
+        group = group_of(var)
+        if group is None:
+            raise ValueError(f"parameter {'.'.join(names)} has no gradient group: its module must call "
+                             f"attnlab.groups.declare(group, ...) with one of {GROUPS}")
+        layers.append(int(names[names.index("blocks") + 1]) if "blocks" in names else -1)
+        groups.append(("beta:" if "beta" in names else "") + group)
+    return groups, layers

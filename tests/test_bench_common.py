@@ -1,0 +1,39 @@
+"""scripts/bench_common.py: interleaving order, paired ratios, memory and Markdown sections, by hand."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import bench_common as bc  # noqa: E402
+
+
+def test_interleave_rotates_reverses_and_drops_the_warmup():
+    calls = []
+    samplers = {n: (lambda n=n: calls.append(n) or len(calls)) for n in "abc"}
+    out = bc.interleave(samplers, rounds=3)
+    # round 0 (warm-up) abc; round 1 rotated to bca and reversed; round 2 cab; round 3 abc reversed
+    assert "".join(calls) == "abc" + "acb" + "cab" + "cba"
+    assert out == {"a": [4, 8, 12], "b": [6, 9, 11], "c": [5, 7, 10]}
+
+
+def test_paired_ratio_is_the_median_of_per_round_ratios():
+    assert bc.paired_ratio([2.0, 9.0, 3.0], [1.0, 3.0, 2.0]) == "2.00 (1.50–3.00)"
+
+
+def test_peak_bytes_of_a_program_without_temporaries():
+    compiled = jax.jit(lambda x: x + 1).lower(jnp.zeros((1024,), jnp.float32)).compile()
+    ma = compiled.memory_analysis()
+    assert bc.peak_bytes(compiled) == ma.temp_size_in_bytes + 2 * 4096 - ma.alias_size_in_bytes
+
+
+def test_write_section_replaces_only_its_section(tmp_path):
+    path = tmp_path / "B.md"
+    path.write_text("# Benchmarks\n\n## A\nold a\n\n## B\nold b\n")
+    bc.write_section("## A\nnew a\n", path, ("## A",))
+    assert path.read_text() == "# Benchmarks\n\n## A\nnew a\n\n## B\nold b\n"
+    assert bc.table(["x", "y"], [[1, 2]], "---:|---") == ["| x | y |", "|---:|---|", "| 1 | 2 |"]
