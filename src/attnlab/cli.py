@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import shlex
 import sys
 import traceback
 import warnings
@@ -18,7 +17,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, registry, sweep
-from attnlab.record import environment, read_json, write_json
+from attnlab.record import write_json
+from attnlab.run_files import completed_with, hparams_of, write_results, write_run_json
 
 EXIT_CONFIG = 2
 
@@ -146,21 +146,6 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     return task, nets, tx, loop
 
 
-def hparams_of(cfg: DictConfig, choices: dict[str, str]) -> dict[str, Any]:
-    """Every config choice and scalar option, flat, for TensorBoard's HParams tab (seed as a string)."""
-    from attnlab.tb_hparams import ALIASES
-
-    flat = {ALIASES.get(g, g): str(choices.get(g)) for g in ("normalizer", "task", "head", "model", "accelerator")}
-    for group in ("normalizer", "task", "model", "optim", "trainer"):
-        for k, v in OmegaConf.to_container(cfg[group], resolve=True).items():
-            if not k.startswith("_") and isinstance(v, (int, float, str, bool)):
-                flat[f"{group}.{k}"] = v
-            elif isinstance(v, list):  # e.g. model.layer_normalizers: the layout as one string
-                flat[f"{group}.{k}"] = ",".join(map(str, v))
-    flat["seed"] = str(cfg.seed)
-    return flat
-
-
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Run one experiment in Hydra's output directory and write its record there."""
     hc = HydraConfig.get()
@@ -169,7 +154,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     choices = dict(hc.runtime.choices)
     record: dict[str, Any] = {"status": "failed", "run_dir": str(run_dir)}
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    if multirun and _completed_with(run_dir, resolved):
+    if multirun and completed_with(run_dir, resolved):
         print(f"attnlab: {run_dir} already completed with the same config; skipped", file=sys.stderr)
         return {"status": "completed", "run_dir": str(run_dir), "skipped": True}
     has_checkpoint = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
@@ -205,12 +190,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     try:
         if multirun:
             loop = type(loop)(**{**loop.__dict__, "progress": "none"})
-        env = environment()
-        for seed, d in zip(seeds, run_dirs):
-            d.mkdir(parents=True, exist_ok=True)
-            corpus = {"corpus": task.corpus} if getattr(task, "corpus", None) else {}  # the lm task's text identity
-            write_json(d / "run.json", {"config": {**resolved, "seed": seed}, "choices": choices,
-                                        "overrides": list(hc.overrides.task), "env": env, **corpus})
+        write_run_json(seeds, run_dirs, resolved, choices, list(hc.overrides.task), task)
         from attnlab import tb_hparams
 
         hparams = [{**hparams_of(cfg, choices), "seed": str(seed)} for seed in seeds]
@@ -225,32 +205,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if not multirun:
             sys.exit(1)
         return record
-    for d, rec in zip(run_dirs, records):
-        write_json(d / "metrics.json", {**rec, "run_dir": str(d)})
-        if not multirun:
-            _print_summary({**rec, "run_dir": str(d)})
-    if len(nets) > 1:
-        write_json(run_dir / "seeds.json", {"config": resolved, "seeds": {
-            str(s): {"status": r["status"], "run_dir": str(d)} for s, d, r in zip(seeds, run_dirs, records)}})
+    write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
     if multirun and any(r["status"] == "interrupted" for r in records):  # one Ctrl-C/SIGTERM stops the sweep
         sys.exit(f"attnlab: sweep interrupted at {run_dir}; the same command resumes it")
     return {**records[0], "run_dir": str(run_dirs[0])}
-
-
-def _completed_with(run_dir: Path, resolved: dict) -> bool:
-    """Whether run_dir holds a completed run of exactly this resolved config (resume flag aside)."""
-    try:
-        if (run_dir / "seeds.json").exists():
-            info = read_json(run_dir / "seeds.json")
-            done = all(v["status"] == "completed" for v in info["seeds"].values())
-            old = info["config"]
-        else:
-            done = read_json(run_dir / "metrics.json")["status"] == "completed"
-            old = read_json(run_dir / "run.json")["config"]
-    except (OSError, ValueError, KeyError):
-        return False
-    strip = lambda c: {**c, "trainer": {k: v for k, v in c["trainer"].items() if k != "resume"}}  # noqa: E731
-    return done and strip(old) == strip(resolved)
 
 
 def _train(cfg, task, nets, tx, loop, run_dirs: list[Path], checkpoint_dir: Path, hparams: list[dict],
@@ -260,16 +218,6 @@ def _train(cfg, task, nets, tx, loop, run_dirs: list[Path], checkpoint_dir: Path
 
     return fit(nets, task, tx, loop, mesh=data_mesh(), run_dirs=run_dirs, checkpoint_dir=checkpoint_dir,
                hparams=hparams, declared=declared)
-
-
-def _print_summary(record: dict[str, Any]) -> None:
-    final, base = record.get("final", {}), record.get("baseline", {})
-    print(f"run: {record['run_dir']}  status: {record['status']}  steps: {record.get('steps')}  "
-          f"({record.get('steps_per_sec', 0):.1f} steps/s, compile {record.get('compile_time_s', 0):.1f}s)")
-    for key in sorted(k for k in final if k.startswith("test/")):
-        b = base.get("baseline/" + key.split("/", 1)[1])
-        print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})"))
-    print(f"curves: tensorboard --logdir {shlex.quote(str(record['run_dir']))} --host 127.0.0.1")
 
 
 # The process id makes two launches in the same microsecond still land in different directories.

@@ -101,7 +101,7 @@ class SweepSummary(Callback):
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
         from hydra.types import RunMode
 
-        if config.hydra.mode == RunMode.MULTIRUN:  # a single run prints its own summary (cli._print_summary)
+        if config.hydra.mode == RunMode.MULTIRUN:  # a single run prints its own summary (run_files.print_summary)
             wall_s = time.perf_counter() - getattr(self, "_start", time.perf_counter())
             print(job_line(Path(config.hydra.runtime.output_dir), wall_s), file=sys.stderr, flush=True)
 

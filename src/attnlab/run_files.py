@@ -1,0 +1,75 @@
+"""The files a run keeps in its directory (run.json, metrics.json, seeds.json), its HParams row and summary."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from attnlab.record import environment, read_json, write_json
+
+
+def hparams_of(cfg: DictConfig, choices: dict[str, str]) -> dict[str, Any]:
+    """Every config choice and scalar option, flat, for TensorBoard's HParams tab (seed as a string)."""
+    from attnlab.tb_hparams import ALIASES
+
+    flat = {ALIASES.get(g, g): str(choices.get(g)) for g in ("normalizer", "task", "head", "model", "accelerator")}
+    for group in ("normalizer", "task", "model", "optim", "trainer"):
+        for k, v in OmegaConf.to_container(cfg[group], resolve=True).items():
+            if not k.startswith("_") and isinstance(v, (int, float, str, bool)):
+                flat[f"{group}.{k}"] = v
+            elif isinstance(v, list):  # e.g. model.layer_normalizers: the layout as one string
+                flat[f"{group}.{k}"] = ",".join(map(str, v))
+    flat["seed"] = str(cfg.seed)
+    return flat
+
+
+def completed_with(run_dir: Path, resolved: dict) -> bool:
+    """Whether run_dir holds a completed run of exactly this resolved config (resume flag aside)."""
+    try:
+        if (run_dir / "seeds.json").exists():
+            info = read_json(run_dir / "seeds.json")
+            done = all(v["status"] == "completed" for v in info["seeds"].values())
+            old = info["config"]
+        else:
+            done = read_json(run_dir / "metrics.json")["status"] == "completed"
+            old = read_json(run_dir / "run.json")["config"]
+    except (OSError, ValueError, KeyError):
+        return False
+    strip = lambda c: {**c, "trainer": {k: v for k, v in c["trainer"].items() if k != "resume"}}  # noqa: E731
+    return done and strip(old) == strip(resolved)
+
+
+def write_run_json(seeds: list[int], run_dirs: list[Path], resolved: dict, choices: dict, overrides: list,
+                   task) -> None:
+    """run.json in each seed's directory: its config, choices, overrides, environment (and lm corpus)."""
+    env = environment()
+    for seed, d in zip(seeds, run_dirs):
+        d.mkdir(parents=True, exist_ok=True)
+        corpus = {"corpus": task.corpus} if getattr(task, "corpus", None) else {}  # the lm task's text identity
+        write_json(d / "run.json", {"config": {**resolved, "seed": seed}, "choices": choices,
+                                    "overrides": overrides, "env": env, **corpus})
+
+
+def write_results(seeds: list[int], run_dirs: list[Path], records: list[dict], run_dir: Path, resolved: dict,
+                  *, print_summaries: bool) -> None:
+    """metrics.json per seed (and its summary on stdout); seeds.json in run_dir when several seeds ran."""
+    for d, rec in zip(run_dirs, records):
+        write_json(d / "metrics.json", {**rec, "run_dir": str(d)})
+        if print_summaries:
+            print_summary({**rec, "run_dir": str(d)})
+    if len(records) > 1:
+        write_json(run_dir / "seeds.json", {"config": resolved, "seeds": {
+            str(s): {"status": r["status"], "run_dir": str(d)} for s, d, r in zip(seeds, run_dirs, records)}})
+
+
+def print_summary(record: dict[str, Any]) -> None:
+    final, base = record.get("final", {}), record.get("baseline", {})
+    print(f"run: {record['run_dir']}  status: {record['status']}  steps: {record.get('steps')}  "
+          f"({record.get('steps_per_sec', 0):.1f} steps/s, compile {record.get('compile_time_s', 0):.1f}s)")
+    for key in sorted(k for k in final if k.startswith("test/")):
+        b = base.get("baseline/" + key.split("/", 1)[1])
+        print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})"))
+    print(f"curves: tensorboard --logdir {shlex.quote(str(record['run_dir']))} --host 127.0.0.1")

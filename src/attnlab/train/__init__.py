@@ -1,0 +1,78 @@
+"""The training loop as named phases: build the state, compile, loop (step → log → eval → checkpoint), records.
+
+`fit` reads top to bottom; each phase lives in a sibling module (state, evaluation, logs, loop, records).
+The compile phase stays here so that `attnlab.train.make_train_step` is the one `fit` uses
+(scripts/bench_train.py replaces it to capture the compiled step).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+from flax import nnx
+
+from attnlab.checkpoint import Checkpoints
+from attnlab.optim import schedule
+from attnlab.steps import Net, leaf_groups, make_train_step, probes_supported
+from attnlab.train.config import Diverged, LoopConfig, StopRequest, pad_split
+from attnlab.train.evaluation import Evaluator, final_metrics
+from attnlab.train.logs import Logs
+from attnlab.train.loop import CompiledSteps, run_steps, save
+from attnlab.train.records import seed_records
+from attnlab.train.state import LoopState, Placement, initial_loop
+
+__all__ = ["Diverged", "LoopConfig", "LoopState", "StopRequest", "fit", "pad_split"]
+
+
+def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path], checkpoint_dir: Path,
+        hparams: list[dict] | None = None, declared: dict | None = None) -> list[dict[str, Any]]:
+    """Train one net per seed (cfg.seed + i) on `task` as one vmapped program; one record per seed.
+
+    Seed i logs to run_dirs[i]; the stacked state is checkpointed in checkpoint_dir. hparams[i] is seed
+    i's HParams row, `declared` the sweep's columns (attnlab.tb_hparams.declare).
+    """
+    t_start = time.perf_counter()
+    S = len(nets)
+    graphdef, params, _ = nnx.split(nets[0], nnx.Param, ...)
+    groups, layers = leaf_groups(params)
+    num_layers = len(nets[0].body.blocks)
+    ckpt = Checkpoints(checkpoint_dir)
+    placement = Placement.of(mesh, S)
+    loop = initial_loop(nets, tx, cfg, ckpt, placement)
+    data = jax.device_put(pad_split(task.splits["train"], 1), placement.replicated)
+    evaluator = Evaluator.build(graphdef, task, cfg, S, placement.replicated)
+
+    t0 = time.perf_counter()
+    steps = compile_steps(graphdef, tx, loop.state, data, cfg, placement, groups=groups, layers=layers,
+                          num_layers=num_layers, num_heads=nets[0].body.blocks[0].attn.num_heads,
+                          probe_scores=probes_supported(nets[0]), num_seeds=S)
+    compile_s = time.perf_counter() - t0
+
+    logs = Logs.open(run_dirs, cfg, loop.start, lr_at=schedule(cfg.lr, cfg.warmup_steps, cfg.steps),
+                     has_beta=any(g.startswith("beta:") for g in groups), loss_is_nll=nets[0].head.loss_is_nll,
+                     num_layers=num_layers, task=task, probe_inputs=evaluator.probe["inputs"])
+    loop_s = run_steps(loop, steps, data, cfg, logs, evaluator, ckpt)
+    steps_done = int(jax.device_get(loop.state["step"][0]))
+    if loop.status == "completed":
+        save(loop, logs, cfg, ckpt, steps_done)
+    ckpt.close()
+
+    head, rest = nets[0].head, loop.state["rest"]
+    finals = final_metrics(evaluator, loop.state["params"], rest, head)
+    best_finals = final_metrics(evaluator, loop.best_params, rest, head)
+    timing = {"wall_time_s": time.perf_counter() - t_start, "compile_time_s": compile_s,
+              "steps_per_sec": (steps_done - loop.start) / max(loop_s, 1e-9),
+              "seeds_over_devices": placement.seed_parallel}
+    return seed_records(loop, cfg, logs, evaluator.baseline, finals, best_finals, steps_done=steps_done,
+                        run_dirs=run_dirs, data=data, hparams=hparams, declared=declared, timing=timing)
+
+
+def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placement, **shape) -> CompiledSteps:
+    """The train step compiled ahead of time, with and without statistics (`shape`: make_train_step's rest)."""
+    common = dict(batch_size=cfg.batch_size, batch_sharding=placement.batch, **shape)
+    plain = make_train_step(graphdef, tx, with_stats=False, **common).lower(state, data).compile()
+    stats = make_train_step(graphdef, tx, with_stats=True, **common).lower(state, data).compile()
+    return CompiledSteps(plain=plain, stats=stats)

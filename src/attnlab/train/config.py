@@ -1,0 +1,74 @@
+"""The loop's settings, its stop conditions (non-finite policy, signals) and small helpers shared by its phases."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import threading
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopConfig:
+    """Run-level settings of the loop (the `trainer` config group, plus seed and schedule)."""
+
+    steps: int
+    batch_size: int
+    eval_every: int
+    log_every: int
+    eval_batch_size: int
+    nonfinite: str  # skip | stop
+    seed: int
+    lr: float
+    warmup_steps: int
+    progress: str = "auto"
+    checkpoint_every: int = 0  # 0: only on a signal and at the end
+    resume: bool = False
+    attn_map_scale: str = "row"  # row | log | max (attnlab.tb_images.scaled)
+
+
+class Diverged(Exception):
+    """The `stop` policy met a non-finite step."""
+
+
+def pad_split(split, multiple: int) -> dict[str, np.ndarray]:
+    """A split as arrays padded to a multiple of the eval batch, padding rows weighted 0."""
+    arrays = {f.name: np.asarray(getattr(split, f.name)) for f in dataclasses.fields(split)}
+    pad = -arrays["targets"].shape[0] % multiple
+    return {k: np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for k, v in arrays.items()}
+
+
+def prefixed(prefix: str, metrics: dict) -> dict[str, float]:
+    return {f"{prefix}/{k}": float(v) for k, v in metrics.items()}
+
+
+def stack(trees):
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+def seed_slice(tree, i):
+    return jax.tree.map(lambda x: x[i], tree)
+
+
+class StopRequest:
+    """SIGTERM/SIGINT set a flag that the loop reads between steps (graceful: checkpoint, then stop)."""
+
+    def __init__(self):
+        self.signal: int | None = None
+        self._old = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame):
+        self.signal = signum
+
+    def __exit__(self, *exc):
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,61 @@
+"""The logging phase: per-seed TensorBoard writers, progress, and the deferred read-back of train metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Callable
+
+import jax
+import numpy as np
+
+from attnlab.progress import Progress
+from attnlab.summaries import Summaries, flatten_train_metrics
+from attnlab.train.config import Diverged, LoopConfig, seed_slice
+from attnlab.train.state import LoopState
+
+
+@dataclasses.dataclass
+class Logs:
+    """Where the loop reports: one Summaries writer per seed and the progress line."""
+
+    summaries: list[Summaries]
+    progress: Progress
+    lr_at: Callable[[int], float]
+    has_beta: bool  # some leaf group is a learned beta: log its statistics
+    loss_is_nll: bool
+
+    @classmethod
+    def open(cls, run_dirs: list[Path], cfg: LoopConfig, start: int, *, lr_at, has_beta: bool,
+             loss_is_nll: bool, num_layers: int, task, probe_inputs) -> "Logs":
+        # purge_step: a resumed run rewrites the steps after its checkpoint, so TensorBoard drops the old ones.
+        summaries = [Summaries(str(d), purge_step=start + 1 if start else None, attn_map_scale=cfg.attn_map_scale)
+                     for d in run_dirs]
+        progress = Progress(cfg.progress, cfg.steps, start)
+        for s in summaries:
+            s.layout(num_layers)
+            s.probe_text(task, np.asarray(jax.device_get(probe_inputs[0])))
+        return cls(summaries, progress, lr_at, has_beta, loss_is_nll)
+
+
+def flush(loop: LoopState, logs: Logs, cfg: LoopConfig) -> None:
+    """Read back the pending logging step's metrics and write them; the `stop` policy raises Diverged here."""
+    if loop.pending is None:
+        return
+    step, metrics = loop.pending
+    loop.pending = None
+    host = jax.device_get(metrics)
+    now = time.perf_counter()
+    rate = (step - loop.clock_step) / max(now - loop.clock_t, 1e-9)
+    loop.clock_t, loop.clock_step = now, step
+    S = len(logs.summaries)
+    for i in range(S):
+        scalars = flatten_train_metrics(seed_slice(host, i), has_beta=logs.has_beta)
+        scalars.update({"opt/lr": float(logs.lr_at(step - 1)), "perf/steps_per_sec": rate,
+                        "perf/examples_per_sec": rate * cfg.batch_size * S})
+        logs.summaries[i].scalars(step, scalars)
+        loop.last_scalars[i] = scalars
+    logs.progress.update(step, 0, float(np.mean(host["loss"])))
+    if cfg.nonfinite == "stop" and np.all(host["nonfinite"] > 0):
+        raise Diverged(f"non-finite loss or gradient (trainer.nonfinite=stop)")

@@ -1,0 +1,62 @@
+"""The step loop: step → log → eval → checkpoint, until done, diverged (stop policy) or signalled."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import time
+from typing import Callable
+
+from attnlab.checkpoint import Checkpoints
+from attnlab.train.config import Diverged, LoopConfig, StopRequest
+from attnlab.train.evaluation import Evaluator, evaluate_step
+from attnlab.train.logs import Logs, flush
+from attnlab.train.state import LoopState
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledSteps:
+    """The train step compiled twice: without statistics, and with them for logging steps."""
+
+    plain: Callable
+    stats: Callable
+
+
+def save(loop: LoopState, logs: Logs, cfg: LoopConfig, ckpt: Checkpoints, step: int) -> None:
+    """Checkpoint the stacked state, best params and best metrics (after writing any pending logs)."""
+    flush(loop, logs, cfg)
+    ckpt.save(step, {"train": loop.state, "best_params": loop.best_params},
+              {"best": loop.best, "data_position": step})
+
+
+def run_steps(loop: LoopState, steps: CompiledSteps, data: dict, cfg: LoopConfig, logs: Logs,
+              evaluator: Evaluator, ckpt: Checkpoints) -> float:
+    """Steps loop.start+1..cfg.steps; sets loop.status/error on a signal or divergence. Returns its seconds."""
+    t_loop = time.perf_counter()
+    loop.clock_t, loop.clock_step = t_loop, loop.start
+    with StopRequest() as stop:
+        try:
+            for step in range(loop.start + 1, cfg.steps + 1):
+                log_now = step % cfg.log_every == 0 or step == cfg.steps
+                loop.state, metrics = (steps.stats if log_now else steps.plain)(loop.state, data)
+                logs.progress.update(step, 1, None)
+                flush(loop, logs, cfg)  # the previous logging step, read after this one was dispatched
+                if log_now:
+                    loop.pending = (step, metrics)
+                if step % cfg.eval_every == 0 or step == cfg.steps:
+                    flush(loop, logs, cfg)
+                    loop.best_params = evaluate_step(step, loop.state, loop.best, loop.best_params, evaluator,
+                                                     logs.summaries, metrics if log_now else None, logs.loss_is_nll)
+                if stop.signal is not None:
+                    save(loop, logs, cfg, ckpt, step)
+                    loop.status = "interrupted"
+                    loop.error = f"stopped by signal {signal.Signals(stop.signal).name} at step {step}"
+                    break
+                if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                    save(loop, logs, cfg, ckpt, step)
+            flush(loop, logs, cfg)
+        except Diverged as exc:
+            loop.status, loop.error = "diverged", str(exc)
+        finally:
+            logs.progress.close()
+    return time.perf_counter() - t_loop

@@ -1,0 +1,65 @@
+"""The final phase: per-seed status, test scalars, HParams rows, diverged.json and the run records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attnlab.record import write_json
+from attnlab.steps import sample_batch, step_key
+from attnlab.summaries import eval_scalars
+from attnlab.tb_hparams import metric_list
+from attnlab.train.config import LoopConfig, prefixed, seed_slice
+from attnlab.train.logs import Logs
+from attnlab.train.state import LoopState
+
+
+def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, finals: list[dict],
+                 best_finals: list[dict], *, steps_done: int, run_dirs: list[Path], data: dict,
+                 hparams: list[dict] | None, declared: dict | None, timing: dict) -> list[dict]:
+    """One record per seed; writes each seed's last TensorBoard entries and closes its writer.
+
+    `timing` holds wall_time_s, compile_time_s, steps_per_sec and seeds_over_devices, copied as they are.
+    """
+    nonfinite = np.asarray(jax.device_get(loop.state["nonfinite"]))
+    records = []
+    for i, summaries in enumerate(logs.summaries):
+        status, error = loop.status, loop.error
+        if cfg.nonfinite == "stop" and nonfinite[i] > 0:
+            status = "diverged"
+            error = (f"non-finite loss or gradient at step {int(loop.state['first_nonfinite'][i]) + 1} "
+                     f"(trainer.nonfinite=stop)")
+            diagnose(run_dirs[i], seed_slice(loop.state, i), data, cfg.batch_size, loop.last_scalars[i])
+        if status == "completed":
+            tests = {k.split("/", 1)[1]: v for k, v in finals[i].items() if k.startswith("test/")}
+            summaries.scalars(steps_done, {**eval_scalars("test", tests, logs.loss_is_nll),
+                                           **prefixed("baseline_test", baseline["test"])})
+        if hparams is not None and status != "interrupted":  # a resumed run writes them when it ends
+            logged = {*finals[i], "train/nonfinite_steps"}
+            summaries.hparams(hparams[i], declared or {}, metric_list(declared or {}, logged), status)
+        summaries.close()
+        best = loop.best[i]
+        records.append({
+            "status": status, "error": error, "final": finals[i],
+            "best": {**best, **best_finals[i]} if "step" in best else {},
+            "baseline": {**prefixed("baseline", baseline["test"]), **prefixed("baseline_val", baseline["val"])},
+            "steps": steps_done, "resumed_from": loop.start or None, "nonfinite_steps": int(nonfinite[i]),
+            "wall_time_s": timing["wall_time_s"], "compile_time_s": timing["compile_time_s"],
+            "steps_per_sec": timing["steps_per_sec"], "vmapped_seeds": len(logs.summaries),
+            "seeds_over_devices": timing["seeds_over_devices"],
+        })
+    return records
+
+
+def diagnose(run_dir: Path, state, data, batch_size: int, last_scalars: dict) -> None:
+    """diverged.json: the first non-finite step, the last logged statistics, and that step's batch."""
+    first = int(jax.device_get(state["first_nonfinite"]))
+    bad = {**state, "step": jnp.int32(first)}
+    batch = jax.device_get(sample_batch(data, step_key(bad), batch_size))
+    write_json(Path(run_dir) / "diverged.json", {
+        "first_nonfinite_step": first + 1, "last_logged": last_scalars,
+        "batch": {k: np.asarray(v).tolist() for k, v in batch.items()},
+    })
