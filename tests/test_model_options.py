@@ -15,7 +15,8 @@ from attnlab.attention import ShortConv
 from attnlab.cli import ConfigError, build, hparams_of
 from attnlab.model import Transformer
 from attnlab.normalizers import Mask, build as build_normalizer
-from attnlab.steps import leaf_groups, make_train_step, probes_supported, sample_batch, step_key
+from attnlab.groups import leaf_groups
+from attnlab.steps import make_train_step, probes_supported, sample_batch, step_key
 from attnlab.summaries import flatten_train_metrics
 from attnlab.train import pad_split
 

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from attnlab.groups import GROUPS, leaf_groups  # noqa: F401  (re-exported for train.py)
+from attnlab.groups import GROUPS
 from attnlab.normalizers import ScoreNormalizer
 from attnlab.normalizers.linear import Linear
 from attnlab.normalizers.long_context import skip_score_probe

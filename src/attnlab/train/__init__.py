@@ -15,8 +15,9 @@ import jax
 from flax import nnx
 
 from attnlab.checkpoint import Checkpoints
+from attnlab.groups import leaf_groups
 from attnlab.optim import schedule
-from attnlab.steps import Net, leaf_groups, make_train_step, probes_supported
+from attnlab.steps import Net, make_train_step, probes_supported
 from attnlab.train.config import Diverged, LoopConfig, StopRequest, pad_split
 from attnlab.train.evaluation import Evaluator, final_metrics
 from attnlab.train.logs import Logs
