@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # recall_capacity: the Zoology experiment at CPU scale. MQAR test accuracy against the number of key-value pairs
 # (at width D_MODEL) and against model width (at WIDTH_PAIRS pairs) for five sequence mixers: softmax, linear,
-# linear + short convolution, a linear/softmax hybrid and sliding-window softmax; 2 vmapped seeds per program.
+# linear + short convolution, a linear/softmax hybrid and sliding-window softmax; seed 0 only (cost; README).
 # Usage: bash experiments/recall_capacity/run.sh [extra Hydra overrides, appended to every sweep]
 # Environment (defaults = the CPU scale): SEQ_LEN=64 PAIRS=4,8,16 D_MODEL=64 WIDTHS=32,128 WIDTH_PAIRS=8 WINDOW=16.
 # SWEEP=<dir> moves the sweeps (default runs/recall_capacity, git-ignored); COPY=0 keeps the study folder untouched.
@@ -24,11 +24,11 @@ mixer() {
   shift
   nice -n 10 "$BIN/attnlab-train" -m task=mqar "task.seq_len=$SEQ_LEN" "task.num_kv_pairs=$PAIRS" \
     model=small "model.d_model=$D_MODEL" "$@" \
-    trainer.steps=800 trainer.eval_every=100 trainer.vmap_seeds=2 trainer.progress=none \
+    trainer.steps=800 trainer.eval_every=100 trainer.progress=none \
     "hydra.sweep.dir=$SWEEP/pairs/$name" ${EXTRA[@]+"${EXTRA[@]}"}
   nice -n 10 "$BIN/attnlab-train" -m task=mqar "task.seq_len=$SEQ_LEN" "task.num_kv_pairs=$WIDTH_PAIRS" \
     model=small "model.d_model=$WIDTHS" "$@" \
-    trainer.steps=800 trainer.eval_every=100 trainer.vmap_seeds=2 trainer.progress=none \
+    trainer.steps=800 trainer.eval_every=100 trainer.progress=none \
     "hydra.sweep.dir=$SWEEP/width/$name" ${EXTRA[@]+"${EXTRA[@]}"}
 }
 mixer softmax normalizer=softmax
@@ -48,4 +48,5 @@ if [ "$COPY" = 1 ]; then
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
+times  # CPU time: the second line is the runs' user and system time
 echo "recall_capacity: wall time $((SECONDS - START)) s"
