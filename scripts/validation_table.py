@@ -30,6 +30,8 @@ from test_validation import BAD  # noqa: E402
 
 from attnlab import cli  # noqa: E402
 
+_ONE = sys.argv[1:2] == ["--one"]  # run one case and print (exit, lines, module) as JSON
+
 # The CLI-only cases (composition errors, resume, devices, paths): inline parameters in the tests.
 CLI_ONLY = [
     ["normalizer=bogus"], ["model.foo=1"], ["trainer.stepz=3"], ["trainer.resume=true"],
@@ -61,7 +63,7 @@ def through_the_entry(argv: list[str]) -> tuple[int, list[str], str]:
         return in_a_fresh_process(argv)
     err = io.StringIO()
     sys.argv = ["attnlab-train", *argv]
-    code, where = 0, "-"
+    code, where = 0, "not refused"
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
             cli.train_main()
@@ -84,24 +86,27 @@ def refused_in(exit_: SystemExit) -> str:
 
 
 def main() -> None:
-    blocker = Path(tempfile.mkdtemp()) / "a_file"
+    scratch = tempfile.TemporaryDirectory()
+    blocker = Path(scratch.name) / "a_file"
     blocker.write_text("not a directory")
     cases = [*(o for o, _ in BAD), *([*f] for f in FIXED), *([o.format(blocker=blocker) for o in c] for c in CLI_ONLY)]
     print("| case | exit | the line | raised in |\n|---|---|---|---|")
-    counts = {"one line, exit 2": 0, "component": 0, "cli.py": 0}
+    counts = {"one line and exit 2": 0, "raised in a component": 0, "in cli.py": 0, "by Hydra's composition": 0,
+              "not refused": 0}
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     for i, case in enumerate(cases):
-        argv = command_line(case, Path(tempfile.mkdtemp()) / f"r{i}")
+        argv = command_line(case, Path(scratch.name) / f"r{i}")
         code, lines, where = through_the_entry(argv)
-        counts["one line, exit 2"] += code == 2 and len(lines) == 1
-        counts["cli.py" if where == "cli.py" else "component"] += not where.startswith("hydra")
+        counts["one line and exit 2"] += code == 2 and len(lines) == 1
+        counts[where if where in counts else "by Hydra's composition" if where.startswith("hydra") else
+               "in cli.py" if where == "cli.py" else "raised in a component"] += 1
         line = lines[0].removeprefix("attnlab: error: ") if len(lines) == 1 else f"{len(lines)} lines"
         print(f"| `{' '.join(case)}` | {code} | {line.replace('|', '∣')} | {where} |")
     wall, cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
-    print(f"\n{len(cases)} cases; {counts}; {wall:.0f} s wall, {cpu:.0f} s CPU")
+    print(f"\n{len(cases)} cases: " + ", ".join(f"{n} {what}" for what, n in counts.items())
+          + f"; {wall:.0f} s wall, {cpu:.0f} s CPU")
+    scratch.cleanup()
 
-
-_ONE = sys.argv[1:2] == ["--one"]
 
 if __name__ == "__main__":
     if _ONE:
