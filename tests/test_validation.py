@@ -137,3 +137,19 @@ def test_sweep_command_lines_are_composed_value_by_value_before_hydra_runs():
     # Sweeps only Hydra can expand (glob needs its config loader, interval a sweeper) are left to it.
     assert compose_overrides(["normalizer=glob(*)", "optim.lr=interval(0,1)", "seed=range(0,2)"]) == [
         ["seed=0"], ["seed=1"]]
+
+
+def test_trainer_and_optim_values_are_refused_by_their_component_without_the_cli():
+    from attnlab import optim
+    from attnlab.train import LoopConfig
+
+    good = dict(steps=4, batch_size=8, eval_every=4, log_every=2, eval_batch_size=20, nonfinite="skip", seed=0,
+                lr=1e-3, warmup_steps=0)
+    assert LoopConfig(**good).steps == 4
+    with pytest.raises(ValueError, match=r"^trainer.log_every=0 must be a positive integer \(< 2\^31\)$"):
+        LoopConfig(**{**good, "log_every": 0})
+    with pytest.raises(ValueError, match=r"^trainer.attn_map_scale='linear' unknown; allowed: row, log, max$"):
+        LoopConfig(**good, attn_map_scale="linear")
+    with pytest.raises(ValueError, match=r"^optim.b2=1.0 must be in \[0, 1\)$"):
+        optim.make_optimizer({}, lr=1e-3, warmup_steps=0, total_steps=4, weight_decay=0.0, clip_norm=1.0,
+                             b1=0.9, b2=1.0)

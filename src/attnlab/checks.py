@@ -20,6 +20,12 @@ def is_real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def require(ok: bool, message: str, error: type[Exception] = ValueError) -> None:
+    """Raise `error(message)` unless ok: for checks whose message no helper below writes."""
+    if not ok:
+        raise error(message)
+
+
 def integer(key: str, value, lo: int, hi: int | None = None) -> int:
     """An integer in [lo, hi], else ValueError `key=value is invalid; allowed: ...`."""
     if not is_int(value) or value < lo or (hi is not None and value > hi):

@@ -27,9 +27,11 @@ class ConfigError(ValueError):
     """An invalid configuration, reported in one line before anything compiles."""
 
 
-def _require(ok: bool, message: str):
-    if not ok:
-        raise ConfigError(message)
+_require = functools.partial(checks.require, error=ConfigError)
+
+
+# What attention passes to a normalizer factory (the Normalizer contract): arguments, not config keys.
+_FROM_ATTENTION = {"num_heads", "head_dim", "rngs"}
 
 
 def _construct(group: str, node: dict[str, Any], **extra):
@@ -38,37 +40,26 @@ def _construct(group: str, node: dict[str, Any], **extra):
     cls = registry.resolve_target(node.pop("_target_", None))
     allowed = set(inspect.signature(cls.__init__).parameters) - {"self"}
     unknown = sorted(set(node) - allowed - {"default_head"} if group == "task" else set(node) - allowed)
+    not_keys = set(extra) | (_FROM_ATTENTION if extra.get("_partial") else set())
     _require(not unknown, f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}; "
-                          f"allowed: {', '.join(sorted(allowed - set(extra)))}")
+                          f"allowed: {', '.join(sorted(allowed - not_keys))}")
     return functools.partial(cls, **node) if extra.pop("_partial", False) else cls(**node, **extra)
 
 
 def validate(cfg: DictConfig, device_count: int) -> None:
-    """Checks that need no object: run-level numbers and choices, and cross-group ones."""
-    t, o = cfg.trainer, cfg.optim
-    for key in ("steps", "batch_size", "eval_every", "log_every", "eval_batch_size"):
-        _require(checks.is_int(t[key]) and 0 < t[key] < 2**31,
-                 f"trainer.{key}={t[key]!r} must be a positive integer (< 2^31)")
-    _require(checks.is_int(t.checkpoint_every) and 0 <= t.checkpoint_every < 2**31,
-             f"trainer.checkpoint_every={t.checkpoint_every!r} must be an integer >= 0 (0: only on signals and at the end)")
-    _require(isinstance(t.resume, bool), f"trainer.resume={t.resume!r} must be true or false")
-    checks.integer("trainer.vmap_seeds", t.vmap_seeds, 1, 4096)
-    _require(checks.is_real(o.lr) and 0 < o.lr <= 1e6, f"optim.lr={o.lr!r} must be > 0 (and finite, <= 1e6)")
-    _require(checks.is_int(o.warmup_steps) and 0 <= o.warmup_steps < 2**31,
-             f"optim.warmup_steps={o.warmup_steps!r} must be an integer >= 0")
-    _require(checks.is_real(o.weight_decay) and 0 <= o.weight_decay <= 1e6,
-             f"optim.weight_decay={o.weight_decay!r} must be >= 0 (and finite, <= 1e6)")
-    _require(checks.is_real(o.clip_norm) and o.clip_norm > 0,
-             f"optim.clip_norm={o.clip_norm!r} must be > 0 (and finite)")
-    for b in ("b1", "b2"):
-        _require(checks.is_real(o[b]) and 0 <= o[b] < 1, f"optim.{b}={o[b]!r} must be in [0, 1)")
-    checks.real("optim.final_fraction", o.final_fraction, 0.0, 1.0)
-    _require(t.nonfinite in ("skip", "stop"), f"trainer.nonfinite={t.nonfinite!r} unknown; allowed: skip, stop")
-    _require(t.get("attn_map_scale", "row") in ("row", "log", "max"),
-             f"trainer.attn_map_scale={t.get('attn_map_scale')!r} unknown; allowed: row, log, max")
-    _require(t.progress in ("auto", "bar", "lines", "none"), f"trainer.progress={t.progress!r} unknown; allowed: auto, bar, lines, none")
+    """Checks that span groups (seeds × devices, seed range) and the optim values, before any object.
+
+    Each group's own values are checked by its component: the optim values by optim.check_options
+    (called here too, before a model is built), the trainer's by LoopConfig, the task, model,
+    normalizer and head values by their constructors in `build`.
+    """
+    from attnlab import optim
     from attnlab.accelerator import seeds_over_devices
 
+    t = cfg.trainer
+    checks.integer("trainer.vmap_seeds", t.vmap_seeds, 1, 4096)
+    optim.check_options(**{k: cfg.optim[k] for k in ("lr", "warmup_steps", "weight_decay", "clip_norm", "b1", "b2",
+                                                     "final_fraction")})
     _require(seeds_over_devices(t.vmap_seeds, device_count) or t.batch_size % device_count == 0,
              f"trainer.batch_size={t.batch_size} is not divisible by the device count ({device_count}), "
              f"nor is trainer.vmap_seeds={t.vmap_seeds}")
@@ -112,10 +103,15 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     from attnlab.steps import Net
     from attnlab.train import LoopConfig
 
+    o, t = cfg.optim, cfg.trainer
+    loop = LoopConfig(steps=t.steps, batch_size=t.batch_size, eval_every=t.eval_every, log_every=t.log_every,
+                      eval_batch_size=t.eval_batch_size, nonfinite=t.nonfinite, seed=cfg.seed, lr=o.lr,
+                      warmup_steps=o.warmup_steps, progress=t.progress, checkpoint_every=t.checkpoint_every,
+                      resume=t.resume, attn_map_scale=t.get("attn_map_scale", "row"))  # checks the trainer values
     validate(cfg, jax.device_count())
     task = _construct("task", OmegaConf.to_container(cfg.task, resolve=True))
     head_kind = heads.kind_of(head_name)
-    _require(head_kind == task.kind, f"head={head_name} serves {head_kind}, but task {task.kind!r} is {task.kind}; "
+    _require(head_kind == task.kind, f"head={head_name} serves {head_kind}, but task {type(task).__name__} is {task.kind}; "
                                      f"heads for {task.kind}: {', '.join(heads.compatible(task.kind))}")
     m = cfg.model
     make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
@@ -135,14 +131,9 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
         return Net(body, _construct("head", head_cfg, d_model=m.d_model, num_classes=task.num_classes, rngs=rngs))
 
     nets = [make_net(cfg.seed + i) for i in range(cfg.trainer.vmap_seeds)]
-    o, t = cfg.optim, cfg.trainer
     tx = optim.make_optimizer(nnx.state(nets[0], nnx.Param), lr=o.lr, warmup_steps=o.warmup_steps, total_steps=t.steps,
                               weight_decay=o.weight_decay, clip_norm=o.clip_norm, b1=o.b1, b2=o.b2,
                               final_fraction=o.final_fraction)
-    loop = LoopConfig(steps=t.steps, batch_size=t.batch_size, eval_every=t.eval_every, log_every=t.log_every,
-                      eval_batch_size=t.eval_batch_size, nonfinite=t.nonfinite, seed=cfg.seed, lr=o.lr,
-                      warmup_steps=o.warmup_steps, progress=t.progress, checkpoint_every=t.checkpoint_every,
-                      resume=bool(t.resume), attn_map_scale=t.get("attn_map_scale", "row"))
     return task, nets, tx, loop
 
 

@@ -6,6 +6,7 @@ import jax
 import optax
 from flax import nnx
 
+from attnlab import checks
 from attnlab.normalizers import NormalizerParam
 
 
@@ -26,9 +27,24 @@ def schedule(lr: float, warmup_steps: int, total_steps: int, final_fraction: flo
     )
 
 
+def check_options(*, lr, warmup_steps, weight_decay, clip_norm, b1, b2, final_fraction) -> None:
+    """Refuse a bad `optim` value in one line naming it (the CLI calls this before building a model)."""
+    checks.require(checks.is_real(lr) and 0 < lr <= 1e6, f"optim.lr={lr!r} must be > 0 (and finite, <= 1e6)")
+    checks.require(checks.is_int(warmup_steps) and 0 <= warmup_steps < 2**31,
+                   f"optim.warmup_steps={warmup_steps!r} must be an integer >= 0")
+    checks.require(checks.is_real(weight_decay) and 0 <= weight_decay <= 1e6,
+                   f"optim.weight_decay={weight_decay!r} must be >= 0 (and finite, <= 1e6)")
+    checks.require(checks.is_real(clip_norm) and clip_norm > 0, f"optim.clip_norm={clip_norm!r} must be > 0 (and finite)")
+    for key, b in (("b1", b1), ("b2", b2)):
+        checks.require(checks.is_real(b) and 0 <= b < 1, f"optim.{key}={b!r} must be in [0, 1)")
+    checks.real("optim.final_fraction", final_fraction, 0.0, 1.0)
+
+
 def make_optimizer(params: nnx.State, *, lr: float, warmup_steps: int, total_steps: int, weight_decay: float,
                    clip_norm: float, b1: float, b2: float, final_fraction: float = 0.1):
     """optax chain: clip by global norm, then AdamW with the decay mask and schedule."""
+    check_options(lr=lr, warmup_steps=warmup_steps, weight_decay=weight_decay, clip_norm=clip_norm, b1=b1, b2=b2,
+                  final_fraction=final_fraction)
     return optax.chain(
         optax.clip_by_global_norm(clip_norm),
         optax.adamw(schedule(lr, warmup_steps, total_steps, final_fraction), b1=b1, b2=b2,

@@ -7,10 +7,11 @@ from flax import nnx
 
 from attnlab import registry
 
-from .base import CORE_STATS, FixedFeatures, InverseTemperature, Mask, Normalizer, NormalizerParam, ScoreNormalizer, as_mask, core_stats
+from .base import CORE_STATS, FixedFeatures, InverseTemperature, Normalizer, NormalizerParam, ScoreNormalizer, core_stats
 from .entmax import Entmax, entmax
 from .exponential import KL, ReLU, Sigmoid, Softmax, Softmax1, masked_softmax
 from .linear import Linear
+from .mask import Mask, as_mask
 from .squared import Squared
 
 __all__ = [

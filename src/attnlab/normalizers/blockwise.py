@@ -21,7 +21,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from .base import Mask
+from .mask import Mask
 
 
 @dataclasses.dataclass(frozen=True)

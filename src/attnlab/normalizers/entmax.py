@@ -9,7 +9,8 @@ import jax.numpy as jnp
 
 from attnlab import checks
 
-from .base import MASK_GAP, InverseTemperature, ScoreNormalizer, masked_max
+from .base import InverseTemperature, ScoreNormalizer
+from .mask import MASK_GAP, masked_max
 
 BISECTION_STEPS = 50
 

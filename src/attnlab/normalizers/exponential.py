@@ -7,8 +7,9 @@ import jax.numpy as jnp
 
 from attnlab import checks
 
-from .base import InverseTemperature, NormalizerParam, ScoreNormalizer, masked_max
+from .base import InverseTemperature, NormalizerParam, ScoreNormalizer
 from .blockwise import BlockForm, scaled_logits
+from .mask import masked_max
 from .softmax_vjp import softmax_attention
 
 FUSED = ("auto", True, False)  # normalizer.fused

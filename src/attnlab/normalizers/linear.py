@@ -9,7 +9,8 @@ import jax.numpy as jnp
 
 from attnlab import checks
 
-from .base import FixedFeatures, Mask, Normalizer, core_stats
+from .base import FixedFeatures, Normalizer, core_stats
+from .mask import Mask
 
 FEATURE_MAPS = ("elu1", "relu", "favor")
 

@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnlab import checks
+
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
@@ -28,6 +30,21 @@ class LoopConfig:
     checkpoint_every: int = 0  # 0: only on a signal and at the end
     resume: bool = False
     attn_map_scale: str = "row"  # row | log | max (attnlab.tb_images.scaled)
+
+    def __post_init__(self):
+        """Refuse a bad `trainer` value in one line naming it (the CLI builds the loop before the model)."""
+        for key in ("steps", "batch_size", "eval_every", "log_every", "eval_batch_size"):
+            value = getattr(self, key)
+            checks.require(checks.is_int(value) and 0 < value < 2**31,
+                           f"trainer.{key}={value!r} must be a positive integer (< 2^31)")
+        checks.require(checks.is_int(self.checkpoint_every) and 0 <= self.checkpoint_every < 2**31,
+                       f"trainer.checkpoint_every={self.checkpoint_every!r} must be an integer >= 0 "
+                       f"(0: only on signals and at the end)")
+        checks.require(isinstance(self.resume, bool), f"trainer.resume={self.resume!r} must be true or false")
+        for key, allowed in (("nonfinite", ("skip", "stop")), ("attn_map_scale", ("row", "log", "max")),
+                             ("progress", ("auto", "bar", "lines", "none"))):
+            value = getattr(self, key)
+            checks.require(value in allowed, f"trainer.{key}={value!r} unknown; allowed: {', '.join(allowed)}")
 
 
 class Diverged(Exception):

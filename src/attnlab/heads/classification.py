@@ -1,0 +1,72 @@
+"""Classification heads: C scores per position, argmax predictions, calibration metrics."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attnlab import calibration as cal
+from attnlab import checks
+from attnlab.groups import declare
+
+from .base import Head, upcast
+
+
+class _Classification(Head):
+    """Shared parts of classification heads: one Linear to C scores, argmax, calibration metrics."""
+
+    kind = "classification"
+
+    def __init__(self, *, d_model: int, num_classes: int | None, rngs: nnx.Rngs, ece_bins: int = 15):
+        if num_classes is None or num_classes < 2:
+            raise ValueError(f"{type(self).__name__} needs num_classes >= 2, got {num_classes}")
+        self.num_classes = int(num_classes)
+        self.ece_bins = checks.integer("head.ece_bins", ece_bins, 1, 10**6)
+        self.proj = nnx.Linear(d_model, self.num_classes, rngs=rngs)
+        declare("head", self.proj)
+
+    def logits(self, outputs_XC):
+        return outputs_XC
+
+    def predict(self, outputs_XC):
+        return jnp.argmax(outputs_XC, axis=-1)
+
+    def metrics(self, outputs_XC, targets_X, weights_X, baseline_mse=None) -> dict:
+        logits_XC, weights_X = upcast(self.logits(outputs_XC)), upcast(weights_X)
+        targets_X = self._targets(targets_X, weights_X)
+        probs_XC = jax.nn.softmax(logits_XC, axis=-1)
+        return {
+            "accuracy": cal.accuracy(logits_XC, targets_X, weights_X),
+            "nll": cal.nll(logits_XC, targets_X, weights_X),
+            "ece": cal.ece(probs_XC, targets_X, weights_X, self.ece_bins),
+            "brier": cal.brier(probs_XC, targets_X, weights_X),
+        }
+
+
+class SoftmaxCE(_Classification):
+    """With a final softmax: probabilities trained with cross-entropy."""
+
+    loss_is_nll = True
+
+    def loss(self, outputs_XC, targets_X, weights_X):
+        weights_X = upcast(weights_X)
+        return cal.nll(upcast(outputs_XC), self._targets(targets_X, weights_X), weights_X)
+
+
+class ScoresMSE(_Classification):
+    """Without a final softmax: raw scores, square loss to one-hot; nll/ece/brier use softmax(scores)."""
+
+    def __init__(self, *, d_model: int, num_classes: int | None, rngs: nnx.Rngs,
+                 k: float = 1.0, M: float = 1.0, ece_bins: int = 15):
+        super().__init__(d_model=d_model, num_classes=num_classes, rngs=rngs, ece_bins=ece_bins)
+        self.k = checks.real("head.k", k, 0.0, 1e6, lo_open=True)  # a weight on the true class: > 0
+        self.M = checks.real("head.M", M, 0.0, 1e6, lo_open=True)  # the target score of the true class
+
+    def loss(self, outputs_XC, targets_X, weights_X):
+        scores_XC, weights_X = upcast(outputs_XC), upcast(weights_X)
+        onehot_XC = cal.one_hot(self._targets(targets_X, weights_X), self.num_classes, scores_XC.dtype)
+        # Hui & Belkin 2021, Sec. 3: l = (1/C)[k·(f_c − M)² + Σ_{i≠c} f_i²]; k = M = 1 is plain MSE.
+        scale_XC = 1.0 + (self.k - 1.0) * onehot_XC
+        per_position_X = (scale_XC * (scores_XC - self.M * onehot_XC) ** 2).mean(-1)
+        return cal.weighted_mean(per_position_X, weights_X)

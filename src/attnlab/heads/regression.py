@@ -1,0 +1,123 @@
+"""Regression heads: a real prediction per position, by a scalar (MSE) or a histogram (HL-Gauss)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attnlab import calibration as cal
+from attnlab import checks
+from attnlab.groups import declare
+
+from .base import Head, upcast
+
+
+class _Regression(Head):
+    """Shared parts of regression heads: mse, r2 and mse_rel of predict(outputs)."""
+
+    kind = "regression"
+
+    @staticmethod
+    def _check_num_classes(num_classes):
+        if num_classes is not None:
+            raise ValueError(f"regression heads take num_classes=None, got {num_classes}")
+
+    def metrics(self, outputs_XK, targets_X, weights_X, baseline_mse=None) -> dict:
+        weights_X = upcast(weights_X)
+        targets_X = upcast(self._targets(targets_X, weights_X))
+        pred_X = self.predict(outputs_XK)
+        mse = cal.weighted_mean((pred_X - targets_X) ** 2, weights_X)
+        # r2 = 1 − SSE/SST, SST around the weighted mean of the targets; NaN when targets are constant.
+        total = weights_X.sum()
+        mean = (weights_X * targets_X).sum() / jnp.where(total > 0, total, 1)
+        sse = (weights_X * (targets_X - pred_X) ** 2).sum()
+        sst = (weights_X * (targets_X - mean) ** 2).sum()
+        out = {"mse": mse, "r2": jnp.where(sst > 0, 1 - sse / jnp.where(sst > 0, sst, 1), jnp.nan)}
+        if baseline_mse is not None:
+            out["mse_rel"] = mse / baseline_mse
+        return out
+
+
+class MSE(_Regression):
+    """Without a final softmax: one scalar output trained with mean squared error."""
+
+    def __init__(self, *, d_model: int, num_classes: int | None = None, rngs: nnx.Rngs):
+        self._check_num_classes(num_classes)
+        self.proj = nnx.Linear(d_model, 1, rngs=rngs)
+        declare("head", self.proj)
+
+    def __call__(self, features_XD):
+        return self.proj(features_XD)[..., 0]
+
+    def predict(self, outputs_X):
+        return upcast(outputs_X)
+
+    def loss(self, outputs_X, targets_X, weights_X):
+        weights_X = upcast(weights_X)
+        targets_X = upcast(self._targets(targets_X, weights_X))
+        return cal.weighted_mean((upcast(outputs_X) - targets_X) ** 2, weights_X)
+
+
+def hl_gauss_target(y_X, edges_E, sigma):
+    """HL-Gauss histogram of N(y, σ²) over bins with edges E (K = E−1 bins), renormalised to the range.
+
+    Imani & White 2018; Farebrother et al. 2024 ("Stop Regressing", Appendix A):
+    pᵢ = [erf((e_{i+1}−y)/(√2σ)) − erf((eᵢ−y)/(√2σ))] / [erf((e_K−y)/(√2σ)) − erf((e₀−y)/(√2σ))].
+    """
+    cdf_XE = jax.scipy.special.erf((edges_E - jnp.asarray(y_X)[..., None]) / (jnp.sqrt(2.0) * sigma))
+    return (cdf_XE[..., 1:] - cdf_XE[..., :-1]) / (cdf_XE[..., -1:] - cdf_XE[..., :1])
+
+
+class HLGauss(_Regression):
+    """With a final softmax: a histogram over bins trained with cross-entropy on the HL-Gauss target.
+
+    Keep targets at least 3σ inside [v_min, v_max]: nearer the ends the target is truncated and the
+    decoded mean is biased inwards. Targets outside the range are clipped to it.
+    """
+
+    loss_is_nll = True
+
+    def __init__(self, *, d_model: int, num_classes: int | None = None, rngs: nnx.Rngs,
+                 v_min: float = -10.0, v_max: float = 10.0, num_bins: int = 64,
+                 sigma_ratio: float = 0.75):
+        self._check_num_classes(num_classes)
+        checks.real("head.v_min", v_min, -1e30, 1e30)
+        if not v_min < checks.real("head.v_max", v_max, -1e30, 1e30):
+            raise ValueError(f"head.v_max={v_max} is invalid; allowed: a number > head.v_min={v_min}")
+        checks.integer("head.num_bins", num_bins, 2, 10**6)
+        checks.real("head.sigma_ratio", sigma_ratio, 0.0, 1e6, lo_open=True)
+        self.v_min, self.v_max, self.num_bins = float(v_min), float(v_max), int(num_bins)
+        self.sigma = float(sigma_ratio) * (self.v_max - self.v_min) / self.num_bins  # σ = ratio × bin width
+        self.proj = nnx.Linear(d_model, self.num_bins, rngs=rngs)
+        declare("head", self.proj)
+
+    def pad_target(self) -> float:
+        return (self.v_min + self.v_max) / 2
+
+    def edges(self):
+        return jnp.linspace(self.v_min, self.v_max, self.num_bins + 1)
+
+    def centres(self):
+        # Plain midpoints of the edges; a published wheel shifted these by a sign error.
+        edges_E = self.edges()
+        return (edges_E[:-1] + edges_E[1:]) / 2
+
+    def target(self, targets_X):
+        """The HL-Gauss target distribution of real targets (clipped into the range)."""
+        y_X = jnp.clip(upcast(targets_X), self.v_min, self.v_max)
+        return hl_gauss_target(y_X, self.edges(), self.sigma)
+
+    def predict(self, outputs_XK):
+        return jax.nn.softmax(upcast(outputs_XK), axis=-1) @ self.centres()
+
+    def loss(self, outputs_XK, targets_X, weights_X):
+        weights_X = upcast(weights_X)
+        target_XK = self.target(self._targets(targets_X, weights_X))
+        ce_X = -(target_XK * jax.nn.log_softmax(upcast(outputs_XK), axis=-1)).sum(-1)
+        return cal.weighted_mean(ce_X, weights_X)
+
+    def metrics(self, outputs_XK, targets_X, weights_X, baseline_mse=None) -> dict:
+        out = super().metrics(outputs_XK, targets_X, weights_X, baseline_mse)
+        out["nll"] = self.loss(outputs_XK, targets_X, weights_X)
+        return out
