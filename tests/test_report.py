@@ -368,6 +368,25 @@ def test_learning_curves_have_seed_bands_and_valid_pngs(tmp_path):
     assert "![curve_val_loss](curve_val_loss.png)" in md and "no/such_tag" in md
 
 
+@pytest.mark.parametrize("lrs", [(0.001,), (0.001, 0.002, 0.003, 0.004, 0.005)])
+def test_curve_legend_never_covers_the_curves(tmp_path, lrs):
+    from attnlab.report.plots import LEGEND_INSIDE_MAX, draw_curves
+
+    grid_sweep(tmp_path, lrs=lrs, seeds=(0,))
+    for r in load_runs(tmp_path):
+        write_events(r.path, {"val/loss": [2.0, 1.0 + r.config["optim.lr"] * 100, 0.5]})
+    table = summarize(load_runs(tmp_path), group_by=["normalizer", "optim.lr"])
+    fig = draw_curves(table, "val/loss")
+    fig.canvas.draw()
+    [ax] = fig.axes
+    legend, axes_box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert len(ax.get_legend().get_texts()) == len(table.cells) == 2 * len(lrs)
+    if len(table.cells) > LEGEND_INSIDE_MAX:  # beside the axes, and inside the figure
+        assert legend.x0 >= axes_box.x1 and legend.x1 <= fig.bbox.x1 and legend.y0 >= fig.bbox.y0
+    else:
+        assert axes_box.x0 <= legend.x0 and legend.x1 <= axes_box.x1
+
+
 def test_log_y_patterns_pick_the_log_scaled_curves(tmp_path, monkeypatch):
     from attnlab.report import plots as report_write
 

@@ -50,6 +50,9 @@ def curve(runs: list[Run], tag: str, cache: dict | None = None, geometric: bool 
     return np.array(steps), (np.exp(mean) if geometric else mean), std, n
 
 
+LEGEND_INSIDE_MAX = 8  # curves per plot whose legend still fits inside the axes
+
+
 def draw_curves(table: Table, tag: str, cache: dict | None = None, log_y: bool = False):
     """A Figure with a mean line and a ±std band per cell; None when no run logged the tag.
 
@@ -60,7 +63,8 @@ def draw_curves(table: Table, tag: str, cache: dict | None = None, log_y: bool =
     from matplotlib.figure import Figure
 
     cache = {} if cache is None else cache  # each run's scalars read once for the lines and the count
-    fig = Figure(figsize=(7, 4.2))
+    many = len(table.cells) > LEGEND_INSIDE_MAX
+    fig = Figure(figsize=(11, max(4.2, 0.2 * len(table.cells))) if many else (7, 4.2))
     FigureCanvasAgg(fig)  # Agg explicitly, without touching pyplot's global backend
     ax = fig.add_subplot()
     if len(table.cells) > 10:  # the default cycle repeats after 10 colours
@@ -85,7 +89,10 @@ def draw_curves(table: Table, tag: str, cache: dict | None = None, log_y: bool =
         title = f"{tag} (geometric mean ×/÷ geometric std over seeds)"
         title += f"\n{dropped} value(s) <= 0 left out" if dropped else ""
     ax.set(title=title, xlabel="step", ylabel=tag + (" (log scale)" if log_y else ""))
-    ax.legend(fontsize="small")
+    if many:  # a legend of more lines than this covers the curves: put it beside the axes
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    else:
+        ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
 
