@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROWS = [("baseline/bits_per_byte", "unigram entropy of the training text (bits per byte)"),
-        ("baseline/bits_per_byte_bigram", "bigram conditional entropy H(X_t | X_t−1) (bits per byte)"),
+        ("baseline/bits_per_byte_bigram", "bigram conditional entropy H(X_t ∣ X_t−1) (bits per byte)"),
         ("baseline/accuracy", "majority-byte accuracy on test")]
 
 

@@ -15,12 +15,13 @@ BIN="${BIN:-$ROOT/.venv/bin}"
 SWEEP="${SWEEP:-$ROOT/runs/lm_normalizers}"
 COPY="${COPY:-1}"
 NORMALIZERS="${NORMALIZERS:-softmax,kl,squared,linear,sigmoid,relu,entmax,softmax1}"
+RATES="${RATES:-1e-3,3e-3,1e-2}"  # the screen's learning rates
 EXTRA=("$@")
 START=$SECONDS
 # 64-byte windows and 400 steps keep the two stages near 30 min on 2 cores (README, "Cost").
 COMMON=(task=lm task.seq_len=64 model=small trainer.steps=400 trainer.eval_every=50 trainer.progress=none)
 
-nice -n 10 "$BIN/attnlab-train" -m "normalizer=$NORMALIZERS" optim.lr=1e-3,3e-3,1e-2 seed=0 "${COMMON[@]}" \
+nice -n 10 "$BIN/attnlab-train" -m "normalizer=$NORMALIZERS" "optim.lr=$RATES" seed=0 "${COMMON[@]}" \
   "hydra.sweep.dir=$SWEEP/screen" ${EXTRA[@]+"${EXTRA[@]}"}
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/screen" --group-by normalizer --select-lr --select-by val/loss \
   --metrics val/loss val/bits_per_byte --curves

@@ -14,11 +14,12 @@ BIN="${BIN:-$ROOT/.venv/bin}"
 SWEEP="${SWEEP:-$ROOT/runs/normalizer_ablation_lr}"
 COPY="${COPY:-1}"
 NORMALIZERS="${NORMALIZERS:-softmax,kl,squared,linear,sigmoid,relu,entmax,softmax1}"
+RATES="${RATES:-1e-3,3e-3,1e-2}"  # the screen's learning rates
 EXTRA=("$@")
 START=$SECONDS
 COMMON=(task=mqar model=small trainer.steps=800 trainer.eval_every=100 trainer.progress=none)
 
-nice -n 10 "$BIN/attnlab-train" -m "normalizer=$NORMALIZERS" optim.lr=1e-3,3e-3,1e-2 seed=0 "${COMMON[@]}" \
+nice -n 10 "$BIN/attnlab-train" -m "normalizer=$NORMALIZERS" "optim.lr=$RATES" seed=0 "${COMMON[@]}" \
   "hydra.sweep.dir=$SWEEP/screen" ${EXTRA[@]+"${EXTRA[@]}"}
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/screen" --group-by normalizer --select-lr --select-by val/loss \
   --metrics val/loss val/accuracy --curves
