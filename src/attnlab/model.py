@@ -108,10 +108,19 @@ class Transformer(nnx.Module):
             x_BTD = x_BTD + sinusoidal_table(T, x_BTD.shape[-1]).astype(self.dtype)[None]
         return x_BTD
 
+    def mask(self, valid_BT) -> Mask:
+        """The admissible keys; padding is right padding (the Task contract), so it is a key length."""
+        return Mask(key_valid_BS=valid_BT, causal=self.causal, window=self.window, right_padded=True)
+
+    def attention_impl(self, T: int) -> list[str]:
+        """The attention implementation each layer's plain step runs at sequence length T (run.json)."""
+        mask = self.mask(jnp.ones((1, T), bool))
+        return [b.attn.normalizer.implementation(T, T, mask, self.dtype) for b in self.blocks]
+
     def attention_maps(self, inputs, valid_BT):
         """Explicit (L, B, N, T, S) attention matrices, for diagnostics (images on eval steps)."""
         x_BTD = self.embed_inputs(inputs)
-        mask = Mask(key_valid_BS=valid_BT, causal=self.causal, window=self.window)
+        mask = self.mask(valid_BT)
         maps = []
         for block in self.blocks:
             maps.append(block.attn.weights(block.ln1(x_BTD), mask))
@@ -120,7 +129,7 @@ class Transformer(nnx.Module):
 
     def __call__(self, inputs, valid_BT, *, with_stats=False, score_probes=None, deterministic=True, rngs=None):
         x_BTD = self.embed_inputs(inputs)
-        mask = Mask(key_valid_BS=valid_BT, causal=self.causal, window=self.window)
+        mask = self.mask(valid_BT)
         per_layer = []
         for i, block in enumerate(self.blocks):
             probe = None if score_probes is None else score_probes[i]

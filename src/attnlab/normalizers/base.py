@@ -96,6 +96,10 @@ class Normalizer(nnx.Module):
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats: bool = False):
         raise NotImplementedError
 
+    def implementation(self, T: int, S: int, mask: Mask, dtype) -> str:
+        """The name of the path a plain (no-statistics) step takes at T queries, S keys (run.json: attention_impl)."""
+        return "dense"
+
     def weights(self, q_BNTH, k_BNSH, mask: Mask):
         raise NotImplementedError
 
@@ -106,9 +110,11 @@ class ScoreNormalizer(Normalizer):
     Subclasses implement `normalize(z_BNTS, m_B1TS) -> (att_BNTS, logits_BNTS, extras)`, where
     logits are the scaled scores the normalizer acts on (for max |logit|). `score_probe_BNTS`,
     a zero array added to z, lets the trainer read dL/dz (the gradient at the normalizer input).
+    A plain step runs the implementation `implementation` names (normalizers/impl.py); a step
+    with statistics or a score probe runs the dense form (blockwise with sampled rows at length).
     """
 
-    blockwise, block_size = False, 512  # dense unless the subclass takes the options (set_blockwise)
+    impl, block_size, head_dim = "dense", 512, None  # dense unless the subclass takes the options (set_impl)
 
     def normalize(self, z_BNTS, m_B1TS):
         raise NotImplementedError
@@ -121,10 +127,41 @@ class ScoreNormalizer(Normalizer):
         """The elementwise piece for blockwise attention (blockwise.BlockForm), or None: dense only."""
         return None
 
-    def set_blockwise(self, blockwise, block_size):
-        from .long_context import check_blockwise_options
+    def capability(self):
+        """What this normalizer can run besides its dense form (impl.Capability)."""
+        from .impl import Capability
 
-        self.blockwise, self.block_size = check_blockwise_options(blockwise, block_size)
+        return Capability(fused=False, blockwise=self.block_form() is not None)
+
+    def set_impl(self, impl, block_size, head_dim: int):
+        """Validate and keep `normalizer.impl` and `normalizer.block_size` (head_dim: for cuDNN's limits)."""
+        from .impl import allowed
+        from .long_context import check_block_size
+
+        self.impl = checks.choice("normalizer.impl", impl, allowed(self.capability()))
+        self.block_size, self.head_dim = check_block_size(block_size), head_dim
+
+    def implementation(self, T: int, S: int, mask: Mask, dtype) -> str:
+        from .impl import choose
+
+        return choose(self.impl, self.capability(), normalizer=type(self).__name__.lower(),
+                      platform=jax.default_backend(), dtype=dtype, head_dim=self.head_dim, mask=mask, T=T, S=S)
+
+    def plain_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
+        """The attended output of a plain step, by the implementation `implementation` names."""
+        T, S = q_BNTH.shape[2], k_BNSH.shape[2]
+        path = self.implementation(T, S, mask, q_BNTH.dtype)
+        if path in ("cudnn", "xla"):
+            from .fused import fused_attention
+
+            return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta(), path)
+        if path == "blockwise":
+            return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=False)[0]
+        return self.dense_call(q_BNTH, k_BNSH, v_BNSH, mask)
+
+    def dense_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
+        """The dense form's output (softmax overrides it with its hand-written backward)."""
+        return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, False, None)[0]
 
     def _blockwise_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool):
         """(out, stats) by blockwise attention; statistics on evenly spaced query rows (long_context)."""
@@ -148,15 +185,20 @@ class ScoreNormalizer(Normalizer):
         m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
         return self.normalize(self._scores(q_BNTH, k_BNSH), m_B1TS)[0]
 
-    def goes_blockwise(self, T: int, S: int, mask: Mask) -> bool:
-        """Whether a step without score probe takes the blockwise path (per-head masks stay dense)."""
-        from .long_context import use_blockwise
-
-        return self.block_form() is not None and mask.dense_BNTS is None and use_blockwise(self.blockwise, T, S)
-
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
-        if score_probe_BNTS is None and self.goes_blockwise(q_BNTH.shape[2], k_BNSH.shape[2], mask):
-            return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats)
+        if not with_stats and score_probe_BNTS is None:
+            return self.plain_call(q_BNTH, k_BNSH, v_BNSH, mask), {}
+        T, S = q_BNTH.shape[2], k_BNSH.shape[2]
+        if score_probe_BNTS is None and self.capability().blockwise and mask.dense_BNTS is None:
+            from .long_context import AUTO_MIN_TS
+
+            # Statistics at length: blockwise, on sampled rows (no T×S matrix, as in the plain step).
+            if self.impl == "blockwise" or T * S >= AUTO_MIN_TS:
+                return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats)
+        return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, with_stats, score_probe_BNTS)
+
+    def _dense(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool, score_probe_BNTS):
+        """(out, stats) of the explicit T×S form."""
         m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
         z_BNTS = self._scores(q_BNTH, k_BNSH)
         if score_probe_BNTS is not None:

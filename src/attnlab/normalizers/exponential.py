@@ -9,11 +9,9 @@ from attnlab import checks
 
 from .base import InverseTemperature, NormalizerParam, ScoreNormalizer
 from .blockwise import BlockForm, scaled_logits
+from .impl import Capability
 from .mask import masked_max
 from .softmax_vjp import softmax_attention
-
-FUSED = ("auto", True, False)  # normalizer.fused
-
 
 def masked_softmax(logits_BNTS, m_B1TS):
     """softmax over admissible keys; a row with none is all zeros (never NaN)."""
@@ -21,23 +19,6 @@ def masked_softmax(logits_BNTS, m_B1TS):
     e = jnp.exp(jnp.where(m_B1TS, logits_BNTS - masked_max(logits_BNTS, m_B1TS), -jnp.inf))
     s = e.sum(-1, keepdims=True)
     return e / jnp.where(s > 0, s, 1.0)
-
-
-def fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, beta_N):
-    """softmax(βq·kᵀ)v by jax.nn.dot_product_attention (cuDNN/flash kernels on GPU); β folded into q.
-
-    That kernel takes (B,T,N,H): the transposes happen here, on the GPU path only.
-    """
-    m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
-    q = q_BNTH * beta_N[None, :, None, None].astype(q_BNTH.dtype)
-    btnh = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
-    out_BTNH = jax.nn.dot_product_attention(btnh(q), btnh(k_BNSH), btnh(v_BNSH), mask=m_B1TS, scale=1.0)
-    return btnh(out_BTNH)
-
-
-def use_fused(fused) -> bool:
-    """`fused`: true | false | "auto" (on GPU only: the XLA CPU path gains nothing)."""
-    return jax.default_backend() == "gpu" if fused == "auto" else bool(fused)
 
 
 def row_mean_N(x_BNT, m_B1TS):
@@ -49,29 +30,24 @@ def row_mean_N(x_BNT, m_B1TS):
 class Softmax(ScoreNormalizer):
     """softmax(β·q·kᵀ) over admissible keys; β = 1/√H by default is standard scaled attention.
 
-    Steps that request no statistics use `softmax_attention` (a hand-written backward, faster on
-    CPU), or with `fused` jax.nn.dot_product_attention (a row with no admissible key is then
-    uniform instead of zero).
+    Plain steps run `impl` (normalizers/impl.py): cuDNN / XLA flash attention, blockwise, or the
+    dense form with a hand-written backward (`softmax_attention`, faster on CPU).
     """
 
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, fused="auto",
-                 blockwise="auto", block_size=512):
+    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, impl="auto",
+                 block_size=512):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.fused = checks.choice("normalizer.fused", fused, FUSED)
-        self.set_blockwise(blockwise, block_size)
+        self.set_impl(impl, block_size, head_dim)
+
+    def capability(self):
+        return Capability(fused=True, blockwise=True)
 
     def block_form(self):
         return BlockForm("exp", {"beta": self.beta()}, scaled_logits)
 
-    def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask, *, with_stats=False, score_probe_BNTS=None):
-        if not with_stats and score_probe_BNTS is None:
-            if use_fused(self.fused):
-                return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta()), {}
-            if self.goes_blockwise(q_BNTH.shape[2], k_BNSH.shape[2], mask):
-                return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=False)
-            m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
-            return softmax_attention(q_BNTH, k_BNSH, v_BNSH, self.beta(), m_B1TS), {}
-        return super().__call__(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
+    def dense_call(self, q_BNTH, k_BNSH, v_BNSH, mask):
+        m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
+        return softmax_attention(q_BNTH, k_BNSH, v_BNSH, self.beta(), m_B1TS)
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
@@ -90,25 +66,22 @@ class KL(ScoreNormalizer):
     PRIORS = ("uniform", "recency", "learned")
 
     def __init__(self, *, num_heads, head_dim, rngs, prior="uniform", beta=None, learnable=True,
-                 per_head=True, slope=0.1, max_distance=512, fused="auto", blockwise="auto", block_size=512):
+                 per_head=True, slope=0.1, max_distance=512, impl="auto", block_size=512):
         if prior not in self.PRIORS:
             raise ValueError(f"normalizer.prior={prior!r} unknown; allowed: {', '.join(self.PRIORS)}")
         checks.real("normalizer.slope", slope, 0, 1e6, lo_open=True)
         checks.integer("normalizer.max_distance", max_distance, 1, 2**20)
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.prior, self.max_distance = prior, int(max_distance)
-        self.fused = checks.choice("normalizer.fused", fused, FUSED)
-        self.set_blockwise(blockwise, block_size)
+        self.set_impl(impl, block_size, head_dim)
         if prior == "recency":
             self.log_slope = NormalizerParam(jnp.full((num_heads,), jnp.log(slope), jnp.float32))
         if prior == "learned":
             self.table = NormalizerParam(jnp.zeros((num_heads, 2 * self.max_distance - 1), jnp.float32))
 
-    def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask, *, with_stats=False, score_probe_BNTS=None):
-        # A uniform prior is exactly softmax, so it may take the fused kernel too.
-        if self.prior == "uniform" and use_fused(self.fused) and not with_stats and score_probe_BNTS is None:
-            return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta()), {}
-        return super().__call__(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
+    def capability(self):
+        # A uniform prior is exactly softmax, so it may take the fused kernels too.
+        return Capability(fused=self.prior == "uniform", blockwise=True)
 
     def prior_params(self):
         """The differentiable arrays of the prior ({} for uniform)."""
@@ -168,9 +141,9 @@ class Softmax1(ScoreNormalizer):
     """softmax₁: exp(βzᵢ)/(1 + Σⱼ exp(βzⱼ)), attention with a null sink ("attention is off by one")."""
 
     def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True,
-                 blockwise="auto", block_size=512):
+                 impl="auto", block_size=512):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.set_blockwise(blockwise, block_size)
+        self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
         return BlockForm("exp", {"beta": self.beta()}, scaled_logits, sink=True)
@@ -189,10 +162,10 @@ class Sigmoid(ScoreNormalizer):
     """σ(βz + b) per key, b = −log n (n admissible keys of the row) unless `bias` is set (Apple, 2024)."""
 
     def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, bias=None,
-                 blockwise="auto", block_size=512):
+                 impl="auto", block_size=512):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.bias = None if bias is None else checks.real("normalizer.bias", bias, -1e6, 1e6)
-        self.set_blockwise(blockwise, block_size)
+        self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
         def logits(p, z, q_pos, k_pos, n):
@@ -213,9 +186,9 @@ class ReLU(ScoreNormalizer):
     """relu(βz)/n, n = admissible keys of the row (Wortsman et al. 2023)."""
 
     def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True,
-                 blockwise="auto", block_size=512):
+                 impl="auto", block_size=512):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.set_blockwise(blockwise, block_size)
+        self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
         return BlockForm("count", {"beta": self.beta()}, scaled_logits, gate=jax.nn.relu, divide_by_count=True)

@@ -5,24 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 
-# `blockwise: auto` goes blockwise once T·S reaches this (T = S = 1024; see BENCHMARKS.md, attention).
+# `impl: auto` goes blockwise (where cuDNN does not apply) once T·S reaches this (T = S = 1024;
+# see BENCHMARKS.md, attention).
 AUTO_MIN_TS = 1024 * 1024
 # Statistics of a blockwise step are computed on this many evenly spaced query rows (all if T is smaller).
 STATS_ROWS = 128
 
 
-def check_blockwise_options(blockwise, block_size) -> tuple:
-    """Validated (blockwise, block_size) from a normalizer's YAML."""
-    if not (blockwise is True or blockwise is False or blockwise == "auto"):
-        raise ValueError(f"normalizer.blockwise={blockwise!r} not allowed; allowed: auto, true, false")
+def check_block_size(block_size) -> int:
+    """A validated `normalizer.block_size`."""
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"normalizer.block_size={block_size!r} not allowed; allowed: an integer >= 1")
-    return blockwise, block_size
-
-
-def use_blockwise(blockwise, T: int, S: int) -> bool:
-    """`blockwise`: true | false | "auto" (T·S ≥ AUTO_MIN_TS)."""
-    return T * S >= AUTO_MIN_TS if blockwise == "auto" else bool(blockwise)
+    return block_size
 
 
 def skip_score_probe(T: int, S: int) -> bool:

@@ -22,7 +22,7 @@ class Squared(ScoreNormalizer):
     """
 
     def __init__(self, *, num_heads, head_dim, rngs, power=2, eps=1e-6, offset=False, beta=None,
-                 learnable=False, per_head=True, blockwise="auto", block_size=512):
+                 learnable=False, per_head=True, impl="auto", block_size=512):
         checks.integer("normalizer.power", power, 1, 64)  # |x|^p overflows float32 long before p = 64
         checks.real("normalizer.eps", eps, 0.0, 1e6)
         checks.boolean("normalizer.offset", offset)
@@ -33,7 +33,7 @@ class Squared(ScoreNormalizer):
                           "effect (set normalizer.offset=true or normalizer.learnable=false)", stacklevel=2)
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.power, self.eps, self.offset = power, float(eps), bool(offset)
-        self.set_blockwise(blockwise, block_size)
+        self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
         return BlockForm("sum", {"beta": self.beta()}, scaled_logits, gate=power_gate(self.power, self.offset),

@@ -1,0 +1,53 @@
+"""softmax(βq·kᵀ)v by jax.nn.dot_product_attention (cuDNN flash attention or XLA), the mask passed as structure.
+
+The mask never becomes a dense T×S array or bias (that turns cuDNN's flash kernel off): causality is
+`is_causal`, right padding `key_value_seq_lengths`, a sliding window `local_window_size`
+(normalizers/impl.py decides which masks qualify).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .mask import Mask
+
+
+def fused_attention(q_BNTH, k_BNSH, v_BNSH, mask: Mask, beta_N, implementation: str):
+    """The attended (B,N,T,H) output; a row with no admissible key is zero, as in the dense form.
+
+    β is folded into q (scale=1), so dβ comes from autodiff through that product. The kernel takes
+    (B,T,N,H): the transposes happen here.
+    """
+    B, N, T, _ = q_BNTH.shape
+    S = k_BNSH.shape[2]
+    q = q_BNTH * beta_N[None, :, None, None].astype(q_BNTH.dtype)
+    lengths_B = None
+    if mask.key_valid_BS is not None:
+        lengths_B = jnp.broadcast_to(mask.key_valid_BS, (B, S)).astype(jnp.int32).sum(-1)
+    window = None
+    if mask.window is not None:  # (left, right) keys beside the diagonal: p − s < w, and |p − s| < w without causal
+        window = (mask.window - 1, 0 if mask.causal else mask.window - 1)
+    btnh = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
+    out_BTNH = jax.nn.dot_product_attention(btnh(q), btnh(k_BNSH), btnh(v_BNSH), scale=1.0, is_causal=mask.causal,
+                                            key_value_seq_lengths=lengths_B, local_window_size=window,
+                                            implementation=implementation)
+    out_BNTH = btnh(out_BTNH)
+    # The kernel makes a row with no admissible key uniform over all keys (its masked logits are a large
+    # finite negative, not −inf); the dense form makes it zero. Such rows: no valid key at all, or (with a
+    # window) a padded query further than the window from the last valid key.
+    row_ok_BT = empty_rows_ok(lengths_B, mask.window, T, B)
+    if row_ok_BT is None:
+        return out_BNTH
+    return out_BNTH * row_ok_BT[:, None, :, None].astype(out_BNTH.dtype)
+
+
+def empty_rows_ok(lengths_B, window: int | None, T: int, B: int):
+    """(B,T) True where a query row has an admissible key (T = S here), or None when every row has one."""
+    if lengths_B is None:
+        return None
+    pos_T = jnp.arange(T)
+    ok_BT = jnp.broadcast_to(lengths_B[:, None] > 0, (B, T))
+    if window is not None:  # the nearest valid key to a query past the end is key L − 1
+        ok_BT = ok_BT & (pos_T[None, :] - (lengths_B[:, None] - 1) < window)
+    return ok_BT
