@@ -2,7 +2,7 @@
 """Every blockwise-capable normalizer, dense vs blockwise: forward+backward time and peak memory vs T.
 
 Program: jax.jit(jax.grad(sum(out · ct))) w.r.t. q, k, v and the normalizer's parameters, causal,
-B=1, N=4, H=64, float32 by default; `blockwise: false` (dense) vs `blockwise: true` (block_size from
+B=1, N=4, H=64, float32 by default; `impl: dense` vs `impl: blockwise` (block_size from
 --block-size). Peak memory is XLA's `compiled.memory_analysis()` (temp + arguments + outputs −
 aliased), deterministic. Wall time and process CPU time (time.process_time, all threads) per call:
 the median of samples taken with dense and blockwise interleaved (so load changes hit both), as many
@@ -41,9 +41,10 @@ def ints(text):
 class Case:
     """One compiled forward+backward program and its inputs."""
 
-    def __init__(self, name, T, blockwise, args):
-        norm = build(name, num_heads=args.heads, head_dim=args.head_dim, rngs=nnx.Rngs(0), blockwise=blockwise,
+    def __init__(self, name, T, impl, args):
+        norm = build(name, num_heads=args.heads, head_dim=args.head_dim, rngs=nnx.Rngs(0), impl=impl,
                      block_size=args.block_size)
+        self.ran = norm.implementation(T, T, Mask(causal=True), args.dtype)  # the path this program runs
         graphdef, state = nnx.split(norm)
 
         def loss(q, k, v, ct, state):
@@ -87,13 +88,13 @@ def run(args):
     for T in args.T:
         for name in args.normalizers:
             timed = T <= args.time_all_max_T or (name in args.timed_at_length and T <= args.time_max_T)
-            dense = Case(name, T, False, args) if T <= args.dense_max_T else None
-            block = Case(name, T, True, args)
+            dense = Case(name, T, "dense", args) if T <= args.dense_max_T else None
+            block = Case(name, T, "blockwise", args)
             cases = [c for c in (dense, block) if c is not None]
             if timed:
                 measure(cases, args.budget)
             rows.append((T, name, dense, block))
-            print(f"T={T} {name}: dense {seconds(dense and med(dense.wall))} {mib(dense and dense.mem)} MiB, "
+            print(f"T={T} {name} (ran: {', '.join(c.ran for c in cases)}): dense {seconds(dense and med(dense.wall))} {mib(dense and dense.mem)} MiB, "
                   f"blockwise {seconds(med(block.wall))} {mib(block.mem)} MiB (n={len(block.wall)}); "
                   f"load {load_average()}", file=sys.stderr, flush=True)
             for c in cases:

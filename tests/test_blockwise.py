@@ -27,7 +27,8 @@ CASES = {
 
 def build(case, blockwise, block_size=4):
     name, opts = CASES[case]
-    norm = nz.build(name, num_heads=2, head_dim=8, blockwise=blockwise, block_size=block_size, **opts)
+    impl = "blockwise" if blockwise else "dense"
+    norm = nz.build(name, num_heads=2, head_dim=8, impl=impl, block_size=block_size, **opts)
     if name == "kl" and opts["prior"] == "learned":  # a non-uniform table, so its gradient is not trivial
         norm.table[...] = jax.random.normal(jax.random.key(3), norm.table[...].shape)
     return norm
@@ -106,7 +107,7 @@ def test_rows_without_admissible_key_are_zero_at_eps0():
 
 def test_matches_dot_product_attention_with_bfloat16_and_T_not_multiple_of_block():
     q, k, v = (x.astype(jnp.bfloat16) for x in qkv(37, 37))
-    attend = jax.jit(lambda q, k, v: nz.attend("softmax", q, k, v, causal=True, with_stats=False, blockwise=True,
+    attend = jax.jit(lambda q, k, v: nz.attend("softmax", q, k, v, causal=True, with_stats=False, impl="blockwise",
                                                block_size=16)[0])
     out = attend(q, k, v)
     ref = jax.nn.dot_product_attention(q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32),
@@ -121,7 +122,7 @@ def test_auto_rule_and_sampled_statistics(monkeypatch):
     q, k, v = qkv(24, 24, B=1)
     out_b, stats_b = jax.jit(lambda q, k, v: nz.attend("kl", q, k, v, causal=True, prior="recency"))(q, k, v)
     out_d, stats_d = jax.jit(lambda q, k, v: nz.attend("kl", q, k, v, causal=True, prior="recency",
-                                                       blockwise=False))(q, k, v)
+                                                       impl="dense"))(q, k, v)
     np.testing.assert_allclose(out_b, out_d, rtol=2e-5, atol=2e-6)
     # The sampled statistics are the dense ones restricted to rows 0, 6, 12, 17, 23 (independent reference).
     rows = long_context.stats_rows(24, 5)
@@ -134,7 +135,7 @@ def test_auto_rule_and_sampled_statistics(monkeypatch):
     assert not np.allclose(stats_b["max_weight"], stats_d["max_weight"], rtol=1e-3)  # really a sample
 
 
-@pytest.mark.parametrize("key,value", [("blockwise", "yes"), ("blockwise", 1), ("block_size", 0), ("block_size", 64.0)])
+@pytest.mark.parametrize("key,value", [("impl", "yes"), ("impl", True), ("block_size", 0), ("block_size", 64.0)])
 def test_bad_options_are_refused_with_key_value_and_allowed(key, value):
-    with pytest.raises(ValueError, match=rf"normalizer\.{key}={value!r} not allowed; allowed: "):
+    with pytest.raises(ValueError, match=rf"normalizer\.{key}={value!r} (not allowed|unknown); allowed: "):
         nz.build("softmax", num_heads=2, head_dim=8, **{key: value})

@@ -127,7 +127,7 @@ def wrong_type(override: str, default) -> bool:
     if isinstance(default, float):
         return value in ("abc", "true", "''", "nan", "inf", "null")
     if isinstance(default, str):
-        # (true/false may be valid: an option like fused is auto | true | false)
+        # (true/false may be valid: an option like trainer.resume may take either)
         return value in ("0", "-1", "1000000000000", "1e30", "-0.001", "1.5", "nan", "inf", "0.5", "2", "1")
     return False
 

@@ -89,7 +89,7 @@ def test_window_mask_equals_reference_and_softmax_equals_jax_local_window(causal
     got = np.asarray(mask.matrix_B1TS(T, T))[:, 0]
     for b in range(B):
         np.testing.assert_array_equal(got[b], window_ref(T, w, causal, valid[b]))
-    norm = build_normalizer("softmax", num_heads=N, head_dim=H, fused=False)
+    norm = build_normalizer("softmax", num_heads=N, head_dim=H, impl="dense")
     out = jnp.swapaxes(norm(*(jnp.swapaxes(x, 1, 2) for x in (q, k, v)), mask)[0], 1, 2)  # heads-major contract
     ref = jax.nn.dot_product_attention(q, k, v, mask=jnp.asarray(valid)[:, None, None, :], is_causal=causal,
                                        local_window_size=(w - 1, 0 if causal else w - 1))

@@ -192,8 +192,9 @@ class ScoreNormalizer(Normalizer):
         if score_probe_BNTS is None and self.capability().blockwise and mask.dense_BNTS is None:
             from .long_context import AUTO_MIN_TS
 
-            # Statistics at length: blockwise, on sampled rows (no T×S matrix, as in the plain step).
-            if self.impl == "blockwise" or T * S >= AUTO_MIN_TS:
+            # Statistics at length: blockwise, on sampled rows, wherever the plain step keeps no T×S matrix.
+            path = self.implementation(T, S, mask, q_BNTH.dtype)
+            if path == "blockwise" or (path in ("cudnn", "xla") and T * S >= AUTO_MIN_TS):
                 return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats)
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, with_stats, score_probe_BNTS)
 

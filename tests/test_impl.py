@@ -1,0 +1,156 @@
+"""normalizer.impl: the choice as a pure function (a table, refusals included), and the XLA path of
+jax.nn.dot_product_attention (is_causal, key lengths, local_window_size) against the dense form."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attnlab import normalizers as nz
+from attnlab.normalizers import Mask, impl
+from attnlab.normalizers.long_context import AUTO_MIN_TS
+
+pytestmark = pytest.mark.numerics
+
+SOFTMAX, KL_RECENCY, ENTMAX = impl.Capability(True, True), impl.Capability(False, True), impl.Capability(False, False)
+BF16, F32 = jnp.bfloat16, jnp.float32
+PAD = jnp.ones((2, 8), bool)
+RIGHT = Mask(key_valid_BS=PAD, causal=True, right_padded=True)
+LONG = 1024  # T = S = 1024: T·S reaches AUTO_MIN_TS
+
+# (requested, capability, platform, dtype, head_dim, mask, T, S) -> the path, or the refusal's reason.
+TABLE = [
+    ("auto", SOFTMAX, "gpu", BF16, 64, RIGHT, 8, 8, "cudnn"),
+    ("auto", SOFTMAX, "gpu", BF16, 64, Mask(causal=True, window=4), 8, 8, "cudnn"),
+    ("auto", SOFTMAX, "gpu", F32, 64, RIGHT, 8, 8, "dense"),  # float32: no cuDNN flash kernel
+    ("auto", SOFTMAX, "gpu", F32, 64, RIGHT, LONG, LONG, "blockwise"),
+    ("auto", SOFTMAX, "gpu", BF16, 60, RIGHT, 8, 8, "dense"),  # head dim not a multiple of 8
+    ("auto", SOFTMAX, "gpu", BF16, 256, RIGHT, LONG, LONG, "blockwise"),  # head dim over 128
+    ("auto", SOFTMAX, "gpu", BF16, 64, Mask(key_valid_BS=PAD, causal=True), 8, 8, "dense"),  # padding, not right
+    ("auto", SOFTMAX, "gpu", BF16, 64, Mask(dense_BNTS=jnp.ones((1, 2, 8, 8), bool)), LONG, LONG, "dense"),
+    ("auto", SOFTMAX, "gpu", BF16, 64, Mask(window=4), 8, 8, "dense"),  # bidirectional window: not cuDNN
+    ("auto", SOFTMAX, "gpu", BF16, 64, Mask(causal=True), 8, 16, "dense"),  # causal, T ≠ S
+    ("auto", SOFTMAX, "gpu", BF16, 64, Mask(), 8, 16, "cudnn"),  # cross-attention without causality
+    ("auto", SOFTMAX, "cpu", BF16, 64, RIGHT, 8, 8, "dense"),
+    ("auto", SOFTMAX, "cpu", F32, 64, RIGHT, LONG, LONG, "blockwise"),
+    ("auto", SOFTMAX, "tpu", BF16, 64, RIGHT, LONG, LONG - 1, "dense"),  # just under the threshold
+    ("auto", KL_RECENCY, "gpu", BF16, 64, RIGHT, 8, 8, "dense"),
+    ("auto", KL_RECENCY, "gpu", BF16, 64, RIGHT, LONG, LONG, "blockwise"),
+    ("auto", ENTMAX, "gpu", BF16, 64, RIGHT, LONG, LONG, "dense"),
+    ("xla", SOFTMAX, "cpu", F32, 5, Mask(key_valid_BS=PAD, window=3, right_padded=True), 8, 8, "xla"),
+    ("xla", SOFTMAX, "cpu", F32, 5, Mask(key_valid_BS=PAD, right_padded=True), 8, 3, "xla"),
+    ("blockwise", SOFTMAX, "gpu", BF16, 64, RIGHT, 8, 8, "blockwise"),
+    ("dense", SOFTMAX, "gpu", BF16, 64, RIGHT, LONG, LONG, "dense"),
+    ("dense", ENTMAX, "cpu", F32, 64, Mask(), 8, 8, "dense"),
+    # refusals: one line naming the reason
+    ("cudnn", SOFTMAX, "cpu", BF16, 64, RIGHT, 8, 8, "platform cpu"),
+    ("cudnn", SOFTMAX, "gpu", F32, 64, RIGHT, 8, 8, "dtype float32"),
+    ("cudnn", SOFTMAX, "gpu", BF16, 12, RIGHT, 8, 8, "head dim 12"),
+    ("cudnn", SOFTMAX, "gpu", BF16, 64, Mask(dense_BTS=jnp.ones((2, 8, 8), bool)), 8, 8, "explicit (B,T,S) mask"),
+    ("cudnn", SOFTMAX, "gpu", BF16, 64, Mask(window=3), 8, 8, "bidirectional window"),
+    ("cudnn", KL_RECENCY, "gpu", BF16, 64, RIGHT, 8, 8, "only softmax and kl with prior=uniform"),
+    ("xla", SOFTMAX, "cpu", F32, 64, Mask(dense_BNTS=jnp.ones((1, 2, 8, 8), bool)), 8, 8, "per-head dense mask"),
+    ("xla", SOFTMAX, "cpu", F32, 64, Mask(key_valid_BS=PAD), 8, 8, "not right padding"),
+    ("xla", SOFTMAX, "cpu", F32, 64, Mask(causal=True), 4, 8, "T=4 != S=8"),
+    ("blockwise", ENTMAX, "cpu", F32, 64, Mask(), 8, 8, "no blockwise form"),
+    ("blockwise", SOFTMAX, "cpu", F32, 64, Mask(dense_BNTS=jnp.ones((1, 2, 8, 8), bool)), 8, 8, "per-head"),
+]
+
+
+@pytest.mark.parametrize("requested, cap, platform, dtype, H, mask, T, S, expected", TABLE)
+def test_the_choice_is_a_pure_function_of_its_arguments(requested, cap, platform, dtype, H, mask, T, S, expected):
+    args = dict(normalizer="softmax", platform=platform, dtype=dtype, head_dim=H, mask=mask, T=T, S=S)
+    if expected in impl.IMPLS:
+        assert impl.choose(requested, cap, **args) == expected
+    else:
+        with pytest.raises(ValueError, match=rf"^normalizer\.impl={requested} cannot run for softmax: .*{re.escape(expected)}") as e:
+            impl.choose(requested, cap, **args)
+        assert "\n" not in str(e.value)
+
+
+def test_threshold_is_long_contexts():
+    assert LONG * LONG == AUTO_MIN_TS
+
+
+@pytest.mark.parametrize("name, opts, value, allowed", [
+    ("relu", {}, "xla", "auto, blockwise, dense"),
+    ("kl", {"prior": "recency"}, "cudnn", "auto, blockwise, dense"),
+    ("entmax", {}, "blockwise", None),  # entmax has no impl option at all
+    ("softmax", {}, "flash", "auto, cudnn, xla, blockwise, dense"),
+])
+def test_impl_a_normalizer_cannot_run_is_refused_when_built(name, opts, value, allowed):
+    if allowed is None:
+        with pytest.raises(ValueError, match="unknown option.s. impl for normalizer .entmax."):
+            nz.build(name, num_heads=2, head_dim=8, impl=value, **opts)
+        return
+    with pytest.raises(ValueError, match=rf"normalizer\.impl='{value}' unknown; allowed: {allowed}$"):
+        nz.build(name, num_heads=2, head_dim=8, impl=value, **opts)
+
+
+def test_cudnn_on_cpu_is_a_one_line_error_naming_the_platform():
+    q = jnp.ones((1, 2, 8, 8), jnp.bfloat16)
+    norm = nz.build("softmax", num_heads=2, head_dim=8, impl="cudnn")
+    with pytest.raises(ValueError, match=r"normalizer\.impl=cudnn cannot run for softmax: platform cpu"):
+        norm(q, q, q, Mask(causal=True))
+
+
+def out_and_grads(name, impl_, q, k, v, mask, opts):
+    """Output and the gradients wrt q, k, v and the normalizer's parameters (β) of sum(out · cos)."""
+    norm = nz.build(name, num_heads=q.shape[1], head_dim=q.shape[3], impl=impl_, **opts)
+    norm.beta.theta[...] = jnp.log(jnp.array([0.3, 0.5, 0.9]))  # distinct β per head, not the default
+    graphdef, params, rest = nnx.split(norm, nz.NormalizerParam, ...)
+    ct = jnp.cos(jnp.arange(q.size, dtype=jnp.float32).reshape(q.shape))
+
+    def loss(params, q, k, v):
+        out = nnx.merge(graphdef, params, rest)(q, k, v, mask)[0]
+        return jnp.sum(out * ct), out
+
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2, 3), has_aux=True))(params, q, k, v)
+    return out, grads
+
+
+def lengths_mask(lengths, S, **kw):
+    return Mask(key_valid_BS=jnp.arange(S)[None] < jnp.array(lengths)[:, None], right_padded=True, **kw)
+
+
+# (T, S, key lengths per batch row, causal, window); a length of 0 leaves whole rows with no admissible key.
+SCENARIOS = {
+    "causal_padded": (11, 11, [11, 6, 0], True, None),
+    "bidirectional_padded": (11, 11, [11, 1, 7], False, None),
+    "causal_window": (11, 11, [11, 9, 3], True, 4),
+    "bidirectional_window": (11, 11, [4, 11, 2], False, 3),  # padded queries beyond the window see no key
+    "cross_T_ne_S": (5, 13, [13, 7, 1], False, None),
+}
+
+
+@pytest.mark.parametrize("name, opts", [("softmax", {}), ("kl", {"prior": "uniform"})])
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_xla_path_equals_the_dense_form_forward_and_gradients(name, opts, scenario):
+    T, S, lengths, causal, window = SCENARIOS[scenario]
+    rng = np.random.default_rng(7)
+    q = jnp.asarray(rng.normal(size=(3, 3, T, 8)), jnp.float32)
+    k, v = (jnp.asarray(rng.normal(size=(3, 3, S, 8)), jnp.float32) for _ in range(2))
+    mask = lengths_mask(lengths, S, causal=causal, window=window)
+    assert nz.build(name, num_heads=3, head_dim=8, impl="xla", **opts).implementation(T, S, mask, F32) == "xla"
+    out_x, g_x = out_and_grads(name, "xla", q, k, v, mask, opts)
+    out_d, g_d = out_and_grads(name, "dense", q, k, v, mask, opts)
+    np.testing.assert_allclose(out_x, out_d, atol=2e-6, rtol=1e-5)
+    empty_BT = ~np.asarray(mask.matrix_B1TS(T, S))[:, 0].any(-1)
+    np.testing.assert_array_equal(np.asarray(out_x)[empty_BT.nonzero()[0], :, empty_BT.nonzero()[1]], 0.0)
+    for a, b in zip(jax.tree.leaves(g_x), jax.tree.leaves(g_d)):
+        np.testing.assert_allclose(a, b, atol=2e-5, rtol=1e-4)
+    assert np.abs(np.asarray(jax.tree.leaves(g_x[0])[0])).min() > 1e-3  # dβ (the only parameter) is exercised
+
+
+def test_model_reports_the_implementation_of_every_layer():
+    from attnlab.model import Transformer
+
+    makers = [lambda **kw: nz.build("softmax", impl="xla", **kw), lambda **kw: nz.build("relu", **kw)]
+    net = Transformer(d_model=16, num_heads=2, num_layers=3, mlp_ratio=2, dropout=0.0, positional="rope", max_len=8,
+                      causal=True, qk_norm=False, pooled=False, make_normalizer=makers, seq_len=8, vocab_size=5,
+                      rngs=nnx.Rngs(0))
+    assert net.attention_impl(8) == ["xla", "dense", "xla"]
+    assert net.attention_impl(LONG) == ["xla", "blockwise", "xla"]
