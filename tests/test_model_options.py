@@ -16,7 +16,7 @@ from attnlab.cli import ConfigError, build, hparams_of
 from attnlab.model import Transformer
 from attnlab.normalizers import Mask, build as build_normalizer
 from attnlab.groups import leaf_groups
-from attnlab.steps import make_train_step, probes_supported, sample_batch, step_key
+from attnlab.steps import make_stats_step, make_train_step, probes_supported, sample_batch, step_key
 from attnlab.summaries import flatten_train_metrics
 from attnlab.train import pad_split
 
@@ -128,10 +128,12 @@ def one_step(*overrides, task="mqar", with_stats=True):
     ref_loss = float(net.head.loss(net.head(net.body(batch["inputs"], batch["valid"])[0]), batch["targets"],
                                    batch["weights"]))
     before = jax.tree.map(lambda x: np.array(x, copy=True), state["params"])  # the step donates the state
-    step = make_train_step(graphdef, tx, groups=groups, layers=layers, num_layers=len(net.body.blocks),
-                           num_heads=net.body.blocks[0].attn.num_heads, batch_size=8, batch_sharding=None,
-                           with_stats=with_stats, probe_scores=probes_supported(net))
+    shape = dict(groups=groups, layers=layers, num_layers=len(net.body.blocks),
+                 num_heads=net.body.blocks[0].attn.num_heads, batch_size=8, batch_sharding=None)
+    step = make_train_step(graphdef, tx, **shape)
+    extra = make_stats_step(graphdef, probe_scores=probes_supported(net), **shape)(state, data) if with_stats else {}
     new_state, metrics = step(state, data)
+    metrics = {**extra, **metrics}
     new_state, _ = step(new_state, data)  # the first step's learning rate is 0 (warmup from 0)
     return net, metrics, ref_loss, before, new_state
 

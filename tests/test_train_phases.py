@@ -54,3 +54,37 @@ def test_evaluate_step_keeps_each_seeds_best_params_and_metrics():
         assert rec.images == 1
     # NaN marks a layer without the statistic: seed 0 logs one β, seed 1 two, seed 2 none.
     assert [r.histograms for r in summaries] == [[("hist/beta", [1.5], 10)], [("hist/beta", [2.0, 3.0], 10)], []]
+
+
+def _final_params(tmp_path, monkeypatch, log_every: int, steps: int = 5):
+    """The parameters after `steps` steps of a tiny in-process run (captured where fit computes final metrics)."""
+    import jax
+
+    import attnlab.train as train
+    from attnlab import cli
+    from cli_helpers import TINY_TASK
+    from test_configs import compose_train
+
+    cfg = compose_train("model=tiny", "task=mqar", *TINY_TASK["mqar"], "model.dropout=0.1", "accelerator=cpu")
+    task, nets, tx, loop = cli.build(cfg, "softmax_ce")
+    loop = type(loop)(**{**loop.__dict__, "steps": steps, "log_every": log_every, "eval_every": steps,
+                         "checkpoint_every": 0, "progress": "none", "resume": False})
+    got, real = [], train.final_metrics
+    monkeypatch.setattr(train, "final_metrics", lambda ev, params, *a: got.append(jax.device_get(params)) or
+                        real(ev, params, *a))
+    run_dir = tmp_path / f"log{log_every}"
+    record = cli._train(cfg, task, nets, tx, loop, [run_dir], run_dir, [{"seed": "0"}], None)[0]
+    return got[0], record
+
+
+def test_logging_never_changes_the_parameters(tmp_path, monkeypatch):
+    """log_every=1 (statistics, probes and dense autodiff on every step) trains bit for bit like no logging."""
+    import jax
+
+    every, rec_every = _final_params(tmp_path, monkeypatch, log_every=1)
+    never, rec_never = _final_params(tmp_path, monkeypatch, log_every=1000)
+    leaves_every, leaves_never = jax.tree.leaves(every), jax.tree.leaves(never)
+    assert len(leaves_every) == len(leaves_never) > 10
+    for a, b in zip(leaves_every, leaves_never):
+        np.testing.assert_array_equal(a, b)
+    assert rec_every["final"] == rec_never["final"]

@@ -12,6 +12,11 @@ from attnlab import checks
 
 PLATFORMS = {"auto": None, "cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
 DTYPES = (None, "auto", "float32", "bfloat16")
+# accelerator.matmul_precision (jax_default_matmul_precision): null = the dtype's rule (MATMUL_RULE).
+MATMUL_PRECISIONS = (None, "default", "high", "highest")
+# float32 means float32: GPUs otherwise run float32 matmuls as TF32 (rel. error ~3e-4, issue 26);
+# bfloat16 compute is low precision by choice, so its matmuls keep the platform default.
+MATMUL_RULE = {"float32": "highest", "bfloat16": "default"}
 # How to get the JAX wheels of each platform, for the pinned jax 0.10.x (its extras cuda12, cuda13, tpu).
 INSTALL = {
     "gpu": "pip install 'attnlab[cuda]' (CUDA 12 wheels, = jax[cuda12]; 'attnlab[cuda13]' for CUDA 13)",
@@ -91,6 +96,19 @@ def compute_dtype(dtype: str | None):
     if dtype in (None, "auto"):
         return jnp.float32 if jax.default_backend() == "cpu" else jnp.bfloat16
     return {"float32": jnp.float32, "bfloat16": jnp.bfloat16}[dtype]
+
+
+def matmul_precision(setting: str | None, dtype) -> str:
+    """The matmul precision a run uses: `setting`, or the rule from the compute dtype when null."""
+    checks.choice("accelerator.matmul_precision", setting, MATMUL_PRECISIONS)
+    return MATMUL_RULE[jnp.dtype(dtype).name] if setting is None else setting
+
+
+def apply_matmul_precision(setting: str | None, dtype) -> str:
+    """Set jax_default_matmul_precision for this process (before anything compiles); returns the value set."""
+    value = matmul_precision(setting, dtype)
+    jax.config.update("jax_default_matmul_precision", value)
+    return value
 
 
 def seeds_over_devices(num_seeds: int, device_count: int) -> bool:

@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, registry, sweep
 from attnlab.record import write_json
-from attnlab.run_files import completed_with, hparams_of, write_results, write_run_json
+from attnlab.run_files import completed_with, compute_record, hparams_of, write_results, write_run_json
 
 EXIT_CONFIG = 2
 
@@ -98,7 +98,7 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     from flax import nnx
 
     from attnlab import heads, optim
-    from attnlab.accelerator import compute_dtype
+    from attnlab.accelerator import compute_dtype, matmul_precision
     from attnlab.model import Transformer
     from attnlab.steps import Net
     from attnlab.train import LoopConfig
@@ -109,6 +109,8 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
                       warmup_steps=o.warmup_steps, progress=t.progress, checkpoint_every=t.checkpoint_every,
                       resume=t.resume, attn_map_scale=t.get("attn_map_scale", "row"))  # checks the trainer values
     validate(cfg, jax.device_count())
+    dtype = compute_dtype(cfg.accelerator.dtype)
+    matmul_precision(cfg.accelerator.get("matmul_precision"), dtype)  # refuses a bad value before anything is built
     task = _construct("task", OmegaConf.to_container(cfg.task, resolve=True))
     head_kind = heads.kind_of(head_name)
     _require(head_kind == task.kind, f"head={head_name} serves {head_kind}, but task {type(task).__name__} is {task.kind}; "
@@ -126,7 +128,7 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
                            dropout=m.dropout, positional=m.positional, max_len=m.max_len, causal=causal,
                            qk_norm=m.qk_norm, pooled=task.granularity == "sequence", make_normalizer=make_normalizer,
                            seq_len=task.seq_len, vocab_size=task.vocab_size, input_dim=task.input_dim,
-                           dtype=compute_dtype(cfg.accelerator.dtype), window=m.get("window"),
+                           dtype=dtype, window=m.get("window"),
                            short_conv=m.get("short_conv", 0), rngs=rngs)
         return Net(body, _construct("head", head_cfg, d_model=m.d_model, num_classes=task.num_classes, rngs=rngs))
 
@@ -168,6 +170,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             task, nets, tx, loop = build(cfg, head_name, choices.get("normalizer"))
         for w in caught:
             print(f"attnlab: warning: {w.message}", file=sys.stderr)
+        compute = compute_record(cfg.accelerator, nets[0], task.seq_len)  # refuses an impl that cannot run here
     except (ConfigError, ValueError, TypeError) as exc:
         record.update(status="failed", error=f"configuration: {exc}")
         if os.access(run_dir, os.W_OK):
@@ -181,7 +184,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     try:
         if multirun:
             loop = type(loop)(**{**loop.__dict__, "progress": "none"})
-        write_run_json(seeds, run_dirs, resolved, choices, list(hc.overrides.task), task)
+        write_run_json(seeds, run_dirs, resolved, choices, list(hc.overrides.task), task, compute)
         from attnlab import tb_hparams
 
         hparams = [{**hparams_of(cfg, choices), "seed": str(seed)} for seed in seeds]

@@ -42,15 +42,28 @@ def completed_with(run_dir: Path, resolved: dict) -> bool:
     return done and strip(old) == strip(resolved)
 
 
+def compute_record(accelerator: DictConfig, net, seq_len: int) -> dict[str, Any]:
+    """Set the matmul precision and name each layer's attention implementation; printed, and kept in run.json."""
+    import numpy as np
+
+    from attnlab.accelerator import apply_matmul_precision
+
+    precision = apply_matmul_precision(accelerator.get("matmul_precision"), net.body.dtype)
+    impls = net.body.attention_impl(seq_len)
+    print(f"attnlab: attention_impl per layer: {', '.join(impls)}; matmul_precision: {precision}")
+    return {"attention_impl": impls, "matmul_precision": precision, "compute_dtype": np.dtype(net.body.dtype).name}
+
+
 def write_run_json(seeds: list[int], run_dirs: list[Path], resolved: dict, choices: dict, overrides: list,
-                   task) -> None:
-    """run.json in each seed's directory: its config, choices, overrides, environment (and lm corpus)."""
+                   task, compute: dict | None = None) -> None:
+    """run.json in each seed's directory: its config, choices, overrides, environment (and lm corpus), and
+    `compute` (cli.compute_record: attention_impl per layer, matmul_precision, compute_dtype)."""
     env = environment()
     for seed, d in zip(seeds, run_dirs):
         d.mkdir(parents=True, exist_ok=True)
         corpus = {"corpus": task.corpus} if getattr(task, "corpus", None) else {}  # the lm task's text identity
         write_json(d / "run.json", {"config": {**resolved, "seed": seed}, "choices": choices,
-                                    "overrides": overrides, "env": env, **corpus})
+                                    "overrides": overrides, "env": env, **corpus, **(compute or {})})
 
 
 def write_results(seeds: list[int], run_dirs: list[Path], records: list[dict], run_dir: Path, resolved: dict,

@@ -64,34 +64,44 @@ def over_seeds(fn, num_seeds: int, in_axes: tuple):
     return single
 
 
-def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batch_size, batch_sharding,
-                    with_stats: bool, probe_scores: bool, num_seeds: int = 1):
-    """Jitted (state, data) -> (state, metrics), vmapped over a leading seed axis of the state.
+def loss_of_batch(graphdef, state, batch, key, *, with_stats: bool):
+    """(params, probes) -> (loss, stats) on `batch` with the step's dropout key (one definition for both steps)."""
 
-    state = {params, rest (non-trainable variables), opt_state, step, key (raw key data), nonfinite,
-    first_nonfinite}; several seeds train as one compiled program (trainer.vmap_seeds).
-    """
+    def loss_fn(params, probes):
+        net = nnx.merge(graphdef, params, state["rest"])
+        feats, stats = net.body(batch["inputs"], batch["valid"], with_stats=with_stats, score_probes=probes,
+                                deterministic=False, rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)))
+        return net.head.loss(net.head(feats), batch["targets"], batch["weights"]), stats
+
+    return loss_fn
+
+
+def batch_sampler(batch_size, batch_sharding):
+    """(data, key) -> the step's batch, sharded over the batch axis when asked."""
 
     def sample(data, key):
         batch = sample_batch(data, key, batch_size)
         return jax.lax.with_sharding_constraint(batch, batch_sharding) if batch_sharding else batch
 
+    return sample
+
+
+def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batch_size, batch_sharding,
+                    num_seeds: int = 1):
+    """Jitted (state, data) -> (state, metrics), vmapped over a leading seed axis of the state.
+
+    state = {params, rest (non-trainable variables), opt_state, step, key (raw key data), nonfinite,
+    first_nonfinite}; several seeds train as one compiled program (trainer.vmap_seeds). Logging steps
+    run this same program: their statistics come from `make_stats_step`, which never feeds the update,
+    so the parameters do not depend on trainer.log_every (tests/test_train_phases.py).
+    """
+    sample = batch_sampler(batch_size, batch_sharding)
+
     def step(state, data):
         key = step_key(state)
         batch = sample(data, key)
-        T = batch["valid"].shape[1]
-        # No B×N×T×T probe at length: the step stays blockwise and score_grad is not logged.
-        probes = ([jnp.zeros((batch_size, num_heads, T, T)) for _ in range(num_layers)]
-                  if with_stats and probe_scores and not skip_score_probe(T, T) else None)
-
-        def loss_fn(params, probes):
-            net = nnx.merge(graphdef, params, state["rest"])
-            feats, stats = net.body(batch["inputs"], batch["valid"], with_stats=with_stats, score_probes=probes,
-                                    deterministic=False, rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)))
-            return net.head.loss(net.head(feats), batch["targets"], batch["weights"]), stats
-
-        (loss, stats), (grads, probe_grads) = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(
-            state["params"], probes)
+        loss_fn = loss_of_batch(graphdef, state, batch, key, with_stats=False)
+        (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"], None)
         norms = grad_norms(grads, groups, layers, num_layers)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
@@ -105,14 +115,35 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
                      "step": state["step"] + 1, "key": state["key"], "nonfinite": state["nonfinite"] + (~ok),
                      "first_nonfinite": first_bad}
         metrics: dict[str, Any] = {"loss": loss, "grad_norm/global": norms["global"], "nonfinite": new_state["nonfinite"]}
-        if with_stats:
-            metrics["grad_norm"] = norms
-            metrics["attn"] = stats
-            if probe_grads is not None:
-                metrics["score_grad"] = jnp.stack([jnp.sqrt(jnp.sum(jnp.square(g), (0, 2, 3))) for g in probe_grads])
         return new_state, metrics
 
     return jax.jit(over_seeds(step, num_seeds, (0, None)), donate_argnums=0)
+
+
+def make_stats_step(graphdef, *, groups, layers, num_layers, num_heads, batch_size, batch_sharding,
+                    probe_scores: bool, num_seeds: int = 1):
+    """Jitted (state, data) -> statistics of the step `state` is about to take: attention statistics,
+    gradient norms and dL/dz at the scores, from a separate forward/backward on the same batch and
+    dropout key. It returns no state: the update always comes from `make_train_step`'s program.
+    """
+    sample = batch_sampler(batch_size, batch_sharding)
+
+    def stats(state, data):
+        key = step_key(state)
+        batch = sample(data, key)
+        T = batch["valid"].shape[1]
+        # No B×N×T×T probe at length: the statistics stay blockwise and score_grad is not logged.
+        probes = ([jnp.zeros((batch_size, num_heads, T, T)) for _ in range(num_layers)]
+                  if probe_scores and not skip_score_probe(T, T) else None)
+        loss_fn = loss_of_batch(graphdef, state, batch, key, with_stats=True)
+        (_, attn), (grads, probe_grads) = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(
+            state["params"], probes)
+        metrics: dict[str, Any] = {"grad_norm": grad_norms(grads, groups, layers, num_layers), "attn": attn}
+        if probe_grads is not None:
+            metrics["score_grad"] = jnp.stack([jnp.sqrt(jnp.sum(jnp.square(g), (0, 2, 3))) for g in probe_grads])
+        return metrics
+
+    return jax.jit(over_seeds(stats, num_seeds, (0, None)))
 
 
 def make_eval(graphdef, *, eval_batch_size: int, num_seeds: int = 1):

@@ -17,7 +17,7 @@ from flax import nnx
 from attnlab.checkpoint import Checkpoints
 from attnlab.groups import leaf_groups
 from attnlab.optim import schedule
-from attnlab.steps import Net, make_train_step, probes_supported
+from attnlab.steps import Net, make_stats_step, make_train_step, probes_supported
 from attnlab.train.config import Diverged, LoopConfig, StopRequest, pad_split
 from attnlab.train.evaluation import Evaluator, final_metrics
 from attnlab.train.logs import Logs
@@ -71,9 +71,20 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
                         run_dirs=run_dirs, data=data, hparams=hparams, declared=declared, timing=timing)
 
 
-def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placement, **shape) -> CompiledSteps:
-    """The train step compiled ahead of time, with and without statistics (`shape`: make_train_step's rest)."""
+def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placement, *, probe_scores: bool,
+                  **shape) -> CompiledSteps:
+    """The train step and the statistics program compiled ahead of time (`shape`: their shared options).
+
+    A logging step runs the statistics program on the state before the step, then the same train step
+    as every other step: logging never changes the parameters (tests/test_train_phases.py).
+    """
     common = dict(batch_size=cfg.batch_size, batch_sharding=placement.batch, **shape)
-    plain = make_train_step(graphdef, tx, with_stats=False, **common).lower(state, data).compile()
-    stats = make_train_step(graphdef, tx, with_stats=True, **common).lower(state, data).compile()
+    plain = make_train_step(graphdef, tx, **common).lower(state, data).compile()
+    statistics = make_stats_step(graphdef, probe_scores=probe_scores, **common).lower(state, data).compile()
+
+    def stats(state, data):
+        extra = statistics(state, data)  # dispatched first: the train step donates `state`
+        state, metrics = plain(state, data)
+        return state, {**extra, **metrics}
+
     return CompiledSteps(plain=plain, stats=stats)

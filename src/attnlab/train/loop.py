@@ -16,7 +16,7 @@ from attnlab.train.state import LoopState
 
 @dataclasses.dataclass(frozen=True)
 class CompiledSteps:
-    """The train step compiled twice: without statistics, and with them for logging steps."""
+    """The train step, and a logging step: statistics of the state (a separate program), then the same train step."""
 
     plain: Callable
     stats: Callable
