@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow bench clean
+.PHONY: run test test-slow test-numerics bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 -q -m slow
+
+# The numerics tests (pytest -m numerics) on whatever accelerator JAX sees (a GPU if there is one).
+test-numerics: $(STAMP)
+	$(PY) -m pytest -q -m numerics
 
 bench: $(STAMP)
 	JAX_PLATFORMS=cpu $(PY) scripts/bench_attention.py

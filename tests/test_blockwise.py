@@ -9,6 +9,8 @@ from flax import nnx
 from attnlab import normalizers as nz
 from attnlab.normalizers import long_context
 
+pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
+
 jax.config.update("jax_enable_x64", False)
 
 CASES = {

@@ -11,6 +11,8 @@ import pytest
 import normalizer_refs as R
 from attnlab import normalizers as nz
 
+pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
+
 B, N, T, S, H = R.B, R.N, 5, 7, R.H
 # Every shape jax.nn.dot_product_attention broadcasts, plus our (B,T,S).
 SHAPES = [(B, N, T, S), (1, 1, T, S), (B, 1, T, S), (1, N, T, S), (B, T, S), (1, T, S)]

@@ -18,6 +18,8 @@ from flax import nnx
 from attnlab import normalizers as nz
 from attnlab.model import Transformer
 
+pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
+
 B, T, D, N, V = 3, 7, 16, 2, 11
 
 

@@ -11,6 +11,8 @@ import normalizer_refs as R
 from attnlab import normalizers as nz
 from attnlab import registry
 
+pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
+
 CASES = R.cases()
 ATOL, RTOL = 2e-5, 1e-4
 _mask, _build = R.make_mask, R.build

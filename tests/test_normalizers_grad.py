@@ -11,6 +11,8 @@ from jax.test_util import check_grads
 import normalizer_refs as R
 from attnlab import normalizers as nz
 
+pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
+
 CASES = R.cases()
 _mask, _build = R.make_mask, R.build
 
