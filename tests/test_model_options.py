@@ -209,3 +209,17 @@ def test_hparams_record_the_layer_layout_as_one_string():
     cfg = compose_train("model=tiny", "model.layer_normalizers=[softmax,linear]", *TINY_TASK["mqar"])
     flat = hparams_of(cfg, {"normalizer": "softmax"})
     assert flat["model.layer_normalizers"] == "softmax,linear" and flat["model.short_conv"] == 0
+
+
+def test_bfloat16_compute_keeps_float32_master_params_and_optimizer_state():
+    """Mixed precision: bfloat16 activations, float32 parameters, Adam moments and loss."""
+    net, metrics, ref_loss, before, new_state = one_step("accelerator.dtype=bfloat16", with_stats=False)
+    assert net.body.dtype == jnp.bfloat16
+    floats = [x for x in jax.tree.leaves((new_state["params"], new_state["opt_state"]))
+              if jnp.issubdtype(x.dtype, jnp.floating)]
+    assert len(floats) > 3 * len(jax.tree.leaves(new_state["params"])) - 1  # params, mu and nu
+    assert {x.dtype for x in floats} == {jnp.dtype(jnp.float32)}
+    assert metrics["loss"].dtype == jnp.float32
+    inputs, valid = jnp.zeros((2, 16), jnp.int32), jnp.ones((2, 16), bool)
+    assert net.body(inputs, valid)[0].dtype == jnp.bfloat16  # the compute really is bfloat16
+    np.testing.assert_allclose(float(metrics["loss"][0]), ref_loss, rtol=2e-2)
