@@ -37,3 +37,23 @@ def test_write_section_replaces_only_its_section(tmp_path):
     bc.write_section("## A\nnew a\n", path, ("## A",))
     assert path.read_text() == "# Benchmarks\n\n## A\nnew a\n\n## B\nold b\n"
     assert bc.table(["x", "y"], [[1, 2]], "---:|---") == ["| x | y |", "|---:|---|", "| 1 | 2 |"]
+
+
+def test_bench_gpu_without_a_gpu_says_so_and_exits_0():
+    import os
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_gpu.py"
+    proc = subprocess.run([sys.executable, str(script)], env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("bench_gpu: no GPU (JAX ") and "sees cpu); nothing measured" in proc.stdout
+
+
+def test_bench_gpu_mfu_is_the_issues_formula():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import bench_gpu
+
+    # 1e9 FLOP per token (6·params + 12·L·T·d with params = 1e9/6 − 2·L·T·d), 1e3 tokens in 1 ms: 1e15 FLOP/s
+    n = (1e9 - 12 * 8 * 1000 * 512) / 6
+    assert abs(bench_gpu.mfu(n, 1, 1000, 1.0, 1000.0) - 1.0) < 1e-12
