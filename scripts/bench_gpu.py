@@ -79,8 +79,8 @@ def attnlab_steps(normalizer: str, B: int, T: int, dtype: str):
     return plain, logging_step, state, data, n_params, net.body.attention_impl(T)
 
 
-def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int = 8):
-    """(compiled step, state, data, param count): the same model in plain jnp, cuDNN attention."""
+def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int = 8, impl: str = "cudnn"):
+    """(compiled step, state, data, param count): the same model in plain jnp, cuDNN attention (`impl`)."""
     import optax
 
     from attnlab.attention import rope
@@ -91,7 +91,8 @@ def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int =
     ln = lambda: {"scale": jnp.ones((D,)), "bias": jnp.zeros((D,))}  # noqa: E731
     params = {"embed": jax.random.normal(next(k), (V, D)) * 0.02, "ln_f": ln(), "head": dense(D, V),
               "blocks": [{"ln1": ln(), "ln2": ln(), "qkv": dense(D, 3 * D), "out": dense(D, D),
-                          "fc1": dense(D, 4 * D), "fc2": dense(4 * D, D)} for _ in range(L)]}
+                          "fc1": dense(D, 4 * D), "b1": jnp.zeros((4 * D,)), "fc2": dense(4 * D, D),
+                          "b2": jnp.zeros((D,))} for _ in range(L)]}
 
     def norm(x, p):
         xf = x.astype(jnp.float32)
@@ -106,9 +107,9 @@ def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int =
         for blk in p16["blocks"]:
             q, kk, v = (norm(x, blk["ln1"]) @ blk["qkv"]).reshape(B, T, 3, N, H).transpose(2, 0, 3, 1, 4)
             q, kk = (rope(a, pos_T).transpose(0, 2, 1, 3) for a in (q, kk))
-            o = jax.nn.dot_product_attention(q, kk, v.transpose(0, 2, 1, 3), is_causal=True, implementation="cudnn")
+            o = jax.nn.dot_product_attention(q, kk, v.transpose(0, 2, 1, 3), is_causal=True, implementation=impl)
             x = x + o.reshape(B, T, D) @ blk["out"]
-            x = x + jax.nn.gelu(norm(x, blk["ln2"]) @ blk["fc1"]) @ blk["fc2"]
+            x = x + jax.nn.gelu(norm(x, blk["ln2"]) @ blk["fc1"] + blk["b1"]) @ blk["fc2"] + blk["b2"]
         logits = (norm(x, p16["ln_f"]) @ p16["head"]).astype(jnp.float32)
         return jnp.mean(jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, targets_BT[..., None], -1)[..., 0])
 
