@@ -46,6 +46,9 @@ BAD = [
     (["task.num_kv_pairs=100"], ["num_kv_pairs", "100"]),
     (["model.causal=false"], ["model.causal=false", "causal=true or null"]),
     (["+normalizer.temperature=2"], ["normalizer.temperature", "allowed"]),
+    (["normalizer.impl=flash"], ["normalizer.impl='flash'", "auto, cudnn, xla, blockwise, dense"]),
+    (["normalizer=relu", "normalizer.impl=xla"], ["normalizer.impl='xla'", "auto, blockwise, dense"]),
+    (["accelerator.matmul_precision=tf32"], ["accelerator.matmul_precision='tf32'", "default, high, highest"]),
 ]
 
 
@@ -78,6 +81,7 @@ def test_unknown_accelerator_platform_is_refused():
     (["model.heads=0"], "model.heads=0 is invalid; allowed: an integer >= 1"),
     (["trainer.resume=true"], "trainer.resume=true but"),
     (["model.d_model=30", "model.heads=4"], "not divisible"),
+    (["normalizer.impl=cudnn"], "normalizer.impl=cudnn cannot run for softmax: platform cpu (cuDNN needs gpu)"),
 ])
 def test_cli_exits_2_with_one_line_before_compiling(tmp_path, overrides, needle):
     proc = run_cli(*TINY, *MQAR, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
