@@ -72,8 +72,8 @@ def test_run_record_has_the_documented_keys(default_run):
     assert "trainer.steps=4" in run["overrides"]
     assert set(run["env"]["git"]) == {"sha", "dirty"} and run["env"]["versions"]["jax"]
     assert run["env"]["devices"] and "model=tiny" in run["env"]["command"]
-    # model=tiny has one layer; on CPU in float32 kl runs its dense form, matmuls in full float32
-    assert run["attention_impl"] == ["dense"] and run["matmul_precision"] == "highest"
+    # on CPU in float32 kl runs its dense form in every layer, matmuls in full float32
+    assert run["attention_impl"] == ["dense"] * run["config"]["model"]["layers"] and run["matmul_precision"] == "highest"
     assert run["compute_dtype"] == "float32" and "attention_impl per layer: dense" in proc.stdout
     assert str(run_dir) in proc.stdout and "test/accuracy" in proc.stdout and "baseline" in proc.stdout
 
