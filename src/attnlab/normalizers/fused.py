@@ -39,7 +39,8 @@ def fused_attention(q_BNTH, k_BNSH, v_BNSH, mask: Mask, beta_N, implementation: 
     row_ok_BT = empty_rows_ok(lengths_B, mask.window, T, B)
     if row_ok_BT is None:
         return out_BNTH
-    return out_BNTH * row_ok_BT[:, None, :, None].astype(out_BNTH.dtype)
+    # `where`, not a product: whatever the kernel leaves in a row with no key (NaN included) must not pass.
+    return jnp.where(row_ok_BT[:, None, :, None], out_BNTH, jnp.zeros((), out_BNTH.dtype))
 
 
 def empty_rows_ok(lengths_B, window: int | None, T: int, B: int):
