@@ -66,9 +66,9 @@ def attnlab_steps(normalizer: str, B: int, T: int, dtype: str):
              "key": jax.random.key_data(jax.random.key(0))[None]}
     state["opt_state"] = jax.vmap(tx.init)(state["params"])
     data = jax.device_put(pad_split(task.splits["train"], 1))
-    shape = dict(groups=groups, layers=layers, num_layers=len(net.body.blocks),
-                 num_heads=net.body.blocks[0].attn.num_heads, batch_size=B, batch_sharding=None)
-    plain = make_train_step(graphdef, tx, **shape).lower(state, data).compile()
+    shape = dict(num_layers=len(net.body.blocks), num_heads=net.body.blocks[0].attn.num_heads, batch_size=B,
+                 batch_sharding=None)
+    plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **shape).lower(state, data).compile()
     stats = make_stats_step(graphdef, probe_scores=probes_supported(net), **shape).lower(state, data).compile()
 
     def logging_step(state, data):

@@ -128,9 +128,9 @@ def one_step(*overrides, task="mqar", with_stats=True):
     ref_loss = float(net.head.loss(net.head(net.body(batch["inputs"], batch["valid"])[0]), batch["targets"],
                                    batch["weights"]))
     before = jax.tree.map(lambda x: np.array(x, copy=True), state["params"])  # the step donates the state
-    shape = dict(groups=groups, layers=layers, num_layers=len(net.body.blocks),
-                 num_heads=net.body.blocks[0].attn.num_heads, batch_size=8, batch_sharding=None)
-    step = make_train_step(graphdef, tx, **shape)
+    shape = dict(num_layers=len(net.body.blocks), num_heads=net.body.blocks[0].attn.num_heads, batch_size=8,
+                 batch_sharding=None)
+    step = make_train_step(graphdef, tx, groups=groups, layers=layers, **shape)
     extra = make_stats_step(graphdef, probe_scores=probes_supported(net), **shape)(state, data) if with_stats else {}
     new_state, metrics = step(state, data)
     metrics = {**extra, **metrics}

@@ -114,17 +114,20 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
                      "opt_state": keep(opt_state, state["opt_state"]),
                      "step": state["step"] + 1, "key": state["key"], "nonfinite": state["nonfinite"] + (~ok),
                      "first_nonfinite": first_bad}
-        metrics: dict[str, Any] = {"loss": loss, "grad_norm/global": norms["global"], "nonfinite": new_state["nonfinite"]}
+        # The group/layer norms reuse the squares of the global norm: a few scalar adds, read on logging steps only.
+        metrics: dict[str, Any] = {"loss": loss, "grad_norm/global": norms["global"], "nonfinite": new_state["nonfinite"],
+                                   "grad_norm": norms}
         return new_state, metrics
 
     return jax.jit(over_seeds(step, num_seeds, (0, None)), donate_argnums=0)
 
 
-def make_stats_step(graphdef, *, groups, layers, num_layers, num_heads, batch_size, batch_sharding,
-                    probe_scores: bool, num_seeds: int = 1):
-    """Jitted (state, data) -> statistics of the step `state` is about to take: attention statistics,
-    gradient norms and dL/dz at the scores, from a separate forward/backward on the same batch and
-    dropout key. It returns no state: the update always comes from `make_train_step`'s program.
+def make_stats_step(graphdef, *, num_layers, num_heads, batch_size, batch_sharding, probe_scores: bool,
+                    num_seeds: int = 1):
+    """Jitted (state, data) -> statistics of the step `state` is about to take: attention statistics and
+    dL/dz at the scores, from a separate forward (and a backward to the probes only: no weight gradients)
+    on the same batch and dropout key. It returns no state: the update always comes from `make_train_step`,
+    whose metrics carry the gradient norms.
     """
     sample = batch_sampler(batch_size, batch_sharding)
 
@@ -132,16 +135,14 @@ def make_stats_step(graphdef, *, groups, layers, num_layers, num_heads, batch_si
         key = step_key(state)
         batch = sample(data, key)
         T = batch["valid"].shape[1]
-        # No B×N×T×T probe at length: the statistics stay blockwise and score_grad is not logged.
-        probes = ([jnp.zeros((batch_size, num_heads, T, T)) for _ in range(num_layers)]
-                  if probe_scores and not skip_score_probe(T, T) else None)
         loss_fn = loss_of_batch(graphdef, state, batch, key, with_stats=True)
-        (_, attn), (grads, probe_grads) = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(
-            state["params"], probes)
-        metrics: dict[str, Any] = {"grad_norm": grad_norms(grads, groups, layers, num_layers), "attn": attn}
-        if probe_grads is not None:
-            metrics["score_grad"] = jnp.stack([jnp.sqrt(jnp.sum(jnp.square(g), (0, 2, 3))) for g in probe_grads])
-        return metrics
+        # No B×N×T×T probe at length: the statistics stay blockwise and score_grad is not logged.
+        if not probe_scores or skip_score_probe(T, T):
+            return {"attn": loss_fn(state["params"], None)[1]}
+        probes = [jnp.zeros((batch_size, num_heads, T, T)) for _ in range(num_layers)]
+        (_, attn), probe_grads = jax.value_and_grad(loss_fn, argnums=1, has_aux=True)(state["params"], probes)
+        score_grad = jnp.stack([jnp.sqrt(jnp.sum(jnp.square(g), (0, 2, 3))) for g in probe_grads])
+        return {"attn": attn, "score_grad": score_grad}
 
     return jax.jit(over_seeds(stats, num_seeds, (0, None)))
 

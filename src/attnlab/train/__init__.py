@@ -71,20 +71,20 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
                         run_dirs=run_dirs, data=data, hparams=hparams, declared=declared, timing=timing)
 
 
-def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placement, *, probe_scores: bool,
-                  **shape) -> CompiledSteps:
+def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placement, *, groups, layers,
+                  probe_scores: bool, **shape) -> CompiledSteps:
     """The train step and the statistics program compiled ahead of time (`shape`: their shared options).
 
     A logging step runs the statistics program on the state before the step, then the same train step
     as every other step: logging never changes the parameters (tests/test_train_phases.py).
     """
     common = dict(batch_size=cfg.batch_size, batch_sharding=placement.batch, **shape)
-    plain = make_train_step(graphdef, tx, **common).lower(state, data).compile()
+    plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **common).lower(state, data).compile()
     statistics = make_stats_step(graphdef, probe_scores=probe_scores, **common).lower(state, data).compile()
 
     def stats(state, data):
         extra = statistics(state, data)  # dispatched first: the train step donates `state`
         state, metrics = plain(state, data)
-        return state, {**extra, **metrics}
+        return state, {**metrics, **extra}
 
     return CompiledSteps(plain=plain, stats=stats)
