@@ -69,6 +69,7 @@ def model_options(values: dict[str, Any]) -> None:
     real("model.dropout", values["dropout"], 0.0, 1.0, hi_open=True)
     max_len = integer("model.max_len", values["max_len"], 1)
     boolean("model.qk_norm", values["qk_norm"])
+    choice("model.remat", values.get("remat", False), (False, True, "dots"))
     if values.get("window") is not None:  # null: no window
         integer("model.window", values["window"], 1, 2**31 - 1)
     # A short convolution (2-8 in Zoology/fla); its taps are unrolled, so a bound keeps compilation finite.

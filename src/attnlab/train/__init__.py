@@ -43,7 +43,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
     ckpt = Checkpoints(checkpoint_dir)
     placement = Placement.of(mesh, S)
     loop = initial_loop(nets, tx, cfg, ckpt, placement)
-    data = jax.device_put(pad_split(task.splits["train"], 1), placement.replicated)
+    data = train_data(task, placement)
     evaluator = Evaluator.build(graphdef, task, cfg, S, placement.replicated)
 
     t0 = time.perf_counter()
@@ -77,3 +77,8 @@ def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placeme
     plain = make_train_step(graphdef, tx, with_stats=False, **common).lower(state, data).compile()
     stats = make_train_step(graphdef, tx, with_stats=True, **common).lower(state, data).compile()
     return CompiledSteps(plain=plain, stats=stats)
+
+
+def train_data(task, placement: Placement) -> dict:
+    """The training data resident on the device, from which every step draws its batch (steps.sample_batch)."""
+    return jax.device_put(pad_split(task.splits["train"], 1), placement.replicated)
