@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Callable, Sequence
 
@@ -15,6 +14,7 @@ from attnlab.attention import MultiHeadAttention
 from attnlab.fast_vjp import dense_dot_general, gelu
 from attnlab.groups import declare
 from attnlab.normalizers import Mask, Normalizer
+from attnlab.remat import run_blocks
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "none")
 
@@ -57,41 +57,6 @@ class Block(nnx.Module):
         return x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs), stats
 
 
-REMAT = (False, True, "dots")
-
-
-def block_fn(remat, with_stats: bool, deterministic: bool):
-    """(block, x, mask, probe, rngs) -> (x, stats), rematerialised per block when `remat` is set.
-
-    remat=true keeps only each block's input for the backward pass and recomputes the rest
-    (jax.checkpoint); "dots" also keeps the outputs of its matmuls without batch dimensions
-    (jax.checkpoint_policies.dots_with_no_batch_dims_saveable: the projections and the MLP, not
-    the attention products), trading memory for less recomputation. The block runs as a pure
-    function of its split state (nnx.remat cannot carry the outer dropout Rngs across the trace);
-    with dropout its key is one draw of the outer stream per block, so masks differ from remat=false.
-    """
-
-    def run(block, x_BTD, mask, probe, rngs):
-        return block(x_BTD, mask, with_stats=with_stats, score_probe_BNTS=probe, deterministic=deterministic,
-                     rngs=rngs)
-
-    if not remat:
-        return run
-    policy = jax.checkpoint_policies.dots_with_no_batch_dims_saveable if remat == "dots" else None
-
-    def rematerialised(block, x_BTD, mask, probe, rngs):
-        graphdef, state = nnx.split(block)
-
-        @functools.partial(jax.checkpoint, policy=policy)
-        def pure(state, x_BTD, mask, probe, key):
-            inner = None if key is None else nnx.Rngs(dropout=key)
-            return run(nnx.merge(graphdef, state), x_BTD, mask, probe, inner)
-
-        return pure(state, x_BTD, mask, probe, None if rngs is None or deterministic else rngs.dropout())
-
-    return rematerialised
-
-
 class Transformer(nnx.Module):
     """Inputs (token ids (B,T) or vectors (B,T,I)) + valid_BT → (features, stats).
 
@@ -102,7 +67,7 @@ class Transformer(nnx.Module):
     `make_normalizer` is one factory, or a sequence of them cycled over the layers (hybrids);
     `window` (None: off) limits each query to its `window` nearest admissible keys (Mask.window);
     `short_conv` (0: off) is the width of a short convolution on q, k, v (attention.ShortConv);
-    `remat` (false | true | "dots") recomputes each block in the backward pass (see `block_fn`).
+    `remat` (false | true | "dots") recomputes each block in the backward pass (attnlab.remat).
     """
 
     def __init__(self, *, d_model: int, num_heads: int, num_layers: int, mlp_ratio: int, dropout: float,
@@ -158,12 +123,8 @@ class Transformer(nnx.Module):
     def __call__(self, inputs, valid_BT, *, with_stats=False, score_probes=None, deterministic=True, rngs=None):
         x_BTD = self.embed_inputs(inputs)
         mask = Mask(key_valid_BS=valid_BT, causal=self.causal, window=self.window)
-        per_layer = []
-        run_block = block_fn(self.remat, with_stats, deterministic)
-        for i, block in enumerate(self.blocks):
-            probe = None if score_probes is None else score_probes[i]
-            x_BTD, stats = run_block(block, x_BTD, mask, probe, rngs)
-            per_layer.append(stats)
+        x_BTD, per_layer = run_blocks(self.blocks, x_BTD, mask, score_probes, rngs, remat=self.remat,
+                                      with_stats=with_stats, deterministic=deterministic)
         x_BTD = self.ln_f(x_BTD)
         stats = stack_layer_stats(per_layer) if with_stats else {}
         if not self.pooled:
