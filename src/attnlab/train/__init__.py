@@ -82,5 +82,5 @@ def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placeme
 def train_data(task, placement: Placement) -> dict:
     """The training data resident on the device, from which every step draws its batch (steps.sample_batch):
     the task's text stream when it has one (task=lm), else its train split."""
-    stream = task.train_stream() if hasattr(task, "train_stream") else None
+    stream = task.train_stream()
     return jax.device_put(pad_split(task.splits["train"], 1) if stream is None else stream, placement.replicated)
