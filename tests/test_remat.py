@@ -68,3 +68,8 @@ def test_remat_lowers_the_compiled_backward_memory():
 
     plain = peak(False)
     assert peak(True) < 0.6 * plain, (peak(True), plain)
+
+
+def test_bad_remat_is_refused_naming_the_option():
+    with pytest.raises(ValueError, match=r"model.remat='yes' unknown; allowed: false, true, dots"):
+        _body("yes")

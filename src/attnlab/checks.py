@@ -50,10 +50,15 @@ def boolean(key: str, value) -> bool:
     return value
 
 
+def _yaml(value) -> str:
+    """A value as the YAML configs spell it (null, true, false)."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def choice(key: str, value, allowed: Iterable[Any]) -> Any:
     allowed = list(allowed)
     if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed if a == value):
-        raise ValueError(f"{key}={value!r} unknown; allowed: {', '.join('null' if a is None else str(a) for a in allowed)}")
+        raise ValueError(f"{key}={value!r} unknown; allowed: {', '.join(_yaml(a) for a in allowed)}")
     return value
 
 
