@@ -128,3 +128,46 @@ def test_cli_run_on_a_user_file_records_corpus_and_bits_per_byte(tmp_path):
         assert m["final"]["test/bits_per_byte"] == pytest.approx(nll / math.log(2), rel=1e-6)
         assert m["final"]["test/perplexity"] == pytest.approx(math.exp(nll), rel=1e-6)
         assert {"baseline/bits_per_byte", "baseline/bits_per_byte_bigram"} <= set(m["baseline"])
+
+
+def _stream_windows(lm, seed: int, steps, batch: int = 8) -> np.ndarray:
+    """The training windows (bytes) of the given steps, as the train step draws them."""
+    import jax
+
+    from attnlab.steps import sample_batch, step_key
+
+    data = {k: jax.numpy.asarray(v) for k, v in lm.train_stream().items()}
+    key = jax.random.key_data(jax.random.key(seed))
+    draw = jax.jit(jax.vmap(lambda s: sample_batch(data, step_key({"key": key, "step": s}), batch)))
+    b = draw(jax.numpy.asarray(np.asarray(steps, np.int32)))
+    np.testing.assert_array_equal(np.asarray(b["inputs"])[..., 1:] - 1, np.asarray(b["targets"])[..., :-1])
+    return np.concatenate([np.asarray(b["inputs"]) - 1, np.asarray(b["targets"])[..., -1:]], -1).reshape(-1, 33)
+
+
+def test_training_windows_come_from_the_whole_text_and_replay_by_seed_and_step(lm):
+    text = lm.text["train"].tobytes()
+    windows = _stream_windows(lm, 0, range(2000))
+    starts = np.array([text.find(bytes(w.astype(np.uint8).tolist())) for w in windows])
+    assert (starts >= 0).all(), "a window that is not a piece of the training text"
+    # Offsets spread over the whole text: every decile holds windows (not exactly a tenth each: `find`
+    # gives the first occurrence of a repeated passage, moving some windows to an earlier decile).
+    counts = np.bincount(np.minimum(10 * starts // (len(text) - 32), 9), minlength=10)
+    assert counts.min() > 0.04 * len(starts), counts
+    assert len({w.tobytes() for w in windows}) > 10 * SMALL["n_train"]  # not a fixed pre-sampled set
+    np.testing.assert_array_equal(_stream_windows(lm, 0, [5, 7]), windows[np.r_[40:48, 56:64]])  # resume replays
+    assert not np.array_equal(_stream_windows(lm, 1, [5]), windows[40:48])
+
+
+def test_device_training_data_is_the_text_whatever_n_train():
+    import jax
+
+    from attnlab.accelerator import data_mesh
+    from attnlab.train import train_data
+    from attnlab.train.state import Placement
+
+    placement = Placement.of(data_mesh(), 1)
+    few, many = (train_data(tasks.make("lm", **{**SMALL, "n_train": n}), placement) for n in (10, 1000))
+    assert jax.tree.map(lambda a: (a.shape, a.dtype), few) == jax.tree.map(lambda a: (a.shape, a.dtype), many)
+    lm = tasks.make("lm", **SMALL)
+    assert few["text"].dtype == np.uint8 and few["text"].nbytes == len(lm.text["train"])
+    assert sum(a.nbytes for a in jax.tree.leaves(few)) == len(lm.text["train"]) + 4 * (SMALL["seq_len"] + 1)

@@ -50,10 +50,15 @@ def boolean(key: str, value) -> bool:
     return value
 
 
+def _yaml(value) -> str:
+    """A value as the YAML configs spell it (null, true, false)."""
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def choice(key: str, value, allowed: Iterable[Any]) -> Any:
     allowed = list(allowed)
     if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed if a == value):
-        raise ValueError(f"{key}={value!r} unknown; allowed: {', '.join('null' if a is None else str(a) for a in allowed)}")
+        raise ValueError(f"{key}={value!r} unknown; allowed: {', '.join(_yaml(a) for a in allowed)}")
     return value
 
 
@@ -69,6 +74,7 @@ def model_options(values: dict[str, Any]) -> None:
     real("model.dropout", values["dropout"], 0.0, 1.0, hi_open=True)
     max_len = integer("model.max_len", values["max_len"], 1)
     boolean("model.qk_norm", values["qk_norm"])
+    choice("model.remat", values.get("remat", False), (False, True, "dots"))
     if values.get("window") is not None:  # null: no window
         integer("model.window", values["window"], 1, 2**31 - 1)
     # A short convolution (2-8 in Zoology/fla); its taps are unrolled, so a bound keeps compilation finite.

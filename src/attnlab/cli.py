@@ -129,7 +129,7 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
                            qk_norm=m.qk_norm, pooled=task.granularity == "sequence", make_normalizer=make_normalizer,
                            seq_len=task.seq_len, vocab_size=task.vocab_size, input_dim=task.input_dim,
                            dtype=dtype, window=m.get("window"),
-                           short_conv=m.get("short_conv", 0), rngs=rngs)
+                           short_conv=m.get("short_conv", 0), remat=m.get("remat", False), rngs=rngs)
         return Net(body, _construct("head", head_cfg, d_model=m.d_model, num_classes=task.num_classes, rngs=rngs))
 
     nets = [make_net(cfg.seed + i) for i in range(cfg.trainer.vmap_seeds)]

@@ -14,6 +14,7 @@ from attnlab.attention import MultiHeadAttention
 from attnlab.fast_vjp import dense_dot_general, gelu
 from attnlab.groups import declare
 from attnlab.normalizers import Mask, Normalizer
+from attnlab.remat import run_blocks
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "none")
 
@@ -65,14 +66,15 @@ class Transformer(nnx.Module):
 
     `make_normalizer` is one factory, or a sequence of them cycled over the layers (hybrids);
     `window` (None: off) limits each query to its `window` nearest admissible keys (Mask.window);
-    `short_conv` (0: off) is the width of a short convolution on q, k, v (attention.ShortConv).
+    `short_conv` (0: off) is the width of a short convolution on q, k, v (attention.ShortConv);
+    `remat` (false | true | "dots") recomputes each block in the backward pass (attnlab.remat).
     """
 
     def __init__(self, *, d_model: int, num_heads: int, num_layers: int, mlp_ratio: int, dropout: float,
                  positional: str, max_len: int, causal: bool, qk_norm: bool, pooled: bool,
                  make_normalizer: Callable[..., Normalizer] | Sequence[Callable[..., Normalizer]], seq_len: int,
                  vocab_size: int | None = None, input_dim: int | None = None, dtype=jnp.float32,
-                 window: int | None = None, short_conv: int = 0, rngs: nnx.Rngs):
+                 window: int | None = None, short_conv: int = 0, remat: bool | str = False, rngs: nnx.Rngs):
         checks.model_options(locals())  # each option's range, one line naming it (ZeroDivisionError before)
         if positional not in POSITIONAL:
             raise ValueError(f"model.positional={positional!r} unknown; allowed: {', '.join(POSITIONAL)}")
@@ -86,7 +88,7 @@ class Transformer(nnx.Module):
         self.embed = (nnx.Embed(vocab_size, d_model, dtype=dtype, rngs=rngs) if vocab_size
                       else nnx.Linear(input_dim, d_model, dtype=dtype, rngs=rngs))
         self.positional, self.causal, self.pooled, self.dtype = positional, causal, pooled, dtype
-        self.window = window
+        self.window, self.remat = window, remat
         if positional == "learned":
             self.pos = nnx.Embed(max_len, d_model, embedding_init=nnx.initializers.normal(0.02), dtype=dtype, rngs=rngs)
         self.blocks = nnx.List([
@@ -130,12 +132,8 @@ class Transformer(nnx.Module):
     def __call__(self, inputs, valid_BT, *, with_stats=False, score_probes=None, deterministic=True, rngs=None):
         x_BTD = self.embed_inputs(inputs)
         mask = self.mask(valid_BT)
-        per_layer = []
-        for i, block in enumerate(self.blocks):
-            probe = None if score_probes is None else score_probes[i]
-            x_BTD, stats = block(x_BTD, mask, with_stats=with_stats, score_probe_BNTS=probe,
-                                 deterministic=deterministic, rngs=rngs)
-            per_layer.append(stats)
+        x_BTD, per_layer = run_blocks(self.blocks, x_BTD, mask, score_probes, rngs, remat=self.remat,
+                                      with_stats=with_stats, deterministic=deterministic)
         x_BTD = self.ln_f(x_BTD)
         stats = stack_layer_stats(per_layer) if with_stats else {}
         if not self.pooled:

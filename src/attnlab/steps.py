@@ -46,7 +46,20 @@ def step_key(state):
 
 
 def sample_batch(data, key, batch_size):
-    """The training batch of a step, drawn on device from the whole resident train split."""
+    """The training batch of a step, drawn on device from the resident training data.
+
+    data is either a split's arrays (rows drawn at random), or a text stream {"text": uint8 bytes,
+    "window_W": arange(seq_len + 1)} (Task.train_stream): windows start at uniform offsets over the
+    whole text, so every byte can be seen and the memory is the text's, not n_windows × seq_len.
+    """
+    if "text" in data:
+        text_U8, window_W = data["text"], data["window_W"]
+        start_B = jax.random.randint(key, (batch_size,), 0, text_U8.shape[0] - window_W.shape[0] + 1)
+        win_BW = text_U8[start_B[:, None] + window_W[None]].astype(jnp.int32)
+        ones_BT = jnp.ones((batch_size, window_W.shape[0] - 1))
+        # Inputs are byte + 1 (0 is padding) and targets the next byte: tasks.lm's window layout.
+        return {"inputs": win_BW[:, :-1] + 1, "targets": win_BW[:, 1:], "weights": ones_BT.astype(jnp.float32),
+                "valid": ones_BT.astype(bool)}
     idx = jax.random.randint(key, (batch_size,), 0, data["targets"].shape[0])
     return jax.tree.map(lambda a: a[idx], data)
 

@@ -10,31 +10,39 @@ import jax.numpy as jnp
 from attnlab import checks
 
 from .base import FixedFeatures, Normalizer, core_stats
+from .long_context import skip_score_probe, stats_rows
 from .mask import Mask
 
 FEATURE_MAPS = ("elu1", "relu", "favor")
+IMPLS = ("auto", "chunked", "parallel")
 
 
 class Linear(Normalizer):
-    """Kernelised attention in four agreeing forms, picked from the mask's structure:
+    """Kernelised attention in four agreeing forms (`implementation` names the one a step takes):
 
-    - causal (T = S, no dense mask): chunked O(T) — within a chunk the masked quadratic form,
+    - `chunked` (causal, T = S): O(T) — within a chunk of `chunk_size` the masked quadratic form,
       across chunks an exclusive prefix sum of φ(K)ᵀV (flash-linear-attention, naive chunk form);
-    - bidirectional: φ(Q)(φ(K)ᵀV) / φ(Q)·Σφ(K), O(T);
-    - an arbitrary dense mask or a sliding window: the parallel (masked quadratic) form, O(T²);
+      the backward keeps one F×H state per chunk, never one per position;
+    - `bidirectional` (no causal mask): φ(Q)(φ(K)ᵀV) / φ(Q)·Σφ(K), O(T);
+    - `parallel`: the masked quadratic form, O(T²) — forced by an arbitrary dense mask, a sliding
+      window, causal T ≠ S or a score probe;
     - `step`: the recurrent single-token form for decoding, S_t = S_{t−1} + φ(k_t)v_tᵀ.
 
-    Padding keys are excluded in every form by zeroing φ(k). q and k are not scaled (elu1 as in
-    the paper). eps is added to the denominator (1e-6 as in idiap/fast-transformers).
+    `impl`: auto (chunked once T exceeds one chunk, bidirectional without a causal mask),
+    chunked (the O(T) form whenever the mask allows) or parallel. Statistics at T·S ≥
+    long_context.AUTO_MIN_TS are computed on long_context.stats_rows query rows, so no T×S array
+    is built. Padding keys are excluded in every form by zeroing φ(k). q and k are not scaled
+    (elu1 as in the paper). eps is added to the denominator (1e-6 as in idiap/fast-transformers).
     """
 
     def __init__(self, *, num_heads, head_dim, rngs, feature_map="elu1", eps=1e-6, chunk_size=64,
-                 num_features=64):
+                 num_features=64, impl="auto"):
         if feature_map not in FEATURE_MAPS:
             raise ValueError(f"normalizer.feature_map={feature_map!r} unknown; allowed: {', '.join(FEATURE_MAPS)}")
         checks.real("normalizer.eps", eps, 0.0, 1e6)
         checks.integer("normalizer.chunk_size", chunk_size, 1, 2**20)
         checks.integer("normalizer.num_features", num_features, 1, 2**16)
+        self.impl = checks.choice("normalizer.impl", impl, IMPLS)
         self.feature_map, self.eps, self.chunk_size = feature_map, float(eps), int(chunk_size)
         if feature_map == "favor":
             self.omega = FixedFeatures(_orthogonal_gaussian(rngs.params(), num_features, head_dim))
@@ -75,15 +83,23 @@ class Linear(Normalizer):
                            jnp.einsum("bntf,bnsf->bnts", qf, kf), 0.0)
         return _divide(a_BNTS, a_BNTS.sum(-1, keepdims=True) + self.eps)
 
+    def implementation(self, T: int, S: int, mask: Mask, dtype=None) -> str:
+        """The form a step without score probe takes: "chunked", "bidirectional" or "parallel"."""
+        if mask.has_dense or mask.window is not None or (mask.causal and T != S) or self.impl == "parallel":
+            return "parallel"
+        if not mask.causal:
+            return "bidirectional"
+        return "chunked" if self.impl == "chunked" or T > self.chunk_size else "parallel"
+
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
         qf, kf = self._features(q_BNTH, k_BNSH, mask)
         v = v_BNSH.astype(jnp.float32)
         T, S = q_BNTH.shape[2], k_BNSH.shape[2]
-        if (score_probe_BNTS is not None or mask.has_dense or mask.window is not None
-                or (mask.causal and T != S)):
+        path = self.implementation(T, S, mask, q_BNTH.dtype)
+        if score_probe_BNTS is not None or path == "parallel":
             # The probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
             num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)
-        elif mask.causal:
+        elif path == "chunked":
             num, den = self._chunked(qf, kf, v)
         else:
             num = jnp.einsum("bntf,bnfh->bnth", qf, jnp.einsum("bnsf,bnsh->bnfh", kf, v))
@@ -91,12 +107,15 @@ class Linear(Normalizer):
         out_BNTH = _divide(num, den + self.eps).astype(v_BNSH.dtype)
         if not with_stats:
             return out_BNTH, {}
-        m_B1TS = mask.matrix_B1TS(T, S)
-        a_BNTS = jnp.where(m_B1TS, jnp.einsum("bntf,bnsf->bnts", qf, kf), 0.0)
-        den_BNT = a_BNTS.sum(-1)
-        has_keys = jnp.broadcast_to(m_B1TS.any(-1), den_BNT.shape)
-        stats = core_stats(_divide(a_BNTS, den_BNT[..., None] + self.eps), a_BNTS, m_B1TS)
-        stats["min_denominator"] = jnp.where(has_keys, den_BNT, jnp.inf).min((0, 2))
+        # At length, statistics on sampled query rows: the full T×S kernel matrix is what ran out of memory.
+        rows_R = stats_rows(T) if skip_score_probe(T, S) else None
+        m_B1RS = mask.matrix_B1TS(T, S, rows_R)
+        qf_rows = qf if rows_R is None else qf[:, :, rows_R]
+        a_BNRS = jnp.where(m_B1RS, jnp.einsum("bnrf,bnsf->bnrs", qf_rows, kf), 0.0)
+        den_BNR = a_BNRS.sum(-1)
+        has_keys = jnp.broadcast_to(m_B1RS.any(-1), den_BNR.shape)
+        stats = core_stats(_divide(a_BNRS, den_BNR[..., None] + self.eps), a_BNRS, m_B1RS)
+        stats["min_denominator"] = jnp.where(has_keys, den_BNR, jnp.inf).min((0, 2))
         return out_BNTH, stats
 
     def _parallel(self, qf, kf, v, mask, probe_BNTS=None):

@@ -102,6 +102,10 @@ class Task:
         """Reference scores on a split (chance/majority accuracy, or reference and zero-predictor MSE)."""
         raise NotImplementedError
 
+    def train_stream(self) -> dict[str, np.ndarray] | None:
+        """Training data the step draws fresh examples from (steps.sample_batch), or None: train on splits["train"]."""
+        return None
+
     def derived_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         """Task-specific metrics computed from a split's head metrics (e.g. bits per byte); none by default."""
         return {}

@@ -35,7 +35,9 @@ class LanguageModel(Task):
     whole documents go to test, then val (seeded, until each holds its fraction of the bytes), the
     rest to train, so no test text is seen in training. Each split's documents are joined and
     `n_<split>` random windows of seq_len + 1 bytes are drawn from it (seeded); a val/train window
-    equal to an earlier split's is redrawn. `corpus` records the source's identity (for run.json).
+    equal to an earlier split's is redrawn. Training does not use the fixed train windows: each step
+    draws its own from the whole training text (`train_stream`, steps.sample_batch), at offsets from
+    (seed, step). `corpus` records the source's identity (for run.json).
     Baselines, in bits per byte, are the training text's unigram entropy and bigram conditional entropy.
     """
 
@@ -45,7 +47,7 @@ class LanguageModel(Task):
     def __init__(self, seq_len: int = 64, path: str | None = None, hf_dataset: str | None = None,
                  hf_config: str | None = None, hf_split: str = "train", hf_column: str = "text",
                  hf_data_files: str | None = None, val_fraction: float = 0.1, test_fraction: float = 0.1,
-                 seed: int = 0, n_train: int = 20000, n_val: int = 500, n_test: int = 500,
+                 seed: int = 0, n_train: int = 500, n_val: int = 500, n_test: int = 500,
                  default_head: str = "softmax_ce"):
         self.seq_len = check_int("seq_len", seq_len, 2)
         for key, value in (("path", path), ("hf_dataset", hf_dataset), ("hf_config", hf_config),
@@ -107,6 +109,10 @@ class LanguageModel(Task):
             raise ValueError(f"could not draw {n} windows unseen in other splits; use more text or a smaller seq_len")
         seen.update(w[:-1].tobytes() for w in kept)
         return np.stack(kept)
+
+    def train_stream(self) -> dict[str, np.ndarray]:
+        """The training text as uint8 bytes and the window's offsets 0..seq_len, for steps.sample_batch."""
+        return {"text": self.text["train"], "window_W": np.arange(self.seq_len + 1, dtype=np.int32)}
 
     def baseline(self, split: str) -> dict[str, float]:
         """Majority-byte accuracy, and the training text's unigram and bigram entropies in bits per byte."""

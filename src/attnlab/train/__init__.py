@@ -43,7 +43,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
     ckpt = Checkpoints(checkpoint_dir)
     placement = Placement.of(mesh, S)
     loop = initial_loop(nets, tx, cfg, ckpt, placement)
-    data = jax.device_put(pad_split(task.splits["train"], 1), placement.replicated)
+    data = train_data(task, placement)
     evaluator = Evaluator.build(graphdef, task, cfg, S, placement.replicated)
 
     t0 = time.perf_counter()
@@ -88,3 +88,10 @@ def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placeme
         return state, {**metrics, **extra}
 
     return CompiledSteps(plain=plain, stats=stats)
+
+
+def train_data(task, placement: Placement) -> dict:
+    """The training data resident on the device, from which every step draws its batch (steps.sample_batch):
+    the task's text stream when it has one (task=lm), else its train split."""
+    stream = task.train_stream()
+    return jax.device_put(pad_split(task.splits["train"], 1) if stream is None else stream, placement.replicated)

@@ -1,0 +1,115 @@
+"""Linear attention at length: the chunked, parallel and recurrent forms agree forward and backward
+(padding, every feature map, T not a multiple of the chunk), `impl` picks the path, and statistics
+at length come from sampled rows without a T×S array."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attnlab import normalizers as nz
+from attnlab.normalizers import long_context
+from attnlab.normalizers.base import core_stats
+
+B, N, H = 2, 3, 8
+
+
+def _linear(**opts):
+    return nz.build("linear", num_heads=N, head_dim=H, rngs=nnx.Rngs(0), **{"num_features": 16, **opts})
+
+
+def _qkv(seed, T):
+    rng = np.random.default_rng(seed)
+    return tuple(jnp.asarray(rng.normal(size=(B, N, T, H)).astype(np.float32)) for _ in range(3))
+
+
+def _recurrent(norm, q, k, v, valid):
+    """The decoding form: `step` scanned over t."""
+    def step(state, xs):
+        return norm.step(state, *xs)
+
+    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (q, k, v)) + (jnp.moveaxis(valid, 1, 0),)
+    _, outs = jax.lax.scan(step, norm.init_state(B, N, H), xs)
+    return jnp.moveaxis(outs, 0, 2)
+
+
+@pytest.mark.parametrize("feature_map", ["elu1", "relu", "favor"])
+def test_chunked_parallel_recurrent_agree_forward_and_backward(feature_map):
+    T = 23  # not a multiple of chunk_size 4 or 8
+    q, k, v = _qkv(1, T)
+    valid = jnp.asarray(np.arange(T)[None] < np.array([[T], [T - 5]]))  # second row right-padded
+    mask = nz.Mask(key_valid_BS=valid, causal=True)
+    ct = jnp.asarray(np.random.default_rng(2).normal(size=(B, N, T, H)).astype(np.float32))
+
+    def loss(form, chunk):
+        norm = _linear(feature_map=feature_map, chunk_size=chunk, impl=form if form != "step" else "auto")
+        if form == "step":
+            f = lambda q, k, v: _recurrent(norm, q, k, v, valid)  # noqa: E731
+        else:
+            assert norm.implementation(T, T, mask) == form
+            f = lambda q, k, v: norm(q, k, v, mask)[0]  # noqa: E731
+        return jax.value_and_grad(lambda q, k, v: jnp.sum(f(q, k, v) * ct), argnums=(0, 1, 2))(q, k, v)
+
+    ref_val, ref_grads = loss("parallel", 4)
+    for form, chunk in (("chunked", 4), ("chunked", 8), ("step", 4)):
+        val, grads = loss(form, chunk)
+        np.testing.assert_allclose(val, ref_val, rtol=1e-5, err_msg=f"{form} C={chunk}")
+        for g, r, name in zip(grads, ref_grads, "qkv"):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5,
+                                       err_msg=f"d{name}, {form} C={chunk}")
+        # Padded keys/values get no gradient in any form.
+        assert np.all(np.asarray(grads[1])[1, :, T - 5:] == 0) and np.all(np.asarray(grads[2])[1, :, T - 5:] == 0)
+
+
+def test_implementation_names_the_path():
+    causal, T = nz.Mask(causal=True), 200
+    assert _linear(chunk_size=64).implementation(T, T, causal) == "chunked"
+    assert _linear(chunk_size=256).implementation(T, T, causal) == "parallel"  # one chunk: the same matrix
+    assert _linear(chunk_size=256, impl="chunked").implementation(T, T, causal) == "chunked"
+    assert _linear(impl="parallel").implementation(T, T, causal) == "parallel"
+    assert _linear().implementation(T, T, nz.Mask()) == "bidirectional"
+    assert _linear(impl="chunked").implementation(T, T, nz.Mask(causal=True, window=8)) == "parallel"
+    with pytest.raises(ValueError, match="normalizer.impl='flash'"):
+        _linear(impl="flash")
+
+
+def test_statistics_at_length_are_the_dense_statistics_of_sampled_rows():
+    T = 1024  # T·T reaches AUTO_MIN_TS: statistics go to sampled rows
+    assert long_context.skip_score_probe(T, T)
+    q, k, v = _qkv(3, T)
+    valid = jnp.asarray(np.arange(T)[None] < np.array([[T], [T - 100]]))
+    mask = nz.Mask(key_valid_BS=valid, causal=True)
+    norm = _linear()
+    _, stats = norm(q, k, v, mask, with_stats=True)
+    rows = long_context.stats_rows(T)
+    assert len(rows) == long_context.STATS_ROWS and rows[0] == 0 and rows[-1] == T - 1
+    # Dense reference on those rows, from the explicit weights and a float64 numpy kernel matrix.
+    w = norm.weights(q, k, mask)[:, :, rows]
+    qf, kf = (np.asarray(norm.phi(x, is_q), np.float64) for x, is_q in ((q, True), (k, False)))
+    m = np.asarray(mask.matrix_B1TS(T, T))[:, :, rows]
+    a = np.where(m, np.einsum("bnrf,bnsf->bnrs", qf[:, :, rows], kf), 0.0)
+    ref = core_stats(w, jnp.asarray(a, jnp.float32), jnp.asarray(m))
+    for key in ref:
+        np.testing.assert_allclose(np.asarray(stats[key]), np.asarray(ref[key]), rtol=1e-4, err_msg=key)
+    np.testing.assert_allclose(np.asarray(stats["min_denominator"]), a.sum(-1).min((0, 2)), rtol=1e-4)
+
+
+def test_chunked_training_step_builds_no_T_by_S_array():
+    """Forward + backward with statistics (aux, as in the train step) at T = 4096: XLA's peak stays far
+    below one B×N×T×T float array, which the parallel form needs."""
+    T = 4096
+    q, k, v = _qkv(4, T)
+    mask = nz.Mask(causal=True)
+
+    def peak(norm):
+        def f(q, k, v):
+            out, stats = norm(q, k, v, mask, with_stats=True)
+            return jnp.sum(out), stats
+
+        ma = jax.jit(jax.grad(f, argnums=(0, 1, 2), has_aux=True)).lower(q, k, v).compile().memory_analysis()
+        return ma.temp_size_in_bytes + ma.argument_size_in_bytes + ma.output_size_in_bytes
+
+    txs = B * N * T * T * 4
+    assert peak(_linear()) < txs / 4  # the statistics rows: a few B×N×128×T arrays
+    assert peak(_linear(impl="parallel")) > txs
