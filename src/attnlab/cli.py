@@ -21,6 +21,7 @@ from attnlab.record import write_json
 from attnlab.run_files import completed_with, hparams_of, write_results, write_run_json
 
 EXIT_CONFIG = 2
+EXIT_DIVERGED = 3  # a single run that diverged (a sweep goes on: divergence is one of its outcomes)
 
 
 class ConfigError(ValueError):
@@ -107,7 +108,8 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     loop = LoopConfig(steps=t.steps, batch_size=t.batch_size, eval_every=t.eval_every, log_every=t.log_every,
                       eval_batch_size=t.eval_batch_size, nonfinite=t.nonfinite, seed=cfg.seed, lr=o.lr,
                       warmup_steps=o.warmup_steps, progress=t.progress, checkpoint_every=t.checkpoint_every,
-                      resume=t.resume, attn_map_scale=t.get("attn_map_scale", "row"))  # checks the trainer values
+                      resume=t.resume, attn_map_scale=t.get("attn_map_scale", "row"),
+                      max_skipped=t.get("max_skipped", 0.1))  # checks the trainer values
     validate(cfg, jax.device_count())
     task = _construct("task", OmegaConf.to_container(cfg.task, resolve=True))
     head_kind = heads.kind_of(head_name)
@@ -197,6 +199,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             sys.exit(1)
         return record
     write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
+    if not multirun and any(r["status"] == "diverged" for r in records):
+        d, r = next((d, r) for d, r in zip(run_dirs, records) if r["status"] == "diverged")
+        print(f"attnlab: run diverged {r['error']} (record in {d / 'metrics.json'})", file=sys.stderr)
+        sys.exit(EXIT_DIVERGED)
     if multirun and any(r["status"] == "interrupted" for r in records):  # one Ctrl-C/SIGTERM stops the sweep
         sys.exit(f"attnlab: sweep interrupted at {run_dir}; the same command resumes it")
     return {**records[0], "run_dir": str(run_dirs[0])}

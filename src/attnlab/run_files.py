@@ -69,6 +69,8 @@ def print_summary(record: dict[str, Any]) -> None:
     final, base = record.get("final", {}), record.get("baseline", {})
     print(f"run: {record['run_dir']}  status: {record['status']}  steps: {record.get('steps')}  "
           f"({record.get('steps_per_sec', 0):.1f} steps/s, compile {record.get('compile_time_s', 0):.1f}s)")
+    if record.get("diverged"):
+        print(f"  diverged at step {record['diverged']['step']}: {record['diverged']['reason']}")
     for key in sorted(k for k in final if k.startswith("test/")):
         b = base.get("baseline/" + key.split("/", 1)[1])
         print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})"))
