@@ -13,6 +13,7 @@ import optax
 import pytest
 from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli
 from flax import nnx
+from tensorboard.plugins.hparams import metadata
 from test_configs import compose_train
 
 from attnlab.cli import EXIT_DIVERGED, build
@@ -55,6 +56,8 @@ def test_huge_learning_rate_ends_diverged_with_finite_records_and_events(tmp_pat
         for e in acc.Histograms(tag):
             assert np.isfinite([e.histogram_value.min, e.histogram_value.max, e.histogram_value.sum]).all(), tag
     assert json.loads((run_dir / "diverged.json").read_text())["first_nonfinite_step"] == m["diverged"]["step"]
+    start = metadata.parse_session_start_info_plugin_data(acc.PluginTagToContent("hparams")[metadata.SESSION_START_INFO_TAG])
+    assert start.hparams["status"].string_value == "diverged"  # the HParams tab can filter on it
 
 
 def test_skip_policy_keeps_the_last_finite_parameters():

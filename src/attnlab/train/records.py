@@ -51,7 +51,7 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
         if hparams is not None and status != "interrupted":  # a resumed run writes them when it ends
             logged = {*finals[i], "train/nonfinite_steps"}
             # status as a column too: TensorBoard's session status has no "diverged" (only success/failure).
-            summaries.hparams({**hparams[i], "status": status}, {**(declared or {}), "status": (list(STATUSES), True)},
+            summaries.hparams({**hparams[i], "status": status}, {**(declared or {}), "status": (list(STATUSES), False)},
                               metric_list(declared or {}, logged), status)
         summaries.close()
         best = loop.best[i]
