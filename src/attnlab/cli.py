@@ -204,7 +204,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         print(f"attnlab: run diverged {r['error']} (record in {d / 'metrics.json'})", file=sys.stderr)
         sys.exit(EXIT_DIVERGED)
     if multirun and any(r["status"] == "interrupted" for r in records):  # one Ctrl-C/SIGTERM stops the sweep
-        sys.exit(f"attnlab: sweep interrupted at {run_dir}; the same command resumes it")
+        _sweep_interrupted(run_dir)
     return {**records[0], "run_dir": str(run_dirs[0])}
 
 
@@ -222,9 +222,20 @@ OmegaConf.register_new_resolver("attnlab_pid", os.getpid, replace=True)
 OmegaConf.register_new_resolver("attnlab_job", sweep.job_name, replace=True)
 
 
+def _sweep_interrupted(run_dir: Path) -> None:
+    """End the sweep with one line holding the command that resumes it."""
+    sweep_dir = HydraConfig.get().sweep.dir
+    sys.exit(f"attnlab: sweep interrupted at {run_dir}; resume it with:\n  {sweep.resume_command(sweep_dir, sys.argv[0])}")
+
+
 @hydra.main(config_path=str(registry.CONFIG_DIR), config_name="train", version_base="1.3")
 def _hydra_train(cfg: DictConfig) -> None:
-    run(cfg)
+    try:
+        run(cfg)
+    except KeyboardInterrupt:  # Ctrl-C outside the step loop (start-up, compile): no checkpoint to save
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            raise
+        _sweep_interrupted(Path(HydraConfig.get().runtime.output_dir))
 
 
 def train_main() -> None:
