@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import checks, registry, sweep
+from attnlab import checks, outdir, registry, sweep
 from attnlab.record import write_json
 from attnlab.run_files import completed_with, hparams_of, write_results, write_run_json
 
@@ -171,12 +171,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         for w in caught:
             print(f"attnlab: warning: {w.message}", file=sys.stderr)
     except (ConfigError, ValueError, TypeError) as exc:
+        print(f"attnlab: error: {exc}", file=sys.stderr)
+        if not multirun:  # a refused command leaves nothing behind (a refused sweep job is a failed cell)
+            outdir.remove_created(run_dir)
+            sys.exit(EXIT_CONFIG)
         record.update(status="failed", error=f"configuration: {exc}")
         if os.access(run_dir, os.W_OK):
             write_json(run_dir / "metrics.json", record)
-        print(f"attnlab: error: {exc}", file=sys.stderr)
-        if not multirun:
-            sys.exit(EXIT_CONFIG)
         return record
     seeds = [cfg.seed + i for i in range(len(nets))]
     run_dirs = [run_dir] if len(nets) == 1 else [run_dir / f"seed{s}" for s in seeds]

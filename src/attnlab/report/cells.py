@@ -47,6 +47,8 @@ class Table:
     short: list[tuple[dict, int, list]] = field(default_factory=list)  # (cell, completed seeds, missing seeds)
     max_seeds: int = 0
     notes: list[str] = field(default_factory=list)
+    progress: str | None = None  # "N of M runs completed; missing: ..." against the sweep's definition
+    missing_runs: list[str] = field(default_factory=list)  # jobs not started, runs without an outcome
 
     @property
     def statuses(self) -> list[str]:
@@ -75,7 +77,9 @@ class Table:
         lines = [f"Missing cell (no run): {fmt(c)}" for c in self.missing]
         lines += [f"Fewer seeds: {fmt(c)} has {n} completed of {self.max_seeds}"
                   + (f" (missing seed {', '.join(map(str, s))})" if s else "") for c, n, s in self.short]
-        return lines or [f"Complete: every expected cell has {self.max_seeds} completed seed(s)."]
+        if lines or self.missing_runs:  # never "complete" while a job of the sweep has no outcome
+            return lines
+        return [f"Complete: every expected cell has {self.max_seeds} completed seed(s)."]
 
 
 def default_metrics(runs: list[Run], which: str) -> list[str]:

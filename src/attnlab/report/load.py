@@ -104,6 +104,14 @@ def _read_run(path: Path) -> Run:
                best=metrics.get("best") or {}, error=metrics.get("error"), swept=swept)
 
 
+def _refused(path: Path) -> bool:
+    """A single command refused as bad input before it ran (what attnlab before issue 22 left in outputs/): no
+    run. A refused job of a sweep stays: it is a failed cell of the sweep's grid."""
+    metrics = _json(path / "metrics.json")
+    return (isinstance(metrics, dict) and str(metrics.get("error", "")).startswith("configuration:")
+            and not (path / "run.json").exists() and not (path.parent / "multirun.yaml").exists())
+
+
 def _natural(p: Path):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]  # 10_x after 2_x
 
@@ -115,8 +123,9 @@ def load_runs(sweep_dir) -> list[Run]:
         if "seeds.json" in filenames:  # trainer.vmap_seeds: one ordinary run per seed below
             dirnames[:] = sorted(d for d in dirnames if d.startswith("seed"))
             continue
-        if {"metrics.json", "run.json"} & set(filenames) or ".hydra" in dirnames:
-            runs.append(_read_run(Path(dirpath)))
+        if {"metrics.json", "run.json"} & set(filenames):  # a bare .hydra/ is a job that never started
+            if not _refused(Path(dirpath)):
+                runs.append(_read_run(Path(dirpath)))
             dirnames.clear()  # checkpoints and the like live below a run
         else:
             dirnames.sort()

@@ -95,7 +95,7 @@ def to_markdown(table: Table, images: Iterable[Path] = (), notes: Iterable[str] 
                 max_columns: int = MAX_COLUMNS) -> str:
     """The report as Markdown: explanation, table(s) (see metric_chunks), completeness, notes, curve images."""
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    out = [f"# Sweep report ({table.which})", "", *_explain(table)]
+    out = [f"# Sweep report ({table.which})", "", *([table.progress, ""] if table.progress else []), *_explain(table)]
     chunks = metric_chunks(table, max_columns)
     for i, metrics in enumerate(chunks):
         header, rows = display(table, metrics=metrics)
