@@ -6,7 +6,6 @@ import functools
 import inspect
 import os
 import sys
-import traceback
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,17 +17,14 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, outdir, registry, sweep
 from attnlab.record import write_json
-from attnlab.run_files import completed_with, hparams_of, write_results, write_run_json
+from attnlab.run_files import completed_with, hparams_of, record_failure, write_results, write_run_json
 
 EXIT_CONFIG = 2
 EXIT_DIVERGED = 3  # a single run that diverged (a sweep goes on: divergence is one of its outcomes)
 
 
-class ConfigError(ValueError):
-    """An invalid configuration, reported in one line before anything compiles."""
-
-
-_require = functools.partial(checks.require, error=ConfigError)
+ConfigError = checks.ConfigError  # bad input: one line, exit 2; any other exception is a failed run (a bug)
+_require = checks.require
 
 
 # What attention passes to a normalizer factory (the Normalizer contract): arguments, not config keys.
@@ -170,7 +166,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             task, nets, tx, loop = build(cfg, head_name, choices.get("normalizer"))
         for w in caught:
             print(f"attnlab: warning: {w.message}", file=sys.stderr)
-    except (ConfigError, ValueError, TypeError) as exc:
+    except ConfigError as exc:
         print(f"attnlab: error: {exc}", file=sys.stderr)
         if not multirun:  # a refused command leaves nothing behind (a refused sweep job is a failed cell)
             outdir.remove_created(run_dir)
@@ -179,6 +175,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if os.access(run_dir, os.W_OK):
             write_json(run_dir / "metrics.json", record)
         return record
+    except Exception:  # not bad input: a bug while building the run, so a failed run with its traceback
+        return _failed(run_dir, record, multirun)
     seeds = [cfg.seed + i for i in range(len(nets))]
     run_dirs = [run_dir] if len(nets) == 1 else [run_dir / f"seed{s}" for s in seeds]
     try:
@@ -191,22 +189,24 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         swept = tb_hparams.sweep_values(hc.sweep.dir if multirun else None)
         declared = tb_hparams.declare(hparams[0], swept, seeds)
         records = _train(cfg, task, nets, tx, loop, run_dirs, run_dir, hparams, declared)
-    except Exception as exc:  # a failed run records why and lets a sweep go on
-        (run_dir / "error.txt").write_text(traceback.format_exc())
-        record.update(status="failed", error=f"{type(exc).__name__}: {exc}")
-        write_json(run_dir / "metrics.json", record)
-        print(f"attnlab: run failed: {record['error']} (traceback in {run_dir / 'error.txt'})", file=sys.stderr)
-        if not multirun:
-            sys.exit(1)
-        return record
+    except Exception:  # a failed run records why and lets a sweep go on
+        return _failed(run_dir, record, multirun)
     write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
     if not multirun and any(r["status"] == "diverged" for r in records):
         d, r = next((d, r) for d, r in zip(run_dirs, records) if r["status"] == "diverged")
         print(f"attnlab: run diverged {r['error']} (record in {d / 'metrics.json'})", file=sys.stderr)
         sys.exit(EXIT_DIVERGED)
     if multirun and any(r["status"] == "interrupted" for r in records):  # one Ctrl-C/SIGTERM stops the sweep
-        _sweep_interrupted(run_dir)
+        sweep.interrupted(run_dir, HydraConfig.get().sweep.dir)
     return {**records[0], "run_dir": str(run_dirs[0])}
+
+
+def _failed(run_dir: Path, record: dict[str, Any], multirun: bool) -> dict[str, Any]:
+    """The exception being handled as a failed run (run_files.record_failure); a single run exits 1."""
+    record_failure(run_dir, record)
+    if not multirun:
+        sys.exit(1)
+    return record
 
 
 def _train(cfg, task, nets, tx, loop, run_dirs: list[Path], checkpoint_dir: Path, hparams: list[dict],
@@ -223,12 +223,6 @@ OmegaConf.register_new_resolver("attnlab_pid", os.getpid, replace=True)
 OmegaConf.register_new_resolver("attnlab_job", sweep.job_name, replace=True)
 
 
-def _sweep_interrupted(run_dir: Path) -> None:
-    """End the sweep with one line holding the command that resumes it."""
-    sweep_dir = HydraConfig.get().sweep.dir
-    sys.exit(f"attnlab: sweep interrupted at {run_dir}; resume it with:\n  {sweep.resume_command(sweep_dir, sys.argv[0])}")
-
-
 @hydra.main(config_path=str(registry.CONFIG_DIR), config_name="train", version_base="1.3")
 def _hydra_train(cfg: DictConfig) -> None:
     try:
@@ -236,7 +230,7 @@ def _hydra_train(cfg: DictConfig) -> None:
     except KeyboardInterrupt:  # Ctrl-C outside the step loop (start-up, compile): no checkpoint to save
         if HydraConfig.get().mode != RunMode.MULTIRUN:
             raise
-        _sweep_interrupted(Path(HydraConfig.get().runtime.output_dir))
+        sweep.interrupted(Path(HydraConfig.get().runtime.output_dir), HydraConfig.get().sweep.dir)
 
 
 def train_main() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shlex
+import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,15 @@ def completed_with(run_dir: Path, resolved: dict) -> bool:
         return False
     strip = lambda c: {**c, "trainer": {k: v for k, v in c["trainer"].items() if k != "resume"}}  # noqa: E731
     return done and strip(old) == strip(resolved)
+
+
+def record_failure(run_dir: Path, record: dict[str, Any]) -> None:
+    """The exception being handled as a failed run: error.txt (traceback), metrics.json, one line naming both."""
+    exc = sys.exc_info()[1]
+    (run_dir / "error.txt").write_text(traceback.format_exc())
+    record.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+    write_json(run_dir / "metrics.json", record)
+    print(f"attnlab: run failed: {record['error']} (traceback in {run_dir / 'error.txt'})", file=sys.stderr)
 
 
 def write_run_json(seeds: list[int], run_dirs: list[Path], resolved: dict, choices: dict, overrides: list,

@@ -49,6 +49,11 @@ def resume_command(sweep_dir: Path | str, argv0: str = "") -> str:
     return shlex.join([*prog, "-m", *hydra_cfg.overrides.task, *hydra_args, f"hydra.sweep.dir={sweep_dir}"])
 
 
+def interrupted(run_dir: Path, sweep_dir: str) -> None:
+    """End a sweep stopped by a signal with the command that resumes it."""
+    sys.exit(f"attnlab: sweep interrupted at {run_dir}; resume it with:\n  {resume_command(sweep_dir, sys.argv[0])}")
+
+
 def job_name(num: int, sweep_dir: str, overrides: list[str]) -> str:
     """`<num>_<key=value,...>` of the keys the sweep varies, e.g. `3_normalizer=kl,seed=1` (hydra.sweep.subdir)."""
     swept = swept_keys(Path(sweep_dir))

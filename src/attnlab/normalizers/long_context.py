@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnlab.checks import ConfigError
+
 
 # `blockwise: auto` goes blockwise once T·S reaches this (T = S = 1024; see BENCHMARKS.md, attention).
 AUTO_MIN_TS = 1024 * 1024
@@ -14,9 +16,9 @@ STATS_ROWS = 128
 def check_blockwise_options(blockwise, block_size) -> tuple:
     """Validated (blockwise, block_size) from a normalizer's YAML."""
     if not (blockwise is True or blockwise is False or blockwise == "auto"):
-        raise ValueError(f"normalizer.blockwise={blockwise!r} not allowed; allowed: auto, true, false")
+        raise ConfigError(f"normalizer.blockwise={blockwise!r} not allowed; allowed: auto, true, false")
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"normalizer.block_size={block_size!r} not allowed; allowed: an integer >= 1")
+        raise ConfigError(f"normalizer.block_size={block_size!r} not allowed; allowed: an integer >= 1")
     return blockwise, block_size
 
 
