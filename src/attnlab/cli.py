@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import checks, outdir, registry, sweep
+from attnlab import chance, checks, outdir, registry, sweep
 from attnlab.record import write_json
 from attnlab.run_files import completed_with, hparams_of, record_failure, write_results, write_run_json
 
@@ -191,6 +191,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         records = _train(cfg, task, nets, tx, loop, run_dirs, run_dir, hparams, declared)
     except Exception:  # a failed run records why and lets a sweep go on
         return _failed(run_dir, record, multirun)
+    for r in records:  # is each test accuracy distinguishable from the task's baseline? (attnlab.chance)
+        r["chance"] = chance.flags(r.get("final", {}), r.get("baseline", {}), chance.scored_targets(task))
     write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
     if not multirun and any(r["status"] == "diverged" for r in records):
         d, r = next((d, r) for d, r in zip(run_dirs, records) if r["status"] == "diverged")

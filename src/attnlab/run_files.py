@@ -10,6 +10,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.chance import describe
 from attnlab.record import environment, read_json, write_json
 
 
@@ -84,5 +85,7 @@ def print_summary(record: dict[str, Any]) -> None:
         print(f"  diverged at step {record['diverged']['step']}: {record['diverged']['reason']}")
     for key in sorted(k for k in final if k.startswith("test/")):
         b = base.get("baseline/" + key.split("/", 1)[1])
-        print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})"))
+        flag = record.get("chance", {}).get(key, {})
+        print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})")
+              + (f"  {describe(flag)}" if flag.get("within_noise") else ""))
     print(f"curves: tensorboard --logdir {shlex.quote(str(record['run_dir']))} --host 127.0.0.1")

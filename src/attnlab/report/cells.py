@@ -31,6 +31,13 @@ class Cell:
     def label(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.key.items()) or "all runs"
 
+    def near_chance(self, metric: str) -> bool:
+        """Whether the cell's mean is within binomial noise of the task's baseline (the threshold its runs
+        recorded, attnlab.chance: it depends on the task's test split only, so it serves --which best too)."""
+        limits = [r.chance[metric]["threshold"] for r in self.runs if r.status == "completed" and metric in r.chance]
+        s = self.stats.get(metric)
+        return bool(limits) and s is not None and s.n > 0 and s.mean <= max(limits)
+
 
 @dataclass
 class Table:
@@ -125,6 +132,9 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
     if baseline:
         _apply_baseline(table, baseline)
     _completeness(table, runs)
+    if any(c.near_chance(m) for c in table.cells for m in metrics):
+        table.notes.append("≈chance: the cell's mean accuracy is within noise of the task's baseline (at or below the "
+                           "97.5% point of Binomial(n, baseline)/n over the n test targets; attnlab.chance).")
     drift = [k for k in drifted_keys(runs) if k not in group_by]
     if drift and configured:
         table.notes.append(f"Config key(s) present in only some runs, not grouped: {', '.join(drift)} "
