@@ -51,7 +51,11 @@ def resume_command(sweep_dir: Path | str, argv0: str = "") -> str:
 
 def interrupted(run_dir: Path, sweep_dir: str) -> None:
     """End a sweep stopped by a signal with the command that resumes it."""
-    sys.exit(f"attnlab: sweep interrupted at {run_dir}; resume it with:\n  {resume_command(sweep_dir, sys.argv[0])}")
+    try:
+        command = resume_command(sweep_dir, sys.argv[0])
+    except (OSError, ValueError, AttributeError):  # no readable multirun.yaml: say what to add instead
+        command = f"the same command with hydra.sweep.dir={shlex.quote(str(Path(sweep_dir).absolute()))}"
+    sys.exit(f"attnlab: sweep interrupted at {run_dir}; resume it with:\n  {command}")
 
 
 def job_name(num: int, sweep_dir: str, overrides: list[str]) -> str:
