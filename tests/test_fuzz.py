@@ -87,7 +87,7 @@ def outcome(overrides: list[str]):
         if a.platform not in ("auto", "cpu"):
             accelerator.check_platform(a.platform)
         built = cli.build(cfg, choices.get("head") or cfg.task.default_head)
-    except (ValueError, TypeError) as exc:  # cli.run prints these as one line, exit 2
+    except checks.ConfigError as exc:  # cli.run prints these as one line, exit 2; anything else is a bug
         return "refused", str(exc)
     except Exception as exc:  # noqa: BLE001 - anything else is what the fuzzer hunts
         return "bug", exc

@@ -86,8 +86,9 @@ DIVERGE = [*TINY, *TINY_TASK["mqar"], "normalizer=squared", "normalizer.eps=0", 
 
 
 def test_stop_policy_ends_the_run_as_diverged_with_a_diagnostic(tmp_path):
-    run_cli(*DIVERGE, "trainer.nonfinite=stop", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    proc = run_cli(*DIVERGE, "trainer.nonfinite=stop", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
     m = metrics(tmp_path / "r")
+    assert proc.returncode == 3 and proc.stderr.count("attnlab: run diverged at step") == 1, proc.stderr
     assert m["status"] == "diverged" and "non-finite" in m["error"]
     diag = json.loads((tmp_path / "r" / "diverged.json").read_text())
     assert 1 <= diag["first_nonfinite_step"] <= m["steps"] <= 12
@@ -96,14 +97,19 @@ def test_stop_policy_ends_the_run_as_diverged_with_a_diagnostic(tmp_path):
 
 
 def test_skip_policy_counts_nonfinite_steps_and_keeps_going(tmp_path):
-    run_cli(*DIVERGE, "trainer.nonfinite=skip", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    """max_skipped=1: every step may be skipped, so the run goes on to the end, where its NaN test loss
+    (finite but huge parameters) makes it diverged, not completed."""
+    proc = run_cli(*DIVERGE, "trainer.nonfinite=skip", "trainer.max_skipped=1", f"hydra.run.dir={tmp_path / 'r'}",
+                   cwd=tmp_path, check=False)
     m = metrics(tmp_path / "r")
-    assert m["status"] == "completed" and m["steps"] == 12
-    assert m["nonfinite_steps"] > 0
+    assert m["steps"] == 12 and m["nonfinite_steps"] > 0
+    assert proc.returncode == 3 and m["status"] == "diverged" and "test/loss" in m["diverged"]["reason"]
+    assert m["diverged"]["step"] == json.loads((tmp_path / "r" / "diverged.json").read_text())["first_nonfinite_step"]
+    assert "test/loss" not in m["final"] and all(np.isfinite(v) for v in m["final"].values())
     counts = [v for _, v in scalar_curve(tmp_path / "r", "train/nonfinite_steps")]
     assert counts == sorted(counts) and counts[-1] == m["nonfinite_steps"]
-    # Skipped steps leave the parameters untouched, so every logged gradient norm of a good step is finite.
-    assert "grad_norm/global" in events(tmp_path / "r").Tags()["scalars"]
+    acc = events(tmp_path / "r")  # a non-finite value (the loss of a skipped step) never reaches the writer
+    assert all(np.isfinite(e.value) for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag))
 
 
 def test_sweep_with_refused_draws_completes_the_others(tmp_path):

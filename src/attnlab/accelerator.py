@@ -43,7 +43,7 @@ def configure(platform: str, devices: int | None = None, cache_dir: str | None =
         try:
             Path(cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise ValueError(f"compile_cache={cache_dir} cannot be created ({exc.strerror or exc}); "
+            raise checks.ConfigError(f"compile_cache={cache_dir} cannot be created ({exc.strerror or exc}); "
                              f"allowed: a writable directory, or null to disable the cache") from None
         jax.config.update("jax_compilation_cache_dir", str(Path(cache_dir).expanduser()))
         # Small CPU programs fall under the default thresholds and would never be cached.
@@ -60,14 +60,14 @@ def check_options(platform, devices=None, cache_dir=None, gpu_memory_fraction=No
     if devices is not None:
         checks.integer("accelerator.devices", devices, 1, 4096)
         if platform != "cpu":
-            raise ValueError(f"accelerator.devices={devices} only simulates devices with accelerator=cpu; "
+            raise checks.ConfigError(f"accelerator.devices={devices} only simulates devices with accelerator=cpu; "
                              f"allowed: null on {platform}")
     if gpu_memory_fraction is not None:
         checks.real("accelerator.gpu_memory_fraction", gpu_memory_fraction, 0.0, 1.0, lo_open=True)
     checks.boolean("accelerator.distributed", distributed)
     checks.choice("accelerator.dtype", dtype, DTYPES)
     if cache_dir is not None and not isinstance(cache_dir, str):
-        raise ValueError(f"compile_cache={cache_dir!r} is invalid; allowed: a directory path, or null")
+        raise checks.ConfigError(f"compile_cache={cache_dir!r} is invalid; allowed: a directory path, or null")
 
 
 def check_platform(platform: str) -> None:
@@ -85,7 +85,7 @@ def check_platform(platform: str) -> None:
     except (RuntimeError, AssertionError):
         seen = "no device"
     install = INSTALL.get(platform, "")
-    raise ValueError(f"accelerator={platform} asks for JAX platform {PLATFORMS[platform]!r}, but JAX "
+    raise checks.ConfigError(f"accelerator={platform} asks for JAX platform {PLATFORMS[platform]!r}, but JAX "
                      f"{jax.__version__} sees only: {seen}; allowed here: accelerator=auto or cpu"
                      + (f"; to add {platform} support: {install}" if install else ""))
 

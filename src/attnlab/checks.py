@@ -11,6 +11,11 @@ from typing import Any, Iterable
 MAX_PARAMS = 10**10
 
 
+class ConfigError(ValueError):
+    """Bad user input, refused in one line (exit 2). Only this is a refusal: any other exception while building
+    a run is a bug, reported as a failed run with its traceback. A ValueError, so callers catching that still work."""
+
+
 def is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -20,33 +25,33 @@ def is_real(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def require(ok: bool, message: str, error: type[Exception] = ValueError) -> None:
+def require(ok: bool, message: str, error: type[Exception] = ConfigError) -> None:
     """Raise `error(message)` unless ok: for checks whose message no helper below writes."""
     if not ok:
         raise error(message)
 
 
 def integer(key: str, value, lo: int, hi: int | None = None) -> int:
-    """An integer in [lo, hi], else ValueError `key=value is invalid; allowed: ...`."""
+    """An integer in [lo, hi], else ConfigError `key=value is invalid; allowed: ...`."""
     if not is_int(value) or value < lo or (hi is not None and value > hi):
         allowed = f"an integer >= {lo}" + (f" and <= {hi}" if hi is not None else "")
-        raise ValueError(f"{key}={value!r} is invalid; allowed: {allowed}")
+        raise ConfigError(f"{key}={value!r} is invalid; allowed: {allowed}")
     return value
 
 
 def real(key: str, value, lo: float = -math.inf, hi: float = math.inf, *, lo_open=False, hi_open=False) -> float:
-    """A finite number in the interval, else ValueError naming the interval."""
+    """A finite number in the interval, else ConfigError naming the interval."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
     if not ok:
         bounds = [f"{'>' if lo_open else '>='} {lo}" if lo > -math.inf else "", f"{'<' if hi_open else '<='} {hi}" if hi < math.inf else ""]
-        raise ValueError(f"{key}={value!r} is invalid; allowed: a finite number {' and '.join(b for b in bounds if b)}")
+        raise ConfigError(f"{key}={value!r} is invalid; allowed: a finite number {' and '.join(b for b in bounds if b)}")
     return float(value)
 
 
 def boolean(key: str, value) -> bool:
     if not isinstance(value, bool):
-        raise ValueError(f"{key}={value!r} is invalid; allowed: true or false")
+        raise ConfigError(f"{key}={value!r} is invalid; allowed: true or false")
     return value
 
 
@@ -58,7 +63,7 @@ def _yaml(value) -> str:
 def choice(key: str, value, allowed: Iterable[Any]) -> Any:
     allowed = list(allowed)
     if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed if a == value):
-        raise ValueError(f"{key}={value!r} unknown; allowed: {', '.join(_yaml(a) for a in allowed)}")
+        raise ConfigError(f"{key}={value!r} unknown; allowed: {', '.join(_yaml(a) for a in allowed)}")
     return value
 
 
@@ -80,12 +85,12 @@ def model_options(values: dict[str, Any]) -> None:
     # A short convolution (2-8 in Zoology/fla); its taps are unrolled, so a bound keeps compilation finite.
     integer("model.short_conv", values.get("short_conv", 0), 0, MAX_SHORT_CONV)
     if d_model % heads:
-        raise ValueError(f"model.d_model={d_model} is not divisible by model.heads={heads}; "
+        raise ConfigError(f"model.d_model={d_model} is not divisible by model.heads={heads}; "
                          f"allowed: heads dividing d_model")
     table = (values.get("vocab_size") or values.get("input_dim") or 0) + max_len
     params = layers * (4 + 2 * mlp_ratio) * d_model**2 + table * d_model
     if params > MAX_PARAMS:
-        raise ValueError(f"model.d_model={d_model}, model.layers={layers}, model.mlp_ratio={mlp_ratio}, "
+        raise ConfigError(f"model.d_model={d_model}, model.layers={layers}, model.mlp_ratio={mlp_ratio}, "
                          f"model.max_len={max_len} make ~{params:.2g} parameters; allowed: at most {MAX_PARAMS:.0e}")
 
 
@@ -100,7 +105,7 @@ def no_unknown_keys(cfg) -> None:
     top = set(yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())) - {"defaults"}
     unknown = sorted(set(cfg) - top - set(groups))
     if unknown:
-        raise ValueError(f"unknown key(s) {', '.join(unknown)}; allowed at the top level: "
+        raise ConfigError(f"unknown key(s) {', '.join(unknown)}; allowed at the top level: "
                          f"{', '.join(sorted(top - {'hydra'}))} and the groups {', '.join(groups)}")
     for group in groups:
         yamls = [registry.load(group, name) for name in registry.choices(group)]
@@ -109,7 +114,7 @@ def no_unknown_keys(cfg) -> None:
         allowed = set().union(*yamls)
         unknown = sorted(set(cfg[group]) - allowed)
         if unknown:
-            raise ValueError(f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}; "
+            raise ConfigError(f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}; "
                              f"allowed: {', '.join(sorted(allowed))}")
 
 

@@ -6,7 +6,6 @@ import functools
 import inspect
 import os
 import sys
-import traceback
 import warnings
 from pathlib import Path
 from typing import Any
@@ -16,18 +15,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import checks, registry, sweep
+from attnlab import chance, checks, outdir, registry, sweep
 from attnlab.record import write_json
-from attnlab.run_files import completed_with, compute_record, hparams_of, write_results, write_run_json
+from attnlab.run_files import completed_with, compute_record, hparams_of, record_failure, write_results, write_run_json
 
 EXIT_CONFIG = 2
+EXIT_DIVERGED = 3  # a single run that diverged (a sweep goes on: divergence is one of its outcomes)
 
 
-class ConfigError(ValueError):
-    """An invalid configuration, reported in one line before anything compiles."""
-
-
-_require = functools.partial(checks.require, error=ConfigError)
+ConfigError = checks.ConfigError  # bad input: one line, exit 2; any other exception is a failed run (a bug)
+_require = checks.require
 
 
 # What attention passes to a normalizer factory (the Normalizer contract): arguments, not config keys.
@@ -107,7 +104,8 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     loop = LoopConfig(steps=t.steps, batch_size=t.batch_size, eval_every=t.eval_every, log_every=t.log_every,
                       eval_batch_size=t.eval_batch_size, nonfinite=t.nonfinite, seed=cfg.seed, lr=o.lr,
                       warmup_steps=o.warmup_steps, progress=t.progress, checkpoint_every=t.checkpoint_every,
-                      resume=t.resume, attn_map_scale=t.get("attn_map_scale", "row"))  # checks the trainer values
+                      resume=t.resume, attn_map_scale=t.get("attn_map_scale", "row"),
+                      max_skipped=t.get("max_skipped", 0.1))  # checks the trainer values
     validate(cfg, jax.device_count())
     dtype = compute_dtype(cfg.accelerator.dtype)
     matmul_precision(cfg.accelerator.get("matmul_precision"), dtype)  # refuses a bad value before anything is built
@@ -171,14 +169,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         for w in caught:
             print(f"attnlab: warning: {w.message}", file=sys.stderr)
         compute = compute_record(cfg.accelerator, nets[0], task.seq_len)  # refuses an impl that cannot run here
-    except (ConfigError, ValueError, TypeError) as exc:
+    except ConfigError as exc:
+        print(f"attnlab: error: {exc}", file=sys.stderr)
+        if not multirun:  # a refused command leaves nothing behind (a refused sweep job is a failed cell)
+            outdir.remove_created(run_dir)
+            sys.exit(EXIT_CONFIG)
         record.update(status="failed", error=f"configuration: {exc}")
         if os.access(run_dir, os.W_OK):
             write_json(run_dir / "metrics.json", record)
-        print(f"attnlab: error: {exc}", file=sys.stderr)
-        if not multirun:
-            sys.exit(EXIT_CONFIG)
         return record
+    except Exception:  # not bad input: a bug while building the run, so a failed run with its traceback
+        return _failed(run_dir, record, multirun)
     seeds = [cfg.seed + i for i in range(len(nets))]
     run_dirs = [run_dir] if len(nets) == 1 else [run_dir / f"seed{s}" for s in seeds]
     try:
@@ -191,18 +192,26 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         swept = tb_hparams.sweep_values(hc.sweep.dir if multirun else None)
         declared = tb_hparams.declare(hparams[0], swept, seeds)
         records = _train(cfg, task, nets, tx, loop, run_dirs, run_dir, hparams, declared)
-    except Exception as exc:  # a failed run records why and lets a sweep go on
-        (run_dir / "error.txt").write_text(traceback.format_exc())
-        record.update(status="failed", error=f"{type(exc).__name__}: {exc}")
-        write_json(run_dir / "metrics.json", record)
-        print(f"attnlab: run failed: {record['error']} (traceback in {run_dir / 'error.txt'})", file=sys.stderr)
-        if not multirun:
-            sys.exit(1)
-        return record
+    except Exception:  # a failed run records why and lets a sweep go on
+        return _failed(run_dir, record, multirun)
+    for r in records:  # is each test accuracy distinguishable from the task's baseline? (attnlab.chance)
+        r["chance"] = chance.flags(r.get("final", {}), r.get("baseline", {}), chance.scored_targets(task))
     write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
+    if not multirun and any(r["status"] == "diverged" for r in records):
+        d, r = next((d, r) for d, r in zip(run_dirs, records) if r["status"] == "diverged")
+        print(f"attnlab: run diverged {r['error']} (record in {d / 'metrics.json'})", file=sys.stderr)
+        sys.exit(EXIT_DIVERGED)
     if multirun and any(r["status"] == "interrupted" for r in records):  # one Ctrl-C/SIGTERM stops the sweep
-        sys.exit(f"attnlab: sweep interrupted at {run_dir}; the same command resumes it")
+        sweep.interrupted(run_dir, HydraConfig.get().sweep.dir)
     return {**records[0], "run_dir": str(run_dirs[0])}
+
+
+def _failed(run_dir: Path, record: dict[str, Any], multirun: bool) -> dict[str, Any]:
+    """The exception being handled as a failed run (run_files.record_failure); a single run exits 1."""
+    record_failure(run_dir, record)
+    if not multirun:
+        sys.exit(1)
+    return record
 
 
 def _train(cfg, task, nets, tx, loop, run_dirs: list[Path], checkpoint_dir: Path, hparams: list[dict],
@@ -221,7 +230,12 @@ OmegaConf.register_new_resolver("attnlab_job", sweep.job_name, replace=True)
 
 @hydra.main(config_path=str(registry.CONFIG_DIR), config_name="train", version_base="1.3")
 def _hydra_train(cfg: DictConfig) -> None:
-    run(cfg)
+    try:
+        run(cfg)
+    except KeyboardInterrupt:  # Ctrl-C outside the step loop (start-up, compile): no checkpoint to save
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            raise
+        sweep.interrupted(Path(HydraConfig.get().runtime.output_dir), HydraConfig.get().sweep.dir)
 
 
 def train_main() -> None:

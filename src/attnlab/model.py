@@ -77,11 +77,11 @@ class Transformer(nnx.Module):
                  window: int | None = None, short_conv: int = 0, remat: bool | str = False, rngs: nnx.Rngs):
         checks.model_options(locals())  # each option's range, one line naming it (ZeroDivisionError before)
         if positional not in POSITIONAL:
-            raise ValueError(f"model.positional={positional!r} unknown; allowed: {', '.join(POSITIONAL)}")
+            raise checks.ConfigError(f"model.positional={positional!r} unknown; allowed: {', '.join(POSITIONAL)}")
         if d_model % num_heads:
-            raise ValueError(f"model.d_model={d_model} is not divisible by model.heads={num_heads}")
+            raise checks.ConfigError(f"model.d_model={d_model} is not divisible by model.heads={num_heads}")
         if positional in ("learned", "sinusoidal") and seq_len > max_len:
-            raise ValueError(f"sequence length {seq_len} exceeds model.max_len={max_len} of the {positional} table")
+            raise checks.ConfigError(f"sequence length {seq_len} exceeds model.max_len={max_len} of the {positional} table")
         if (vocab_size is None) == (input_dim is None):
             raise ValueError("exactly one of vocab_size (token inputs) and input_dim (vector inputs) is needed")
         makers = list(make_normalizer) if isinstance(make_normalizer, Sequence) else [make_normalizer]

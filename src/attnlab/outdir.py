@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -11,6 +12,25 @@ from typing import Any
 from hydra.experimental.callback import Callback
 
 EXIT_CONFIG = 2
+# Run directory -> its topmost ancestor that did not exist before Hydra made it in this process: a refused
+# run removes its own (remove_created), never one the user pointed at (hydra.run.dir=<a run> trainer.resume=true).
+CREATED: dict[Path, Path] = {}
+
+
+def remove_created(run_dir: Path) -> None:
+    """Remove a run directory this process created, and its new parents while empty (another launch may share them)."""
+    run_dir = Path(run_dir).absolute()
+    top = CREATED.get(run_dir)
+    if top is None:
+        return
+    shutil.rmtree(run_dir, ignore_errors=True)
+    for parent in run_dir.parents:
+        if not parent.is_relative_to(top):
+            break
+        try:
+            parent.rmdir()
+        except OSError:  # not empty: a concurrent run lives there
+            break
 
 
 def unwritable_reason(path: Path) -> str | None:
@@ -46,6 +66,9 @@ class OutputDirCheck(Callback):
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
         check("hydra.run.dir", config.hydra.run.dir)
+        run_dir = Path(str(config.hydra.run.dir)).absolute()
+        if not run_dir.exists():
+            CREATED[run_dir] = next(p for p in reversed([run_dir, *run_dir.parents]) if not p.exists())
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         check("hydra.sweep.dir", config.hydra.sweep.dir)

@@ -8,6 +8,8 @@ from typing import Any
 
 import yaml
 
+from attnlab.checks import ConfigError
+
 CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
 _RESERVED = ("_target_", "_partial_")
 
@@ -21,14 +23,14 @@ def load(group: str, name: str) -> dict[str, Any]:
     """The raw YAML of one choice, or a ValueError listing the choices."""
     path = CONFIG_DIR / group / f"{name}.yaml"
     if not path.is_file():
-        raise ValueError(f"unknown {group} {name!r}; available: {', '.join(choices(group))}")
+        raise ConfigError(f"unknown {group} {name!r}; available: {', '.join(choices(group))}")
     return yaml.safe_load(path.read_text()) or {}
 
 
 def resolve_target(target: str):
     """Import a `_target_`; only attnlab's own classes may be built from a config."""
     if not isinstance(target, str) or not target.startswith("attnlab."):
-        raise ValueError(f"_target_ {target!r} refused: only attnlab.* classes can be built from configs")
+        raise ConfigError(f"_target_ {target!r} refused: only attnlab.* classes can be built from configs")
     module, _, attr = target.rpartition(".")
     return getattr(importlib.import_module(module), attr)
 
@@ -40,7 +42,7 @@ def options(group: str, name: str, **overrides) -> tuple[Any, dict[str, Any]]:
     defaults = {k: v for k, v in raw.items() if k not in _RESERVED and k != "defaults"}
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
-        raise ValueError(
+        raise ConfigError(
             f"unknown option(s) {', '.join(unknown)} for {group} {name!r}; "
             f"allowed: {', '.join(sorted(defaults)) or '(none)'}"
         )

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import shlex
+import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.chance import describe
 from attnlab.record import environment, read_json, write_json
 
 
@@ -54,6 +57,15 @@ def compute_record(accelerator: DictConfig, net, seq_len: int) -> dict[str, Any]
     return {"attention_impl": impls, "matmul_precision": precision, "compute_dtype": np.dtype(net.body.dtype).name}
 
 
+def record_failure(run_dir: Path, record: dict[str, Any]) -> None:
+    """The exception being handled as a failed run: error.txt (traceback), metrics.json, one line naming both."""
+    exc = sys.exc_info()[1]
+    (run_dir / "error.txt").write_text(traceback.format_exc())
+    record.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+    write_json(run_dir / "metrics.json", record)
+    print(f"attnlab: run failed: {record['error']} (traceback in {run_dir / 'error.txt'})", file=sys.stderr)
+
+
 def write_run_json(seeds: list[int], run_dirs: list[Path], resolved: dict, choices: dict, overrides: list,
                    task, compute: dict | None = None) -> None:
     """run.json in each seed's directory: its config, choices, overrides, environment (and lm corpus), and
@@ -82,7 +94,11 @@ def print_summary(record: dict[str, Any]) -> None:
     final, base = record.get("final", {}), record.get("baseline", {})
     print(f"run: {record['run_dir']}  status: {record['status']}  steps: {record.get('steps')}  "
           f"({record.get('steps_per_sec', 0):.1f} steps/s, compile {record.get('compile_time_s', 0):.1f}s)")
+    if record.get("diverged"):
+        print(f"  diverged at step {record['diverged']['step']}: {record['diverged']['reason']}")
     for key in sorted(k for k in final if k.startswith("test/")):
         b = base.get("baseline/" + key.split("/", 1)[1])
-        print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})"))
+        flag = record.get("chance", {}).get(key, {})
+        print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})")
+              + (f"  {describe(flag)}" if flag.get("within_noise") else ""))
     print(f"curves: tensorboard --logdir {shlex.quote(str(record['run_dir']))} --host 127.0.0.1")

@@ -119,8 +119,10 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         # A non-finite step leaves parameters and optimizer state untouched and is counted; the
-        # host reads the count on logging steps (no per-step sync) and applies the policy.
-        ok = jnp.isfinite(loss) & jnp.isfinite(norms["global"])
+        # host reads the count on logging steps (no per-step sync) and applies the policy. The updated
+        # parameters are checked too: a finite gradient times a huge learning rate can overflow them.
+        params_ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(params)]))
+        ok = jnp.isfinite(loss) & jnp.isfinite(norms["global"]) & params_ok
         keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(ok, new, old))
         first_bad = jnp.where((state["first_nonfinite"] < 0) & ~ok, state["step"], state["first_nonfinite"])
         new_state = {"params": keep(params, state["params"]), "rest": state["rest"],
@@ -129,7 +131,7 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
                      "first_nonfinite": first_bad}
         # The group/layer norms reuse the squares of the global norm: a few scalar adds, read on logging steps only.
         metrics: dict[str, Any] = {"loss": loss, "grad_norm/global": norms["global"], "nonfinite": new_state["nonfinite"],
-                                   "grad_norm": norms}
+                                   "grad_norm": norms, "first_nonfinite": first_bad}
         return new_state, metrics
 
     return jax.jit(over_seeds(step, num_seeds, (0, None)), donate_argnums=0)

@@ -71,12 +71,18 @@ class Summaries:
         self.writer = SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=30)
         self.attn_map_scale = tb_images.check_scale(attn_map_scale)
 
+    # Nothing non-finite reaches the writer: tensorboardX warns per NaN and refuses an empty histogram;
+    # a skipped step is counted in train/nonfinite_steps and a diverged run says so in metrics.json.
     def scalars(self, step: int, values: Mapping[str, float]):
         for tag, v in values.items():
-            self.writer.add_scalar(tag, v, step)
+            if np.isfinite(v):
+                self.writer.add_scalar(tag, v, step)
 
     def histogram(self, tag: str, values, step: int):
-        self.writer.add_histogram(tag, np.asarray(values, np.float64).ravel(), step)
+        values = np.asarray(values, np.float64).ravel()
+        values = values[np.isfinite(values)]
+        if values.size:
+            self.writer.add_histogram(tag, values, step)
 
     def layout(self, num_layers: int):
         self.writer.add_custom_scalars(custom_scalars_layout(num_layers))
@@ -89,6 +95,8 @@ class Summaries:
     def attention_images(self, maps_LBNTS, step: int):
         """One RGB image per layer of the fixed probe example (the first validation example)."""
         for i, layer in enumerate(np.asarray(maps_LBNTS, np.float32)):
+            if not np.isfinite(layer[0]).all():
+                continue
             fig = tb_images.render(layer[0], self.attn_map_scale, f"layer {i}, step {step}, {self.attn_map_scale} scale")
             self.writer.add_image(f"attn_map/layer_{i}", tb_images.to_rgb(fig), step, dataformats="HWC")
 

@@ -36,6 +36,28 @@ def swept_keys(sweep_dir: Path) -> set[str] | None:
     return {o.key_or_group for o in OverridesParser.create().parse_overrides(args) if o.is_sweep_override()}
 
 
+def resume_command(sweep_dir: Path | str, argv0: str = "") -> str:
+    """The command that resumes a sweep: its own overrides (multirun.yaml) with hydra.sweep.dir pinned.
+
+    The same command alone would start a new timestamped sweep. In the pinned directory completed jobs
+    are skipped, interrupted ones resume from their checkpoint, the rest run (cli.run).
+    """
+    sweep_dir = Path(sweep_dir).absolute()
+    hydra_cfg = OmegaConf.load(sweep_dir / "multirun.yaml").hydra
+    hydra_args = [o for o in hydra_cfg.overrides.hydra if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
+    prog = [sys.executable, "-m", "attnlab"] if argv0.endswith("__main__.py") else ["attnlab-train"]
+    return shlex.join([*prog, "-m", *hydra_cfg.overrides.task, *hydra_args, f"hydra.sweep.dir={sweep_dir}"])
+
+
+def interrupted(run_dir: Path, sweep_dir: str) -> None:
+    """End a sweep stopped by a signal with the command that resumes it."""
+    try:
+        command = resume_command(sweep_dir, sys.argv[0])
+    except (OSError, ValueError, AttributeError):  # no readable multirun.yaml: say what to add instead
+        command = f"the same command with hydra.sweep.dir={shlex.quote(str(Path(sweep_dir).absolute()))}"
+    sys.exit(f"attnlab: sweep interrupted at {run_dir}; resume it with:\n  {command}")
+
+
 def job_name(num: int, sweep_dir: str, overrides: list[str]) -> str:
     """`<num>_<key=value,...>` of the keys the sweep varies, e.g. `3_normalizer=kl,seed=1` (hydra.sweep.subdir)."""
     swept = swept_keys(Path(sweep_dir))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from flax import nnx
 
 from attnlab import registry
+from attnlab.checks import ConfigError
 
 from .base import KINDS, Head
 from .classification import ScoresMSE, SoftmaxCE
@@ -40,7 +41,7 @@ def check_compatible(name: str, task_kind: str, task_name: str = "task") -> None
     """Raise ValueError at configuration time when head `name` cannot serve the task."""
     head_kind = kind_of(name)
     if head_kind != task_kind:
-        raise ValueError(
+        raise ConfigError(
             f"head {name!r} serves {head_kind}, task {task_name!r} is {task_kind}; "
             f"heads for {task_kind}: {', '.join(compatible(task_kind))}"
         )

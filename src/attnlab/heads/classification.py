@@ -20,7 +20,7 @@ class _Classification(Head):
 
     def __init__(self, *, d_model: int, num_classes: int | None, rngs: nnx.Rngs, ece_bins: int = 15):
         if num_classes is None or num_classes < 2:
-            raise ValueError(f"{type(self).__name__} needs num_classes >= 2, got {num_classes}")
+            raise checks.ConfigError(f"{type(self).__name__} needs num_classes >= 2, got {num_classes}")
         self.num_classes = int(num_classes)
         self.ece_bins = checks.integer("head.ece_bins", ece_bins, 1, 10**6)
         self.proj = nnx.Linear(d_model, self.num_classes, rngs=rngs)

@@ -84,7 +84,7 @@ class HLGauss(_Regression):
         self._check_num_classes(num_classes)
         checks.real("head.v_min", v_min, -1e30, 1e30)
         if not v_min < checks.real("head.v_max", v_max, -1e30, 1e30):
-            raise ValueError(f"head.v_max={v_max} is invalid; allowed: a number > head.v_min={v_min}")
+            raise checks.ConfigError(f"head.v_max={v_max} is invalid; allowed: a number > head.v_min={v_min}")
         checks.integer("head.num_bins", num_bins, 2, 10**6)
         checks.real("head.sigma_ratio", sigma_ratio, 0.0, 1e6, lo_open=True)
         self.v_min, self.v_max, self.num_bins = float(v_min), float(v_max), int(num_bins)

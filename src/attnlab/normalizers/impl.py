@@ -17,6 +17,8 @@ import dataclasses
 
 import jax.numpy as jnp
 
+from attnlab.checks import ConfigError
+
 from .mask import Mask
 
 IMPLS = ("auto", "cudnn", "xla", "blockwise", "dense")
@@ -68,7 +70,7 @@ def choose(requested: str, capability: Capability, *, normalizer: str, platform:
     from .long_context import AUTO_MIN_TS
 
     def refuse(why: str):
-        raise ValueError(f"normalizer.impl={requested} cannot run for {normalizer}: {why}")
+        raise ConfigError(f"normalizer.impl={requested} cannot run for {normalizer}: {why}")
 
     if requested in ("cudnn", "xla") and not capability.fused:
         refuse("only softmax and kl with prior=uniform are softmax kernels; allowed here: "

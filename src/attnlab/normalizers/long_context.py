@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnlab.checks import ConfigError
+
 
 # `impl: auto` goes blockwise (where cuDNN does not apply) once T·S reaches this (T = S = 1024;
 # see BENCHMARKS.md, attention).
@@ -15,7 +17,7 @@ STATS_ROWS = 128
 def check_block_size(block_size) -> int:
     """A validated `normalizer.block_size`."""
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"normalizer.block_size={block_size!r} not allowed; allowed: an integer >= 1")
+        raise ConfigError(f"normalizer.block_size={block_size!r} not allowed; allowed: an integer >= 1")
     return block_size
 
 

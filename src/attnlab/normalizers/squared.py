@@ -27,7 +27,7 @@ class Squared(ScoreNormalizer):
         checks.real("normalizer.eps", eps, 0.0, 1e6)
         checks.boolean("normalizer.offset", offset)
         if offset and power % 2:
-            raise ValueError(f"normalizer.offset needs an even power (got power={power}): odd Taylor polynomials go negative")
+            raise checks.ConfigError(f"normalizer.offset needs an even power (got power={power}): odd Taylor polynomials go negative")
         if learnable and not offset:
             warnings.warn("squared attention without offset is scale-invariant: a learnable beta has no "
                           "effect (set normalizer.offset=true or normalizer.learnable=false)", stacklevel=2)

@@ -31,6 +31,13 @@ class Cell:
     def label(self) -> str:
         return ", ".join(f"{k}={v}" for k, v in self.key.items()) or "all runs"
 
+    def near_chance(self, metric: str) -> bool:
+        """Whether the cell's mean is within binomial noise of the task's baseline (the threshold its runs
+        recorded, attnlab.chance: it depends on the task's test split only, so it serves --which best too)."""
+        limits = [r.chance[metric]["threshold"] for r in self.runs if r.status == "completed" and metric in r.chance]
+        s = self.stats.get(metric)
+        return bool(limits) and s is not None and s.n > 0 and s.mean <= max(limits)
+
 
 @dataclass
 class Table:
@@ -47,6 +54,8 @@ class Table:
     short: list[tuple[dict, int, list]] = field(default_factory=list)  # (cell, completed seeds, missing seeds)
     max_seeds: int = 0
     notes: list[str] = field(default_factory=list)
+    progress: str | None = None  # "N of M runs completed; missing: ..." against the sweep's definition
+    missing_runs: list[str] = field(default_factory=list)  # jobs not started, runs without an outcome
 
     @property
     def statuses(self) -> list[str]:
@@ -75,7 +84,9 @@ class Table:
         lines = [f"Missing cell (no run): {fmt(c)}" for c in self.missing]
         lines += [f"Fewer seeds: {fmt(c)} has {n} completed of {self.max_seeds}"
                   + (f" (missing seed {', '.join(map(str, s))})" if s else "") for c, n, s in self.short]
-        return lines or [f"Complete: every expected cell has {self.max_seeds} completed seed(s)."]
+        if lines or self.missing_runs:  # never "complete" while a job of the sweep has no outcome
+            return lines
+        return [f"Complete: every expected cell has {self.max_seeds} completed seed(s)."]
 
 
 def default_metrics(runs: list[Run], which: str) -> list[str]:
@@ -121,6 +132,9 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
     if baseline:
         _apply_baseline(table, baseline)
     _completeness(table, runs)
+    if any(c.near_chance(m) for c in table.cells for m in metrics):
+        table.notes.append("≈chance: the cell's mean accuracy is within noise of the task's baseline (at or below the "
+                           "97.5% point of Binomial(n, baseline)/n over the n test targets; attnlab.chance).")
     drift = [k for k in drifted_keys(runs) if k not in group_by]
     if drift and configured:
         table.notes.append(f"Config key(s) present in only some runs, not grouped: {', '.join(drift)} "

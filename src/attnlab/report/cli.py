@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Iterable
 
 import attnlab.report as report
-from attnlab.report import plots
+from attnlab.report import expected, plots
 from attnlab.report.cells import Table, expand, summarize
 from attnlab.report.load import LR, load_runs
 from attnlab.report.tables import MAX_COLUMNS
@@ -78,6 +78,7 @@ def cli(argv: Iterable[str] | None = None) -> int:
         table = summarize(runs, args.group_by, args.metrics, args.which, args.baseline, args.select_lr,
                           args.select_by, args.n_boot, args.seed)
         curves, log_y = _curves(table, args.curves, args.log_y, cache)
+        table.progress, table.missing_runs = expected.progress(root, runs)
     except ValueError as exc:
         print(f"attnlab-report: error: {exc}", file=sys.stderr)
         return 2

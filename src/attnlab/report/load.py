@@ -29,6 +29,7 @@ class Run:
     best: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     swept: tuple[str, ...] = ()  # keys set on the command line, in order
+    chance: dict[str, dict] = field(default_factory=dict)  # metric -> attnlab.chance flag (threshold, ...)
 
     @property
     def seed(self):
@@ -101,7 +102,16 @@ def _read_run(path: Path) -> Run:
         if (h / "overrides.yaml").exists():
             swept = tuple(_override_key(o) for o in yaml.safe_load((h / "overrides.yaml").read_text()) or [])
     return Run(path=path, status=status, config=config, final=metrics.get("final") or {},
-               best=metrics.get("best") or {}, error=metrics.get("error"), swept=swept)
+               best=metrics.get("best") or {}, error=metrics.get("error"), swept=swept,
+               chance=metrics.get("chance") or {})
+
+
+def _refused(path: Path) -> bool:
+    """A single command refused as bad input before it ran (what attnlab before issue 22 left in outputs/): no
+    run. A refused job of a sweep stays: it is a failed cell of the sweep's grid."""
+    metrics = _json(path / "metrics.json")
+    return (isinstance(metrics, dict) and str(metrics.get("error", "")).startswith("configuration:")
+            and not (path / "run.json").exists() and not (path.parent / "multirun.yaml").exists())
 
 
 def _natural(p: Path):
@@ -115,8 +125,9 @@ def load_runs(sweep_dir) -> list[Run]:
         if "seeds.json" in filenames:  # trainer.vmap_seeds: one ordinary run per seed below
             dirnames[:] = sorted(d for d in dirnames if d.startswith("seed"))
             continue
-        if {"metrics.json", "run.json"} & set(filenames) or ".hydra" in dirnames:
-            runs.append(_read_run(Path(dirpath)))
+        if {"metrics.json", "run.json"} & set(filenames):  # a bare .hydra/ is a job that never started
+            if not _refused(Path(dirpath)):
+                runs.append(_read_run(Path(dirpath)))
             dirnames.clear()  # checkpoints and the like live below a run
         else:
             dirnames.sort()

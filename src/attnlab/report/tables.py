@@ -25,7 +25,8 @@ def _stat_text(cell: Cell, metric: str, pm: str) -> str:
     if s.n == 0:
         return "–"
     text = f"{_num(s.mean)} {pm} {_num(s.std)} [{_num(s.ci_low)}, {_num(s.ci_high)}]" if s.n > 1 else _num(s.mean)
-    return text + (f" (n={s.n})" if s.n != done else "") + (" low n" if s.low_n else "")
+    return (text + (f" (n={s.n})" if s.n != done else "") + (" low n" if s.low_n else "")
+            + (" ≈chance" if cell.near_chance(metric) else ""))
 
 
 def _diff_text(cell: Cell, metric: str) -> str:
@@ -95,7 +96,7 @@ def to_markdown(table: Table, images: Iterable[Path] = (), notes: Iterable[str] 
                 max_columns: int = MAX_COLUMNS) -> str:
     """The report as Markdown: explanation, table(s) (see metric_chunks), completeness, notes, curve images."""
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    out = [f"# Sweep report ({table.which})", "", *_explain(table)]
+    out = [f"# Sweep report ({table.which})", "", *([table.progress, ""] if table.progress else []), *_explain(table)]
     chunks = metric_chunks(table, max_columns)
     for i, metrics in enumerate(chunks):
         header, rows = display(table, metrics=metrics)
@@ -113,7 +114,7 @@ def tex_escape(s: str) -> str:
 
 def to_latex(table: Table, max_columns: int = MAX_COLUMNS) -> str:
     """The table as booktabs tabulars (needs \\usepackage{booktabs}), one per metric_chunks entry."""
-    cell = lambda s: tex_escape(s).replace("PLUSMINUS", r"$\pm$").replace("Δ", r"$\Delta$")  # noqa: E731
+    cell = lambda s: tex_escape(s).replace("PLUSMINUS", r"$\pm$").replace("Δ", r"$\Delta$").replace("≈", r"$\approx$")  # noqa: E731
     n_keys = len(table.group_by) + table.select_lr
     tabulars = []
     for metrics in metric_chunks(table, max_columns):

@@ -7,6 +7,8 @@ from typing import Callable
 
 import numpy as np
 
+from attnlab.checks import ConfigError
+
 SPLITS = ("train", "val", "test")
 INT32_MAX = 2**31 - 1
 
@@ -123,7 +125,7 @@ def check_int(name: str, value, lo: int, hi: int | None = INT32_MAX) -> int:
     bad = isinstance(value, bool) or not isinstance(value, (int, np.integer))
     if bad or value < lo or (hi is not None and value > hi):
         allowed = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
-        raise ValueError(f"option {name}={value!r} is invalid; allowed: {allowed}")
+        raise ConfigError(f"option {name}={value!r} is invalid; allowed: {allowed}")
     return int(value)
 
 
@@ -138,7 +140,7 @@ def check_float(name: str, value, lo: float, hi: float | None = 1e6, lo_open: bo
         bad = bad or (hi is not None and value > hi)
     if bad:
         rng = f"{'(' if lo_open else '['}{lo}, {hi if hi is not None else 'inf'}{']' if hi is not None else ')'}"
-        raise ValueError(f"option {name}={value!r} is invalid; allowed: a number in {rng}")
+        raise ConfigError(f"option {name}={value!r} is invalid; allowed: a number in {rng}")
     return float(value)
 
 
@@ -169,7 +171,7 @@ def disjoint_splits(
             parts.append(batch.take(np.asarray(keep, dtype=np.int64)))
             have += len(keep)
         if have < n:
-            raise ValueError(
+            raise ConfigError(
                 f"could only draw {have} distinct examples for the {name} split (task.n_{name}={n}); "
                 "the options allow too few distinct sequences: enlarge the vocabulary/length or shrink n_*"
             )

@@ -9,6 +9,8 @@ import re
 import sys
 from pathlib import Path
 
+from attnlab.checks import ConfigError
+
 SEPARATOR = b"\n\n"  # between the documents of one split (what a paragraph split removed)
 
 
@@ -49,7 +51,7 @@ def from_path(path: str) -> tuple[list[bytes], dict]:
     else:
         files = sorted(Path(f) for f in glob.glob(os.path.expanduser(path), recursive=True) if Path(f).is_file())
     if not files:
-        raise ValueError(f"task.path={path!r} matches no file; allowed: a file, a directory or a glob of text files")
+        raise ConfigError(f"task.path={path!r} matches no file; allowed: a file, a directory or a glob of text files")
     docs = [d for d in (f.read_bytes() for f in files) if d.strip()]
     if len(docs) < 3:
         docs = [para for d in docs for para in _paragraphs(d)]
@@ -61,14 +63,14 @@ def from_hf(name: str, config: str | None, split: str, column: str, data_files) 
     try:
         import datasets
     except ImportError as exc:
-        raise ValueError(f"task.hf_dataset={name!r} needs the `datasets` library: pip install 'attnlab[hf]'") from exc
+        raise ConfigError(f"task.hf_dataset={name!r} needs the `datasets` library: pip install 'attnlab[hf]'") from exc
     try:
         ds = datasets.load_dataset(name, config, split=split, data_files=data_files)
     except Exception as exc:  # network, unknown name or split: one line, not a traceback
-        raise ValueError(f"task.hf_dataset={name!r} (config {config!r}, split {split!r}) could not be loaded: "
+        raise ConfigError(f"task.hf_dataset={name!r} (config {config!r}, split {split!r}) could not be loaded: "
                          f"{type(exc).__name__}: {exc}") from exc
     if column not in ds.column_names:
-        raise ValueError(f"task.hf_column={column!r} is not a column of {name!r}; allowed: {', '.join(ds.column_names)}")
+        raise ConfigError(f"task.hf_column={column!r} is not a column of {name!r}; allowed: {', '.join(ds.column_names)}")
     docs = [str(x).encode("utf-8") for x in ds[column] if x and str(x).strip()]
     return docs, identity(f"hf:{name}", docs, config=config, split=split, column=column,
                           datasets_version=datasets.__version__)

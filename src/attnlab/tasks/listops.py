@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnlab.checks import ConfigError
 from attnlab.tasks.base import Split, Task, check_int, disjoint_splits, majority_accuracy
 
 # The generator's alphabet (google-research/long-range-arena lra_benchmarks/data/listops.py), pad first.
@@ -119,7 +120,7 @@ class ListOps(Task):
         while got < n:
             tries += 1
             if tries > max_tries_per_example * n:
-                raise ValueError(
+                raise ConfigError(
                     f"min_length={self.min_length}..max_length={self.max_length} is almost never met with "
                     f"max_depth={self.max_depth}, max_args={self.max_args}; widen the range"
                 )

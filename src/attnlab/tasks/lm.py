@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from attnlab.checks import ConfigError
 from attnlab.tasks import corpus
 from attnlab.tasks.base import SPLITS, Split, Task, check_float, check_int, majority_accuracy
 
@@ -53,10 +54,10 @@ class LanguageModel(Task):
         for key, value in (("path", path), ("hf_dataset", hf_dataset), ("hf_config", hf_config),
                            ("hf_split", hf_split), ("hf_column", hf_column), ("hf_data_files", hf_data_files)):
             if value is not None and not (isinstance(value, str) and value):
-                raise ValueError(f"option {key}={value!r} is invalid; allowed: a non-empty string"
+                raise ConfigError(f"option {key}={value!r} is invalid; allowed: a non-empty string"
                                  + ("" if key in ("hf_split", "hf_column") else " or null"))
         if path is not None and hf_dataset is not None:
-            raise ValueError(f"options path={path!r} and hf_dataset={hf_dataset!r} exclude each other; "
+            raise ConfigError(f"options path={path!r} and hf_dataset={hf_dataset!r} exclude each other; "
                              "allowed: one or neither")
         fractions = {"test": check_float("test_fraction", test_fraction, 0.0, 0.5, lo_open=True),
                      "val": check_float("val_fraction", val_fraction, 0.0, 0.5, lo_open=True)}
@@ -80,7 +81,7 @@ class LanguageModel(Task):
                      for s, idx in self.documents.items()}
         for s, text in self.text.items():
             if len(text) < self.seq_len + 1:
-                raise ValueError(f"the {s} split holds {len(text)} bytes ({len(self.documents[s])} documents), fewer "
+                raise ConfigError(f"the {s} split holds {len(text)} bytes ({len(self.documents[s])} documents), fewer "
                                  f"than seq_len + 1 = {self.seq_len + 1}; use more text, a larger {s}_fraction "
                                  f"or a smaller seq_len")
         self.corpus = {**self.corpus, "split_bytes": {s: int(len(t)) for s, t in self.text.items()}}
@@ -106,7 +107,7 @@ class LanguageModel(Task):
             if len(kept) == n:
                 break
         if len(kept) < n:
-            raise ValueError(f"could not draw {n} windows unseen in other splits; use more text or a smaller seq_len")
+            raise ConfigError(f"could not draw {n} windows unseen in other splits; use more text or a smaller seq_len")
         seen.update(w[:-1].tobytes() for w in kept)
         return np.stack(kept)
 
@@ -133,7 +134,7 @@ class LanguageModel(Task):
 def split_documents(docs: list[bytes], fractions: dict[str, float], rng) -> dict[str, np.ndarray]:
     """Document indices per split: a seeded permutation fills test, then val, up to their byte fractions."""
     if len(docs) < 3:
-        raise ValueError(f"the corpus has {len(docs)} document(s); splitting by document needs at least 3")
+        raise ConfigError(f"the corpus has {len(docs)} document(s); splitting by document needs at least 3")
     order = rng.permutation(len(docs))
     sizes = np.array([len(docs[i]) for i in order])
     total, out, start = sizes.sum(), {}, 0

@@ -30,6 +30,7 @@ class LoopConfig:
     checkpoint_every: int = 0  # 0: only on a signal and at the end
     resume: bool = False
     attn_map_scale: str = "row"  # row | log | max (attnlab.tb_images.scaled)
+    max_skipped: float = 0.1  # share of `steps` that may be skipped as non-finite before the run is diverged
 
     def __post_init__(self):
         """Refuse a bad `trainer` value in one line naming it (the CLI builds the loop before the model)."""
@@ -41,6 +42,7 @@ class LoopConfig:
                        f"trainer.checkpoint_every={self.checkpoint_every!r} must be an integer >= 0 "
                        f"(0: only on signals and at the end)")
         checks.require(isinstance(self.resume, bool), f"trainer.resume={self.resume!r} must be true or false")
+        checks.real("trainer.max_skipped", self.max_skipped, 0.0, 1.0)
         for key, allowed in (("nonfinite", ("skip", "stop")), ("attn_map_scale", ("row", "log", "max")),
                              ("progress", ("auto", "bar", "lines", "none"))):
             value = getattr(self, key)
@@ -48,7 +50,23 @@ class LoopConfig:
 
 
 class Diverged(Exception):
-    """The `stop` policy met a non-finite step."""
+    """Every seed diverged: the `stop` policy met a non-finite step, or more than max_skipped were skipped."""
+
+
+def skip_limit(cfg: LoopConfig) -> float:
+    """Skipped (non-finite) steps beyond this many make a run diverged: a share of the planned steps, so the
+    verdict can be reached as soon as the count passes it."""
+    return cfg.max_skipped * cfg.steps
+
+
+def divergence(cfg: LoopConfig, nonfinite: int) -> str | None:
+    """Why a seed with `nonfinite` skipped steps is diverged; None if it is not."""
+    if cfg.nonfinite == "stop" and nonfinite > 0:
+        return "non-finite loss, gradient or parameters (trainer.nonfinite=stop)"
+    if nonfinite > skip_limit(cfg):
+        return (f"{nonfinite} non-finite steps skipped, more than trainer.max_skipped={cfg.max_skipped:g} "
+                f"of trainer.steps={cfg.steps}")
+    return None
 
 
 def pad_split(split, multiple: int) -> dict[str, np.ndarray]:

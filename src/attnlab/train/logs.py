@@ -12,7 +12,7 @@ import numpy as np
 
 from attnlab.progress import Progress
 from attnlab.summaries import Summaries, flatten_train_metrics
-from attnlab.train.config import Diverged, LoopConfig, seed_slice
+from attnlab.train.config import Diverged, LoopConfig, divergence, seed_slice
 from attnlab.train.state import LoopState
 
 
@@ -57,5 +57,6 @@ def flush(loop: LoopState, logs: Logs, cfg: LoopConfig) -> None:
         logs.summaries[i].scalars(step, scalars)
         loop.last_scalars[i] = scalars
     logs.progress.update(step, 0, float(np.mean(host["loss"])))
-    if cfg.nonfinite == "stop" and np.all(host["nonfinite"] > 0):
-        raise Diverged(f"non-finite loss or gradient (trainer.nonfinite=stop)")
+    reasons = [divergence(cfg, int(n)) for n in np.asarray(host["nonfinite"]).reshape(-1)]
+    if all(reasons):  # every seed is past saving: stop now (seed_records words each seed's reason)
+        raise Diverged(f"at step {int(np.min(host['first_nonfinite'])) + 1}: {reasons[0]}")

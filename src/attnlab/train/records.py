@@ -12,9 +12,11 @@ from attnlab.record import write_json
 from attnlab.steps import sample_batch, step_key
 from attnlab.summaries import eval_scalars
 from attnlab.tb_hparams import metric_list
-from attnlab.train.config import LoopConfig, prefixed, seed_slice
+from attnlab.train.config import LoopConfig, divergence, prefixed, seed_slice
 from attnlab.train.logs import Logs
 from attnlab.train.state import LoopState
+
+STATUSES = ("completed", "diverged", "failed")  # the HParams `status` column's values (failed: cli.run's)
 
 
 def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, finals: list[dict],
@@ -25,25 +27,36 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
     `timing` holds wall_time_s, compile_time_s, steps_per_sec and seeds_over_devices, copied as they are.
     """
     nonfinite = np.asarray(jax.device_get(loop.state["nonfinite"]))
+    first_bad = np.asarray(jax.device_get(loop.state["first_nonfinite"])) + 1
     records = []
     for i, summaries in enumerate(logs.summaries):
-        status, error = loop.status, loop.error
-        if cfg.nonfinite == "stop" and nonfinite[i] > 0:
-            status = "diverged"
-            error = (f"non-finite loss or gradient at step {int(loop.state['first_nonfinite'][i]) + 1} "
-                     f"(trainer.nonfinite=stop)")
-            diagnose(run_dirs[i], seed_slice(loop.state, i), data, cfg.batch_size, loop.last_scalars[i])
+        status, error, diverged = loop.status, loop.error, None
+        reason = divergence(cfg, int(nonfinite[i]))
+        bad_final = sorted(k for k, v in finals[i].items() if not np.isfinite(v))
+        if reason is None and bad_final and status == "completed":
+            reason = f"non-finite final metric(s) {', '.join(bad_final)}"
+            first_bad[i] = first_bad[i] if nonfinite[i] else steps_done
+        if reason is not None and status != "interrupted":
+            status, error = "diverged", f"at step {int(first_bad[i])}: {reason}"
+            diverged = {"step": int(first_bad[i]), "reason": reason}
+            if nonfinite[i] > 0:
+                diagnose(run_dirs[i], seed_slice(loop.state, i), data, cfg.batch_size, loop.last_scalars[i])
+        if status == "diverged":  # finite or absent: a NaN metric of a diverged run means nothing
+            finals[i] = {k: v for k, v in finals[i].items() if np.isfinite(v)}
+            best_finals[i] = {k: v for k, v in best_finals[i].items() if np.isfinite(v)}
         if status == "completed":
             tests = {k.split("/", 1)[1]: v for k, v in finals[i].items() if k.startswith("test/")}
             summaries.scalars(steps_done, {**eval_scalars("test", tests, logs.loss_is_nll),
                                            **prefixed("baseline_test", baseline["test"])})
         if hparams is not None and status != "interrupted":  # a resumed run writes them when it ends
             logged = {*finals[i], "train/nonfinite_steps"}
-            summaries.hparams(hparams[i], declared or {}, metric_list(declared or {}, logged), status)
+            # status as a column too: TensorBoard's session status has no "diverged" (only success/failure).
+            summaries.hparams({**hparams[i], "status": status}, {**(declared or {}), "status": (list(STATUSES), False)},
+                              metric_list(declared or {}, logged), status)
         summaries.close()
         best = loop.best[i]
         records.append({
-            "status": status, "error": error, "final": finals[i],
+            "status": status, "error": error, "diverged": diverged, "final": finals[i],
             "best": {**best, **best_finals[i]} if "step" in best else {},
             "baseline": {**prefixed("baseline", baseline["test"]), **prefixed("baseline_val", baseline["val"])},
             "steps": steps_done, "resumed_from": loop.start or None, "nonfinite_steps": int(nonfinite[i]),

@@ -1,0 +1,83 @@
+"""What a sweep was asked to run (its multirun.yaml) against what its directory holds: the report's first lines."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from attnlab.report.load import Run
+
+FINISHED = ("completed", "diverged", "failed")  # outcomes; anything else has no result yet
+
+
+def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
+    """(job directory name, runs it holds) for every job the sweep defines, in launch order; None when the
+    sweep's definition cannot be read (no multirun.yaml, or a sweep the basic sweeper does not expand)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from attnlab.sweep import job_name
+
+    try:
+        saved = OmegaConf.load(Path(sweep_dir) / "multirun.yaml")
+        hydra_cfg = saved.hydra
+        # As BasicSweeper.sweep: the sweeper's params first, then the command line's overrides.
+        args = [f"{k}={v}" for k, v in (hydra_cfg.sweeper.get("params") or {}).items()] + list(hydra_cfg.overrides.task)
+        [jobs] = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args), None)
+    except (OSError, ValueError, HydraException, AttributeError):
+        return None
+    base_seeds = saved.get("trainer", {}).get("vmap_seeds", 1)
+    out = []
+    for num, overrides in enumerate(jobs):
+        seeds = [o.split("=", 1)[1] for o in overrides if o.startswith("trainer.vmap_seeds=")]
+        out.append((job_name(num, str(sweep_dir), overrides), int(seeds[0]) if seeds else int(base_seeds)))
+    return out
+
+
+def sweep_dirs(root: Path) -> list[Path]:
+    """The sweeps under `root` (itself one, or a folder of them): directories holding a multirun.yaml."""
+    return sorted(Path(d) for d, _, files in os.walk(root) if "multirun.yaml" in files)
+
+
+def progress(root: Path, runs: list[Run]) -> tuple[str, list[str]]:
+    """("N of M runs completed (…); missing: …", the missing names): M counts every run each sweep under `root`
+    defines (plus runs outside any sweep); missing lists the jobs not started and the runs without an outcome."""
+    root = Path(root)
+    counts = Counter(r.status for r in runs)
+    by_path = {r.path.resolve(): r for r in runs}
+    expected, missing, seen = 0, [], set()
+    for sweep in sweep_dirs(root):
+        jobs = expected_jobs(sweep)
+        if jobs is None:
+            continue
+        for name, n_runs in jobs:
+            job = sweep / name
+            expected += n_runs
+            rel = _rel(job, root)
+            held = [r for p, r in by_path.items() if p == job.resolve() or p.parent == job.resolve()]
+            seen.update(r.path.resolve() for r in held)
+            if not held:
+                missing.append(f"{rel} (not started)")
+                continue
+            missing += [f"{_rel(r.path, root)} ({r.status})" for r in held if r.status not in FINISHED]
+            missing += [f"{rel} ({n_runs - len(held)} seed run(s) not written)"] if len(held) < n_runs else []
+    for r in runs:  # runs outside any readable sweep definition count as they are
+        if r.path.resolve() not in seen:
+            expected += 1
+            if r.status not in FINISHED:
+                missing.append(f"{_rel(r.path, root)} ({r.status})")
+    others = ", ".join(f"{counts[s]} {s}" for s in ("diverged", "failed") if counts[s])
+    head = f"{counts['completed']} of {expected} runs completed" + (f" ({others})" if others else "")
+    return head + (f"; missing: {', '.join(missing)}" if missing else "; none missing") + ".", missing
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        return str(path)
+    return path.name if rel == Path(".") else str(rel)

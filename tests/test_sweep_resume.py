@@ -1,0 +1,65 @@
+"""An interrupted sweep resumes from the command its interrupt message prints: a real SIGINT in the middle of a
+job of a real `-m` sweep, then that command; every job completes exactly once, the interrupted one from its
+checkpoint."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from cli_helpers import TINY, TINY_TASK, events, metrics
+from omegaconf import OmegaConf
+
+from attnlab.sweep import resume_command
+
+STEPS = 100
+SWEEP = [*TINY, *TINY_TASK["mqar"], f"trainer.steps={STEPS}", "trainer.log_every=10", "trainer.eval_every=50",
+         "trainer.checkpoint_every=10"]
+
+
+def test_resume_command_pins_the_sweep_dir_and_keeps_the_sweeps_own_overrides(tmp_path):
+    OmegaConf.save({"hydra": {"overrides": {
+        "task": ["normalizer=softmax,linear", "model.layer_normalizers=[softmax,linear]"],
+        "hydra": ["hydra.mode=MULTIRUN", "hydra/launcher=joblib", f"hydra.sweep.dir={tmp_path}/old"]}}},
+        tmp_path / "multirun.yaml")
+    cmd = shlex.split(resume_command(tmp_path, "/x/attnlab/__main__.py"))
+    assert cmd == [sys.executable, "-m", "attnlab", "-m", "normalizer=softmax,linear",
+                   "model.layer_normalizers=[softmax,linear]", "hydra/launcher=joblib", f"hydra.sweep.dir={tmp_path}"]
+    assert shlex.split(resume_command(tmp_path, "/usr/bin/attnlab-train"))[:2] == ["attnlab-train", "-m"]
+
+
+@pytest.mark.slow  # ~35 s CPU: three jobs' start-up and compile, in two processes
+def test_sigint_mid_job_then_the_printed_command_completes_every_job_once(tmp_path):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}
+    sweep = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab", "-m", "seed=0,1,2", *SWEEP, f"hydra.sweep.dir={sweep}"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while not (sweep / "1_seed=1" / "checkpoints" / "10").exists():  # job 1 is training
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    err = proc.communicate(timeout=300)[1]
+    assert proc.returncode != 0 and "Traceback" not in err, err[-3000:]
+    first = {job: metrics(sweep / job) for job in ("0_seed=0", "1_seed=1")}
+    assert not (sweep / "2_seed=2").exists()  # never started
+    assert first["0_seed=0"]["status"] == "completed"
+    assert first["1_seed=1"]["status"] == "interrupted" and 10 <= first["1_seed=1"]["steps"] < STEPS
+    done_at = (sweep / "0_seed=0" / "metrics.json").stat().st_mtime_ns
+    command = re.search(r"resume it with:\n\s+(.+)", err).group(1)
+
+    resumed = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "0_seed=0 already completed" in resumed.stderr
+    assert (sweep / "0_seed=0" / "metrics.json").stat().st_mtime_ns == done_at  # not run twice
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0_seed=0", "1_seed=1", "2_seed=2"]
+    for job, resumed_from in (("1_seed=1", first["1_seed=1"]["steps"]), ("2_seed=2", None)):
+        m = metrics(sweep / job)
+        assert (m["status"], m["steps"], m["resumed_from"]) == ("completed", STEPS, resumed_from), (job, m)
+    logged = [e.step for e in events(sweep / "1_seed=1").Scalars("train/loss")]  # each step once, none missing
+    assert logged == list(range(10, STEPS + 1, 10)), logged
