@@ -19,7 +19,7 @@ from test_configs import compose_train
 from attnlab.cli import EXIT_DIVERGED, build
 from attnlab.groups import leaf_groups
 
-from attnlab.steps import make_train_step, probes_supported
+from attnlab.steps import make_train_step
 from attnlab.train.config import pad_split
 
 RUN = [*TINY, *TINY_TASK["mqar"], "trainer.steps=40", "trainer.log_every=2", "trainer.eval_every=4",
@@ -75,8 +75,7 @@ def test_skip_policy_keeps_the_last_finite_parameters():
     state["opt_state"] = jax.vmap(tx.init)(state["params"])
     data = jax.tree.map(jnp.asarray, pad_split(task.splits["train"], 1))
     step = make_train_step(graphdef, tx, groups=groups, layers=layers, num_layers=len(nets[0].body.blocks),
-                           num_heads=nets[0].body.blocks[0].attn.num_heads, batch_size=8, batch_sharding=None,
-                           with_stats=False, probe_scores=probes_supported(nets[0]))
+                           num_heads=nets[0].body.blocks[0].attn.num_heads, batch_size=8, batch_sharding=None)
     for _ in range(2):
         state, m = step(state, data)
     assert int(m["nonfinite"][0]) == 0
