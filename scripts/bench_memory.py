@@ -30,7 +30,7 @@ def compiled_steps(overrides: list[str], stats: bool):
     from attnlab.checkpoint import Checkpoints
     from attnlab.cli import build
     from attnlab.groups import leaf_groups
-    from attnlab.steps import make_train_step, probes_supported
+    from attnlab.steps import make_stats_step, make_train_step, probes_supported
     from attnlab.train import train_data
     from attnlab.train.state import Placement, initial_loop
     from attnlab.accelerator import data_mesh
@@ -47,13 +47,15 @@ def compiled_steps(overrides: list[str], stats: bool):
     data = train_data(task, placement)
     abstract = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)  # noqa: E731
     state, data = abstract(state), abstract(data)
-    common = dict(groups=groups, layers=layers, num_layers=len(nets[0].body.blocks),
-                  num_heads=nets[0].body.blocks[0].attn.num_heads, batch_size=loop.batch_size, batch_sharding=None,
-                  probe_scores=probes_supported(nets[0]))
+    common = dict(num_layers=len(nets[0].body.blocks), num_heads=nets[0].body.blocks[0].attn.num_heads,
+                  batch_size=loop.batch_size, batch_sharding=None)
+    # A logging step runs the train step and, beside it, the statistics program (steps.make_stats_step).
+    programs = {"plain": lambda: make_train_step(graphdef, tx, groups=groups, layers=layers, **common),
+                "stats": lambda: make_stats_step(graphdef, probe_scores=probes_supported(nets[0]), **common)}
     out, seconds = {}, {}
     for kind in ("plain", "stats") if stats else ("plain",):
         t0 = time.perf_counter()
-        out[kind] = make_train_step(graphdef, tx, with_stats=kind == "stats", **common).lower(state, data).compile()
+        out[kind] = programs[kind]().lower(state, data).compile()
         seconds[kind] = time.perf_counter() - t0
     return out, seconds
 
