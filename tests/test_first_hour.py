@@ -6,7 +6,8 @@ import os
 import subprocess
 import sys
 
-from cli_helpers import CACHE, TINY_TASK
+import numpy as np
+from cli_helpers import CACHE, TINY, TINY_TASK, run_cli, scalar_curve
 
 
 def test_no_backend_probing_line_on_the_console_or_in_the_log(tmp_path):
@@ -20,3 +21,18 @@ def test_no_backend_probing_line_on_the_console_or_in_the_log(tmp_path):
     logs = "".join(p.read_text() for p in run_dir.glob("*.log"))
     for text in (proc.stdout, proc.stderr, logs):
         assert "Unable to initialize backend" not in text and "xla_bridge" not in text, text
+
+
+def test_logged_lr_is_the_applied_schedule_with_its_final_fraction(tmp_path):
+    """opt/lr at logged step s is the rate of update s: warmup then cosine to final_fraction·lr (closed form)."""
+    lr, warmup, steps, final = 1e-3, 2, 8, 0.5
+    keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.log_every=", "trainer.eval_every="))]
+    run_dir = tmp_path / "r"
+    run_cli(*keep, *TINY_TASK["mqar"], f"trainer.steps={steps}", "trainer.log_every=1", f"trainer.eval_every={steps}",
+            f"optim.lr={lr}", f"optim.warmup_steps={warmup}", f"optim.final_fraction={final}",
+            f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    logged = dict(scalar_curve(run_dir, "opt/lr"))
+    count = np.arange(steps)  # the optimizer's count when update s = count + 1 was applied
+    cosine = final * lr + (1 - final) * lr * 0.5 * (1 + np.cos(np.pi * (count - warmup) / (steps - warmup)))
+    expected = np.where(count < warmup, lr * count / warmup, cosine)
+    np.testing.assert_allclose([logged[s] for s in range(1, steps + 1)], expected, rtol=1e-5, atol=1e-12)

@@ -14,6 +14,7 @@ from attnlab.groups import GROUPS
 from attnlab.normalizers import ScoreNormalizer
 from attnlab.normalizers.linear import Linear
 from attnlab.normalizers.long_context import skip_score_probe
+from attnlab.optim import current_lr
 
 
 class Net(nnx.Module):
@@ -104,7 +105,8 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
                      "opt_state": keep(opt_state, state["opt_state"]),
                      "step": state["step"] + 1, "key": state["key"], "nonfinite": state["nonfinite"] + (~ok),
                      "first_nonfinite": first_bad}
-        metrics: dict[str, Any] = {"loss": loss, "grad_norm/global": norms["global"], "nonfinite": new_state["nonfinite"]}
+        metrics: dict[str, Any] = {"loss": loss, "grad_norm/global": norms["global"], "nonfinite": new_state["nonfinite"],
+                                   "lr": current_lr(opt_state)}
         if with_stats:
             metrics["grad_norm"] = norms
             metrics["attn"] = stats
