@@ -7,7 +7,10 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from cli_helpers import CACHE, TINY, TINY_TASK, run_cli, scalar_curve
+
+from attnlab.train import LoopConfig
 
 
 def test_no_backend_probing_line_on_the_console_or_in_the_log(tmp_path):
@@ -36,3 +39,25 @@ def test_logged_lr_is_the_applied_schedule_with_its_final_fraction(tmp_path):
     cosine = final * lr + (1 - final) * lr * 0.5 * (1 + np.cos(np.pi * (count - warmup) / (steps - warmup)))
     expected = np.where(count < warmup, lr * count / warmup, cosine)
     np.testing.assert_allclose([logged[s] for s in range(1, steps + 1)], expected, rtol=1e-5, atol=1e-12)
+
+
+@pytest.mark.parametrize("steps, every", [(8, 2), (150, 37), (800, 200), (3000, 200), (2, 1)])
+def test_auto_eval_every_gives_short_runs_a_val_curve(steps, every):
+    cfg = LoopConfig(steps=steps, batch_size=8, eval_every=None, log_every=1, eval_batch_size=8, nonfinite="skip",
+                     seed=0, lr=1e-3, warmup_steps=0)
+    assert cfg.eval_every == every
+    assert LoopConfig(**{**cfg.__dict__, "eval_every": "auto"}).eval_every == every
+
+
+def test_eval_every_above_steps_warns_in_one_line(tmp_path):
+    keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.eval_every="))]
+    proc = run_cli(*keep, *TINY_TASK["mqar"], "trainer.steps=6", "trainer.eval_every=200",
+                   f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    warned = [line for line in proc.stderr.splitlines() if "trainer.eval_every=200 > trainer.steps=6" in line]
+    assert len(warned) == 1 and warned[0].startswith("attnlab: warning:"), proc.stderr
+
+
+def test_a_short_run_with_the_default_has_a_val_curve(tmp_path):
+    keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.eval_every="))]
+    run_cli(*keep, *TINY_TASK["mqar"], "trainer.steps=8", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    assert [s for s, _ in scalar_curve(tmp_path / "r", "val/loss")] == [2, 4, 6, 8]
