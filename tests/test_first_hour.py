@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import shlex
+import signal
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from cli_helpers import CACHE, TINY, TINY_TASK, run_cli, scalar_curve
+from cli_helpers import CACHE, TINY, TINY_TASK, metrics, run_cli, scalar_curve
 
 from attnlab.train import LoopConfig
 
@@ -61,3 +63,40 @@ def test_a_short_run_with_the_default_has_a_val_curve(tmp_path):
     keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.eval_every="))]
     run_cli(*keep, *TINY_TASK["mqar"], "trainer.steps=8", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
     assert [s for s, _ in scalar_curve(tmp_path / "r", "val/loss")] == [2, 4, 6, 8]
+
+
+def test_summary_leads_with_what_ran_and_the_headline_against_its_baselines(tmp_path):
+    keep = [o for o in TINY if not o.startswith("model=")]
+    run_dir = tmp_path / "r"
+    proc = run_cli(*keep, "model=tiny", "task=lm", *TINY_TASK["lm"], "normalizer=linear", f"hydra.run.dir={run_dir}",
+                   cwd=tmp_path)
+    m = metrics(run_dir)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "ran: normalizer=linear task=lm head=softmax_ce model=tiny steps=4/4 device=cpu×1", lines
+    b = m["baseline"]
+    assert lines[1] == (f"headline: test/bits_per_byte {m['final']['test/bits_per_byte']:.4g} (baselines: unigram "
+                        f"{b['baseline/bits_per_byte']:.4g}, bigram {b['baseline/bits_per_byte_bigram']:.4g})"), lines
+
+
+def test_an_interrupted_run_prints_the_command_that_resumes_it(tmp_path):
+    keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.progress=", "trainer.log_every="))]
+    run_dir = tmp_path / "r"
+    args = [*keep, *TINY_TASK["mqar"], "trainer.steps=40", "trainer.log_every=2", "trainer.progress=lines"]
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab", *args, f"hydra.run.dir={run_dir}"], cwd=tmp_path,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        assert not line.startswith("ran:"), "finished before the signal"
+        if line.startswith("step 6:"):
+            assert "(6/40, " in line and " left)" in line, line
+            proc.send_signal(signal.SIGTERM)
+            break
+    out = proc.communicate(timeout=300)[0]
+    assert metrics(run_dir)["status"] == "interrupted"
+    resume = [line.split("resume: ", 1)[1] for line in out.splitlines() if line.startswith("resume: ")]
+    assert len(resume) == 1, out
+    argv = shlex.split(resume[0])
+    assert argv[0] == "attnlab-train" and f"hydra.run.dir={run_dir}" in argv and "trainer.resume=true" in argv
+    run_cli(*argv[1:], cwd=tmp_path)  # the printed command, as printed, finishes the run
+    done = metrics(run_dir)
+    assert done["status"] == "completed" and done["steps"] == 40 and done["resumed_from"] >= 6

@@ -24,6 +24,25 @@ LAYER_CHARTS = (("entropy (mean over heads)", "attn_entropy/layer_{i}$"),
                 ("gradient norm of the layer", "grad_norm/layer_{i}$"))
 
 
+# What a tag measures, shown in TensorBoard's tag tooltip (the first event of each tag carries it).
+# The attn_* definitions are normalizers.base.core_stats'.
+DESCRIPTIONS = {
+    "attn_entropy/": "attention entropy H / log n over the admissible keys, rows renormalised (1 = uniform, "
+                     "0 = one key); mean over heads for layer_i",
+    "attn_max_weight/": "largest attention weight of a query row, mean over rows (and heads for layer_i)",
+    "attn_row_mass/": "sum of a query row's weights (1 for softmax; varies for sigmoid, relu, linear)",
+    "attn_max_logit/": "largest |logit| the normalizer saw (max over batch, rows and keys)",
+    "score_grad/": "norm of dL/dz, the gradient at the attention scores z = q·k (norm over heads for layer_i)",
+    "grad_norm/": "gradient norm before clipping (global, per layer, per module group)",
+    "opt/lr": "learning rate of the update at this step, read from the optimizer state",
+    "train/loss": "training loss of this step's batch",
+}
+
+
+def description(tag: str) -> str:
+    return next((d for prefix, d in DESCRIPTIONS.items() if tag.startswith(prefix)), "")
+
+
 def flatten_train_metrics(m: Mapping[str, Any], prefix: str = "train", has_beta: bool = True) -> dict[str, float]:
     """Host metrics of a train step → {tag: float}, per layer and head where they are per layer and head.
 
@@ -70,10 +89,13 @@ class Summaries:
         # purge_step drops events at or after it when a resumed run rewrites those steps.
         self.writer = SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=30)
         self.attn_map_scale = tb_images.check_scale(attn_map_scale)
+        self.described: set[str] = set()
 
     def scalars(self, step: int, values: Mapping[str, float]):
         for tag, v in values.items():
-            self.writer.add_scalar(tag, v, step)
+            first = tag not in self.described
+            self.described.add(tag)
+            self.writer.add_scalar(tag, v, step, summary_description=description(tag) if first else "")
 
     def histogram(self, tag: str, values, step: int):
         self.writer.add_histogram(tag, np.asarray(values, np.float64).ravel(), step)
