@@ -100,3 +100,21 @@ def test_an_interrupted_run_prints_the_command_that_resumes_it(tmp_path):
     run_cli(*argv[1:], cwd=tmp_path)  # the printed command, as printed, finishes the run
     done = metrics(run_dir)
     assert done["status"] == "completed" and done["steps"] == 40 and done["resumed_from"] >= 6
+
+
+def test_attention_statistic_tags_carry_their_definition(tmp_path):
+    """TensorBoard's own (plugin) reader finds the description on the tags: entropy is H / log n."""
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    from attnlab.summaries import Summaries
+
+    s = Summaries(str(tmp_path))
+    s.scalars(1, {"attn_entropy/layer_0": 0.5, "attn_entropy/layer_0/head_1": 0.4, "val/accuracy": 0.1})
+    s.scalars(2, {"attn_entropy/layer_0": 0.3})
+    s.close()
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    for tag in ("attn_entropy/layer_0", "attn_entropy/layer_0/head_1"):
+        assert "H / log n" in acc.SummaryMetadata(tag).summary_description
+    assert [e.step for e in acc.Tensors("attn_entropy/layer_0")] == [1, 2]
+    assert acc.SummaryMetadata("val/accuracy").summary_description == ""
