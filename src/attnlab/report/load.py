@@ -29,6 +29,7 @@ class Run:
     best: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     swept: tuple[str, ...] = ()  # keys set on the command line, in order
+    baseline: dict[str, float] = field(default_factory=dict)  # the task's baselines (chance, bigram, ...)
 
     @property
     def seed(self):
@@ -101,7 +102,8 @@ def _read_run(path: Path) -> Run:
         if (h / "overrides.yaml").exists():
             swept = tuple(_override_key(o) for o in yaml.safe_load((h / "overrides.yaml").read_text()) or [])
     return Run(path=path, status=status, config=config, final=metrics.get("final") or {},
-               best=metrics.get("best") or {}, error=metrics.get("error"), swept=swept)
+               best=metrics.get("best") or {}, error=metrics.get("error"), swept=swept,
+               baseline=metrics.get("baseline") or {})
 
 
 def _natural(p: Path):
