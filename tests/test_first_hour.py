@@ -118,3 +118,18 @@ def test_attention_statistic_tags_carry_their_definition(tmp_path):
         assert "H / log n" in acc.SummaryMetadata(tag).summary_description
     assert [e.step for e in acc.Tensors("attn_entropy/layer_0")] == [1, 2]
     assert acc.SummaryMetadata("val/accuracy").summary_description == ""
+
+
+def test_short_lm_attention_maps_are_labelled_with_the_probe_characters():
+    from attnlab import tasks, tb_images
+
+    lm = tasks.make("lm", seq_len=16, n_train=50, n_val=10, n_test=10)
+    text = "to be\nor not"
+    tokens = np.frombuffer(text.encode(), np.uint8).astype(np.int32) + 1  # the lm's inputs are byte + 1
+    labels = tb_images.char_labels(lm, tokens)
+    assert labels == ["t", "o", "␣", "b", "e", "↵", "o", "r", "␣", "n", "o", "t"]
+    fig = tb_images.render(np.full((2, len(text), len(text)), 1 / len(text)), "row", "t", labels=labels)
+    for ax in fig.axes[:2]:  # both head panels, both axes
+        assert [t.get_text() for t in ax.get_xticklabels()] == labels == [t.get_text() for t in ax.get_yticklabels()]
+    assert tb_images.char_labels(lm, np.ones(tb_images.MAX_LABELLED + 1, np.int32)) is None  # long: positions
+    assert tb_images.char_labels(object(), tokens) is None  # a task without text

@@ -90,6 +90,7 @@ class Summaries:
         self.writer = SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=30)
         self.attn_map_scale = tb_images.check_scale(attn_map_scale)
         self.described: set[str] = set()
+        self.labels: list[str] | None = None  # the probe's characters (tb_images.char_labels), set by probe_text
 
     def scalars(self, step: int, values: Mapping[str, float]):
         for tag, v in values.items():
@@ -107,11 +108,13 @@ class Summaries:
         """The probe example as text (`probe/text`), for a task that can decode tokens (the lm task)."""
         if hasattr(task, "decode"):
             self.writer.add_text("probe/text", str(task.decode(tokens_T)), step)
+        self.labels = tb_images.char_labels(task, tokens_T)
 
     def attention_images(self, maps_LBNTS, step: int):
         """One RGB image per layer of the fixed probe example (the first validation example)."""
         for i, layer in enumerate(np.asarray(maps_LBNTS, np.float32)):
-            fig = tb_images.render(layer[0], self.attn_map_scale, f"layer {i}, step {step}, {self.attn_map_scale} scale")
+            fig = tb_images.render(layer[0], self.attn_map_scale, f"layer {i}, step {step}, {self.attn_map_scale} scale",
+                                   labels=self.labels)
             self.writer.add_image(f"attn_map/layer_{i}", tb_images.to_rgb(fig), step, dataformats="HWC")
 
     def hparams(self, own: Mapping[str, Any], declared: Mapping[str, tuple[list, bool]], metrics: list[str],
