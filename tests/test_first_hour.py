@@ -133,3 +133,40 @@ def test_short_lm_attention_maps_are_labelled_with_the_probe_characters():
         assert [t.get_text() for t in ax.get_xticklabels()] == labels == [t.get_text() for t in ax.get_yticklabels()]
     assert tb_images.char_labels(lm, np.ones(tb_images.MAX_LABELLED + 1, np.int32)) is None  # long: positions
     assert tb_images.char_labels(object(), tokens) is None  # a task without text
+
+
+def test_the_continuation_is_the_models_greedy_choice_after_the_prompt():
+    """Teacher-forced check: on the written sequence, each written byte is the argmax of the logits before it."""
+    import jax
+    from flax import nnx
+    from test_configs import compose_train
+
+    from attnlab.cli import build
+    from attnlab.continuation import make_continuation, prompt_length
+
+    cfg = compose_train("model=tiny", "task=lm", *TINY_TASK["lm"])
+    task, nets, _, _ = build(cfg, "softmax_ce")
+    graphdef, params, rest = nnx.split(nets[0], nnx.Param, ...)
+    one = lambda tree: jax.tree.map(lambda x: x[None], tree)  # noqa: E731  (the seed axis)
+    inputs, valid = task.splits["val"].inputs[:1], task.splits["val"].valid[:1]
+    written = np.asarray(make_continuation(graphdef, seq_len=16)(one(params), one(rest), inputs, valid))[0]
+    start = prompt_length(16)
+    assert start == 8 and (written[0, :start] == inputs[0, :start]).all()
+    logits = np.asarray(nets[0].head(nets[0].body(written, valid)[0]))[0]
+    np.testing.assert_array_equal(written[0, start:], logits[start - 1:-1].argmax(-1) + 1)
+
+
+def test_lm_logs_a_continuation_of_the_probe_at_each_eval(tmp_path):
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    run_dir = tmp_path / "r"
+    run_cli(*TINY, "task=lm", *TINY_TASK["lm"], "trainer.eval_every=2", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    acc = EventAccumulator(str(run_dir))
+    acc.Reload()
+    events = acc.Tensors("sample/continuation/text_summary")
+    assert [e.step for e in events] == [2, 4]
+    probe = acc.Tensors("probe/text/text_summary")[0].tensor_proto.string_val[0].decode()
+    text = events[-1].tensor_proto.string_val[0].decode()
+    assert text.startswith("prompt ▶ greedy continuation (") and "▶" in text.split("\n\n", 1)[1]
+    block = "\n".join(line[4:] for line in text.split("\n\n", 1)[1].split("\n"))
+    assert block.split("▶")[0] == probe[: len(block.split("▶")[0])] and len(block.split("▶")[0]) >= 1

@@ -110,6 +110,13 @@ class Summaries:
             self.writer.add_text("probe/text", str(task.decode(tokens_T)), step)
         self.labels = tb_images.char_labels(task, tokens_T)
 
+    def continuation(self, prompt: str, written: str, step: int):
+        """`sample/continuation`: the probe's prompt and what the model wrote after it (greedy), as a code block
+        so TensorBoard's Markdown keeps the text's whitespace."""
+        block = "\n".join("    " + line for line in f"{prompt}▶{written}".split("\n"))
+        self.writer.add_text("sample/continuation", f"prompt ▶ greedy continuation ({len(written)} chars)\n\n{block}",
+                             step)
+
     def attention_images(self, maps_LBNTS, step: int):
         """One RGB image per layer of the fixed probe example (the first validation example)."""
         for i, layer in enumerate(np.asarray(maps_LBNTS, np.float32)):
