@@ -170,3 +170,25 @@ def test_lm_logs_a_continuation_of_the_probe_at_each_eval(tmp_path):
     assert text.startswith("prompt ▶ greedy continuation (") and "▶" in text.split("\n\n", 1)[1]
     block = "\n".join(line[4:] for line in text.split("\n\n", 1)[1].split("\n"))
     assert block.split("▶")[0] == probe[: len(block.split("▶")[0])] and len(block.split("▶")[0]) >= 1
+
+
+def test_loss_and_headline_curves_are_the_first_time_series_group(tmp_path):
+    from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
+
+    from attnlab.summaries import MAIN, Summaries
+
+    s = Summaries(str(tmp_path))
+    s.layout(1, "bits_per_byte")
+    for step in (1, 2):
+        s.scalars(step, {"train/loss": 3.0 / step, "attn_beta/layer_0": 1.0, "val/bits_per_byte": 4.0 / step,
+                         "val/accuracy": 0.1 * step})
+    s.close()
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    tags = acc.Tags()["tensors"]
+    groups = sorted({t.split("/")[0] for t in tags if t != "custom_scalars__config__"})
+    assert groups[0] == MAIN and {t for t in tags if t.startswith(MAIN)} == {f"{MAIN}/train_loss",
+                                                                            f"{MAIN}/val_bits_per_byte"}
+    for copy, tag in ((f"{MAIN}/train_loss", "train/loss"), (f"{MAIN}/val_bits_per_byte", "val/bits_per_byte")):
+        got = [(e.step, float(e.tensor_proto.float_val[0])) for e in acc.Tensors(copy)]
+        assert got == [(e.step, float(e.tensor_proto.float_val[0])) for e in acc.Tensors(tag)] and len(got) == 2

@@ -1,6 +1,7 @@
 """TensorBoard event writing with tensorboardX (no TensorFlow); tags grouped by what they measure.
 
-Scalar tags: train/, val/, test/, baseline_val/, baseline_test/, opt/, perf/, grad_norm/ (global,
+Scalar tags: 0_main/ (copies of train/loss, val/loss and the val headline metric, so Time Series opens on
+them), train/, val/, test/, baseline_val/, baseline_test/, opt/, perf/, grad_norm/ (global,
 layer_i, group/*, beta where the model has a β), score_grad/layer_i[/head_h] (the gradient at each
 layer's attention scores; the layer tag is the norm over heads), attn_<stat>/layer_i (mean over
 heads; sorts before its per-head cards) and attn_<stat>/layer_i/head_h. Images: attn_map/layer_i.
@@ -73,12 +74,25 @@ def eval_scalars(split: str, metrics: Mapping[str, float], loss_is_nll: bool) ->
     return {f"{split}/{k}": float(v) for k, v in metrics.items() if not (loss_is_nll and k == "nll")}
 
 
-def custom_scalars_layout(num_layers: int) -> dict:
-    """tensorboardX layout: one category per layer with its four charts, then the global gradient norm."""
-    layout = {f"layer {i}": {title: ["Multiline", [pattern.format(i=i)]] for title, pattern in LAYER_CHARTS}
-              for i in range(num_layers)}
-    layout["global"] = {"gradient norm (global)": ["Multiline", ["grad_norm/global$"]],
-                        "train loss": ["Multiline", ["train/loss$"]], "val loss": ["Multiline", ["val/loss$"]]}
+# Time Series sorts its groups by name, so copies of the loss and headline curves under this group
+# come first (a digit sorts before every statistic's group).
+MAIN = "0_main"
+
+
+def headline_metric(task) -> str:
+    """The val metric a run is judged by: bits per byte for text, accuracy for classification, else MSE."""
+    return "bits_per_byte" if hasattr(task, "decode") else "accuracy" if task.kind == "classification" else "mse"
+
+
+def custom_scalars_layout(num_layers: int, headline: str = "accuracy") -> dict:
+    """tensorboardX layout: loss and the headline metric first, then one category per layer with its four
+    charts, then the global gradient norm."""
+    layout = {"loss and headline": {"train loss": ["Multiline", ["train/loss$"]],
+                                    "val loss": ["Multiline", ["val/loss$"]],
+                                    f"val {headline}": ["Multiline", [f"val/{headline}$"]]}}
+    layout.update({f"layer {i}": {title: ["Multiline", [pattern.format(i=i)]] for title, pattern in LAYER_CHARTS}
+                   for i in range(num_layers)})
+    layout["global"] = {"gradient norm (global)": ["Multiline", ["grad_norm/global$"]]}
     return layout
 
 
@@ -90,6 +104,7 @@ class Summaries:
         self.writer = SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=30)
         self.attn_map_scale = tb_images.check_scale(attn_map_scale)
         self.described: set[str] = set()
+        self.main: set[str] = set()  # tags copied under MAIN (set by layout)
         self.labels: list[str] | None = None  # the probe's characters (tb_images.char_labels), set by probe_text
 
     def scalars(self, step: int, values: Mapping[str, float]):
@@ -97,12 +112,17 @@ class Summaries:
             first = tag not in self.described
             self.described.add(tag)
             self.writer.add_scalar(tag, v, step, summary_description=description(tag) if first else "")
+            if tag in self.main:
+                self.writer.add_scalar(f"{MAIN}/{tag.replace('/', '_')}", v, step,
+                                       summary_description=f"a copy of {tag}, first in Time Series" if first else "")
 
     def histogram(self, tag: str, values, step: int):
         self.writer.add_histogram(tag, np.asarray(values, np.float64).ravel(), step)
 
-    def layout(self, num_layers: int):
-        self.writer.add_custom_scalars(custom_scalars_layout(num_layers))
+    def layout(self, num_layers: int, headline: str = "accuracy"):
+        """The custom-scalars layout, and which tags get a first-group copy in Time Series."""
+        self.writer.add_custom_scalars(custom_scalars_layout(num_layers, headline))
+        self.main = {"train/loss", "val/loss", f"val/{headline}"}
 
     def probe_text(self, task, tokens_T, step: int = 0):
         """The probe example as text (`probe/text`), for a task that can decode tokens (the lm task)."""
@@ -120,8 +140,8 @@ class Summaries:
     def attention_images(self, maps_LBNTS, step: int):
         """One RGB image per layer of the fixed probe example (the first validation example)."""
         for i, layer in enumerate(np.asarray(maps_LBNTS, np.float32)):
-            fig = tb_images.render(layer[0], self.attn_map_scale, f"layer {i}, step {step}, {self.attn_map_scale} scale",
-                                   labels=self.labels)
+            title = f"layer {i}, step {step}, {self.attn_map_scale} scale"
+            fig = tb_images.render(layer[0], self.attn_map_scale, title, labels=self.labels)
             self.writer.add_image(f"attn_map/layer_{i}", tb_images.to_rgb(fig), step, dataformats="HWC")
 
     def hparams(self, own: Mapping[str, Any], declared: Mapping[str, tuple[list, bool]], metrics: list[str],

@@ -30,7 +30,8 @@ def title(table: Table) -> str:
         others = [c.label() for c in table.cells if not c.is_baseline]
         what = f"{', '.join(others) or 'no other cell'} against {table.baseline}"
     else:
-        what = f"{', '.join(c.label() for c in table.cells)} compared" if len(table.cells) > 1 else table.cells[0].label()
+        labels = [c.label() for c in table.cells]
+        what = f"{', '.join(labels)} compared" if len(labels) > 1 else labels[0]
     return f"# {what} ({table.which} parameters)"
 
 
