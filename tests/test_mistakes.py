@@ -21,6 +21,11 @@ from cli_helpers import run_cli
     (["-m", "normalizer=softmax", ",linear"],
      "a space before the comma in normalizer=softmax ,linear; remove it: normalizer=softmax,linear"),
     (["linear"], "'linear' is not an override; overrides are key=value, e.g. normalizer=linear"),
+    (["normalizer", "kl"], "'normalizer' is not an override; overrides are key=value, e.g. normalizer=kl"),
+    (["normalizer:", "kl"], "'normalizer:' is not an override; overrides are key=value, e.g. normalizer=kl"),
+    (["optim.learning_rate=0.01"], "optim.learning_rate is not a key of the config (did you mean optim.lr?)"),
+    (["accelerator=cuda"], "accelerator=cuda unknown (did you mean gpu?); allowed: auto, cpu, gpu, tpu"),
+    (["task=MQAR"], "task=MQAR unknown (did you mean mqar?)"),
 ])
 def test_mistake_is_one_line_with_the_fix_and_exit_2(tmp_path, argv, line):
     run_dir = tmp_path / "r"

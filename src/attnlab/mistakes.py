@@ -19,6 +19,10 @@ HYDRA_FLAGS = {"-h", "--help", "-hp", "--hydra-help", "--version", "-c", "--cfg"
                "-r", "--run", "-m", "--multirun", "-sc", "--shell-completion", "-cp", "--config-path", "-cn",
                "--config-name", "-cd", "--config-dir", "--experimental-rerun", "-i", "--info"}
 SWEEP_FLAGS = ("-m", "--multirun")
+# Names other frameworks use for a key or a choice here.
+SYNONYMS = {"learning_rate": "optim.lr", "epochs": "trainer.steps", "max_steps": "trainer.steps",
+            "num_steps": "trainer.steps", "iterations": "trainer.steps", "batch": "trainer.batch_size",
+            "bs": "trainer.batch_size", "device": "accelerator", "cuda": "gpu", "attention": "normalizer"}
 
 
 def groups() -> list[str]:
@@ -40,6 +44,8 @@ def did_you_mean(key: str) -> str:
     key = key.lstrip("+~")
     keys = known_keys()
     leaf = key.rsplit(".", 1)[-1]
+    if SYNONYMS.get(leaf) in keys:
+        return f" (did you mean {SYNONYMS[leaf]}?)"
     same_leaf = [k for k in keys if k.rsplit(".", 1)[-1] == leaf and k != key]
     depth = [k for k in keys if k.count(".") == key.count(".")]  # a key's neighbours, not its group
     near = same_leaf or difflib.get_close_matches(key, depth, n=3, cutoff=0.75)
@@ -65,7 +71,14 @@ def check_argv(argv: list[str]) -> str | None:
             return f"a space before the comma in {argv[i - 1]} {arg}; remove it: {argv[i - 1]}{arg}"
         if "=" not in arg and not arg.startswith("~"):
             owners = [g for g in groups() if arg in registry.choices(g)]
-            example = f"{owners[0]}={arg}" if owners else "normalizer=softmax"
+            nxt = argv[i + 1] if i + 1 < len(argv) and "=" not in argv[i + 1] else None
+            if ":" in arg:  # YAML's `key: value` habit
+                key, _, value = arg.partition(":")
+                example = f"{key.strip()}={value.strip() or nxt or '<value>'}"
+            elif arg in known_keys() and nxt:  # `normalizer softmax`
+                example = f"{arg}={nxt}"
+            else:
+                example = f"{owners[0]}={arg}" if owners else "normalizer=softmax"
             return f"{arg!r} is not an override; overrides are key=value, e.g. {example}"
     return None
 
@@ -97,7 +110,7 @@ def explain(message: str) -> str | None:
     if m:
         group, name = m.groups()
         names = registry.choices(group)
-        near = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        near = [SYNONYMS[name]] if SYNONYMS.get(name) in names else difflib.get_close_matches(name, names, n=1, cutoff=0.6)
         hint = f" (did you mean {near[0]}?)" if near else ""
         return f"{group.replace('/', '.')}={name} unknown{hint}; allowed: {', '.join(names)}"
     return None
