@@ -110,7 +110,8 @@ def explain(message: str) -> str | None:
     if m:
         group, name = m.groups()
         names = registry.choices(group)
-        near = [SYNONYMS[name]] if SYNONYMS.get(name) in names else difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+        alias = SYNONYMS.get(name.lower())
+        near = [alias] if alias in names else difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.6)
         hint = f" (did you mean {near[0]}?)" if near else ""
         return f"{group.replace('/', '.')}={name} unknown{hint}; allowed: {', '.join(names)}"
     return None

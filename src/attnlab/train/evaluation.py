@@ -57,14 +57,15 @@ def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluat
     probe = evaluator.probe
     maps = np.asarray(evaluator.maps(state["params"], state["rest"], probe["inputs"], probe["valid"]))
     attn = jax.device_get(metrics.get("attn", {})) if metrics is not None else {}
-    if evaluator.sample is not None:
-        written = np.asarray(evaluator.sample(state["params"], state["rest"], probe["inputs"], probe["valid"]))
+    sample = getattr(evaluator, "sample", None)  # None: no text task (and duck-typed evaluators without one)
+    if sample is not None:
+        written = np.asarray(sample(state["params"], state["rest"], probe["inputs"], probe["valid"]))
     improved = []
     for i, val in enumerate(vals):
         summaries[i].scalars(step, {**eval_scalars("val", val, loss_is_nll),
                                     **prefixed("baseline_val", evaluator.baseline["val"])})
         summaries[i].attention_images(maps[i], step)
-        if evaluator.sample is not None:
+        if sample is not None:
             start = prompt_length(written.shape[-1])
             summaries[i].continuation(evaluator.task.decode(written[i, 0, :start]),
                                       evaluator.task.decode(written[i, 0, start:]), step)
