@@ -94,7 +94,11 @@ def worker(kind: str) -> None:
 
 def base_tree(rev: str, tmp: str) -> str:
     """The src/ directory of commit `rev` (extracted into tmp with its configs/; no worktree needed)."""
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "src", "configs"], check=True, capture_output=True).stdout
+    # Before configs/ moved into the package it sat beside src/; take it from where `rev` has it.
+    top = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", rev], check=True, capture_output=True,
+                         text=True).stdout.split()
+    paths = ["src", *(["configs"] if "configs" in top else [])]
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *paths], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
     return os.path.join(tmp, "src")
 

@@ -68,7 +68,7 @@ def test_hparams_experiment_marks_the_swept_keys_and_declares_every_choices_opti
     assert {"normalizer", "seed", "task", "head", "model", "trainer.accelerator", "optim.lr"} <= set(infos)
     for n in NORMALIZERS:  # the union: both normalizers' options are columns in every run
         assert yaml_options("normalizer", n) <= set(infos), yaml_options("normalizer", n) - set(infos)
-    assert {n for n, h in infos.items() if h.differs} == {"normalizer", "seed"}
+    assert {n for n, h in infos.items() if h.differs} == {"normalizer", "seed", "task", "head", "model"}
     assert infos["seed"].type == api_pb2.DATA_TYPE_STRING and infos["seed"].WhichOneof("domain") is None
     # Choices list every choice in configs/: a run of another sweep in the same logdir is never filtered out.
     assert [v.string_value for v in infos["normalizer"].domain_discrete.values] == registry.choices("normalizer")
@@ -79,7 +79,7 @@ def test_hparams_experiment_marks_the_swept_keys_and_declares_every_choices_opti
         "test/accuracy", "val/accuracy", "test/loss", "val/loss", "test/ece", "train/nonfinite_steps"]
     # TensorBoard's own ordering (differs first, then by name); the HParams tab shows the first five.
     backend_context._sort_and_reduce_to_hparams_limit(exp, 5)
-    assert [h.name for h in exp.hparam_infos] == ["normalizer", "seed", "head", "model", "model.d_model"]
+    assert [h.name for h in exp.hparam_infos] == ["head", "model", "normalizer", "seed", "task"]
 
 
 def test_sweep_values_read_the_multirun_yaml(tmp_path):
@@ -97,6 +97,17 @@ def test_outside_a_sweep_the_top_level_choices_are_marked():
     assert {k for k, (_, differs) in tb_hparams.declare(own, {}, [3]).items() if differs} == set(tb_hparams.TOP_LEVEL)
     vmapped = tb_hparams.declare(own, {}, [3, 4])
     assert vmapped["seed"] == (["3", "4"], True)
+
+
+def test_swept_keys_come_first_and_top_level_choices_fill_the_five_ticked_columns():
+    own = {"normalizer": "kl", "task": "mqar", "head": "softmax_ce", "model": "tiny", "seed": "0", "optim.lr": 1e-3,
+           "model.d_model": 32, "normalizer.prior": "recency"}
+    swept = {"optim.lr": ["1e-3", "3e-3"], "seed": ["0", "1"], "model.d_model": ["32", "64"]}
+    marked = {k for k, (_, differs) in tb_hparams.declare(own, swept, [0]).items() if differs}
+    assert marked == {"optim.lr", "seed", "model.d_model", "normalizer", "task"}
+    # a kl/softmax sweep: normalizer.prior differs only as a consequence of the choice, and stays unticked
+    by_choice = tb_hparams.declare(own, {"normalizer": ["kl", "softmax"]}, [0])
+    assert {k for k, (_, differs) in by_choice.items() if differs} == set(tb_hparams.TOP_LEVEL)
 
 
 def test_a_sweep_over_tasks_declares_every_metric_in_every_run():
@@ -219,9 +230,9 @@ def test_custom_scalars_layout_overlays_one_chart_per_layer_statistic(sweep_dir)
         raw = tensor_util.make_ndarray(acc.Tensors("custom_scalars__config__")[0].tensor_proto).item()
         layout = layout_pb2.Layout.FromString(raw)
         tags = acc.Tags()["scalars"]
-        assert [c.title for c in layout.category] == ["layer 0", "layer 1", "global"]
+        assert [c.title for c in layout.category] == ["loss and headline", "layer 0", "layer 1", "global"]
+        assert [c.title for c in layout.category[0].chart] == ["train loss", "val loss", "val accuracy"]
         for category in layout.category:
-            assert len(category.chart) >= 3
             for chart in category.chart:
                 (pattern,) = chart.multiline.tag
                 assert len([t for t in tags if re.match(pattern, t)]) == 1, (category.title, chart.title)

@@ -77,8 +77,8 @@ def test_unknown_accelerator_platform_is_refused():
 
 
 @pytest.mark.parametrize("overrides, needle", [
-    (["normalizer=bogus"], "Could not find 'normalizer/bogus' Available options in 'normalizer': entmax kl"),
-    (["model.foo=1"], "Could not override 'model.foo'"),
+    (["normalizer=bogus"], "normalizer=bogus unknown; allowed: entmax, kl"),
+    (["model.foo=1"], "model.foo is not a key of the config; allowed in model: causal, d_model"),
     (["model.heads=0"], "model.heads=0 is invalid; allowed: an integer >= 1"),
     (["trainer.resume=true"], "trainer.resume=true but"),
     (["model.d_model=30", "model.heads=4"], "not divisible"),

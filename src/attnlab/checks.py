@@ -105,7 +105,9 @@ def no_unknown_keys(cfg) -> None:
     top = set(yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())) - {"defaults"}
     unknown = sorted(set(cfg) - top - set(groups))
     if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(unknown)}; allowed at the top level: "
+        from attnlab.mistakes import did_you_mean
+
+        raise ConfigError(f"unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0])}; allowed at the top level: "
                          f"{', '.join(sorted(top - {'hydra'}))} and the groups {', '.join(groups)}")
     for group in groups:
         yamls = [registry.load(group, name) for name in registry.choices(group)]
@@ -114,8 +116,10 @@ def no_unknown_keys(cfg) -> None:
         allowed = set().union(*yamls)
         unknown = sorted(set(cfg[group]) - allowed)
         if unknown:
-            raise ConfigError(f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}; "
-                             f"allowed: {', '.join(sorted(allowed))}")
+            from attnlab.mistakes import did_you_mean
+
+            raise ConfigError(f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}"
+                             f"{did_you_mean(f'{group}.{unknown[0]}')}; allowed: {', '.join(sorted(allowed))}")
 
 
 def one_line(message: str) -> str:
@@ -155,15 +159,24 @@ def compose_or_exit(argv: list[str], config_dir: str) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from attnlab import mistakes
+
     overrides = [a for a in argv if not a.startswith("-")]
-    if len(overrides) != len(argv) - argv.count("-m") - argv.count("--multirun"):
-        return  # --help, --cfg, -cd ...: Hydra's own business
+    multirun = any(a in mistakes.SWEEP_FLAGS for a in argv)
     try:
+        mistake = mistakes.check_argv(argv)
+        if mistake:
+            raise ValueError(mistake)
+        if len(overrides) != len(argv) - argv.count("-m") - argv.count("--multirun"):
+            return  # --help, --cfg, -cd ...: Hydra's own business
+        mistake = mistakes.check_sweep(overrides, multirun)
+        if mistake:
+            raise ValueError(mistake)
         groups = {p.name for p in Path(config_dir).iterdir() if p.is_dir()}
         lists = compose_overrides([o for o in overrides if not o.startswith("hydra")], groups)
         with initialize_config_dir(config_dir, version_base="1.3"):
             for override_list in lists:
-                compose("train", overrides=override_list)
+                no_unknown_keys(compose("train", overrides=override_list))  # `+steps=1` too, before any directory
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        print(f"attnlab: error: {one_line(exc)}", file=sys.stderr)
+        print(f"attnlab: error: {mistakes.explain(str(exc)) or one_line(exc)}", file=sys.stderr)
         sys.exit(2)

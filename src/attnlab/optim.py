@@ -45,8 +45,19 @@ def make_optimizer(params: nnx.State, *, lr: float, warmup_steps: int, total_ste
     """optax chain: clip by global norm, then AdamW with the decay mask and schedule."""
     check_options(lr=lr, warmup_steps=warmup_steps, weight_decay=weight_decay, clip_norm=clip_norm, b1=b1, b2=b2,
                   final_fraction=final_fraction)
+    # inject_hyperparams keeps the learning rate the update used in the optimizer state, so the logged
+    # opt/lr is the one applied (current_lr), not a schedule rebuilt elsewhere.
+    adamw = optax.inject_hyperparams(optax.adamw, static_args=("b1", "b2", "weight_decay", "mask"))
     return optax.chain(
         optax.clip_by_global_norm(clip_norm),
-        optax.adamw(schedule(lr, warmup_steps, total_steps, final_fraction), b1=b1, b2=b2,
-                    weight_decay=weight_decay, mask=decay_mask(params)),
+        adamw(learning_rate=schedule(lr, warmup_steps, total_steps, final_fraction), b1=b1, b2=b2,
+              weight_decay=weight_decay, mask=decay_mask(params)),
     )
+
+
+def current_lr(opt_state) -> jax.Array:
+    """The learning rate of the last update, read from make_optimizer's state (inject_hyperparams)."""
+    # optax ≥ 0.2.3 returns InjectStatefulHyperparamsState; both carry `hyperparams`.
+    kinds = (optax.InjectHyperparamsState, optax.InjectStatefulHyperparamsState)
+    hyper = [s for s in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, kinds)) if isinstance(s, kinds)]
+    return hyper[0].hyperparams["learning_rate"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
 import sys
+import time
 
 MODES = ("auto", "bar", "lines", "none")
 
@@ -14,6 +16,7 @@ class Progress:
         if mode == "auto":
             mode = "bar" if sys.stderr.isatty() else "lines"
         self.mode, self.bar = mode, None
+        self.total, self.start, self.t0 = total, start, time.perf_counter()
         if mode == "bar":
             from tqdm.auto import tqdm
 
@@ -25,7 +28,15 @@ class Progress:
             if loss is not None:
                 self.bar.set_postfix_str(f"loss {loss:.4f}")
         elif self.mode == "lines" and loss is not None:
-            print(f"step {step}: loss {loss:.4f}", flush=True)
+            print(f"step {step}: loss {loss:.4f}  ({step}/{self.total}, {self.left(step)} left)", flush=True)
+
+    def left(self, step: int) -> str:
+        """Time left at the mean rate of this process's steps so far (compilation excluded: it came before)."""
+        done = step - self.start
+        if done <= 0:
+            return "?"
+        seconds = (time.perf_counter() - self.t0) / done * (self.total - step)
+        return str(datetime.timedelta(seconds=round(seconds)))
 
     def close(self):
         if self.bar is not None:

@@ -27,15 +27,25 @@ def read_json(path: Path) -> Any:
 
 
 def git_state() -> dict[str, Any]:
-    """SHA and dirty flag of the attnlab checkout, or None outside a git tree."""
-    root = Path(__file__).resolve().parents[2]
+    """SHA and dirty flag of the attnlab checkout; outside one (a wheel install), why, and the installed version."""
+    package = Path(__file__).resolve().parent
+    root = package.parents[1]  # a checkout is <root>/src/attnlab; a wheel is site-packages/attnlab
     try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=package, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        # A venv inside some other repository must not record that repository's SHA as attnlab's.
+        if package.parent.name != "src" or Path(top).resolve() != root:
+            raise LookupError
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
         dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
                                     capture_output=True, text=True, check=True).stdout.strip())
         return {"sha": sha, "dirty": dirty}
-    except (OSError, subprocess.CalledProcessError):
-        return {"sha": None, "dirty": None}
+    except (OSError, subprocess.CalledProcessError, LookupError):
+        try:
+            version = metadata.version("attnlab")
+        except metadata.PackageNotFoundError:
+            version = None
+        return {"sha": None, "dirty": None, "note": "not a git checkout", "version": version}
 
 
 def environment() -> dict[str, Any]:

@@ -1,8 +1,9 @@
-"""Build components from their YAML in configs/<group>/; the YAML is the single registry."""
+"""Build components from their YAML in src/attnlab/configs/<group>/ (package data); the YAML is the single registry."""
 
 from __future__ import annotations
 
 import importlib
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,8 @@ import yaml
 
 from attnlab.checks import ConfigError
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs"
+# Package data, so a wheel install finds it too; installed wheels are unpacked, so this is a real directory.
+CONFIG_DIR = Path(str(resources.files("attnlab") / "configs"))
 _RESERVED = ("_target_", "_partial_")
 
 

@@ -91,6 +91,9 @@ def write_results(seeds: list[int], run_dirs: list[Path], records: list[dict], r
 
 
 def print_summary(record: dict[str, Any]) -> None:
+    from attnlab.run_summary import opening_lines
+
+    print("\n".join(opening_lines(record)))
     final, base = record.get("final", {}), record.get("baseline", {})
     print(f"run: {record['run_dir']}  status: {record['status']}  steps: {record.get('steps')}  "
           f"({record.get('steps_per_sec', 0):.1f} steps/s, compile {record.get('compile_time_s', 0):.1f}s)")

@@ -14,6 +14,7 @@ from attnlab.groups import GROUPS
 from attnlab.normalizers import ScoreNormalizer
 from attnlab.normalizers.linear import Linear
 from attnlab.normalizers.long_context import skip_score_probe
+from attnlab.optim import current_lr
 
 
 class Net(nnx.Module):
@@ -131,7 +132,8 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
                      "first_nonfinite": first_bad}
         # The group/layer norms reuse the squares of the global norm: a few scalar adds, read on logging steps only.
         metrics: dict[str, Any] = {"loss": loss, "grad_norm/global": norms["global"], "nonfinite": new_state["nonfinite"],
-                                   "grad_norm": norms, "first_nonfinite": first_bad}
+                                   "grad_norm": norms, "first_nonfinite": first_bad,
+                                   "lr": current_lr(opt_state)}
         return new_state, metrics
 
     return jax.jit(over_seeds(step, num_seeds, (0, None)), donate_argnums=0)

@@ -1,6 +1,7 @@
 """TensorBoard event writing with tensorboardX (no TensorFlow); tags grouped by what they measure.
 
-Scalar tags: train/, val/, test/, baseline_val/, baseline_test/, opt/, perf/, grad_norm/ (global,
+Scalar tags: 0_main/ (copies of train/loss, val/loss and the val headline metric, so Time Series opens on
+them), train/, val/, test/, baseline_val/, baseline_test/, opt/, perf/, grad_norm/ (global,
 layer_i, group/*, beta where the model has a β), score_grad/layer_i[/head_h] (the gradient at each
 layer's attention scores; the layer tag is the norm over heads), attn_<stat>/layer_i (mean over
 heads; sorts before its per-head cards) and attn_<stat>/layer_i/head_h. Images: attn_map/layer_i.
@@ -22,6 +23,25 @@ LAYER_CHARTS = (("entropy (mean over heads)", "attn_entropy/layer_{i}$"),
                 ("max weight (mean over heads)", "attn_max_weight/layer_{i}$"),
                 ("gradient at the scores (norm over heads)", "score_grad/layer_{i}$"),
                 ("gradient norm of the layer", "grad_norm/layer_{i}$"))
+
+
+# What a tag measures, shown in TensorBoard's tag tooltip (the first event of each tag carries it).
+# The attn_* definitions are normalizers.base.core_stats'.
+DESCRIPTIONS = {
+    "attn_entropy/": "attention entropy H / log n over the admissible keys, rows renormalised (1 = uniform, "
+                     "0 = one key); mean over heads for layer_i",
+    "attn_max_weight/": "largest attention weight of a query row, mean over rows (and heads for layer_i)",
+    "attn_row_mass/": "sum of a query row's weights (1 for softmax; varies for sigmoid, relu, linear)",
+    "attn_max_logit/": "largest |logit| the normalizer saw (max over batch, rows and keys)",
+    "score_grad/": "norm of dL/dz, the gradient at the attention scores z = q·k (norm over heads for layer_i)",
+    "grad_norm/": "gradient norm before clipping (global, per layer, per module group)",
+    "opt/lr": "learning rate of the update at this step, read from the optimizer state",
+    "train/loss": "training loss of this step's batch",
+}
+
+
+def description(tag: str) -> str:
+    return next((d for prefix, d in DESCRIPTIONS.items() if tag.startswith(prefix)), "")
 
 
 def flatten_train_metrics(m: Mapping[str, Any], prefix: str = "train", has_beta: bool = True) -> dict[str, float]:
@@ -54,12 +74,25 @@ def eval_scalars(split: str, metrics: Mapping[str, float], loss_is_nll: bool) ->
     return {f"{split}/{k}": float(v) for k, v in metrics.items() if not (loss_is_nll and k == "nll")}
 
 
-def custom_scalars_layout(num_layers: int) -> dict:
-    """tensorboardX layout: one category per layer with its four charts, then the global gradient norm."""
-    layout = {f"layer {i}": {title: ["Multiline", [pattern.format(i=i)]] for title, pattern in LAYER_CHARTS}
-              for i in range(num_layers)}
-    layout["global"] = {"gradient norm (global)": ["Multiline", ["grad_norm/global$"]],
-                        "train loss": ["Multiline", ["train/loss$"]], "val loss": ["Multiline", ["val/loss$"]]}
+# Time Series sorts its groups by name, so copies of the loss and headline curves under this group
+# come first (a digit sorts before every statistic's group).
+MAIN = "0_main"
+
+
+def headline_metric(task) -> str:
+    """The val metric a run is judged by: bits per byte for text, accuracy for classification, else MSE."""
+    return "bits_per_byte" if hasattr(task, "decode") else "accuracy" if task.kind == "classification" else "mse"
+
+
+def custom_scalars_layout(num_layers: int, headline: str = "accuracy") -> dict:
+    """tensorboardX layout: loss and the headline metric first, then one category per layer with its four
+    charts, then the global gradient norm."""
+    layout = {"loss and headline": {"train loss": ["Multiline", ["train/loss$"]],
+                                    "val loss": ["Multiline", ["val/loss$"]],
+                                    f"val {headline}": ["Multiline", [f"val/{headline}$"]]}}
+    layout.update({f"layer {i}": {title: ["Multiline", [pattern.format(i=i)]] for title, pattern in LAYER_CHARTS}
+                   for i in range(num_layers)})
+    layout["global"] = {"gradient norm (global)": ["Multiline", ["grad_norm/global$"]]}
     return layout
 
 
@@ -70,13 +103,22 @@ class Summaries:
         # purge_step drops events at or after it when a resumed run rewrites those steps.
         self.writer = SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=30)
         self.attn_map_scale = tb_images.check_scale(attn_map_scale)
+        self.described: set[str] = set()
+        self.main: set[str] = set()  # tags copied under MAIN (set by layout)
+        self.labels: list[str] | None = None  # the probe's characters (tb_images.char_labels), set by probe_text
 
     # Nothing non-finite reaches the writer: tensorboardX warns per NaN and refuses an empty histogram;
     # a skipped step is counted in train/nonfinite_steps and a diverged run says so in metrics.json.
     def scalars(self, step: int, values: Mapping[str, float]):
         for tag, v in values.items():
-            if np.isfinite(v):
-                self.writer.add_scalar(tag, v, step)
+            if not np.isfinite(v):
+                continue
+            first = tag not in self.described
+            self.described.add(tag)
+            self.writer.add_scalar(tag, v, step, summary_description=description(tag) if first else "")
+            if tag in self.main:
+                self.writer.add_scalar(f"{MAIN}/{tag.replace('/', '_')}", v, step,
+                                       summary_description=f"a copy of {tag}, first in Time Series" if first else "")
 
     def histogram(self, tag: str, values, step: int):
         values = np.asarray(values, np.float64).ravel()
@@ -84,20 +126,31 @@ class Summaries:
         if values.size:
             self.writer.add_histogram(tag, values, step)
 
-    def layout(self, num_layers: int):
-        self.writer.add_custom_scalars(custom_scalars_layout(num_layers))
+    def layout(self, num_layers: int, headline: str = "accuracy"):
+        """The custom-scalars layout, and which tags get a first-group copy in Time Series."""
+        self.writer.add_custom_scalars(custom_scalars_layout(num_layers, headline))
+        self.main = {"train/loss", "val/loss", f"val/{headline}"}
 
     def probe_text(self, task, tokens_T, step: int = 0):
         """The probe example as text (`probe/text`), for a task that can decode tokens (the lm task)."""
         if hasattr(task, "decode"):
             self.writer.add_text("probe/text", str(task.decode(tokens_T)), step)
+        self.labels = tb_images.char_labels(task, tokens_T)
+
+    def continuation(self, prompt: str, written: str, step: int):
+        """`sample/continuation`: the probe's prompt and what the model wrote after it (greedy), as a code block
+        so TensorBoard's Markdown keeps the text's whitespace."""
+        block = "\n".join("    " + line for line in f"{prompt}▶{written}".split("\n"))
+        self.writer.add_text("sample/continuation", f"prompt ▶ greedy continuation ({len(written)} chars)\n\n{block}",
+                             step)
 
     def attention_images(self, maps_LBNTS, step: int):
         """One RGB image per layer of the fixed probe example (the first validation example)."""
         for i, layer in enumerate(np.asarray(maps_LBNTS, np.float32)):
             if not np.isfinite(layer[0]).all():
                 continue
-            fig = tb_images.render(layer[0], self.attn_map_scale, f"layer {i}, step {step}, {self.attn_map_scale} scale")
+            title = f"layer {i}, step {step}, {self.attn_map_scale} scale"
+            fig = tb_images.render(layer[0], self.attn_map_scale, title, labels=self.labels)
             self.writer.add_image(f"attn_map/layer_{i}", tb_images.to_rgb(fig), step, dataformats="HWC")
 
     def hparams(self, own: Mapping[str, Any], declared: Mapping[str, tuple[list, bool]], metrics: list[str],

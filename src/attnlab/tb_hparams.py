@@ -2,8 +2,8 @@
 
 TensorBoard's hparams plugin takes the experiment config of an arbitrary run, so every run of a sweep
 writes the same one, computed from the sweep's multirun.yaml. The server lists hparams `differs` first,
-then by name, and the HParams tab shows the first five: the swept keys, then the top-level choices
-(head, model, normalizer, task), whose names sort before the dotted `group.option` ones.
+then by name, and the HParams tab ticks the first five, so `differs` marks the swept keys, then the
+top-level choices (normalizer, task, head, model) up to five in all; every other option is unticked.
 
 Domains never hide a run of another sweep opened in the same TensorBoard (the HParams tab's value
 filters start from the domain): config-group choices list every choice in configs/, booleans both
@@ -22,7 +22,8 @@ from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
 from attnlab import registry
 
-TOP_LEVEL = ("normalizer", "task", "head", "model")
+TOP_LEVEL = ("normalizer", "task", "head", "model")  # in the order they fill the ticked columns
+SHOWN = 5  # the HParams tab ticks the first five hparams (differs first, then by name)
 # Declared metrics, in this order, where the run logged them (lm tasks: bits_per_byte, perplexity).
 METRICS = ("test/accuracy", "val/accuracy", "test/loss", "val/loss", "test/bits_per_byte", "test/perplexity",
            "test/ece", "test/mse", "test/r2", "train/nonfinite_steps")
@@ -88,12 +89,11 @@ def declare(own: Mapping[str, Any], swept: Mapping[str, list[str]], seeds: list[
                 for k, v in _group_options(key, choice).items():
                     values.setdefault(k, []).append(v)
     values["seed"] = sorted({*values.get("seed", []), *map(str, seeds)}, key=int)
-    out = {}
-    for key, vals in values.items():
-        distinct = list(dict.fromkeys(vals))
-        out[key] = (distinct, key in swept or (key == "seed" and len(seeds) > 1) or len(distinct) > 1
-                    or (not swept and key in TOP_LEVEL))
-    return out
+    # Only what the sweep varies on purpose and the top-level choices are marked: an option that differs
+    # only as a consequence of a swept choice (normalizer.prior in a kl/softmax sweep) stays unticked.
+    marked = [k for k in swept if k in values] + (["seed"] if len(seeds) > 1 and "seed" not in swept else [])
+    marked += [k for k in TOP_LEVEL if k in values and k not in marked][:max(0, SHOWN - len(marked))]
+    return {key: (list(dict.fromkeys(vals)), key in marked) for key, vals in values.items()}
 
 
 def metric_list(declared: Mapping[str, tuple[list, bool]], logged) -> list[str]:

@@ -32,8 +32,21 @@ def scaled(map_NTS: np.ndarray, scale: str) -> tuple[np.ndarray, float, float, s
     return w_NTS / np.maximum(w_NTS.max((-2, -1), keepdims=True), 1e-12), 0.0, 1.0, "weight / head max"
 
 
-def render(map_NTS: np.ndarray, scale: str, title: str):
-    """A matplotlib Figure: heads side by side, titled `head h`, queries down, keys across, one colour bar."""
+MAX_LABELLED = 32  # up to this many positions, the axes name each position's character (lm task)
+
+
+def char_labels(task, tokens_T) -> list[str] | None:
+    """One visible label per position (space ␣, newline ↵, tab →) for a short text probe; None otherwise."""
+    tokens_T = np.asarray(tokens_T).ravel()
+    if not hasattr(task, "decode") or len(tokens_T) > MAX_LABELLED:
+        return None
+    visible = {" ": "␣", "\n": "↵", "\t": "→", "\r": "␍", "": "·"}
+    return [visible.get(c, c) for c in (task.decode(np.asarray([t])) for t in tokens_T)]
+
+
+def render(map_NTS: np.ndarray, scale: str, title: str, labels: list[str] | None = None):
+    """A matplotlib Figure: heads side by side, titled `head h`, queries down, keys across, one colour bar;
+    `labels` (one per position) name the query and key ticks."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -46,6 +59,11 @@ def render(map_NTS: np.ndarray, scale: str, title: str):
         ax.set_title(f"head {h}", fontsize=9)
         ax.set_xlabel("key", fontsize=8)
         ax.tick_params(labelsize=7)
+        if labels is not None and len(labels) == v_TS.shape[-1] == v_TS.shape[0]:
+            ticks = np.arange(len(labels))
+            ax.set_xticks(ticks, labels, fontsize=6, fontfamily="monospace")
+            ax.set_yticks(ticks, labels, fontsize=6, fontfamily="monospace")
+            continue
         for axis in (ax.xaxis, ax.yaxis):
             axis.set_major_locator(MaxNLocator(integer=True))
     axes[0].set_ylabel("query", fontsize=8)

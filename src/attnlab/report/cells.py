@@ -91,8 +91,12 @@ class Table:
 
 def default_metrics(runs: list[Run], which: str) -> list[str]:
     """Every test/ metric of the completed runs, minus the post-hoc temperature-scaling extras."""
-    found = {k for r in runs if r.status == "completed" for k in (r.final if which == "final" else r.best)}
-    return sorted(k for k in found if k.startswith("test/") and not k.endswith("_ts") and k != "test/temperature")
+    done = [r.final if which == "final" else r.best for r in runs if r.status == "completed"]
+    found = {k for rec in done for k in rec}
+    # test/nll equal to test/loss in every run (softmax_ce, hlgauss: the loss is the NLL) is one metric, not two
+    same = "test/nll" in found and all(rec.get("test/nll") == rec.get("test/loss") for rec in done)
+    return sorted(k for k in found if k.startswith("test/") and not k.endswith("_ts") and k != "test/temperature"
+                  and not (same and k == "test/nll"))
 
 
 def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[str] | None = None,
@@ -176,7 +180,7 @@ def _apply_baseline(table: Table, spec: str) -> None:
                    and all(b.key[k] == v for k, v in c.key.items() if k != key)]
         if partner and not c.is_baseline:
             for m in table.metrics:
-                stats.compare(c.stats[m], partner[0].stats[m])
+                stats.compare(c.stats[m], partner[0].stats[m], m)
 
 
 def _completeness(table: Table, runs: list[Run]) -> None:

@@ -30,6 +30,7 @@ class Run:
     error: str | None = None
     swept: tuple[str, ...] = ()  # keys set on the command line, in order
     chance: dict[str, dict] = field(default_factory=dict)  # metric -> attnlab.chance flag (threshold, ...)
+    baseline: dict[str, float] = field(default_factory=dict)  # the task's baselines (chance, bigram, ...)
 
     @property
     def seed(self):
@@ -103,7 +104,8 @@ def _read_run(path: Path) -> Run:
             swept = tuple(_override_key(o) for o in yaml.safe_load((h / "overrides.yaml").read_text()) or [])
     return Run(path=path, status=status, config=config, final=metrics.get("final") or {},
                best=metrics.get("best") or {}, error=metrics.get("error"), swept=swept,
-               chance=metrics.get("chance") or {})
+               chance=metrics.get("chance") or {},
+               baseline=metrics.get("baseline") or {})
 
 
 def _refused(path: Path) -> bool:

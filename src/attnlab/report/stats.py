@@ -10,6 +10,24 @@ import numpy as np
 from attnlab.report.load import LR, Run, sort_key
 
 HIGHER_IS_BETTER = ("accuracy", "accuracy_ts", "r2")  # metric name endings where larger wins
+# The values a metric can take (by name ending); an interval is clipped to it (an ECE interval never
+# goes below 0). Multiclass Brier is a sum of squares over classes: at most 2.
+RANGES = {"accuracy": (0.0, 1.0), "ece": (0.0, 1.0), "brier": (0.0, 2.0), "r2": (-math.inf, 1.0),
+          "perplexity": (1.0, math.inf), "loss": (0.0, math.inf), "nll": (0.0, math.inf), "mse": (0.0, math.inf),
+          "bits_per_byte": (0.0, math.inf), "temperature": (0.0, math.inf)}
+
+
+def metric_range(metric: str) -> tuple[float, float]:
+    name = metric.rsplit("/", 1)[-1].removesuffix("_ts").removesuffix("_bigram")
+    return RANGES.get(name, (-math.inf, math.inf))
+
+
+def clip(interval: tuple[float, float], metric: str, diff: bool = False) -> tuple[float, float]:
+    """An interval clipped to the metric's range (a difference to ±the range's width); NaN stays NaN."""
+    lo, hi = metric_range(metric)
+    if diff:
+        lo, hi = -(hi - lo), hi - lo
+    return tuple(x if math.isnan(x) else min(max(x, lo), hi) for x in interval)
 
 
 # Below SMALL_N values a percentile bootstrap only reshuffles the few values it has (with two seeds its
@@ -60,6 +78,7 @@ class Stat:
     t: float = math.nan
     p: float = math.nan  # NaN below MIN_PAIRS pairs: no test
     within_noise: bool | None = None
+    diff_ci: tuple[float, float] = (math.nan, math.nan)  # 95% interval of the mean paired difference
 
     @property
     def low_n(self) -> bool:
@@ -74,13 +93,13 @@ def cell_stat(runs: list[Run], metric: str, which: str, n_boot: int, seed: int) 
     for s, v in vals:
         by_seed.setdefault(s, []).append(v)
     method = "bootstrap" if len(x) >= SMALL_N else "t" if len(x) >= 2 else "none"
-    lo, hi = bootstrap_ci(x, n_boot, seed) if method == "bootstrap" else t_ci(x)
+    lo, hi = clip(bootstrap_ci(x, n_boot, seed) if method == "bootstrap" else t_ci(x), metric)
     return Stat(n=len(x), mean=float(x.mean()) if len(x) else math.nan,
                 std=float(x.std(ddof=1)) if len(x) > 1 else math.nan, ci_low=lo, ci_high=hi, ci_method=method,
                 by_seed={s: float(np.mean(v)) for s, v in by_seed.items()})
 
 
-def compare(stat: Stat, base: Stat) -> None:
+def compare(stat: Stat, base: Stat, metric: str = "", n_boot: int = 2000, seed: int = 0) -> None:
     """Paired differences of a cell to its baseline cell on the seeds both completed; a paired t-test
     (scipy.stats.ttest_rel) only from MIN_PAIRS pairs."""
     from scipy import stats
@@ -96,6 +115,8 @@ def compare(stat: Stat, base: Stat) -> None:
     stat.diff_mean = float(d.mean())
     if len(seeds) > 1:
         stat.diff_std = float(d.std(ddof=1))
+        # the same interval rule as a cell's mean: bootstrap from SMALL_N pairs, Student-t below
+        stat.diff_ci = clip(bootstrap_ci(d, n_boot, seed) if len(d) >= SMALL_N else t_ci(d), metric, diff=True)
     if len(seeds) >= MIN_PAIRS:
         res = stats.ttest_rel(x, y)
         # identical pairs make ttest_rel 0/0 = nan; no difference at all is p = 1

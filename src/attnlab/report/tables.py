@@ -17,7 +17,7 @@ TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#
 
 
 def _num(x: float) -> str:
-    return "nan" if x is None or not math.isfinite(x) else f"{x:.4g}"
+    return "nan" if x is None or not math.isfinite(x) else f"{x:.3g}"  # 3 significant figures throughout
 
 
 def _stat_text(cell: Cell, metric: str, pm: str) -> str:
@@ -36,9 +36,9 @@ def _diff_text(cell: Cell, metric: str) -> str:
     if s.n_pairs == 0:
         return "no paired seeds"
     if s.n_pairs < MIN_PAIRS:  # no test: the differences themselves, seed by seed
-        each = ", ".join(f"{d:+.4g}" for d in s.diffs.values())
-        return f"{s.diff_mean:+.4g} ({s.n_pairs} pair{'s' * (s.n_pairs > 1)}: {each}; no test)"
-    return f"{s.diff_mean:+.4g}, p={s.p:.3g}" + (", within seed noise" if s.within_noise else "")
+        each = ", ".join(f"{d:+.3g}" for d in s.diffs.values())
+        return f"{s.diff_mean:+.3g} ({s.n_pairs} pair{'s' * (s.n_pairs > 1)}: {each}; no test)"
+    return f"{s.diff_mean:+.3g}, p={s.p:.3g}" + (", within seed noise" if s.within_noise else "")
 
 
 def metric_chunks(table: Table, max_columns: int = MAX_COLUMNS) -> list[list[str]]:
@@ -96,7 +96,9 @@ def to_markdown(table: Table, images: Iterable[Path] = (), notes: Iterable[str] 
                 max_columns: int = MAX_COLUMNS) -> str:
     """The report as Markdown: explanation, table(s) (see metric_chunks), completeness, notes, curve images."""
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    out = [f"# Sweep report ({table.which})", "", *([table.progress, ""] if table.progress else []), *_explain(table)]
+    from attnlab.report.comparison import comparison, title
+
+    out = [title(table), "", *([table.progress, ""] if table.progress else []), *comparison(table), "", f"## Tables ({table.which} parameters)", "", *_explain(table)]
     chunks = metric_chunks(table, max_columns)
     for i, metrics in enumerate(chunks):
         header, rows = display(table, metrics=metrics)

@@ -37,11 +37,23 @@ def _paragraphs(text: bytes) -> list[bytes]:
     return [p for p in re.split(rb"\n[ \t\r]*\n", text) if p.strip()]
 
 
+def byte_ranges(text: bytes, fractions: dict[str, float]) -> dict[str, bytes]:
+    """A corpus of fewer than 3 documents (one long file, nanoGPT-style) as contiguous ranges: train | val | test.
+
+    Like nanoGPT's shakespeare_char prepare.py (first 90% train, last 10% val), with test after val.
+    """
+    n = len(text)
+    val_start = round(n * (1 - fractions["val"] - fractions["test"]))
+    test_start = round(n * (1 - fractions["test"]))
+    return {"train": text[:val_start], "val": text[val_start:test_start], "test": text[test_start:]}
+
+
 def from_path(path: str) -> tuple[list[bytes], dict]:
     """The files named by `path` (a file, a directory searched recursively, or a glob), one document each.
 
     With fewer than 3 files there are too few documents to split by document, so each file's
-    paragraphs (blank-line separated) are the documents instead.
+    paragraphs (blank-line separated) are the documents instead; still fewer than 3, the lm task
+    splits by `byte_ranges`.
     """
     p = Path(os.path.expanduser(path))
     if p.is_file():

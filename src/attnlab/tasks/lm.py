@@ -34,9 +34,10 @@ class LanguageModel(Task):
 
     The corpus (CPython's pydoc topics by default, or `path`, or `hf_dataset`) is a list of documents;
     whole documents go to test, then val (seeded, until each holds its fraction of the bytes), the
-    rest to train, so no test text is seen in training. Each split's documents are joined and
-    `n_<split>` random windows of seq_len + 1 bytes are drawn from it (seeded); a val/train window
-    equal to an earlier split's is redrawn. Training does not use the fixed train windows: each step
+    rest to train, so no test text is seen in training; fewer than 3 documents (one long file) are
+    split by contiguous byte ranges instead (corpus.byte_ranges; `corpus.split` in run.json says
+    which). Each split's documents are joined and `n_<split>` random windows of seq_len + 1 bytes are
+    drawn from it (seeded); a val/train window equal to an earlier split's is redrawn. Training does not use the fixed train windows: each step
     draws its own from the whole training text (`train_stream`, steps.sample_batch), at offsets from
     (seed, step). `corpus` records the source's identity (for run.json).
     Baselines, in bits per byte, are the training text's unigram entropy and bigram conditional entropy.
@@ -76,12 +77,19 @@ class LanguageModel(Task):
         else:
             docs, self.corpus = corpus.pydoc_topics()
         rngs = dict(zip(("documents", *SPLITS), np.random.SeedSequence(seed).spawn(1 + len(SPLITS))))
-        self.documents = split_documents(docs, fractions, np.random.default_rng(rngs["documents"]))
-        self.text = {s: np.frombuffer(corpus.SEPARATOR.join([docs[i] for i in idx]), np.uint8)
-                     for s, idx in self.documents.items()}
+        if len(docs) >= 3:
+            self.documents = split_documents(docs, fractions, np.random.default_rng(rngs["documents"]))
+            self.text = {s: np.frombuffer(corpus.SEPARATOR.join([docs[i] for i in idx]), np.uint8)
+                         for s, idx in self.documents.items()}
+            self.corpus["split"] = "by document"
+        else:  # one long text: no documents to hold out, so contiguous byte ranges (still no shared text)
+            ranges = corpus.byte_ranges(corpus.SEPARATOR.join(docs), fractions)
+            self.documents = {s: np.zeros(0, np.int64) for s in SPLITS}
+            self.text = {s: np.frombuffer(ranges[s], np.uint8) for s in SPLITS}
+            self.corpus["split"] = "contiguous byte ranges (train | val | test)"
         for s, text in self.text.items():
             if len(text) < self.seq_len + 1:
-                raise ConfigError(f"the {s} split holds {len(text)} bytes ({len(self.documents[s])} documents), fewer "
+                raise ConfigError(f"the {s} split holds {len(text)} bytes ({self.corpus['split']}), fewer "
                                  f"than seq_len + 1 = {self.seq_len + 1}; use more text, a larger {s}_fraction "
                                  f"or a smaller seq_len")
         self.corpus = {**self.corpus, "split_bytes": {s: int(len(t)) for s, t in self.text.items()}}

@@ -16,7 +16,6 @@ from flax import nnx
 
 from attnlab.checkpoint import Checkpoints
 from attnlab.groups import leaf_groups
-from attnlab.optim import schedule
 from attnlab.steps import Net, make_stats_step, make_train_step, probes_supported
 from attnlab.train.config import Diverged, LoopConfig, StopRequest, pad_split
 from attnlab.train.evaluation import Evaluator, final_metrics
@@ -52,7 +51,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
                           probe_scores=probes_supported(nets[0]), num_seeds=S)
     compile_s = time.perf_counter() - t0
 
-    logs = Logs.open(run_dirs, cfg, loop.start, lr_at=schedule(cfg.lr, cfg.warmup_steps, cfg.steps),
+    logs = Logs.open(run_dirs, cfg, loop.start,
                      has_beta=any(g.startswith("beta:") for g in groups), loss_is_nll=nets[0].head.loss_is_nll,
                      num_layers=num_layers, task=task, probe_inputs=evaluator.probe["inputs"])
     loop_s = run_steps(loop, steps, data, cfg, logs, evaluator, ckpt)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 import threading
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -19,7 +20,7 @@ class LoopConfig:
 
     steps: int
     batch_size: int
-    eval_every: int
+    eval_every: int | str | None  # null or auto: auto_eval_every(steps)
     log_every: int
     eval_batch_size: int
     nonfinite: str  # skip | stop
@@ -34,6 +35,14 @@ class LoopConfig:
 
     def __post_init__(self):
         """Refuse a bad `trainer` value in one line naming it (the CLI builds the loop before the model)."""
+        checks.require(checks.is_int(self.steps) and 0 < self.steps < 2**31,
+                       f"trainer.steps={self.steps!r} must be a positive integer (< 2^31)")
+        if self.eval_every in (None, "auto"):  # a val curve of about four points on short runs, one per 200 on long
+            object.__setattr__(self, "eval_every", auto_eval_every(self.steps))
+        elif checks.is_int(self.eval_every) and self.eval_every > self.steps:
+            warnings.warn(f"trainer.eval_every={self.eval_every} > trainer.steps={self.steps}: validation runs only "
+                          f"at the end (one point per val curve); trainer.eval_every=auto evaluates every "
+                          f"{auto_eval_every(self.steps)}")
         for key in ("steps", "batch_size", "eval_every", "log_every", "eval_batch_size"):
             value = getattr(self, key)
             checks.require(checks.is_int(value) and 0 < value < 2**31,
@@ -47,6 +56,11 @@ class LoopConfig:
                              ("progress", ("auto", "bar", "lines", "none"))):
             value = getattr(self, key)
             checks.require(value in allowed, f"trainer.{key}={value!r} unknown; allowed: {', '.join(allowed)}")
+
+
+def auto_eval_every(steps: int) -> int:
+    """trainer.eval_every=auto: min(200, steps // 4), at least 1."""
+    return max(1, min(200, steps // 4))
 
 
 class Diverged(Exception):

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import calibration
+from attnlab.continuation import make_continuation, prompt_length
 from attnlab.steps import make_eval, make_maps
 from attnlab.summaries import eval_scalars
 from attnlab.train.config import LoopConfig, pad_split, prefixed
@@ -26,6 +27,7 @@ class Evaluator:
     baseline: dict[str, dict]  # split -> the task's baseline metrics
     probe: dict  # the same fixed val example for every run (attention images)
     num_seeds: int
+    sample: Callable | None = None  # a text task's greedy continuation of the probe (attnlab.continuation)
 
     @classmethod
     def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated) -> "Evaluator":
@@ -34,7 +36,9 @@ class Evaluator:
         return cls(evaluate=make_eval(graphdef, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds),
                    maps=make_maps(graphdef, num_seeds=num_seeds), task=task, evals=evals,
                    baseline={s: task.baseline(s) for s in ("val", "test")},
-                   probe={k: evals["val"][k][:1] for k in ("inputs", "valid")}, num_seeds=num_seeds)
+                   probe={k: evals["val"][k][:1] for k in ("inputs", "valid")}, num_seeds=num_seeds,
+                   sample=make_continuation(graphdef, seq_len=task.seq_len, num_seeds=num_seeds)
+                   if hasattr(task, "decode") and task.granularity == "token" else None)
 
     def run(self, params, rest, split: str) -> tuple[list[dict[str, float]], Any]:
         """Per-seed metrics dicts (with the task's derived metrics) and the stacked outputs."""
@@ -53,11 +57,18 @@ def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluat
     probe = evaluator.probe
     maps = np.asarray(evaluator.maps(state["params"], state["rest"], probe["inputs"], probe["valid"]))
     attn = jax.device_get(metrics.get("attn", {})) if metrics is not None else {}
+    sample = getattr(evaluator, "sample", None)  # None: no text task (and duck-typed evaluators without one)
+    if sample is not None:
+        written = np.asarray(sample(state["params"], state["rest"], probe["inputs"], probe["valid"]))
     improved = []
     for i, val in enumerate(vals):
         summaries[i].scalars(step, {**eval_scalars("val", val, loss_is_nll),
                                     **prefixed("baseline_val", evaluator.baseline["val"])})
         summaries[i].attention_images(maps[i], step)
+        if sample is not None:
+            start = prompt_length(written.shape[-1])
+            summaries[i].continuation(evaluator.task.decode(written[i, 0, :start]),
+                                      evaluator.task.decode(written[i, 0, start:]), step)
         for name in ("beta", "entropy"):
             values = np.asarray(attn.get(name, np.zeros(0)))[i:i + 1]
             values = values[~np.isnan(values)]  # NaN: hybrid layers without this statistic

@@ -5,13 +5,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Callable
 
 import jax
 import numpy as np
 
 from attnlab.progress import Progress
-from attnlab.summaries import Summaries, flatten_train_metrics
+from attnlab.summaries import Summaries, flatten_train_metrics, headline_metric
 from attnlab.train.config import Diverged, LoopConfig, divergence, seed_slice
 from attnlab.train.state import LoopState
 
@@ -22,21 +21,20 @@ class Logs:
 
     summaries: list[Summaries]
     progress: Progress
-    lr_at: Callable[[int], float]
     has_beta: bool  # some leaf group is a learned beta: log its statistics
     loss_is_nll: bool
 
     @classmethod
-    def open(cls, run_dirs: list[Path], cfg: LoopConfig, start: int, *, lr_at, has_beta: bool,
+    def open(cls, run_dirs: list[Path], cfg: LoopConfig, start: int, *, has_beta: bool,
              loss_is_nll: bool, num_layers: int, task, probe_inputs) -> "Logs":
         # purge_step: a resumed run rewrites the steps after its checkpoint, so TensorBoard drops the old ones.
         summaries = [Summaries(str(d), purge_step=start + 1 if start else None, attn_map_scale=cfg.attn_map_scale)
                      for d in run_dirs]
         progress = Progress(cfg.progress, cfg.steps, start)
         for s in summaries:
-            s.layout(num_layers)
+            s.layout(num_layers, headline_metric(task))
             s.probe_text(task, np.asarray(jax.device_get(probe_inputs[0])))
-        return cls(summaries, progress, lr_at, has_beta, loss_is_nll)
+        return cls(summaries, progress, has_beta, loss_is_nll)
 
 
 def flush(loop: LoopState, logs: Logs, cfg: LoopConfig) -> None:
@@ -52,7 +50,8 @@ def flush(loop: LoopState, logs: Logs, cfg: LoopConfig) -> None:
     S = len(logs.summaries)
     for i in range(S):
         scalars = flatten_train_metrics(seed_slice(host, i), has_beta=logs.has_beta)
-        scalars.update({"opt/lr": float(logs.lr_at(step - 1)), "perf/steps_per_sec": rate,
+        # the rate the optimizer applied at this step (optim.current_lr), not a schedule recomputed here
+        scalars.update({"opt/lr": float(host["lr"][i]), "perf/steps_per_sec": rate,
                         "perf/examples_per_sec": rate * cfg.batch_size * S})
         logs.summaries[i].scalars(step, scalars)
         loop.last_scalars[i] = scalars

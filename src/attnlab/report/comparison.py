@@ -1,0 +1,99 @@
+"""The report's opening: which cells are compared, and per metric each cell against the baseline (Δ with
+its interval, n and p), best first, beside the task's own baselines (chance, bigram, ...)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attnlab.report.cells import Cell, Table
+from attnlab.report.stats import HIGHER_IS_BETTER, MIN_PAIRS
+from attnlab.run_summary import HEADLINES, MAJORITY
+
+# The task baselines of a metric, labelled; the headline order of run_summary (then the rest as found).
+TASK_BASELINES = dict(HEADLINES)
+
+
+def _g(x: float, sign: bool = False) -> str:
+    """3 significant figures; nan for a missing value."""
+    return "nan" if x is None or not math.isfinite(x) else f"{x:+.3g}" if sign else f"{x:.3g}"
+
+
+def higher_is_better(metric: str) -> bool:
+    return metric.rsplit("/", 1)[-1] in HIGHER_IS_BETTER
+
+
+def title(table: Table) -> str:
+    """The report's first line: the cells compared, against what, on which parameters."""
+    if table.baseline:
+        others = [c.label() for c in table.cells if not c.is_baseline]
+        what = f"{', '.join(others) or 'no other cell'} against {table.baseline}"
+    else:
+        labels = [c.label() for c in table.cells]
+        what = f"{', '.join(labels)} compared" if len(labels) > 1 else labels[0]
+    return f"# {what} ({table.which} parameters)"
+
+
+def task_baselines(table: Table, metric: str) -> str:
+    """`; chance 0.125` from the runs' metrics.json baselines (their mean when runs differ)."""
+    refs = TASK_BASELINES.get(metric, ())
+    runs = [r for c in table.cells for r in c.runs if r.status == "completed"]
+    tasks = {r.config.get("task") for r in runs}
+    task = tasks.pop() if len(tasks) == 1 else None
+    parts = []
+    for key, label in refs:
+        values = [r.baseline[key] for r in runs if isinstance(r.baseline.get(key), (int, float))]
+        if values:
+            name = MAJORITY.get(task, label) if key == "baseline/accuracy" else label
+            parts.append(f"{name} {_g(float(np.mean(values)))}")
+    return "; task baselines: " + ", ".join(parts) if parts else ""
+
+
+def _order(table: Table, metric: str) -> list[Cell]:
+    """Best first: by the mean paired Δ when there is a baseline (the baseline itself at Δ = 0), else by mean."""
+    sign = -1 if higher_is_better(metric) else 1
+
+    def key(c: Cell):
+        s = c.stats[metric]
+        v = 0.0 if c.is_baseline else s.diff_mean if table.baseline and s.n_pairs else s.mean
+        if table.baseline and not c.is_baseline and not s.n_pairs:
+            v = math.nan
+        return (math.isnan(v), sign * v if not math.isnan(v) else 0.0)
+
+    return sorted(table.cells, key=key)
+
+
+def _line(table: Table, c: Cell, metric: str) -> str:
+    s = c.stats[metric]
+    if s.n == 0:
+        return f"{c.label()}: no completed run"
+    value = _g(s.mean) + (f" [{_g(s.ci_low)}, {_g(s.ci_high)}]" if s.n > 1 else "") + f" (n={s.n})"
+    if not table.baseline:
+        return f"{c.label()}: {value}"
+    if c.is_baseline:
+        return f"{c.label()}: {value}, the baseline"
+    if not s.n_pairs:
+        return f"{c.label()}: {value}; Δ: no seed paired with the baseline"
+    delta = f"Δ {_g(s.diff_mean, True)}"
+    if s.n_pairs > 1:
+        delta += f" [{_g(s.diff_ci[0], True)}, {_g(s.diff_ci[1], True)}]"
+    delta += f", n={s.n_pairs} pair{'s' * (s.n_pairs > 1)}"
+    delta += f", p={s.p:.3g}" if s.n_pairs >= MIN_PAIRS else f" (no test below {MIN_PAIRS} pairs)"
+    return f"{c.label()}: {delta}; {value}"
+
+
+def comparison(table: Table) -> list[str]:
+    """The opening section, headline metric first (run_summary.HEADLINES order), cells best first."""
+    order = [m for m, _ in HEADLINES if m in table.metrics] + [m for m in table.metrics if m not in TASK_BASELINES]
+    intro = (f"Per metric, each cell's mean paired difference Δ to {table.baseline} over the seeds both completed, "
+             f"its 95% interval, the number of pairs and the paired t-test p (from {MIN_PAIRS} pairs); then the "
+             "cell's mean [95% interval] (n). Best first." if table.baseline else
+             "Per metric, each cell's mean [95% interval] (n), best first; --baseline KEY=VALUE adds paired "
+             "differences.")
+    out = ["## Comparison", "", intro, ""]
+    for m in order:
+        better = "higher" if higher_is_better(m) else "lower"
+        out.append(f"- **{m}** ({better} is better{task_baselines(table, m)})")
+        out += [f"  {i}. {_line(table, c, m)}" for i, c in enumerate(_order(table, m), start=1)]
+    return out

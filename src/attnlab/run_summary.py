@@ -1,0 +1,73 @@
+"""The lines that open a single run's printed summary: what ran, its headline metric against the task's
+baselines, and, for an interrupted run, the command that resumes it."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from attnlab.record import read_json
+
+# The headline metric of a run: the first one its final metrics have, with the baselines to read it against.
+HEADLINES = (
+    ("test/bits_per_byte", (("baseline/bits_per_byte", "unigram"), ("baseline/bits_per_byte_bigram", "bigram"))),
+    ("test/accuracy", (("baseline/accuracy", "chance"),)),
+    ("test/mse", (("baseline/mse", "least squares in context"), ("baseline/mse_zero", "zero predictor"))),
+)
+# Tasks whose accuracy baseline is the majority class of the training split, not uniform chance (tasks/*.py).
+MAJORITY = {"digits": "majority class", "listops": "majority class", "lm": "majority byte"}
+
+
+def run_json(record: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return read_json(Path(record["run_dir"]) / "run.json")
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def what_ran(record: dict[str, Any], run: dict[str, Any]) -> str:
+    """`ran: normalizer=softmax task=mqar head=softmax_ce model=tiny steps=800/800 device=cpu×1`."""
+    choices, config, env = run.get("choices", {}), run.get("config", {}), run.get("env", {})
+    parts = [f"{g}={choices[g]}" for g in ("normalizer", "task", "head", "model") if choices.get(g)]
+    layers = config.get("model", {}).get("layer_normalizers")
+    if layers:
+        parts.append(f"layer_normalizers=[{','.join(layers)}]")
+    total = config.get("trainer", {}).get("steps")
+    parts.append(f"steps={record.get('steps')}" + (f"/{total}" if total else ""))
+    if env.get("backend"):
+        parts.append(f"device={env['backend']}×{len(env.get('devices', []))}")
+    return "ran: " + " ".join(parts)
+
+
+def headline(record: dict[str, Any], task: str | None) -> str | None:
+    """`headline: test/accuracy 0.842 (chance 0.0312)`: the task's main metric beside its baselines."""
+    final, base = record.get("final", {}), record.get("baseline", {})
+    for key, refs in HEADLINES:
+        if key in final:
+            named = [(MAJORITY.get(task, label) if k == "baseline/accuracy" else label, base[k])
+                     for k, label in refs if k in base]
+            against = ", ".join(f"{label} {value:.4g}" for label, value in named)
+            return f"headline: {key} {final[key]:.4g}" + (f" (baselines: {against})" if against else "")
+    return None
+
+
+def resume_command(record: dict[str, Any], run: dict[str, Any]) -> str:
+    """The command that continues an interrupted run from its checkpoint (the run's own overrides kept)."""
+    run_dir = Path(record["run_dir"])
+    if run.get("config", {}).get("trainer", {}).get("vmap_seeds", 1) > 1:
+        run_dir = run_dir.parent  # seed<k>/ of a vmapped run: the checkpoint is the parent's
+    keep = [o for o in run.get("overrides", []) if not o.startswith(("hydra.run.dir=", "trainer.resume="))]
+    return shlex.join(["attnlab-train", *keep, "trainer.resume=true", f"hydra.run.dir={run_dir}"])
+
+
+def opening_lines(record: dict[str, Any]) -> list[str]:
+    """What ran and the headline first; the resume command when the run was interrupted."""
+    run = run_json(record)
+    lines = [what_ran(record, run)]
+    top = headline(record, run.get("choices", {}).get("task"))
+    if top:
+        lines.append(top)
+    if record.get("status") == "interrupted":
+        lines.append(f"resume: {resume_command(record, run)}")
+    return lines
