@@ -154,3 +154,17 @@ def test_model_reports_the_implementation_of_every_layer():
                       rngs=nnx.Rngs(0))
     assert net.attention_impl(8) == ["xla", "dense", "xla"]
     assert net.attention_impl(LONG) == ["xla", "blockwise", "xla"]
+
+
+def test_xla_path_in_bfloat16_keeps_beta_gradient_close_to_float32():
+    """bfloat16 q, k, v: the output and dβ (reduced in float32) stay near the float32 dense form."""
+    T, S, lengths, causal, window = SCENARIOS["causal_padded"]
+    rng = np.random.default_rng(3)
+    q, k, v = (jnp.asarray(rng.normal(size=(3, 3, T, 8)), jnp.float32) for _ in range(3))
+    mask = lengths_mask(lengths, S, causal=causal, window=window)
+    out16, g16 = out_and_grads("softmax", "xla", *(x.astype(jnp.bfloat16) for x in (q, k, v)), mask, {})
+    out32, g32 = out_and_grads("softmax", "dense", q, k, v, mask, {})
+    assert out16.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(out16, np.float32), out32, atol=5e-2)
+    beta16, beta32 = (np.asarray(jax.tree.leaves(g[0])[0], np.float32) for g in (g16, g32))
+    np.testing.assert_allclose(beta16, beta32, rtol=5e-2, atol=5e-2)

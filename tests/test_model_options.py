@@ -223,3 +223,20 @@ def test_bfloat16_compute_keeps_float32_master_params_and_optimizer_state():
     inputs, valid = jnp.zeros((2, 16), jnp.int32), jnp.ones((2, 16), bool)
     assert net.body(inputs, valid)[0].dtype == jnp.bfloat16  # the compute really is bfloat16
     np.testing.assert_allclose(float(metrics["loss"][0]), ref_loss, rtol=2e-2)
+
+
+def test_pooled_features_are_a_float32_mean_under_bfloat16():
+    from attnlab.model import Transformer
+    from attnlab.normalizers import build as build_norm
+
+    net = Transformer(d_model=16, num_heads=2, num_layers=1, mlp_ratio=2, dropout=0.0, positional="learned",
+                      max_len=64, causal=False, qk_norm=False, pooled=True, seq_len=64, vocab_size=5,
+                      make_normalizer=lambda **kw: build_norm("softmax", **kw), dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    inputs = jnp.asarray(np.random.default_rng(0).integers(0, 5, (2, 64)))
+    valid = jnp.arange(64)[None] < jnp.array([[64], [37]])
+    pooled = net(inputs, valid)[0]
+    net.pooled = False
+    tokens = np.asarray(net(inputs, valid)[0], np.float64)  # the bfloat16 per-token features, exactly
+    want = np.stack([tokens[0].mean(0), tokens[1, :37].mean(0)])
+    assert pooled.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(pooled), want, rtol=1e-6, atol=1e-6)

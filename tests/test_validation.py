@@ -158,3 +158,16 @@ def test_trainer_and_optim_values_are_refused_by_their_component_without_the_cli
     with pytest.raises(ValueError, match=r"^optim.b2=1.0 must be in \[0, 1\)$"):
         optim.make_optimizer({}, lr=1e-3, warmup_steps=0, total_steps=4, weight_decay=0.0, clip_norm=1.0,
                              b1=0.9, b2=1.0)
+
+
+def test_matmul_precision_is_the_dtypes_rule_unless_given():
+    import jax
+    import jax.numpy as jnp
+
+    from attnlab.accelerator import apply_matmul_precision, matmul_precision
+
+    assert matmul_precision(None, jnp.float32) == "highest"  # float32 means float32, not TF32
+    assert matmul_precision(None, jnp.bfloat16) == "default"
+    assert matmul_precision("high", jnp.float32) == "high"
+    assert apply_matmul_precision("default", jnp.float32) == "default"
+    assert jax.config.jax_default_matmul_precision == "default"  # conftest's fixture restores "highest"

@@ -138,5 +138,6 @@ class Transformer(nnx.Module):
         stats = stack_layer_stats(per_layer) if with_stats else {}
         if not self.pooled:
             return x_BTD, stats
-        w_BT1 = valid_BT[..., None].astype(x_BTD.dtype)
-        return (x_BTD * w_BT1).sum(1) / jnp.maximum(w_BT1.sum(1), 1), stats
+        # The mean over T in float32 (a bfloat16 sum of T terms loses ~log2(T) bits); the head upcasts anyway.
+        w_BT1 = valid_BT[..., None].astype(jnp.float32)
+        return (x_BTD.astype(jnp.float32) * w_BT1).sum(1) / jnp.maximum(w_BT1.sum(1), 1), stats

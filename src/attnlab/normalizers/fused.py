@@ -21,7 +21,8 @@ def fused_attention(q_BNTH, k_BNSH, v_BNSH, mask: Mask, beta_N, implementation: 
     """
     B, N, T, _ = q_BNTH.shape
     S = k_BNSH.shape[2]
-    q = q_BNTH * beta_N[None, :, None, None].astype(q_BNTH.dtype)
+    # The product in float32, so dβ = Σ dq·q is reduced in float32 under bfloat16 compute (one fused op).
+    q = (q_BNTH.astype(jnp.float32) * beta_N[None, :, None, None]).astype(q_BNTH.dtype)
     lengths_B = None
     if mask.key_valid_BS is not None:
         lengths_B = jnp.broadcast_to(mask.key_valid_BS, (B, S)).astype(jnp.int32).sum(-1)
