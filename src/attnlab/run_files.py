@@ -72,4 +72,8 @@ def print_summary(record: dict[str, Any]) -> None:
     for key in sorted(k for k in final if k.startswith("test/")):
         b = base.get("baseline/" + key.split("/", 1)[1])
         print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})"))
+    timing = record.get("timing") or {}
+    if timing:  # where the wall time went (train.PHASES); steps/s above counts the train loop alone
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in timing.items() if k != "total")
+        print(f"time (s): {timing['total']:.1f} total = {parts}")
     print(f"curves: tensorboard --logdir {shlex.quote(str(record['run_dir']))} --host 127.0.0.1")

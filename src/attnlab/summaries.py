@@ -70,13 +70,15 @@ class Summaries:
         # purge_step drops events at or after it when a resumed run rewrites those steps.
         self.writer = SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=30)
         self.attn_map_scale = tb_images.check_scale(attn_map_scale)
+        self.background = tb_images.Background()  # images and histograms are drawn off the loop's thread
 
     def scalars(self, step: int, values: Mapping[str, float]):
         for tag, v in values.items():
             self.writer.add_scalar(tag, v, step)
 
     def histogram(self, tag: str, values, step: int):
-        self.writer.add_histogram(tag, np.asarray(values, np.float64).ravel(), step)
+        values = np.asarray(values, np.float64).ravel()
+        self.background.submit(self.writer.add_histogram, tag, values, step)
 
     def layout(self, num_layers: int):
         self.writer.add_custom_scalars(custom_scalars_layout(num_layers))
@@ -87,10 +89,17 @@ class Summaries:
             self.writer.add_text("probe/text", str(task.decode(tokens_T)), step)
 
     def attention_images(self, maps_LBNTS, step: int):
-        """One RGB image per layer of the fixed probe example (the first validation example)."""
-        for i, layer in enumerate(np.asarray(maps_LBNTS, np.float32)):
-            fig = tb_images.render(layer[0], self.attn_map_scale, f"layer {i}, step {step}, {self.attn_map_scale} scale")
-            self.writer.add_image(f"attn_map/layer_{i}", tb_images.to_rgb(fig), step, dataformats="HWC")
+        """One RGB image per layer of the fixed probe example (the first validation example), drawn in the
+        background from ≤ 256×256 block means per head (tb_images.layer_image)."""
+        maps_LBNTS = np.asarray(maps_LBNTS, np.float32)
+
+        def draw():
+            for i, layer in enumerate(maps_LBNTS):
+                image = tb_images.layer_image(layer[0], self.attn_map_scale,
+                                              f"layer {i}, step {step}, {self.attn_map_scale} scale")
+                self.writer.add_image(f"attn_map/layer_{i}", image, step, dataformats="HWC")
+
+        self.background.submit(draw)
 
     def hparams(self, own: Mapping[str, Any], declared: Mapping[str, tuple[list, bool]], metrics: list[str],
                 status: str):
@@ -101,6 +110,11 @@ class Summaries:
             # tensorboard's proto and tensorboardX's are the same message in two Python classes.
             self.writer.file_writer.add_summary(XSummary.FromString(pb.SerializeToString()))
 
+    def wait(self):
+        """Block until the queued images and histograms are written."""
+        self.background.wait()
+
     def close(self):
+        self.background.close()
         self.writer.flush()
         self.writer.close()

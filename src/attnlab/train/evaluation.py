@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import jax
@@ -19,39 +21,74 @@ from attnlab.train.config import LoopConfig, pad_split, prefixed
 class Evaluator:
     """The compiled eval and attention-map functions with the padded val/test splits they run on."""
 
-    evaluate: Callable
+    evaluate: Callable  # (params, rest, split, baseline_mse) -> (metrics, calibration sample or None)
     maps: Callable
     task: Any
     evals: dict[str, dict]  # split -> padded arrays on device
     baseline: dict[str, dict]  # split -> the task's baseline metrics
     probe: dict  # the same fixed val example for every run (attention images)
     num_seeds: int
+    last: dict = dataclasses.field(default_factory=dict)  # split -> (params, result) of its latest run
 
     @classmethod
-    def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated) -> "Evaluator":
+    def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated, head=None) -> "Evaluator":
         evals = {s: jax.device_put(pad_split(task.splits[s], cfg.eval_batch_size), replicated)
                  for s in ("val", "test")}
-        return cls(evaluate=make_eval(graphdef, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds),
+        return cls(evaluate=with_sample(make_eval(graphdef, eval_batch_size=cfg.eval_batch_size,
+                                                  num_seeds=num_seeds), head),
                    maps=make_maps(graphdef, num_seeds=num_seeds), task=task, evals=evals,
                    baseline={s: task.baseline(s) for s in ("val", "test")},
                    probe={k: evals["val"][k][:1] for k in ("inputs", "valid")}, num_seeds=num_seeds)
 
     def run(self, params, rest, split: str) -> tuple[list[dict[str, float]], Any]:
-        """Per-seed metrics dicts (with the task's derived metrics) and the stacked outputs."""
+        """Per-seed metrics dicts (with the task's derived metrics) and the stacked calibration sample.
+
+        The same params evaluated again on a split (the last eval step's, read by final_metrics) reuse
+        the earlier result: the loop ends on an eval step, so its val pass is not repeated.
+        """
+        hit = self.last.get(split)
+        if hit is not None and hit[0] is params:
+            return hit[1]
         mse = self.baseline[split].get("mse")
-        metrics, outs = self.evaluate(params, rest, self.evals[split], None if mse is None else jnp.float32(mse))
+        metrics, sample = self.evaluate(params, rest, self.evals[split], None if mse is None else jnp.float32(mse))
         host = jax.device_get(metrics)
         per_seed = [{k: float(v[i]) for k, v in host.items()} for i in range(self.num_seeds)]
-        return [{**m, **self.task.derived_metrics(m)} for m in per_seed], outs
+        result = [{**m, **self.task.derived_metrics(m)} for m in per_seed], sample
+        self.last[split] = (params, result)
+        return result
+
+
+def _untimed(name: str):
+    return contextlib.nullcontext()
+
+
+def with_sample(evaluate, head):
+    """`evaluate` returning, in place of the split's outputs, the calibration sample of a classification
+    head's logits (calibration.calibration_sample, per seed): the full outputs never leave the device."""
+
+    def run(params, rest, split, baseline_mse):
+        metrics, outs = evaluate(params, rest, split, baseline_mse)
+        if head is None or head.kind != "classification":
+            return metrics, None
+        sample = jax.vmap(lambda o: calibration.calibration_sample(head.logits(o), split["targets"],
+                                                                   split["weights"]))(outs)
+        return metrics, sample
+
+    return jax.jit(run)
 
 
 def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluator: Evaluator, summaries,
-                  metrics: dict | None, loss_is_nll: bool):
+                  metrics: dict | None, loss_is_nll: bool, phases=None):
     """Validation, attention images and histograms on an eval step; updates `best` in place and returns
-    the best params (per seed: these params where val loss improved, else the previous best)."""
+    the best params (per seed: these params where val loss improved, else the previous best).
+
+    Images and histograms are queued to each writer's background thread; `phases` (progress.Phases)
+    times the maps' forward pass and the hand-off as `images`.
+    """
     vals, _ = evaluator.run(state["params"], state["rest"], "val")
     probe = evaluator.probe
-    maps = np.asarray(evaluator.maps(state["params"], state["rest"], probe["inputs"], probe["valid"]))
+    with (phases or _untimed)("images"):
+        maps = np.asarray(evaluator.maps(state["params"], state["rest"], probe["inputs"], probe["valid"]))
     attn = jax.device_get(metrics.get("attn", {})) if metrics is not None else {}
     improved = []
     for i, val in enumerate(vals):
@@ -72,22 +109,22 @@ def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluat
 
 
 def final_metrics(evaluator: Evaluator, params, rest, head) -> list[dict[str, float]]:
-    """Per seed: val and test metrics; classification adds post-hoc temperature scaling (Guo et al. 2017)."""
-    vals, val_outs = evaluator.run(params, rest, "val")
-    tests, test_outs = evaluator.run(params, rest, "test")
+    """Per seed: val and test metrics; classification adds post-hoc temperature scaling (Guo et al. 2017),
+    fitted on the device on at most calibration.CALIBRATION_POSITIONS positions of each split (the
+    numbers used: val/positions_ts, test/positions_ts)."""
+    vals, val_sample = evaluator.run(params, rest, "val")
+    tests, test_sample = evaluator.run(params, rest, "test")
     out = [{**prefixed("val", v), **prefixed("test", t)} for v, t in zip(vals, tests)]
     if head.kind != "classification":
         return out
-
-    def flat(outs, split):
-        """Only the positions that carry a target (MQAR: 4 of 64): the rest would cost 16× for nothing."""
-        logits = np.asarray(head.logits(outs), np.float64)
-        w = np.asarray(evaluator.evals[split]["weights"]).reshape(-1)
-        keep = w > 0
-        return (logits.reshape(-1, logits.shape[-1])[keep],
-                np.asarray(evaluator.evals[split]["targets"]).reshape(-1)[keep], w[keep])
-
+    report = jax.device_get(_reports(val_sample, test_sample, head.ece_bins))
     for i in range(evaluator.num_seeds):
-        report = calibration.temperature_report(*flat(val_outs[i], "val"), *flat(test_outs[i], "test"))
-        out[i].update({f"test/{k}": float(report[k]) for k in ("temperature", "ece_ts", "nll_ts", "accuracy_ts")})
+        out[i].update({f"test/{k}": float(report[k][i]) for k in ("temperature", "ece_ts", "nll_ts", "accuracy_ts")})
+        out[i].update({"val/positions_ts": float(val_sample[3][i]), "test/positions_ts": float(test_sample[3][i])})
     return out
+
+
+@functools.partial(jax.jit, static_argnames="n_bins")
+def _reports(val_sample, test_sample, n_bins: int):
+    """calibration.temperature_report per seed (vmapped) on the (logits, labels, weights) samples."""
+    return jax.vmap(functools.partial(calibration.temperature_report, n_bins=n_bins))(*val_sample[:3], *test_sample[:3])
