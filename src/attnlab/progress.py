@@ -48,6 +48,11 @@ class Phases:
         self.say = mode != "none"
         self._inner: list[float] = []  # per open phase: seconds spent in phases nested in it
 
+    def note(self, message: str) -> None:
+        """A line on stderr (unless quiet) for something that takes no time worth measuring."""
+        if self.say:
+            print(message, file=sys.stderr, flush=True)
+
     @contextlib.contextmanager
     def __call__(self, name: str, message: str | None = None):
         if message and self.say:

@@ -69,13 +69,14 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
         ckpt.close()
 
     head, rest = nets[0].head, loop.state["rest"]
-    with phases("final_metrics", "final metrics: val and test splits, temperature scaling (last parameters)"):
-        finals = final_metrics(evaluator, loop.state["params"], rest, head)
+    with phases("final_metrics", "final metrics (last parameters)"):
+        finals = final_metrics(evaluator, loop.state["params"], rest, head, phases)
     if all(b.get("step") == steps_done for b in loop.best):  # the best parameters are the last ones
         best_finals = finals
+        phases.note(f"final metrics (best parameters): the last ones (best val loss at step {steps_done})")
     else:
-        with phases("final_metrics", "final metrics: val and test splits, temperature scaling (best parameters)"):
-            best_finals = final_metrics(evaluator, loop.best_params, rest, head)
+        with phases("final_metrics", "final metrics (best parameters)"):
+            best_finals = final_metrics(evaluator, loop.best_params, rest, head, phases)
     with phases("images", "images: waiting for the TensorBoard images and histograms"):
         for s in logs.summaries:
             s.wait()

@@ -58,7 +58,7 @@ class Evaluator:
         return result
 
 
-def _untimed(name: str):
+def _untimed(name: str, message: str | None = None):
     return contextlib.nullcontext()
 
 
@@ -108,16 +108,24 @@ def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluat
                         best_params, state["params"])
 
 
-def final_metrics(evaluator: Evaluator, params, rest, head) -> list[dict[str, float]]:
+def final_metrics(evaluator: Evaluator, params, rest, head, phases=None) -> list[dict[str, float]]:
     """Per seed: val and test metrics; classification adds post-hoc temperature scaling (Guo et al. 2017),
     fitted on the device on at most calibration.CALIBRATION_POSITIONS positions of each split (the
-    numbers used: val/positions_ts, test/positions_ts)."""
-    vals, val_sample = evaluator.run(params, rest, "val")
-    tests, test_sample = evaluator.run(params, rest, "test")
+    numbers used: val/positions_ts, test/positions_ts). `phases` times and announces each part."""
+    phase = phases or _untimed
+    results = {}
+    for split in ("val", "test"):
+        hit = evaluator.last.get(split)
+        fresh = hit is None or hit[0] is not params
+        n = evaluator.evals[split]["targets"].shape[0]
+        with phase("final_metrics", f"  {split} split ({n} examples, padded)" if fresh else None):
+            results[split] = evaluator.run(params, rest, split)
+    (vals, val_sample), (tests, test_sample) = results["val"], results["test"]
     out = [{**prefixed("val", v), **prefixed("test", t)} for v, t in zip(vals, tests)]
     if head.kind != "classification":
         return out
-    report = jax.device_get(_reports(val_sample, test_sample, head.ece_bins))
+    with phase("final_metrics", "  temperature scaling (fit on val, report on test)"):
+        report = jax.device_get(_reports(val_sample, test_sample, head.ece_bins))
     for i in range(evaluator.num_seeds):
         out[i].update({f"test/{k}": float(report[k][i]) for k in ("temperature", "ece_ts", "nll_ts", "accuracy_ts")})
         out[i].update({"val/positions_ts": float(val_sample[3][i]), "test/positions_ts": float(test_sample[3][i])})
