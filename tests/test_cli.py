@@ -65,6 +65,13 @@ def test_run_record_has_the_documented_keys(default_run):
         assert key in m["final"], key
     assert m["baseline"]["baseline/accuracy"] == pytest.approx(1 / 8)  # 16-token vocab: 8 values
     assert m["best"]["step"] == 4
+    timing = m["timing"]  # every phase, none counted twice
+    phases = ("build", "compile", "train_loop", "evaluation", "final_metrics", "images", "checkpoints")
+    assert set(timing) == {*phases, "total"} and all(timing[k] >= 0 for k in timing)
+    assert sum(timing[k] for k in phases) <= timing["total"] <= m["wall_time_s"] + 1e-9
+    assert m["steps_per_sec"] == pytest.approx(4 / timing["train_loop"])
+    # temperature scaling saw every query position (40 examples × 2 queries): under the cap
+    assert m["final"]["test/positions_ts"] == m["final"]["val/positions_ts"] == 80
     import json
     run = json.loads((run_dir / "run.json").read_text())
     assert run["choices"]["normalizer"] == "kl" and run["choices"]["head"] == "softmax_ce"
@@ -73,6 +80,7 @@ def test_run_record_has_the_documented_keys(default_run):
     assert set(run["env"]["git"]) == {"sha", "dirty"} and run["env"]["versions"]["jax"]
     assert run["env"]["devices"] and "model=tiny" in run["env"]["command"]
     assert str(run_dir) in proc.stdout and "test/accuracy" in proc.stdout and "baseline" in proc.stdout
+    assert "time (s):" in proc.stdout and "train_loop" in proc.stdout
 
 
 def test_a_single_run_prints_its_tensorboard_command_and_leaves_no_empty_file(default_run):

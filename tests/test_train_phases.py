@@ -54,3 +54,24 @@ def test_evaluate_step_keeps_each_seeds_best_params_and_metrics():
         assert rec.images == 1
     # NaN marks a layer without the statistic: seed 0 logs one β, seed 1 two, seed 2 none.
     assert [r.histograms for r in summaries] == [[("hist/beta", [1.5], 10)], [("hist/beta", [2.0, 3.0], 10)], []]
+
+
+def test_phases_time_nested_work_once_and_announce_it(capsys, monkeypatch):
+    from attnlab import progress
+
+    clock = iter([0.0, 1.0, 3.0, 10.0, 20.0, 24.0])  # outer starts, inner 1→3, outer ends at 10; 20→24
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    phases = progress.Phases("lines")
+    with phases("final_metrics", "final metrics"):
+        with phases("images"):
+            pass
+    with phases("final_metrics", "again"):
+        pass
+    assert phases.seconds == {"images": 2.0, "final_metrics": 8.0 + 4.0}
+    assert capsys.readouterr().err.splitlines() == ["final metrics ...", "final metrics: 10.0s", "again ...",
+                                                    "again: 4.0s"]
+    quiet = progress.Phases("none")
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: 0.0)
+    with quiet("build", "building"):
+        quiet.note("a note")
+    assert capsys.readouterr().err == "" and quiet.seconds == {"build": 0.0}
