@@ -65,17 +65,22 @@ def brier(probs_XC, labels_X, weights_X):
     return weighted_mean(((probs_XC - onehot_XC) ** 2).sum(-1), weights_X)
 
 
-def ece(probs_XC, labels_X, weights_X, n_bins: int = ECE_BINS):
-    """Expected calibration error over equal-width confidence bins (Guo et al. 2017), weighted."""
+def ece_gaps(probs_XC, labels_X, weights_X, n_bins: int = ECE_BINS):
+    """Per confidence bin b: Σ_{i∈b} w_i (correct_i − conf_i), additive over disjoint sets of positions."""
     xp = _xp(probs_XC, labels_X, weights_X)
     conf_X = probs_XC.max(-1)
     correct_X = (probs_XC.argmax(-1) == labels_X).astype(conf_X.dtype)
     # Bin b holds b/n < conf <= (b+1)/n, as in gpleiss/temperature_scaling's _ECELoss.
     bin_X = xp.clip(xp.ceil(conf_X * n_bins).astype(np.int32) - 1, 0, n_bins - 1)
     in_bin_XB = (bin_X[..., None] == xp.arange(n_bins)).astype(conf_X.dtype)
+    return (in_bin_XB * (weights_X * (correct_X - conf_X))[..., None]).reshape(-1, n_bins).sum(0)
+
+
+def ece(probs_XC, labels_X, weights_X, n_bins: int = ECE_BINS):
+    """Expected calibration error over equal-width confidence bins (Guo et al. 2017), weighted."""
     # Σ_b (W_b/W)·|acc_b − conf_b| = Σ_b |Σ_{i∈b} w_i (correct_i − conf_i)| / W
-    gap_B = (in_bin_XB * (weights_X * (correct_X - conf_X))[..., None]).reshape(-1, n_bins).sum(0)
-    return xp.abs(gap_B).sum() / xp.maximum(weights_X.sum(), 1)
+    gap_B = ece_gaps(probs_XC, labels_X, weights_X, n_bins)
+    return _xp(gap_B).abs(gap_B).sum() / _xp(weights_X).maximum(weights_X.sum(), 1)
 
 
 def calibration_sample(logits_XC, labels_X, weights_X, max_positions: int = CALIBRATION_POSITIONS):

@@ -10,9 +10,10 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from attnlab import calibration
-from attnlab.steps import make_eval, make_maps
+from attnlab.steps import make_maps, over_seeds
 from attnlab.summaries import eval_scalars
 from attnlab.train.config import LoopConfig, pad_split, prefixed
 
@@ -31,11 +32,10 @@ class Evaluator:
     last: dict = dataclasses.field(default_factory=dict)  # split -> (params, result) of its latest run
 
     @classmethod
-    def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated, head=None) -> "Evaluator":
+    def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated, head) -> "Evaluator":
         evals = {s: jax.device_put(pad_split(task.splits[s], cfg.eval_batch_size), replicated)
                  for s in ("val", "test")}
-        return cls(evaluate=with_sample(make_eval(graphdef, eval_batch_size=cfg.eval_batch_size,
-                                                  num_seeds=num_seeds), head),
+        return cls(evaluate=make_evaluate(graphdef, head, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds),
                    maps=make_maps(graphdef, num_seeds=num_seeds), task=task, evals=evals,
                    baseline={s: task.baseline(s) for s in ("val", "test")},
                    probe={k: evals["val"][k][:1] for k in ("inputs", "valid")}, num_seeds=num_seeds)
@@ -62,19 +62,55 @@ def _untimed(name: str, message: str | None = None):
     return contextlib.nullcontext()
 
 
-def with_sample(evaluate, head):
-    """`evaluate` returning, in place of the split's outputs, the calibration sample of a classification
-    head's logits (calibration.calibration_sample, per seed): the full outputs never leave the device."""
+def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
+                  max_positions: int = calibration.CALIBRATION_POSITIONS):
+    """Jitted (params, rest, split, baseline_mse) -> (metrics, calibration sample or None), over seeds.
 
-    def run(params, rest, split, baseline_mse):
-        metrics, outs = evaluate(params, rest, split, baseline_mse)
-        if head is None or head.kind != "classification":
-            return metrics, None
-        sample = jax.vmap(lambda o: calibration.calibration_sample(head.logits(o), split["targets"],
-                                                                   split["weights"]))(outs)
-        return metrics, sample
+    One lax.scan over the split's eval batches carries the head's metric sums (Head.metric_sums) and,
+    for a classification head, a (max_positions, C) buffer that collects the first weighted positions'
+    logits in split order (calibration.calibration_sample of the whole split, without keeping its
+    outputs): no per-batch host round-trip, and no (N, T, C) array of the whole split.
+    """
+    classify = head.kind == "classification"
 
-    return jax.jit(run)
+    def evaluate(params, rest, split, baseline_mse):
+        net = nnx.merge(graphdef, params, rest)
+        chunks = jax.tree.map(lambda a: a.reshape(-1, eval_batch_size, *a.shape[1:]), split)
+        n = min(max_positions, split["weights"].size)
+
+        def batch(carry, b):
+            sums, outs = _one_batch(net, b)
+            carry = {**carry, "sums": jax.tree.map(jnp.add, carry["sums"], sums)}
+            if classify:  # append this batch's weighted positions after those already kept; the rest drop
+                z, y, wk, count = calibration.calibration_sample(net.head.logits(outs), b["targets"], b["weights"], n)
+                at = jnp.where(jnp.arange(z.shape[0]) < count, carry["count"] + jnp.arange(z.shape[0]), n)
+                carry["sample"] = tuple(buf.at[at].set(v.astype(buf.dtype), mode="drop")
+                                        for buf, v in zip(carry["sample"], (z, y, wk)))
+                carry["count"] = jnp.minimum(carry["count"] + count, n)
+            return carry, None
+
+        sums, outs = jax.eval_shape(functools.partial(_one_batch, net), jax.tree.map(lambda a: a[0], chunks))
+        carry = {"sums": jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), sums)}
+        if classify:
+            C = outs.shape[-1]
+            carry.update(count=jnp.int32(0), sample=(jnp.zeros((n, C), jnp.float32),
+                                                     jnp.zeros((n,), split["targets"].dtype), jnp.zeros((n,), jnp.float32)))
+        carry, _ = jax.lax.scan(batch, carry, chunks)
+        sums = dict(carry["sums"])
+        metrics = {"loss": sums.pop("loss") / jnp.maximum(sums["weight"], 1),
+                   **net.head.metrics_from_sums(sums, baseline_mse=baseline_mse)}
+        return metrics, ((*carry["sample"], carry["count"]) if classify else None)
+
+    return jax.jit(over_seeds(evaluate, num_seeds, (0, 0, None, None)))
+
+
+def _one_batch(net, b):
+    """One eval batch's head outputs and metric sums, the loss's among them."""
+    outs = net.head(net.body(b["inputs"], b["valid"])[0])
+    sums = net.head.metric_sums(outs, b["targets"], b["weights"])
+    # loss_b · max(W_b, 1) = Σ_b w·l for a weighted-mean loss (the Head contract), at any W_b.
+    sums["loss"] = net.head.loss(outs, b["targets"], b["weights"]) * jnp.maximum(b["weights"].sum(), 1)
+    return sums, outs
 
 
 def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluator: Evaluator, summaries,
