@@ -96,23 +96,34 @@ def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap)
 
     overrides = [o for o in (*TINY, *TINY_TASK[task]) if not o.startswith("compile_cache")]
     with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
-        cfg = hydra.compose("train", overrides=[f"task={task}", *overrides, f"head={head}", f"trainer.vmap_seeds={vmap}"])
+        cfg = hydra.compose("train", overrides=[f"task={task}", *overrides, f"head={head}",
+                                                f"trainer.vmap_seeds={vmap}"])
     task_obj, nets, _, _ = build(cfg, head)
     graphdef, _, _ = nnx.split(nets[0], nnx.Param, ...)
-    params, rest = stack([nnx.split(n, nnx.Param, ...)[1] for n in nets]), stack([nnx.split(n, nnx.Param, ...)[2] for n in nets])
+    parts = [nnx.split(n, nnx.Param, ...) for n in nets]
+    params, rest = stack([p[1] for p in parts]), stack([p[2] for p in parts])
     split = jax.device_put(pad_split(task_obj.splits["test"], 16))  # 40 examples: 3 batches, 8 padding rows
     mse = task_obj.baseline("test").get("mse")
     mse = None if mse is None else np.float32(mse)
     want, outs = make_eval(graphdef, eval_batch_size=16, num_seeds=vmap)(params, rest, split, mse)
     cap = 50  # below the 80 query positions of MQAR: the buffer fills up in the second batch
+    t_S = np.array([1.7, 0.6][:vmap], np.float32)
     got, sample = make_evaluate(graphdef, nets[0].head, eval_batch_size=16, num_seeds=vmap,
-                                max_positions=cap)(params, rest, split, mse)
-    assert set(got) == set(want)
+                                max_positions=cap)(params, rest, split, mse, t_S)
+    classify = nets[0].head.kind == "classification"
+    assert set(got) == set(want) | ({"ece_ts", "nll_ts", "accuracy_ts"} if classify else set())
     for k in want:
         np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=2e-5, atol=1e-6, err_msg=k)
-    if nets[0].head.kind != "classification":
+    if not classify:
         assert sample is None
         return
+    y, w = split["targets"], split["weights"]
+    for i in range(vmap):  # the *_ts sums: calibration's whole-split metrics of softmax(logits / T)
+        z = nets[0].head.logits(outs[i]) / t_S[i]
+        ts = {"ece_ts": calibration.ece(jax.nn.softmax(z, -1), y, w, nets[0].head.ece_bins),
+              "nll_ts": calibration.nll(z, y, w), "accuracy_ts": calibration.accuracy(z, y, w)}
+        for k, v in ts.items():
+            np.testing.assert_allclose(float(got[k][i]), float(v), rtol=2e-5, atol=1e-6, err_msg=k)
     for i in range(vmap):
         ref = calibration.calibration_sample(nets[0].head.logits(outs[i]), split["targets"], split["weights"], cap)
         for g, r in zip(sample, ref):

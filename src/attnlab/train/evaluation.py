@@ -13,6 +13,7 @@ import numpy as np
 from flax import nnx
 
 from attnlab import calibration
+from attnlab.heads.base import total, upcast
 from attnlab.steps import make_maps, over_seeds
 from attnlab.summaries import eval_scalars
 from attnlab.train.config import LoopConfig, pad_split, prefixed
@@ -22,14 +23,14 @@ from attnlab.train.config import LoopConfig, pad_split, prefixed
 class Evaluator:
     """The compiled eval and attention-map functions with the padded val/test splits they run on."""
 
-    evaluate: Callable  # (params, rest, split, baseline_mse) -> (metrics, calibration sample or None)
+    evaluate: Callable  # (params, rest, split, baseline_mse, temperature_S) -> (metrics, calibration sample)
     maps: Callable
     task: Any
     evals: dict[str, dict]  # split -> padded arrays on device
     baseline: dict[str, dict]  # split -> the task's baseline metrics
     probe: dict  # the same fixed val example for every run (attention images)
     num_seeds: int
-    last: dict = dataclasses.field(default_factory=dict)  # split -> (params, result) of its latest run
+    last: dict = dataclasses.field(default_factory=dict)  # split -> (params, temperature, result), latest run
 
     @classmethod
     def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated, head) -> "Evaluator":
@@ -40,21 +41,24 @@ class Evaluator:
                    baseline={s: task.baseline(s) for s in ("val", "test")},
                    probe={k: evals["val"][k][:1] for k in ("inputs", "valid")}, num_seeds=num_seeds)
 
-    def run(self, params, rest, split: str) -> tuple[list[dict[str, float]], Any]:
-        """Per-seed metrics dicts (with the task's derived metrics) and the stacked calibration sample.
+    def run(self, params, rest, split: str, temperature=None) -> tuple[list[dict[str, float]], Any]:
+        """Per-seed metrics dicts (with the task's derived metrics) and the stacked calibration sample
+        (logits, labels, weights, count; None for a regression head). With per-seed `temperature`s, a
+        classification head's metrics add ece_ts, nll_ts and accuracy_ts: softmax(logits / T) on the split.
 
         The same params evaluated again on a split (the last eval step's, read by final_metrics) reuse
         the earlier result: the loop ends on an eval step, so its val pass is not repeated.
         """
         hit = self.last.get(split)
-        if hit is not None and hit[0] is params:
-            return hit[1]
+        if hit is not None and hit[0] is params and hit[1] is temperature:
+            return hit[2]
         mse = self.baseline[split].get("mse")
-        metrics, sample = self.evaluate(params, rest, self.evals[split], None if mse is None else jnp.float32(mse))
-        host = jax.device_get(metrics)
+        t_S = jnp.ones(self.num_seeds, jnp.float32) if temperature is None else temperature
+        metrics, sample = self.evaluate(params, rest, self.evals[split], None if mse is None else jnp.float32(mse), t_S)
+        host = {k: v for k, v in jax.device_get(metrics).items() if temperature is not None or not k.endswith("_ts")}
         per_seed = [{k: float(v[i]) for k, v in host.items()} for i in range(self.num_seeds)]
         result = [{**m, **self.task.derived_metrics(m)} for m in per_seed], sample
-        self.last[split] = (params, result)
+        self.last[split] = (params, temperature, result)
         return result
 
 
@@ -64,22 +68,23 @@ def _untimed(name: str, message: str | None = None):
 
 def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
                   max_positions: int = calibration.CALIBRATION_POSITIONS):
-    """Jitted (params, rest, split, baseline_mse) -> (metrics, calibration sample or None), over seeds.
+    """Jitted (params, rest, split, baseline_mse, temperature) -> (metrics, calibration sample or None), over seeds.
 
     One lax.scan over the split's eval batches carries the head's metric sums (Head.metric_sums) and,
     for a classification head, a (max_positions, C) buffer that collects the first weighted positions'
     logits in split order (calibration.calibration_sample of the whole split, without keeping its
-    outputs): no per-batch host round-trip, and no (N, T, C) array of the whole split.
+    outputs): no per-batch host round-trip, and no (N, T, C) array of the whole split. A classification
+    head's sums also hold those of softmax(logits / temperature) (the *_ts metrics).
     """
     classify = head.kind == "classification"
 
-    def evaluate(params, rest, split, baseline_mse):
+    def evaluate(params, rest, split, baseline_mse, temperature):
         net = nnx.merge(graphdef, params, rest)
         chunks = jax.tree.map(lambda a: a.reshape(-1, eval_batch_size, *a.shape[1:]), split)
         n = min(max_positions, split["weights"].size)
 
         def batch(carry, b):
-            sums, outs = _one_batch(net, b)
+            sums, outs = _one_batch(net, b, temperature)
             carry = {**carry, "sums": jax.tree.map(jnp.add, carry["sums"], sums)}
             if classify:  # append this batch's weighted positions after those already kept; the rest drop
                 z, y, wk, count = calibration.calibration_sample(net.head.logits(outs), b["targets"], b["weights"], n)
@@ -89,27 +94,36 @@ def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
                 carry["count"] = jnp.minimum(carry["count"] + count, n)
             return carry, None
 
-        sums, outs = jax.eval_shape(functools.partial(_one_batch, net), jax.tree.map(lambda a: a[0], chunks))
+        sums, outs = jax.eval_shape(functools.partial(_one_batch, net, t=temperature),
+                                    jax.tree.map(lambda a: a[0], chunks))
         carry = {"sums": jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), sums)}
         if classify:
             C = outs.shape[-1]
-            carry.update(count=jnp.int32(0), sample=(jnp.zeros((n, C), jnp.float32),
-                                                     jnp.zeros((n,), split["targets"].dtype), jnp.zeros((n,), jnp.float32)))
+            buffers = (jnp.zeros((n, C), jnp.float32), jnp.zeros((n,), split["targets"].dtype),
+                       jnp.zeros((n,), jnp.float32))
+            carry.update(count=jnp.int32(0), sample=buffers)
         carry, _ = jax.lax.scan(batch, carry, chunks)
         sums = dict(carry["sums"])
-        metrics = {"loss": sums.pop("loss") / jnp.maximum(sums["weight"], 1),
-                   **net.head.metrics_from_sums(sums, baseline_mse=baseline_mse)}
+        w = jnp.maximum(sums["weight"], 1)
+        ts = {"ece_ts": jnp.abs(sums.pop("ece_gap_ts")).sum() / w, "nll_ts": sums.pop("nll_ts") / w,
+              "accuracy_ts": sums.pop("accuracy_ts") / w} if classify else {}
+        metrics = {"loss": sums.pop("loss") / w, **net.head.metrics_from_sums(sums, baseline_mse=baseline_mse), **ts}
         return metrics, ((*carry["sample"], carry["count"]) if classify else None)
 
-    return jax.jit(over_seeds(evaluate, num_seeds, (0, 0, None, None)))
+    return jax.jit(over_seeds(evaluate, num_seeds, (0, 0, None, None, 0)))
 
 
-def _one_batch(net, b):
-    """One eval batch's head outputs and metric sums, the loss's among them."""
+def _one_batch(net, b, t):
+    """One eval batch's head outputs and metric sums (the loss's, and at temperature t the *_ts ones)."""
     outs = net.head(net.body(b["inputs"], b["valid"])[0])
     sums = net.head.metric_sums(outs, b["targets"], b["weights"])
+    w = upcast(b["weights"])
     # loss_b · max(W_b, 1) = Σ_b w·l for a weighted-mean loss (the Head contract), at any W_b.
-    sums["loss"] = net.head.loss(outs, b["targets"], b["weights"]) * jnp.maximum(b["weights"].sum(), 1)
+    sums["loss"] = total(net.head.loss(outs, b["targets"], b["weights"]), w)
+    if net.head.kind == "classification":
+        z, y = upcast(net.head.logits(outs)) / t, net.head._targets(b["targets"], w)
+        sums.update(nll_ts=total(calibration.nll(z, y, w), w), accuracy_ts=total(calibration.accuracy(z, y, w), w),
+                    ece_gap_ts=calibration.ece_gaps(jax.nn.softmax(z, axis=-1), y, w, net.head.ece_bins))
     return sums, outs
 
 
@@ -145,30 +159,35 @@ def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluat
 
 
 def final_metrics(evaluator: Evaluator, params, rest, head, phases=None) -> list[dict[str, float]]:
-    """Per seed: val and test metrics; classification adds post-hoc temperature scaling (Guo et al. 2017),
-    fitted on the device on at most calibration.CALIBRATION_POSITIONS positions of each split (the
-    numbers used: val/positions_ts, test/positions_ts). `phases` times and announces each part."""
+    """Per seed: val and test metrics; classification adds post-hoc temperature scaling (Guo et al. 2017):
+    T fitted on the device on the first ≤ calibration.CALIBRATION_POSITIONS val positions (the number
+    used: val/positions_ts), then test/ece_ts, nll_ts and accuracy_ts on the whole test split in its
+    evaluation pass. `phases` times and announces each part."""
     phase = phases or _untimed
-    results = {}
-    for split in ("val", "test"):
+    classify = head.kind == "classification"
+
+    def announce(split):
         hit = evaluator.last.get(split)
-        fresh = hit is None or hit[0] is not params
-        n = evaluator.evals[split]["targets"].shape[0]
-        with phase("final_metrics", f"  {split} split ({n} examples, padded)" if fresh else None):
-            results[split] = evaluator.run(params, rest, split)
-    (vals, val_sample), (tests, test_sample) = results["val"], results["test"]
+        fresh = hit is None or hit[0] is not params or split == "test"
+        return f"  {split} split ({evaluator.evals[split]['targets'].shape[0]} examples, padded)" if fresh else None
+
+    with phase("final_metrics", announce("val")):
+        vals, sample = evaluator.run(params, rest, "val")
+    temperature = None
+    if classify:
+        with phase("final_metrics", f"  temperature fit ({int(np.max(sample[3]))} val positions)"):
+            temperature = _fit(*sample[:3])
+    with phase("final_metrics", announce("test")):
+        tests, _ = evaluator.run(params, rest, "test", temperature)
     out = [{**prefixed("val", v), **prefixed("test", t)} for v, t in zip(vals, tests)]
-    if head.kind != "classification":
-        return out
-    with phase("final_metrics", "  temperature scaling (fit on val, report on test)"):
-        report = jax.device_get(_reports(val_sample, test_sample, head.ece_bins))
-    for i in range(evaluator.num_seeds):
-        out[i].update({f"test/{k}": float(report[k][i]) for k in ("temperature", "ece_ts", "nll_ts", "accuracy_ts")})
-        out[i].update({"val/positions_ts": float(val_sample[3][i]), "test/positions_ts": float(test_sample[3][i])})
+    if classify:
+        t_S, count_S = jax.device_get((temperature, sample[3]))
+        for i in range(evaluator.num_seeds):
+            out[i].update({"test/temperature": float(t_S[i]), "val/positions_ts": float(count_S[i])})
     return out
 
 
-@functools.partial(jax.jit, static_argnames="n_bins")
-def _reports(val_sample, test_sample, n_bins: int):
-    """calibration.temperature_report per seed (vmapped) on the (logits, labels, weights) samples."""
-    return jax.vmap(functools.partial(calibration.temperature_report, n_bins=n_bins))(*val_sample[:3], *test_sample[:3])
+@jax.jit
+def _fit(logits_SNC, labels_SN, weights_SN):
+    """calibration.fit_temperature per seed (vmapped)."""
+    return jax.vmap(calibration.fit_temperature)(logits_SNC, labels_SN, weights_SN)
