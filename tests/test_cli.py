@@ -65,6 +65,13 @@ def test_run_record_has_the_documented_keys(default_run):
         assert key in m["final"], key
     assert m["baseline"]["baseline/accuracy"] == pytest.approx(1 / 8)  # 16-token vocab: 8 values
     assert m["best"]["step"] == 4
+    timing = m["timing"]  # every phase, none counted twice
+    phases = ("build", "compile", "train_loop", "evaluation", "final_metrics", "images", "checkpoints")
+    assert set(timing) == {*phases, "total"} and all(timing[k] >= 0 for k in timing)
+    assert sum(timing[k] for k in phases) <= timing["total"] <= m["wall_time_s"] + 1e-9
+    assert m["steps_per_sec"] == pytest.approx(4 / timing["train_loop"])
+    # the temperature was fitted on every val query position (40 examples × 2 queries): under the cap
+    assert m["final"]["val/positions_ts"] == 80 and "test/positions_ts" not in m["final"]
     import json
     run = json.loads((run_dir / "run.json").read_text())
     assert run["choices"]["normalizer"] == "kl" and run["choices"]["head"] == "softmax_ce"
@@ -76,6 +83,7 @@ def test_run_record_has_the_documented_keys(default_run):
     assert run["attention_impl"] == ["dense"] * run["config"]["model"]["layers"] and run["matmul_precision"] == "highest"
     assert run["compute_dtype"] == "float32" and "attention_impl per layer: dense" in proc.stdout
     assert str(run_dir) in proc.stdout and "test/accuracy" in proc.stdout and "baseline" in proc.stdout
+    assert "time (s):" in proc.stdout and "train_loop" in proc.stdout
 
 
 def test_a_single_run_prints_its_tensorboard_command_and_leaves_no_empty_file(default_run):

@@ -9,6 +9,7 @@ import scipy.stats
 from flax import nnx
 
 from attnlab import calibration as cal
+import calibration_ref
 from attnlab import heads, registry
 
 D, C = 6, 5
@@ -152,12 +153,16 @@ def test_temperature_scaling_recovers_known_temperature(t_true):
     z = rng.normal(size=(2, 40_000, 10)) * 3.0
     y = _sample_labels(rng, scipy.special.softmax(z / t_true, -1))
     w = np.ones(y.shape)
-    assert cal.fit_temperature(z[0], y[0], w[0]) == pytest.approx(t_true, rel=0.03)
-    report = cal.temperature_report(z[0], y[0], w[0], z[1], y[1], w[1])
+    assert float(cal.fit_temperature(z[0], y[0], w[0])) == pytest.approx(t_true, rel=0.03)
+    report = {k: float(v) for k, v in cal.temperature_report(z[0], y[0], w[0], z[1], y[1], w[1]).items()}
     assert set(report) == {"temperature", "ece", "nll", "ece_ts", "nll_ts", "accuracy", "accuracy_ts"}
     assert report["accuracy_ts"] == report["accuracy"]
     assert report["nll_ts"] <= report["nll"]
     assert report["ece_ts"] < report["ece"] and report["ece_ts"] < 0.02
+    # the same values as the host float64 Brent fit attnlab used before (tests/calibration_ref.py)
+    want = calibration_ref.temperature_report(z[0], y[0], w[0], z[1], y[1], w[1])
+    for key, value in want.items():
+        assert report[key] == pytest.approx(value, rel=2e-5, abs=1e-6), key
 
 
 def test_temperature_of_calibrated_logits_is_one_and_never_hurts():
@@ -165,9 +170,40 @@ def test_temperature_of_calibrated_logits_is_one_and_never_hurts():
     z = rng.normal(size=(20_000, C))
     y = _sample_labels(rng, scipy.special.softmax(z, -1))
     w = _weights(rng, 20_000)
-    t = cal.fit_temperature(z, y, w)
+    t = float(cal.fit_temperature(z, y, w))
     assert t == pytest.approx(1.0, rel=0.05)
+    assert t == pytest.approx(calibration_ref.fit_temperature(z, y, w), rel=1e-5)
     assert float(cal.nll(z / t, y, w)) <= float(cal.nll(z, y, w))
+
+
+@pytest.mark.parametrize("n_bins", [5, 40])
+def test_temperature_report_uses_the_given_bins_for_ece_and_ece_ts(n_bins):
+    """Weighted, 20 classes, bins other than 15: both ECE values equal the reference's with the same bins."""
+    rng = np.random.default_rng(6)
+    z = rng.normal(size=(2, 5_000, 20)) * 4.0
+    y = _sample_labels(rng, scipy.special.softmax(z / 1.7, -1))
+    w = _weights(rng, y.shape)
+    got = cal.temperature_report(z[0], y[0], w[0], z[1], y[1], w[1], n_bins=n_bins)
+    want = calibration_ref.temperature_report(z[0], y[0], w[0], z[1], y[1], w[1], n_bins=n_bins)
+    t = want["temperature"]
+    assert float(got["temperature"]) == pytest.approx(t, rel=2e-5)
+    assert float(got["ece"]) == pytest.approx(_loop_ece(scipy.special.softmax(z[1], -1), y[1], w[1], n_bins), abs=1e-5)
+    assert float(got["ece_ts"]) == pytest.approx(_loop_ece(scipy.special.softmax(z[1] / t, -1), y[1], w[1], n_bins),
+                                                 abs=1e-5)
+    assert float(got["ece_ts"]) == pytest.approx(want["ece_ts"], abs=1e-5)
+
+
+def test_calibration_sample_keeps_the_first_weighted_positions_up_to_the_cap():
+    rng = np.random.default_rng(7)
+    z, y, w = rng.normal(size=(6, 8, C)), rng.integers(0, C, (6, 8)), _weights(rng, (6, 8))
+    keep = np.flatnonzero(w.reshape(-1) > 0)
+    for cap, n in ((10, 10), (1000, 48)):  # below and above the 32 weighted positions
+        zs, ys, ws, count = cal.calibration_sample(jnp.asarray(z), jnp.asarray(y), jnp.asarray(w), cap)
+        used = keep[:min(cap, keep.size)]
+        assert ws.shape == (n,) and int(count) == used.size
+        np.testing.assert_allclose(np.asarray(zs)[:used.size], z.reshape(-1, C)[used], rtol=1e-6)
+        np.testing.assert_array_equal(np.asarray(ys)[:used.size], y.reshape(-1)[used])
+        np.testing.assert_allclose(np.asarray(ws), np.pad(w.reshape(-1)[used], (0, n - used.size)), rtol=1e-6)
 
 
 def test_regression_metrics_r2_and_mse_rel():

@@ -201,6 +201,47 @@ def test_rendered_map_has_head_titles_a_colour_bar_and_viridis_cells(scale):
                 np.testing.assert_allclose(got, want, atol=3, err_msg=f"{scale} head {h} cell {t},{s}")
 
 
+def test_block_mean_matches_a_loop_over_blocks():
+    rng = np.random.default_rng(1)
+    w_NTS = rng.random((2, 600, 515))
+    small, f = tb_images.block_mean(w_NTS)
+    assert f == 3 and small.shape == (2, 200, 172)  # ceil(600/256) = 3; the last key block holds 2 columns
+    want = np.empty_like(small)
+    for i in range(200):
+        for j in range(172):
+            want[:, i, j] = w_NTS[:, 3 * i:3 * i + 3, 3 * j:3 * j + 3].mean((1, 2))
+    np.testing.assert_allclose(small, want, rtol=1e-12)
+    same, one = tb_images.block_mean(w_NTS[:, :256, :100])
+    assert one == 1 and np.array_equal(same, w_NTS[:, :256, :100])
+
+
+def test_images_and_histograms_are_drawn_in_the_background_and_land_in_the_event_file(tmp_path, monkeypatch):
+    import threading
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    drawn, render = [], tb_images.render
+
+    def spy(values_NTS, scale, title):
+        drawn.append((values_NTS.shape, title, threading.current_thread() is threading.main_thread()))
+        return render(values_NTS, scale, title)
+
+    monkeypatch.setattr(tb_images, "render", spy)
+    rng = np.random.default_rng(2)
+    maps_LBNTS = rng.dirichlet(np.ones(1024), size=(2, 1, 2, 1024)).astype(np.float32)
+    s = Summaries(str(tmp_path))
+    s.attention_images(maps_LBNTS, 7)
+    s.histogram("hist/beta", [1.0, 2.0, 3.0], 7)
+    s.close()
+    assert drawn == [((2, 256, 256), f"layer {i}, step 7, row scale, 4×4 block means", False) for i in range(2)]
+    acc = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "histograms": 0})
+    acc.Reload()
+    assert sorted(acc.Tags()["images"]) == ["attn_map/layer_0", "attn_map/layer_1"]
+    assert [e.step for e in acc.Images("attn_map/layer_1")] == [7]
+    hist = acc.Histograms("hist/beta")
+    assert [e.step for e in hist] == [7] and hist[0].histogram_value.num == 3
+
+
 def test_probe_text_is_written_for_a_task_that_decodes_and_only_then(tmp_path):
     class Bytes:
         def decode(self, tokens_T):

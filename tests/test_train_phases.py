@@ -4,6 +4,8 @@ import math
 import types
 
 import numpy as np
+import pytest
+from cli_helpers import TINY, TINY_TASK
 
 from attnlab.train.evaluation import evaluate_step
 
@@ -88,3 +90,76 @@ def test_logging_never_changes_the_parameters(tmp_path, monkeypatch):
     for a, b in zip(leaves_every, leaves_never):
         np.testing.assert_array_equal(a, b)
     assert rec_every["final"] == rec_never["final"]
+
+
+def test_phases_time_nested_work_once_and_announce_it(capsys, monkeypatch):
+    from attnlab import progress
+
+    clock = iter([0.0, 1.0, 3.0, 10.0, 20.0, 24.0])  # outer starts, inner 1→3, outer ends at 10; 20→24
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    phases = progress.Phases("lines")
+    with phases("final_metrics", "final metrics"):
+        with phases("images"):
+            pass
+    with phases("final_metrics", "again"):
+        pass
+    assert phases.seconds == {"images": 2.0, "final_metrics": 8.0 + 4.0}
+    assert capsys.readouterr().err.splitlines() == ["final metrics ...", "final metrics: 10.0s", "again ...",
+                                                    "again: 4.0s"]
+    quiet = progress.Phases("none")
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: 0.0)
+    with quiet("build", "building"):
+        quiet.note("a note")
+    assert capsys.readouterr().err == "" and quiet.seconds == {"build": 0.0}
+
+
+@pytest.mark.parametrize("task, head, vmap", [("mqar", "softmax_ce", 1), ("mqar", "scores_mse", 2),
+                                              ("icl_regression", "hlgauss", 1), ("icl_regression", "mse", 2)])
+def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap):
+    """make_evaluate (metric sums over a scan of eval batches, calibration buffer) against steps.make_eval
+    (every output of the split at once, head.metrics) and calibration_sample of those outputs."""
+    import hydra
+    import jax
+    from flax import nnx
+
+    from attnlab import calibration, registry
+    from attnlab.cli import build
+    from attnlab.steps import make_eval
+    from attnlab.train.config import pad_split, stack
+    from attnlab.train.evaluation import make_evaluate
+
+    overrides = [o for o in (*TINY, *TINY_TASK[task]) if not o.startswith("compile_cache")]
+    with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
+        cfg = hydra.compose("train", overrides=[f"task={task}", *overrides, f"head={head}",
+                                                f"trainer.vmap_seeds={vmap}"])
+    task_obj, nets, _, _ = build(cfg, head)
+    graphdef, _, _ = nnx.split(nets[0], nnx.Param, ...)
+    parts = [nnx.split(n, nnx.Param, ...) for n in nets]
+    params, rest = stack([p[1] for p in parts]), stack([p[2] for p in parts])
+    split = jax.device_put(pad_split(task_obj.splits["test"], 16))  # 40 examples: 3 batches, 8 padding rows
+    mse = task_obj.baseline("test").get("mse")
+    mse = None if mse is None else np.float32(mse)
+    want, outs = make_eval(graphdef, eval_batch_size=16, num_seeds=vmap)(params, rest, split, mse)
+    cap = 50  # below the 80 query positions of MQAR: the buffer fills up in the second batch
+    t_S = np.array([1.7, 0.6][:vmap], np.float32)
+    got, sample = make_evaluate(graphdef, nets[0].head, eval_batch_size=16, num_seeds=vmap,
+                                max_positions=cap)(params, rest, split, mse, t_S)
+    classify = nets[0].head.kind == "classification"
+    assert set(got) == set(want) | ({"ece_ts", "nll_ts", "accuracy_ts"} if classify else set())
+    for k in want:
+        np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=2e-5, atol=1e-6, err_msg=k)
+    if not classify:
+        assert sample is None
+        return
+    y, w = split["targets"], split["weights"]
+    for i in range(vmap):  # the *_ts sums: calibration's whole-split metrics of softmax(logits / T)
+        z = nets[0].head.logits(outs[i]) / t_S[i]
+        ts = {"ece_ts": calibration.ece(jax.nn.softmax(z, -1), y, w, nets[0].head.ece_bins),
+              "nll_ts": calibration.nll(z, y, w), "accuracy_ts": calibration.accuracy(z, y, w)}
+        for k, v in ts.items():
+            np.testing.assert_allclose(float(got[k][i]), float(v), rtol=2e-5, atol=1e-6, err_msg=k)
+    for i in range(vmap):
+        ref = calibration.calibration_sample(nets[0].head.logits(outs[i]), split["targets"], split["weights"], cap)
+        for g, r in zip(sample, ref):
+            np.testing.assert_allclose(np.asarray(g[i]), np.asarray(r), rtol=1e-5, atol=1e-6)
+    assert int(sample[3][0]) == cap

@@ -1,7 +1,9 @@
-"""Progress reporting: a tqdm bar on a terminal, plain periodic lines otherwise, nothing when quiet."""
+"""Progress reporting: a tqdm bar on a terminal, plain periodic lines otherwise, nothing when quiet;
+the run's phases timed and announced."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import sys
 import time
@@ -41,3 +43,38 @@ class Progress:
     def close(self):
         if self.bar is not None:
             self.bar.close()
+
+
+class Phases:
+    """Wall seconds per named phase of a run; a phase nested in another is not counted in the outer one.
+
+    `with phases("name", "what is being computed"):` also prints the message on stderr when the phase
+    starts and its duration when it ends (trainer.progress=none: silent), so no minute after the last step
+    passes without a line.
+    """
+
+    def __init__(self, mode: str = "lines"):
+        self.seconds: dict[str, float] = {}
+        self.say = mode != "none"
+        self._inner: list[float] = []  # per open phase: seconds spent in phases nested in it
+
+    def note(self, message: str) -> None:
+        """A line on stderr (unless quiet) for something that takes no time worth measuring."""
+        if self.say:
+            print(message, file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def __call__(self, name: str, message: str | None = None):
+        if message and self.say:
+            print(f"{message} ...", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        self._inner.append(0.0)
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            self.seconds[name] = self.seconds.get(name, 0.0) + elapsed - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += elapsed
+            if message and self.say:
+                print(f"{message}: {elapsed:.1f}s", file=sys.stderr, flush=True)

@@ -104,4 +104,8 @@ def print_summary(record: dict[str, Any]) -> None:
         flag = record.get("chance", {}).get(key, {})
         print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})")
               + (f"  {describe(flag)}" if flag.get("within_noise") else ""))
+    timing = record.get("timing") or {}
+    if timing:  # where the wall time went (train.PHASES); steps/s above counts the train loop alone
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in timing.items() if k != "total")
+        print(f"time (s): {timing['total']:.1f} total = {parts}")
     print(f"curves: tensorboard --logdir {shlex.quote(str(record['run_dir']))} --host 127.0.0.1")

@@ -106,6 +106,7 @@ class Summaries:
         self.described: set[str] = set()
         self.main: set[str] = set()  # tags copied under MAIN (set by layout)
         self.labels: list[str] | None = None  # the probe's characters (tb_images.char_labels), set by probe_text
+        self.background = tb_images.Background()  # images and histograms are drawn off the loop's thread
 
     # Nothing non-finite reaches the writer: tensorboardX warns per NaN and refuses an empty histogram;
     # a skipped step is counted in train/nonfinite_steps and a diverged run says so in metrics.json.
@@ -124,7 +125,7 @@ class Summaries:
         values = np.asarray(values, np.float64).ravel()
         values = values[np.isfinite(values)]
         if values.size:
-            self.writer.add_histogram(tag, values, step)
+            self.background.submit(self.writer.add_histogram, tag, values, step)
 
     def layout(self, num_layers: int, headline: str = "accuracy"):
         """The custom-scalars layout, and which tags get a first-group copy in Time Series."""
@@ -145,13 +146,20 @@ class Summaries:
                              step)
 
     def attention_images(self, maps_LBNTS, step: int):
-        """One RGB image per layer of the fixed probe example (the first validation example)."""
-        for i, layer in enumerate(np.asarray(maps_LBNTS, np.float32)):
-            if not np.isfinite(layer[0]).all():
-                continue
-            title = f"layer {i}, step {step}, {self.attn_map_scale} scale"
-            fig = tb_images.render(layer[0], self.attn_map_scale, title, labels=self.labels)
-            self.writer.add_image(f"attn_map/layer_{i}", tb_images.to_rgb(fig), step, dataformats="HWC")
+        """One RGB image per layer of the fixed probe example (the first validation example), drawn in the
+        background from ≤ 256×256 block means per head (tb_images.layer_image); a non-finite map is skipped."""
+        maps_LBNTS = np.asarray(maps_LBNTS, np.float32)
+        labels = self.labels
+
+        def draw():
+            for i, layer in enumerate(maps_LBNTS):
+                if not np.isfinite(layer[0]).all():
+                    continue
+                image = tb_images.layer_image(layer[0], self.attn_map_scale,
+                                              f"layer {i}, step {step}, {self.attn_map_scale} scale", labels)
+                self.writer.add_image(f"attn_map/layer_{i}", image, step, dataformats="HWC")
+
+        self.background.submit(draw)
 
     def hparams(self, own: Mapping[str, Any], declared: Mapping[str, tuple[list, bool]], metrics: list[str],
                 status: str):
@@ -162,6 +170,11 @@ class Summaries:
             # tensorboard's proto and tensorboardX's are the same message in two Python classes.
             self.writer.file_writer.add_summary(XSummary.FromString(pb.SerializeToString()))
 
+    def wait(self):
+        """Block until the queued images and histograms are written."""
+        self.background.wait()
+
     def close(self):
+        self.background.close()
         self.writer.flush()
         self.writer.close()

@@ -79,3 +79,56 @@ def to_rgb(fig) -> np.ndarray:
     canvas = FigureCanvasAgg(fig)
     canvas.draw()
     return np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+MAX_SIDE = 256  # pixels per head panel side at most: a 1024-token map is drawn from 4×4 block means
+
+
+def block_mean(map_NTS: np.ndarray, max_side: int = MAX_SIDE) -> tuple[np.ndarray, int]:
+    """(map averaged over f×f blocks, f) with f = ceil(max(T, S) / max_side); the last block of an axis
+    may be shorter and is averaged over what it holds. f = 1 returns the map unchanged."""
+    w_NTS = np.asarray(map_NTS, np.float64)
+    f = max(1, -(-max(w_NTS.shape[-2:]) // max_side))
+    if f == 1:
+        return w_NTS, 1
+    rows, cols = np.arange(0, w_NTS.shape[-2], f), np.arange(0, w_NTS.shape[-1], f)
+    sums_NIJ = np.add.reduceat(np.add.reduceat(w_NTS, rows, axis=-2), cols, axis=-1)
+    counts_IJ = np.outer(np.diff(np.append(rows, w_NTS.shape[-2])), np.diff(np.append(cols, w_NTS.shape[-1])))
+    return sums_NIJ / counts_IJ, f
+
+
+def layer_image(map_NTS: np.ndarray, scale: str, title: str, labels: list[str] | None = None) -> np.ndarray:
+    """One layer's heads as a uint8 RGB image, drawn from ≤ MAX_SIDE² block means (said in the title);
+    `labels` name the positions of a map small enough to be drawn whole."""
+    small_NIJ, f = block_mean(map_NTS)
+    if f > 1:
+        title, labels = title + f", {f}×{f} block means", None
+    return to_rgb(render(small_NIJ, scale, title, labels=labels))
+
+
+class Background:
+    """One worker thread per writer: images and histograms are built off the training loop's thread.
+
+    `submit(fn, *args)` queues work in order; `wait()` blocks until all of it is done and re-raises the
+    first failure. XLA runs without the GIL, so the loop's steps overlap the drawing.
+    """
+
+    def __init__(self):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.pool, self.pending = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tb"), []
+
+    def submit(self, fn, *args):
+        self.pending = [f for f in self.pending if not f.done() or f.exception() is not None]
+        self.pending.append(self.pool.submit(fn, *args))
+
+    def wait(self) -> None:
+        pending, self.pending = self.pending, []
+        for f in pending:
+            f.result()
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self.pool.shutdown(wait=True)

@@ -31,9 +31,12 @@ class Head(nnx.Module):
       Positions of weight 0 do not count and their targets are never read (padding may hold
       anything, NaN or out-of-range labels included).
     - `predict(outputs_XK) -> predictions_X`: class index (argmax) or real value.
-    - `metrics(outputs_XK, targets_X, weights_X, baseline_mse=None) -> dict[str, scalar]`: on a
-      whole split at once, jax.numpy only, so it can run under jit. Classification heads report
-      accuracy, nll, ece, brier; regression heads mse, r2 and (with baseline_mse) mse_rel.
+    - `metric_sums(outputs_XK, targets_X, weights_X) -> dict[str, array]`: sums over positions that
+      add up across disjoint sets of positions (eval batches), jax.numpy only, so an evaluation
+      accumulates them batch by batch on the device; `metrics_from_sums(sums, baseline_mse=None)`
+      turns the sums of a whole split into its metrics, and `metrics(outputs_XK, targets_X,
+      weights_X, baseline_mse=None) -> dict[str, scalar]` is the two in a row. Classification heads
+      report accuracy, nll, ece, brier; regression heads mse, r2 and (with baseline_mse) mse_rel.
     - Classification heads also have `logits(outputs_XK)`: the logits whose softmax is the
       reported probability, used by calibration metrics and temperature scaling.
     """
@@ -61,5 +64,16 @@ class Head(nnx.Module):
     def predict(self, outputs_XK):
         raise NotImplementedError
 
-    def metrics(self, outputs_XK, targets_X, weights_X, baseline_mse=None) -> dict:
+    def metric_sums(self, outputs_XK, targets_X, weights_X) -> dict:
         raise NotImplementedError
+
+    def metrics_from_sums(self, sums: dict, baseline_mse=None) -> dict:
+        raise NotImplementedError
+
+    def metrics(self, outputs_XK, targets_X, weights_X, baseline_mse=None) -> dict:
+        return self.metrics_from_sums(self.metric_sums(outputs_XK, targets_X, weights_X), baseline_mse)
+
+
+def total(weighted_mean, weights_X):
+    """Σ w·v from the weighted mean Σ w·v / max(Σ w, 1) (calibration.weighted_mean) of the same weights."""
+    return weighted_mean * jnp.maximum(weights_X.sum(), 1)

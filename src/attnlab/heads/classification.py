@@ -10,7 +10,7 @@ from attnlab import calibration as cal
 from attnlab import checks
 from attnlab.groups import declare
 
-from .base import Head, upcast
+from .base import Head, total, upcast
 
 
 class _Classification(Head):
@@ -32,16 +32,22 @@ class _Classification(Head):
     def predict(self, outputs_XC):
         return jnp.argmax(outputs_XC, axis=-1)
 
-    def metrics(self, outputs_XC, targets_X, weights_X, baseline_mse=None) -> dict:
+    def metric_sums(self, outputs_XC, targets_X, weights_X) -> dict:
         logits_XC, weights_X = upcast(self.logits(outputs_XC)), upcast(weights_X)
         targets_X = self._targets(targets_X, weights_X)
         probs_XC = jax.nn.softmax(logits_XC, axis=-1)
         return {
-            "accuracy": cal.accuracy(logits_XC, targets_X, weights_X),
-            "nll": cal.nll(logits_XC, targets_X, weights_X),
-            "ece": cal.ece(probs_XC, targets_X, weights_X, self.ece_bins),
-            "brier": cal.brier(probs_XC, targets_X, weights_X),
+            "weight": weights_X.sum(),
+            "accuracy": total(cal.accuracy(logits_XC, targets_X, weights_X), weights_X),
+            "nll": total(cal.nll(logits_XC, targets_X, weights_X), weights_X),
+            "ece_gap": cal.ece_gaps(probs_XC, targets_X, weights_X, self.ece_bins),
+            "brier": total(cal.brier(probs_XC, targets_X, weights_X), weights_X),
         }
+
+    def metrics_from_sums(self, sums: dict, baseline_mse=None) -> dict:
+        w = jnp.maximum(sums["weight"], 1)
+        return {"accuracy": sums["accuracy"] / w, "nll": sums["nll"] / w,
+                "ece": jnp.abs(sums["ece_gap"]).sum() / w, "brier": sums["brier"] / w}
 
 
 class SoftmaxCE(_Classification):

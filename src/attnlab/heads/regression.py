@@ -10,7 +10,7 @@ from attnlab import calibration as cal
 from attnlab import checks
 from attnlab.groups import declare
 
-from .base import Head, upcast
+from .base import Head, total, upcast
 
 
 class _Regression(Head):
@@ -23,17 +23,21 @@ class _Regression(Head):
         if num_classes is not None:
             raise ValueError(f"regression heads take num_classes=None, got {num_classes}")
 
-    def metrics(self, outputs_XK, targets_X, weights_X, baseline_mse=None) -> dict:
+    def metric_sums(self, outputs_XK, targets_X, weights_X) -> dict:
         weights_X = upcast(weights_X)
         targets_X = upcast(self._targets(targets_X, weights_X))
         pred_X = self.predict(outputs_XK)
-        mse = cal.weighted_mean((pred_X - targets_X) ** 2, weights_X)
-        # r2 = 1 − SSE/SST, SST around the weighted mean of the targets; NaN when targets are constant.
-        total = weights_X.sum()
-        mean = (weights_X * targets_X).sum() / jnp.where(total > 0, total, 1)
-        sse = (weights_X * (targets_X - pred_X) ** 2).sum()
-        sst = (weights_X * (targets_X - mean) ** 2).sum()
-        out = {"mse": mse, "r2": jnp.where(sst > 0, 1 - sse / jnp.where(sst > 0, sst, 1), jnp.nan)}
+        return {"weight": weights_X.sum(), "sse": (weights_X * (pred_X - targets_X) ** 2).sum(),
+                "y": (weights_X * targets_X).sum(), "yy": (weights_X * targets_X ** 2).sum()}
+
+    def metrics_from_sums(self, sums: dict, baseline_mse=None) -> dict:
+        w = sums["weight"]
+        mse = sums["sse"] / jnp.maximum(w, 1)
+        # r2 = 1 − SSE/SST, SST = Σw(y − ȳ)² = Σwy² − ȳ·Σwy around the weighted mean ȳ; NaN when
+        # targets are constant (SST ≤ 0 after rounding).
+        mean = sums["y"] / jnp.where(w > 0, w, 1)
+        sst = sums["yy"] - mean * sums["y"]
+        out = {"mse": mse, "r2": jnp.where(sst > 0, 1 - sums["sse"] / jnp.where(sst > 0, sst, 1), jnp.nan)}
         if baseline_mse is not None:
             out["mse_rel"] = mse / baseline_mse
         return out
@@ -117,7 +121,9 @@ class HLGauss(_Regression):
         ce_X = -(target_XK * jax.nn.log_softmax(upcast(outputs_XK), axis=-1)).sum(-1)
         return cal.weighted_mean(ce_X, weights_X)
 
-    def metrics(self, outputs_XK, targets_X, weights_X, baseline_mse=None) -> dict:
-        out = super().metrics(outputs_XK, targets_X, weights_X, baseline_mse)
-        out["nll"] = self.loss(outputs_XK, targets_X, weights_X)
-        return out
+    def metric_sums(self, outputs_XK, targets_X, weights_X) -> dict:
+        sums = super().metric_sums(outputs_XK, targets_X, weights_X)
+        return {**sums, "nll": total(self.loss(outputs_XK, targets_X, weights_X), upcast(weights_X))}
+
+    def metrics_from_sums(self, sums: dict, baseline_mse=None) -> dict:
+        return {**super().metrics_from_sums(sums, baseline_mse), "nll": sums["nll"] / jnp.maximum(sums["weight"], 1)}

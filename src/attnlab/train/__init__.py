@@ -16,6 +16,7 @@ from flax import nnx
 
 from attnlab.checkpoint import Checkpoints
 from attnlab.groups import leaf_groups
+from attnlab.progress import Phases
 from attnlab.steps import Net, make_stats_step, make_train_step, probes_supported
 from attnlab.train.config import Diverged, LoopConfig, StopRequest, pad_split
 from attnlab.train.evaluation import Evaluator, final_metrics
@@ -23,6 +24,10 @@ from attnlab.train.logs import Logs
 from attnlab.train.loop import CompiledSteps, run_steps, save
 from attnlab.train.records import seed_records
 from attnlab.train.state import LoopState, Placement, initial_loop
+
+# metrics.json's `timing`: seconds per phase, none counted twice (train_loop excludes its evaluation,
+# images and checkpoints), so they sum to at most `total` (the rest: imports aside, writing the records).
+PHASES = ("build", "compile", "train_loop", "evaluation", "final_metrics", "images", "checkpoints")
 
 __all__ = ["Diverged", "LoopConfig", "LoopState", "StopRequest", "fit", "pad_split"]
 
@@ -34,40 +39,51 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
     Seed i logs to run_dirs[i]; the stacked state is checkpointed in checkpoint_dir. hparams[i] is seed
     i's HParams row, `declared` the sweep's columns (attnlab.tb_hparams.declare).
     """
+    phases = Phases(cfg.progress)
     t_start = time.perf_counter()
     S = len(nets)
-    graphdef, params, _ = nnx.split(nets[0], nnx.Param, ...)
-    groups, layers = leaf_groups(params)
-    num_layers = len(nets[0].body.blocks)
-    ckpt = Checkpoints(checkpoint_dir)
-    placement = Placement.of(mesh, S)
-    loop = initial_loop(nets, tx, cfg, ckpt, placement)
-    data = train_data(task, placement)
-    evaluator = Evaluator.build(graphdef, task, cfg, S, placement.replicated)
-
-    t0 = time.perf_counter()
-    steps = compile_steps(graphdef, tx, loop.state, data, cfg, placement, groups=groups, layers=layers,
-                          num_layers=num_layers, num_heads=nets[0].body.blocks[0].attn.num_heads,
-                          probe_scores=probes_supported(nets[0]), num_seeds=S)
-    compile_s = time.perf_counter() - t0
-
-    logs = Logs.open(run_dirs, cfg, loop.start,
-                     has_beta=any(g.startswith("beta:") for g in groups), loss_is_nll=nets[0].head.loss_is_nll,
-                     num_layers=num_layers, task=task, probe_inputs=evaluator.probe["inputs"])
-    loop_s = run_steps(loop, steps, data, cfg, logs, evaluator, ckpt)
+    with phases("build"):
+        graphdef, params, _ = nnx.split(nets[0], nnx.Param, ...)
+        groups, layers = leaf_groups(params)
+        num_layers = len(nets[0].body.blocks)
+        ckpt = Checkpoints(checkpoint_dir)
+        placement = Placement.of(mesh, S)
+        loop = initial_loop(nets, tx, cfg, ckpt, placement)
+        data = train_data(task, placement)
+        evaluator = Evaluator.build(graphdef, task, cfg, S, placement.replicated, head=nets[0].head)
+    with phases("compile"):
+        steps = compile_steps(graphdef, tx, loop.state, data, cfg, placement, groups=groups, layers=layers,
+                              num_layers=num_layers, num_heads=nets[0].body.blocks[0].attn.num_heads,
+                              probe_scores=probes_supported(nets[0]), num_seeds=S)
+    with phases("build"):
+        logs = Logs.open(run_dirs, cfg, loop.start, has_beta=any(g.startswith("beta:") for g in groups),
+                         loss_is_nll=nets[0].head.loss_is_nll, num_layers=num_layers, task=task, probe_inputs=evaluator.probe["inputs"])
+    with phases("train_loop"):
+        run_steps(loop, steps, data, cfg, logs, evaluator, ckpt, phases)
     steps_done = int(jax.device_get(loop.state["step"][0]))
-    if loop.status == "completed":
-        save(loop, logs, cfg, ckpt, steps_done)
-    ckpt.close()
+    with phases("checkpoints", "checkpoint: final state"):
+        if loop.status == "completed":
+            save(loop, logs, cfg, ckpt, steps_done)
+        ckpt.close()
 
     head, rest = nets[0].head, loop.state["rest"]
-    finals = final_metrics(evaluator, loop.state["params"], rest, head)
-    best_finals = final_metrics(evaluator, loop.best_params, rest, head)
-    timing = {"wall_time_s": time.perf_counter() - t_start, "compile_time_s": compile_s,
-              "steps_per_sec": (steps_done - loop.start) / max(loop_s, 1e-9),
-              "seeds_over_devices": placement.seed_parallel}
+    with phases("final_metrics", "final metrics (last parameters)"):
+        finals = final_metrics(evaluator, loop.state["params"], rest, head, phases)
+    if all(b.get("step") == steps_done for b in loop.best):  # the best parameters are the last ones
+        best_finals = finals
+        phases.note(f"final metrics (best parameters): the last ones (best val loss at step {steps_done})")
+    else:
+        with phases("final_metrics", "final metrics (best parameters)"):
+            best_finals = final_metrics(evaluator, loop.best_params, rest, head, phases)
+    with phases("images", "images: waiting for the TensorBoard images and histograms"):
+        for s in logs.summaries:
+            s.wait()
+    timing = {**{k: phases.seconds.get(k, 0.0) for k in PHASES}, "total": time.perf_counter() - t_start}
+    rates = {"wall_time_s": timing["total"], "compile_time_s": timing["compile"],
+             "steps_per_sec": (steps_done - loop.start) / max(timing["train_loop"], 1e-9),
+             "seeds_over_devices": placement.seed_parallel, "timing": timing}
     return seed_records(loop, cfg, logs, evaluator.baseline, finals, best_finals, steps_done=steps_done,
-                        run_dirs=run_dirs, data=data, hparams=hparams, declared=declared, timing=timing)
+                        run_dirs=run_dirs, data=data, hparams=hparams, declared=declared, timing=rates)
 
 
 def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placement, *, groups, layers,

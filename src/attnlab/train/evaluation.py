@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import nnx
 
 from attnlab import calibration
 from attnlab.continuation import make_continuation, prompt_length
-from attnlab.steps import make_eval, make_maps
+from attnlab.heads.base import total, upcast
+from attnlab.steps import make_maps, over_seeds
 from attnlab.summaries import eval_scalars
 from attnlab.train.config import LoopConfig, pad_split, prefixed
 
@@ -20,7 +24,7 @@ from attnlab.train.config import LoopConfig, pad_split, prefixed
 class Evaluator:
     """The compiled eval and attention-map functions with the padded val/test splits they run on."""
 
-    evaluate: Callable
+    evaluate: Callable  # (params, rest, split, baseline_mse, temperature_S) -> (metrics, calibration sample)
     maps: Callable
     task: Any
     evals: dict[str, dict]  # split -> padded arrays on device
@@ -28,34 +32,117 @@ class Evaluator:
     probe: dict  # the same fixed val example for every run (attention images)
     num_seeds: int
     sample: Callable | None = None  # a text task's greedy continuation of the probe (attnlab.continuation)
+    last: dict = dataclasses.field(default_factory=dict)  # split -> (params, temperature, result), latest run
 
     @classmethod
-    def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated) -> "Evaluator":
+    def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated, head) -> "Evaluator":
         evals = {s: jax.device_put(pad_split(task.splits[s], cfg.eval_batch_size), replicated)
                  for s in ("val", "test")}
-        return cls(evaluate=make_eval(graphdef, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds),
+        return cls(evaluate=make_evaluate(graphdef, head, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds),
                    maps=make_maps(graphdef, num_seeds=num_seeds), task=task, evals=evals,
                    baseline={s: task.baseline(s) for s in ("val", "test")},
                    probe={k: evals["val"][k][:1] for k in ("inputs", "valid")}, num_seeds=num_seeds,
                    sample=make_continuation(graphdef, seq_len=task.seq_len, num_seeds=num_seeds)
                    if hasattr(task, "decode") and task.granularity == "token" else None)
 
-    def run(self, params, rest, split: str) -> tuple[list[dict[str, float]], Any]:
-        """Per-seed metrics dicts (with the task's derived metrics) and the stacked outputs."""
+    def run(self, params, rest, split: str, temperature=None) -> tuple[list[dict[str, float]], Any]:
+        """Per-seed metrics dicts (with the task's derived metrics) and the stacked calibration sample
+        (logits, labels, weights, count; None for a regression head). With per-seed `temperature`s, a
+        classification head's metrics add ece_ts, nll_ts and accuracy_ts: softmax(logits / T) on the split.
+
+        The same params evaluated again on a split (the last eval step's, read by final_metrics) reuse
+        the earlier result: the loop ends on an eval step, so its val pass is not repeated.
+        """
+        hit = self.last.get(split)
+        if hit is not None and hit[0] is params and hit[1] is temperature:
+            return hit[2]
         mse = self.baseline[split].get("mse")
-        metrics, outs = self.evaluate(params, rest, self.evals[split], None if mse is None else jnp.float32(mse))
-        host = jax.device_get(metrics)
+        t_S = jnp.ones(self.num_seeds, jnp.float32) if temperature is None else temperature
+        metrics, sample = self.evaluate(params, rest, self.evals[split], None if mse is None else jnp.float32(mse), t_S)
+        host = {k: v for k, v in jax.device_get(metrics).items() if temperature is not None or not k.endswith("_ts")}
         per_seed = [{k: float(v[i]) for k, v in host.items()} for i in range(self.num_seeds)]
-        return [{**m, **self.task.derived_metrics(m)} for m in per_seed], outs
+        result = [{**m, **self.task.derived_metrics(m)} for m in per_seed], sample
+        self.last[split] = (params, temperature, result)
+        return result
+
+
+def _untimed(name: str, message: str | None = None):
+    return contextlib.nullcontext()
+
+
+def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
+                  max_positions: int = calibration.CALIBRATION_POSITIONS):
+    """Jitted (params, rest, split, baseline_mse, temperature) -> (metrics, calibration sample or None), over seeds.
+
+    One lax.scan over the split's eval batches carries the head's metric sums (Head.metric_sums) and,
+    for a classification head, a (max_positions, C) buffer that collects the first weighted positions'
+    logits in split order (calibration.calibration_sample of the whole split, without keeping its
+    outputs): no per-batch host round-trip, and no (N, T, C) array of the whole split. A classification
+    head's sums also hold those of softmax(logits / temperature) (the *_ts metrics).
+    """
+    classify = head.kind == "classification"
+
+    def evaluate(params, rest, split, baseline_mse, temperature):
+        net = nnx.merge(graphdef, params, rest)
+        chunks = jax.tree.map(lambda a: a.reshape(-1, eval_batch_size, *a.shape[1:]), split)
+        n = min(max_positions, split["weights"].size)
+
+        def batch(carry, b):
+            sums, outs = _one_batch(net, b, temperature)
+            carry = {**carry, "sums": jax.tree.map(jnp.add, carry["sums"], sums)}
+            if classify:  # append this batch's weighted positions after those already kept; the rest drop
+                z, y, wk, count = calibration.calibration_sample(net.head.logits(outs), b["targets"], b["weights"], n)
+                at = jnp.where(jnp.arange(z.shape[0]) < count, carry["count"] + jnp.arange(z.shape[0]), n)
+                carry["sample"] = tuple(buf.at[at].set(v.astype(buf.dtype), mode="drop")
+                                        for buf, v in zip(carry["sample"], (z, y, wk)))
+                carry["count"] = jnp.minimum(carry["count"] + count, n)
+            return carry, None
+
+        sums, outs = jax.eval_shape(functools.partial(_one_batch, net, t=temperature),
+                                    jax.tree.map(lambda a: a[0], chunks))
+        carry = {"sums": jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), sums)}
+        if classify:
+            C = outs.shape[-1]
+            buffers = (jnp.zeros((n, C), jnp.float32), jnp.zeros((n,), split["targets"].dtype),
+                       jnp.zeros((n,), jnp.float32))
+            carry.update(count=jnp.int32(0), sample=buffers)
+        carry, _ = jax.lax.scan(batch, carry, chunks)
+        sums = dict(carry["sums"])
+        w = jnp.maximum(sums["weight"], 1)
+        ts = {"ece_ts": jnp.abs(sums.pop("ece_gap_ts")).sum() / w, "nll_ts": sums.pop("nll_ts") / w,
+              "accuracy_ts": sums.pop("accuracy_ts") / w} if classify else {}
+        metrics = {"loss": sums.pop("loss") / w, **net.head.metrics_from_sums(sums, baseline_mse=baseline_mse), **ts}
+        return metrics, ((*carry["sample"], carry["count"]) if classify else None)
+
+    return jax.jit(over_seeds(evaluate, num_seeds, (0, 0, None, None, 0)))
+
+
+def _one_batch(net, b, t):
+    """One eval batch's head outputs and metric sums (the loss's, and at temperature t the *_ts ones)."""
+    outs = net.head(net.body(b["inputs"], b["valid"])[0])
+    sums = net.head.metric_sums(outs, b["targets"], b["weights"])
+    w = upcast(b["weights"])
+    # loss_b · max(W_b, 1) = Σ_b w·l for a weighted-mean loss (the Head contract), at any W_b.
+    sums["loss"] = total(net.head.loss(outs, b["targets"], b["weights"]), w)
+    if net.head.kind == "classification":
+        z, y = upcast(net.head.logits(outs)) / t, net.head._targets(b["targets"], w)
+        sums.update(nll_ts=total(calibration.nll(z, y, w), w), accuracy_ts=total(calibration.accuracy(z, y, w), w),
+                    ece_gap_ts=calibration.ece_gaps(jax.nn.softmax(z, axis=-1), y, w, net.head.ece_bins))
+    return sums, outs
 
 
 def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluator: Evaluator, summaries,
-                  metrics: dict | None, loss_is_nll: bool):
+                  metrics: dict | None, loss_is_nll: bool, phases=None):
     """Validation, attention images and histograms on an eval step; updates `best` in place and returns
-    the best params (per seed: these params where val loss improved, else the previous best)."""
+    the best params (per seed: these params where val loss improved, else the previous best).
+
+    Images and histograms are queued to each writer's background thread; `phases` (progress.Phases)
+    times the maps' forward pass and the hand-off as `images`.
+    """
     vals, _ = evaluator.run(state["params"], state["rest"], "val")
     probe = evaluator.probe
-    maps = np.asarray(evaluator.maps(state["params"], state["rest"], probe["inputs"], probe["valid"]))
+    with (phases or _untimed)("images"):
+        maps = np.asarray(evaluator.maps(state["params"], state["rest"], probe["inputs"], probe["valid"]))
     attn = jax.device_get(metrics.get("attn", {})) if metrics is not None else {}
     sample = getattr(evaluator, "sample", None)  # None: no text task (and duck-typed evaluators without one)
     if sample is not None:
@@ -82,23 +169,36 @@ def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluat
                         best_params, state["params"])
 
 
-def final_metrics(evaluator: Evaluator, params, rest, head) -> list[dict[str, float]]:
-    """Per seed: val and test metrics; classification adds post-hoc temperature scaling (Guo et al. 2017)."""
-    vals, val_outs = evaluator.run(params, rest, "val")
-    tests, test_outs = evaluator.run(params, rest, "test")
+def final_metrics(evaluator: Evaluator, params, rest, head, phases=None) -> list[dict[str, float]]:
+    """Per seed: val and test metrics; classification adds post-hoc temperature scaling (Guo et al. 2017):
+    T fitted on the device on the first ≤ calibration.CALIBRATION_POSITIONS val positions (the number
+    used: val/positions_ts), then test/ece_ts, nll_ts and accuracy_ts on the whole test split in its
+    evaluation pass. `phases` times and announces each part."""
+    phase = phases or _untimed
+    classify = head.kind == "classification"
+
+    def announce(split):
+        hit = evaluator.last.get(split)
+        fresh = hit is None or hit[0] is not params or split == "test"
+        return f"  {split} split ({evaluator.evals[split]['targets'].shape[0]} examples, padded)" if fresh else None
+
+    with phase("final_metrics", announce("val")):
+        vals, sample = evaluator.run(params, rest, "val")
+    temperature = None
+    if classify:
+        with phase("final_metrics", f"  temperature fit ({int(np.max(sample[3]))} val positions)"):
+            temperature = _fit(*sample[:3])
+    with phase("final_metrics", announce("test")):
+        tests, _ = evaluator.run(params, rest, "test", temperature)
     out = [{**prefixed("val", v), **prefixed("test", t)} for v, t in zip(vals, tests)]
-    if head.kind != "classification":
-        return out
-
-    def flat(outs, split):
-        """Only the positions that carry a target (MQAR: 4 of 64): the rest would cost 16× for nothing."""
-        logits = np.asarray(head.logits(outs), np.float64)
-        w = np.asarray(evaluator.evals[split]["weights"]).reshape(-1)
-        keep = w > 0
-        return (logits.reshape(-1, logits.shape[-1])[keep],
-                np.asarray(evaluator.evals[split]["targets"]).reshape(-1)[keep], w[keep])
-
-    for i in range(evaluator.num_seeds):
-        report = calibration.temperature_report(*flat(val_outs[i], "val"), *flat(test_outs[i], "test"))
-        out[i].update({f"test/{k}": float(report[k]) for k in ("temperature", "ece_ts", "nll_ts", "accuracy_ts")})
+    if classify:
+        t_S, count_S = jax.device_get((temperature, sample[3]))
+        for i in range(evaluator.num_seeds):
+            out[i].update({"test/temperature": float(t_S[i]), "val/positions_ts": float(count_S[i])})
     return out
+
+
+@jax.jit
+def _fit(logits_SNC, labels_SN, weights_SN):
+    """calibration.fit_temperature per seed (vmapped)."""
+    return jax.vmap(calibration.fit_temperature)(logits_SNC, labels_SN, weights_SN)

@@ -8,6 +8,7 @@ import time
 from typing import Callable
 
 from attnlab.checkpoint import Checkpoints
+from attnlab.progress import Phases
 from attnlab.train.config import Diverged, LoopConfig, StopRequest
 from attnlab.train.evaluation import Evaluator, evaluate_step
 from attnlab.train.logs import Logs, flush
@@ -30,10 +31,12 @@ def save(loop: LoopState, logs: Logs, cfg: LoopConfig, ckpt: Checkpoints, step: 
 
 
 def run_steps(loop: LoopState, steps: CompiledSteps, data: dict, cfg: LoopConfig, logs: Logs,
-              evaluator: Evaluator, ckpt: Checkpoints) -> float:
-    """Steps loop.start+1..cfg.steps; sets loop.status/error on a signal or divergence. Returns its seconds."""
-    t_loop = time.perf_counter()
-    loop.clock_t, loop.clock_step = t_loop, loop.start
+              evaluator: Evaluator, ckpt: Checkpoints, phases: Phases) -> None:
+    """Steps loop.start+1..cfg.steps; sets loop.status/error on a signal or divergence.
+
+    Eval steps are timed as `evaluation` (their images as `images`), saves as `checkpoints`, in `phases`.
+    """
+    loop.clock_t, loop.clock_step = time.perf_counter(), loop.start
     with StopRequest() as stop:
         try:
             for step in range(loop.start + 1, cfg.steps + 1):
@@ -45,18 +48,21 @@ def run_steps(loop: LoopState, steps: CompiledSteps, data: dict, cfg: LoopConfig
                     loop.pending = (step, metrics)
                 if step % cfg.eval_every == 0 or step == cfg.steps:
                     flush(loop, logs, cfg)
-                    loop.best_params = evaluate_step(step, loop.state, loop.best, loop.best_params, evaluator,
-                                                     logs.summaries, metrics if log_now else None, logs.loss_is_nll)
+                    with phases("evaluation"):
+                        loop.best_params = evaluate_step(step, loop.state, loop.best, loop.best_params, evaluator,
+                                                         logs.summaries, metrics if log_now else None,
+                                                         logs.loss_is_nll, phases=phases)
                 if stop.signal is not None:
-                    save(loop, logs, cfg, ckpt, step)
+                    with phases("checkpoints"):
+                        save(loop, logs, cfg, ckpt, step)
                     loop.status = "interrupted"
                     loop.error = f"stopped by signal {signal.Signals(stop.signal).name} at step {step}"
                     break
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
-                    save(loop, logs, cfg, ckpt, step)
+                    with phases("checkpoints"):
+                        save(loop, logs, cfg, ckpt, step)
             flush(loop, logs, cfg)
         except Diverged as exc:
             loop.status, loop.error = "diverged", str(exc)
         finally:
             logs.progress.close()
-    return time.perf_counter() - t_loop

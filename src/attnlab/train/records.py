@@ -24,7 +24,8 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
                  hparams: list[dict] | None, declared: dict | None, timing: dict) -> list[dict]:
     """One record per seed; writes each seed's last TensorBoard entries and closes its writer.
 
-    `timing` holds wall_time_s, compile_time_s, steps_per_sec and seeds_over_devices, copied as they are.
+    `timing` holds wall_time_s, compile_time_s, steps_per_sec (training steps over the train loop's own
+    seconds), seeds_over_devices and timing (seconds per phase, train.PHASES, and total), copied as they are.
     """
     nonfinite = np.asarray(jax.device_get(loop.state["nonfinite"]))
     first_bad = np.asarray(jax.device_get(loop.state["first_nonfinite"])) + 1
@@ -62,7 +63,7 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
             "steps": steps_done, "resumed_from": loop.start or None, "nonfinite_steps": int(nonfinite[i]),
             "wall_time_s": timing["wall_time_s"], "compile_time_s": timing["compile_time_s"],
             "steps_per_sec": timing["steps_per_sec"], "vmapped_seeds": len(logs.summaries),
-            "seeds_over_devices": timing["seeds_over_devices"],
+            "seeds_over_devices": timing["seeds_over_devices"], "timing": timing["timing"],
         })
     return records
 
