@@ -81,7 +81,7 @@ def test_run_record_has_the_documented_keys(default_run):
     assert run["env"]["devices"] and "model=tiny" in run["env"]["command"]
     # on CPU in float32 kl runs its dense form in every layer, matmuls in full float32
     assert run["attention_impl"] == ["dense"] * run["config"]["model"]["layers"] and run["matmul_precision"] == "highest"
-    assert run["compute_dtype"] == "float32" and "attention_impl per layer: dense" in proc.stdout
+    assert run["compute_dtype"] == "float32" and "attention_impl per layer: dense" in proc.stderr
     assert str(run_dir) in proc.stdout and "test/accuracy" in proc.stdout and "baseline" in proc.stdout
     assert "time (s):" in proc.stdout and "train_loop" in proc.stdout
 

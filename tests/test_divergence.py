@@ -65,7 +65,8 @@ def test_skip_policy_keeps_the_last_finite_parameters():
     gradient stay finite: the step must keep the parameters after step 2 (a gradient-only check applied it)."""
     cfg = compose_train("model=tiny", "task=mqar", *TINY_TASK["mqar"])
     task, nets, _, _ = build(cfg, "softmax_ce")
-    tx = optax.sgd(lambda count: jnp.where(count < 2, 1e-2, jnp.inf))
+    # inject_hyperparams as optim.make_optimizer builds it: the step reads opt/lr from the optimizer's state.
+    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=lambda count: jnp.where(count < 2, 1e-2, jnp.inf))
     graphdef, params, rest = nnx.split(nets[0], nnx.Param, ...)
     groups, layers = leaf_groups(params)
     one = lambda tree: jax.tree.map(lambda x: jnp.asarray(x)[None], tree)  # noqa: E731

@@ -222,9 +222,9 @@ def test_images_and_histograms_are_drawn_in_the_background_and_land_in_the_event
 
     drawn, render = [], tb_images.render
 
-    def spy(values_NTS, scale, title):
+    def spy(values_NTS, scale, title, labels=None):
         drawn.append((values_NTS.shape, title, threading.current_thread() is threading.main_thread()))
-        return render(values_NTS, scale, title)
+        return render(values_NTS, scale, title, labels=labels)
 
     monkeypatch.setattr(tb_images, "render", spy)
     rng = np.random.default_rng(2)

@@ -53,7 +53,7 @@ def compute_record(accelerator: DictConfig, net, seq_len: int) -> dict[str, Any]
 
     precision = apply_matmul_precision(accelerator.get("matmul_precision"), net.body.dtype)
     impls = net.body.attention_impl(seq_len)
-    print(f"attnlab: attention_impl per layer: {', '.join(impls)}; matmul_precision: {precision}")
+    print(f"attnlab: attention_impl per layer: {', '.join(impls)}; matmul_precision: {precision}", file=sys.stderr)
     return {"attention_impl": impls, "matmul_precision": precision, "compute_dtype": np.dtype(net.body.dtype).name}
 
 
