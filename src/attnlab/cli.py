@@ -21,8 +21,6 @@ from attnlab.run_files import completed_with, compute_record, hparams_of, record
 
 EXIT_CONFIG = 2
 EXIT_DIVERGED = 3  # a single run that diverged (a sweep goes on: divergence is one of its outcomes)
-
-
 ConfigError = checks.ConfigError  # bad input: one line, exit 2; any other exception is a failed run (a bug)
 _require = checks.require
 
