@@ -25,19 +25,19 @@ ConfigError = checks.ConfigError  # bad input: one line, exit 2; any other excep
 _require = checks.require
 
 
-# What attention passes to a normalizer factory (the Normalizer contract): arguments, not config keys.
-_FROM_ATTENTION = {"num_heads", "head_dim", "rngs"}
-
-
 def _construct(group: str, node: dict[str, Any], **extra):
     """Build a component from its composed config node (`_target_` + options)."""
+    from attnlab.normalizers import contract
+
     node = dict(node)
     cls = registry.resolve_target(node.pop("_target_", None))
     allowed = set(inspect.signature(cls.__init__).parameters) - {"self"}
     unknown = sorted(set(node) - allowed - {"default_head"} if group == "task" else set(node) - allowed)
-    not_keys = set(extra) | (_FROM_ATTENTION if extra.get("_partial") else set())
+    not_keys = set(extra) | (set(contract.FROM_ATTENTION) if extra.get("_partial") else set())
     _require(not unknown, f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}; "
                           f"allowed: {', '.join(sorted(allowed - not_keys))}")
+    if group == "normalizer":  # an option the YAML lacks would silently take the constructor's default
+        contract.check_options(cls, node, cls.__name__.lower())
     return functools.partial(cls, **node) if extra.pop("_partial", False) else cls(**node, **extra)
 
 
