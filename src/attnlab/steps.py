@@ -164,20 +164,6 @@ def make_stats_step(graphdef, *, num_layers, num_heads, batch_size, batch_shardi
     return jax.jit(over_seeds(stats, num_seeds, (0, None)))
 
 
-def make_eval(graphdef, *, eval_batch_size: int, num_seeds: int = 1):
-    """(params, rest, split, baseline_mse) -> (metrics, outputs) over a whole padded split, vmapped over seeds."""
-
-    def evaluate(params, rest, split, baseline_mse):
-        net = nnx.merge(graphdef, params, rest)
-        chunks = jax.tree.map(lambda a: a.reshape(-1, eval_batch_size, *a.shape[1:]), split)
-        outs = jax.lax.map(lambda b: net.head(net.body(b["inputs"], b["valid"])[0]), chunks)
-        outs = outs.reshape(-1, *outs.shape[2:])
-        metrics = net.head.metrics(outs, split["targets"], split["weights"], baseline_mse=baseline_mse)
-        return {"loss": net.head.loss(outs, split["targets"], split["weights"]), **metrics}, outs
-
-    return jax.jit(over_seeds(evaluate, num_seeds, (0, 0, None, None)))
-
-
 def make_maps(graphdef, num_seeds: int = 1):
     """(params, rest, inputs, valid) -> (L,B,N,T,S) attention matrices, vmapped over seeds."""
     maps = lambda params, rest, inputs, valid: nnx.merge(graphdef, params, rest).body.attention_maps(inputs, valid)  # noqa: E731

@@ -27,7 +27,7 @@ def save(loop: LoopState, logs: Logs, cfg: LoopConfig, ckpt: Checkpoints, step: 
     """Checkpoint the stacked state, best params and best metrics (after writing any pending logs)."""
     flush(loop, logs, cfg)
     ckpt.save(step, {"train": loop.state, "best_params": loop.best_params},
-              {"best": loop.best, "data_position": step})
+              {"best": loop.best})
 
 
 def run_steps(loop: LoopState, steps: CompiledSteps, data: dict, cfg: LoopConfig, logs: Logs,
