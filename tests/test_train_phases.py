@@ -71,7 +71,8 @@ def test_logging_never_changes_the_parameters():
     from attnlab import cli
     from attnlab.groups import leaf_groups
     from attnlab.steps import probes_supported
-    from attnlab.train import compile_steps, pad_split
+    from attnlab.train import pad_split
+    from attnlab.train.loop import compile_steps
     from cli_helpers import TINY_TASK
     from test_configs import compose_train
 
@@ -189,3 +190,36 @@ def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap)
         for g, r in zip(sample, ref):
             np.testing.assert_allclose(np.asarray(g[i]), np.asarray(r), rtol=1e-5, atol=1e-6)
     assert int(sample[3][0]) == cap
+
+
+def test_fit_hands_its_compiled_steps_to_on_compiled(tmp_path):
+    """The benchmark's hook: called once, before any step, with the compiled steps fit runs, the initial
+    state and the data; raising there stops fit before it trains or checkpoints anything."""
+    import jax
+
+    from attnlab import cli
+    from attnlab.accelerator import data_mesh
+    from attnlab.train import fit
+    from attnlab.train.loop import CompiledSteps
+    from test_configs import compose_train
+
+    cfg = compose_train("model=tiny", "task=mqar", *TINY_TASK["mqar"], "accelerator=cpu", "trainer.progress=none")
+    task, nets, tx, loop = cli.build(cfg, "softmax_ce")
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(steps, state, data):
+        calls.append((steps, jax.tree.map(jax.numpy.copy, state), data))  # a copy: the step donates its state
+        raise Stop
+
+    with pytest.raises(Stop):
+        fit(nets, task, tx, loop, mesh=data_mesh(), run_dirs=[tmp_path / "run"], checkpoint_dir=tmp_path / "ckpt",
+            on_compiled=capture)
+    assert len(calls) == 1 and isinstance(calls[0][0], CompiledSteps)
+    assert not list((tmp_path / "ckpt").glob("checkpoints/*"))  # no step ran, nothing saved
+    steps, state, data = calls[0]
+    assert int(state["step"][0]) == 0
+    state, metrics = steps.plain(state, data)
+    assert int(state["step"][0]) == 1 and np.isfinite(np.asarray(metrics["loss"])).all()
