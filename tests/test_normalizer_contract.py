@@ -1,6 +1,8 @@
 """The normalizer contract is enforced, not hoped for: every normalizer class under attnlab.normalizers
 has a YAML whose keys are its constructor's options, and half-implemented ones are refused."""
 
+import types
+
 import pytest
 
 from attnlab import cli, registry
@@ -105,3 +107,35 @@ def test_construction_refuses_an_option_the_config_lacks():
     made = cli._construct("normalizer", registry.load("normalizer", "kl"), _partial=True)(num_heads=2, head_dim=4,
                                                                                           rngs=None)
     assert isinstance(made, nz.KL) and made.prior == "uniform"
+
+
+class _NoScores(nz.Normalizer):
+    """A complete normalizer with no score matrix to probe (softmax inside, hidden)."""
+
+    def __init__(self, *, num_heads, head_dim, rngs):
+        self.inner = nz.Softmax(num_heads=num_heads, head_dim=head_dim, rngs=rngs)
+
+    def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask, *, with_stats=False):
+        return self.inner(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=with_stats)
+
+    def weights(self, q_BNTH, k_BNSH, mask):
+        return self.inner.weights(q_BNTH, k_BNSH, mask)
+
+
+@pytest.mark.parametrize("second,layers,said", [("softmax", [0, 1], False), ("none", [], True)])
+def test_score_grad_availability_is_said_per_layer(capsys, second, layers, said):
+    from flax import nnx
+    from omegaconf import OmegaConf
+
+    from attnlab.model import Transformer
+    from attnlab.run_files import compute_record
+
+    makers = [lambda **kw: nz.build("softmax", **kw),
+              (lambda **kw: nz.build("softmax", **kw)) if second == "softmax" else _NoScores]
+    model = Transformer(d_model=8, num_heads=2, num_layers=2, mlp_ratio=2, dropout=0.0, positional="learned",
+                        max_len=6, causal=True, qk_norm=False, pooled=False, seq_len=6, vocab_size=5,
+                        make_normalizer=makers, rngs=nnx.Rngs(0))
+    record = compute_record(OmegaConf.create({"matmul_precision": "highest"}), types.SimpleNamespace(body=model), 6)
+    err = capsys.readouterr().err
+    assert record["score_grad_layers"] == layers
+    assert ("score_grad not logged: layer(s) 1 (_NoScores)" in err) == said

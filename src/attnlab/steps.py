@@ -36,9 +36,14 @@ def grad_norms(grads, groups, layers, num_layers) -> dict[str, jax.Array]:
     return out
 
 
+def probes_per_layer(net: Net) -> list[bool]:
+    """Per layer: whether its normalizer exposes its score matrix to a gradient probe (score_grad)."""
+    return [isinstance(block.attn.normalizer, (ScoreNormalizer, Linear)) for block in net.body.blocks]
+
+
 def probes_supported(net: Net) -> bool:
-    """Whether every layer's normalizer exposes its score matrix to a gradient probe."""
-    return all(isinstance(block.attn.normalizer, (ScoreNormalizer, Linear)) for block in net.body.blocks)
+    """Whether every layer does: the probes are one program for the model, so one layer without turns them off."""
+    return all(probes_per_layer(net))
 
 
 def step_key(state):
