@@ -16,8 +16,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import chance, checks, outdir, registry, sweep
-from attnlab.record import write_json
-from attnlab.run_files import completed_with, compute_record, hparams_of, record_failure, write_results, write_run_json
+from attnlab.run_files import (completed_with, compute_record, hparams_of, record_failure, record_refused, write_results,
+                               write_run_json)
 
 EXIT_CONFIG = 2
 EXIT_DIVERGED = 3  # a single run that diverged (a sweep goes on: divergence is one of its outcomes)
@@ -172,10 +172,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if not multirun:  # a refused command leaves nothing behind (a refused sweep job is a failed cell)
             outdir.remove_created(run_dir)
             sys.exit(EXIT_CONFIG)
-        record.update(status="failed", error=f"configuration: {exc}")
-        if os.access(run_dir, os.W_OK):
-            write_json(run_dir / "metrics.json", record)
-        return record
+        return record_refused(run_dir, record, exc)
     except Exception:  # not bad input: a bug while building the run, so a failed run with its traceback
         return _failed(run_dir, record, multirun)
     seeds = [cfg.seed + i for i in range(len(nets))]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import traceback
@@ -61,6 +62,14 @@ def compute_record(accelerator: DictConfig, net, seq_len: int) -> dict[str, Any]
         print(f"attnlab: score_grad not logged: layer(s) {names} expose no score matrix", file=sys.stderr)
     return {"attention_impl": impls, "matmul_precision": precision, "compute_dtype": np.dtype(net.body.dtype).name,
             "score_grad_layers": [] if without else list(range(len(impls)))}
+
+
+def record_refused(run_dir: Path, record: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    """A sweep job whose configuration was refused: a failed cell, its metrics.json written where it can be."""
+    record.update(status="failed", error=f"configuration: {exc}")
+    if os.access(run_dir, os.W_OK):
+        write_json(run_dir / "metrics.json", record)
+    return record
 
 
 def record_failure(run_dir: Path, record: dict[str, Any]) -> None:
