@@ -30,7 +30,7 @@ DEFAULT_BASE = "f7084a9"  # the step before issue 10
 
 def compiled_default_step():
     """(compiled plain step, state, data, net, cfg, loop) exactly as `attnlab.train.fit` builds them for
-    the default experiment; fit is stopped right after it compiles its first (plain) step."""
+    the default experiment; fit is stopped by its `on_compiled` hook once the steps are compiled."""
     import hydra
     import attnlab.train as train
     from attnlab import registry
@@ -40,26 +40,19 @@ def compiled_default_step():
     with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
         cfg = hydra.compose("train", overrides=[])
     task, nets, tx, loop = build(cfg, cfg.task.default_head)
-    got, real = {}, train.make_train_step
+    got = {}
 
     class Stop(Exception):
         pass
 
-    def make(*args, **kwargs):
-        jitted = real(*args, **kwargs)
+    def capture(steps, state, data):
+        got["step"], got["state"], got["data"] = steps.plain, state, data
+        raise Stop
 
-        class Capture:
-            def lower(self, state, data):
-                got["state"], got["data"] = state, data
-                got["step"] = jitted.lower(state, data).compile()
-                raise Stop
-
-        return Capture()
-
-    train.make_train_step = make
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            train.fit(nets, task, tx, loop, mesh=data_mesh(), run_dirs=[Path(tmp)], checkpoint_dir=Path(tmp))
+            train.fit(nets, task, tx, loop, mesh=data_mesh(), run_dirs=[Path(tmp)], checkpoint_dir=Path(tmp),
+                      on_compiled=capture)
         except Stop:
             pass
     return got["step"], got["state"], got["data"], nets[0], cfg, loop

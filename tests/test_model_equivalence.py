@@ -69,7 +69,8 @@ def test_loss_and_gradients_equal_the_reference(normalizer, causal):
         return jnp.sum(c_BTD * nnx.merge(graphdef, params, rest)(inputs, valid)[0])
 
     def ref_loss(p):
-        return jnp.sum(c_BTD * reference_features(p, inputs, valid, normalizer, causal))
+        with jax.numpy_rank_promotion("allow"):  # the plain-jnp reference broadcasts numpy-style on purpose
+            return jnp.sum(c_BTD * reference_features(p, inputs, valid, normalizer, causal))
 
     loss, grads = jax.value_and_grad(model_loss)(params)
     ref, ref_grads = jax.value_and_grad(ref_loss)(nnx.to_pure_dict(params))

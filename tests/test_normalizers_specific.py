@@ -226,7 +226,7 @@ def test_softmax1_stable_form_equals_naive_and_is_a_null_sink():
     q, k, _ = R.qkv(51, T, S)
     k[1], q[1, :3], q[1, 3:] = np.abs(k[1]), -np.abs(q[1, :3]), np.abs(q[1, 3:])  # rows all < 0 / all > 0
     norm = _build("softmax1", {})
-    x = jnp.asarray(norm.beta()[:, None, None] * R.scores(q, k), jnp.float32)
+    x = jnp.asarray(norm.beta()[None, :, None, None] * R.scores(q, k), jnp.float32)
     e = jnp.where(jnp.asarray(m[:, None]), jnp.exp(x), 0.0)
     naive = e / (1 + e.sum(-1, keepdims=True))
     np.testing.assert_allclose(np.asarray(norm.weights(q, k, mask)), np.asarray(naive), atol=1e-6)

@@ -3,10 +3,13 @@
 import math
 import types
 
+import jax
 import numpy as np
 import pytest
 from cli_helpers import TINY, TINY_TASK
+from flax import nnx
 
+from attnlab import steps
 from attnlab.train.evaluation import evaluate_step
 
 
@@ -68,7 +71,8 @@ def test_logging_never_changes_the_parameters():
     from attnlab import cli
     from attnlab.groups import leaf_groups
     from attnlab.steps import probes_supported
-    from attnlab.train import compile_steps, pad_split
+    from attnlab.train import pad_split
+    from attnlab.train.loop import compile_steps
     from cli_helpers import TINY_TASK
     from test_configs import compose_train
 
@@ -123,10 +127,24 @@ def test_phases_time_nested_work_once_and_announce_it(capsys, monkeypatch):
     assert capsys.readouterr().err == "" and quiet.seconds == {"build": 0.0}
 
 
+def _whole_split_eval(graphdef, *, eval_batch_size: int, num_seeds: int = 1):
+    """The reference: (params, rest, split, mse) -> (metrics, outputs) of a whole padded split, per seed."""
+
+    def evaluate(params, rest, split, baseline_mse):
+        net = nnx.merge(graphdef, params, rest)
+        chunks = jax.tree.map(lambda a: a.reshape(-1, eval_batch_size, *a.shape[1:]), split)
+        outs = jax.lax.map(lambda b: net.head(net.body(b["inputs"], b["valid"])[0]), chunks)
+        outs = outs.reshape(-1, *outs.shape[2:])
+        metrics = net.head.metrics(outs, split["targets"], split["weights"], baseline_mse=baseline_mse)
+        return {"loss": net.head.loss(outs, split["targets"], split["weights"]), **metrics}, outs
+
+    return jax.jit(steps.over_seeds(evaluate, num_seeds, (0, 0, None, None)))
+
+
 @pytest.mark.parametrize("task, head, vmap", [("mqar", "softmax_ce", 1), ("mqar", "scores_mse", 2),
                                               ("icl_regression", "hlgauss", 1), ("icl_regression", "mse", 2)])
 def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap):
-    """make_evaluate (metric sums over a scan of eval batches, calibration buffer) against steps.make_eval
+    """make_evaluate (metric sums over a scan of eval batches, calibration buffer) against _whole_split_eval
     (every output of the split at once, head.metrics) and calibration_sample of those outputs."""
     import hydra
     import jax
@@ -134,7 +152,6 @@ def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap)
 
     from attnlab import calibration, registry
     from attnlab.cli import build
-    from attnlab.steps import make_eval
     from attnlab.train.config import pad_split, stack
     from attnlab.train.evaluation import make_evaluate
 
@@ -149,7 +166,7 @@ def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap)
     split = jax.device_put(pad_split(task_obj.splits["test"], 16))  # 40 examples: 3 batches, 8 padding rows
     mse = task_obj.baseline("test").get("mse")
     mse = None if mse is None else np.float32(mse)
-    want, outs = make_eval(graphdef, eval_batch_size=16, num_seeds=vmap)(params, rest, split, mse)
+    want, outs = _whole_split_eval(graphdef, eval_batch_size=16, num_seeds=vmap)(params, rest, split, mse)
     cap = 50  # below the 80 query positions of MQAR: the buffer fills up in the second batch
     t_S = np.array([1.7, 0.6][:vmap], np.float32)
     got, sample = make_evaluate(graphdef, nets[0].head, eval_batch_size=16, num_seeds=vmap,
@@ -173,3 +190,36 @@ def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap)
         for g, r in zip(sample, ref):
             np.testing.assert_allclose(np.asarray(g[i]), np.asarray(r), rtol=1e-5, atol=1e-6)
     assert int(sample[3][0]) == cap
+
+
+def test_fit_hands_its_compiled_steps_to_on_compiled(tmp_path):
+    """The benchmark's hook: called once, before any step, with the compiled steps fit runs, the initial
+    state and the data; raising there stops fit before it trains or checkpoints anything."""
+    import jax
+
+    from attnlab import cli
+    from attnlab.accelerator import data_mesh
+    from attnlab.train import fit
+    from attnlab.train.loop import CompiledSteps
+    from test_configs import compose_train
+
+    cfg = compose_train("model=tiny", "task=mqar", *TINY_TASK["mqar"], "accelerator=cpu", "trainer.progress=none")
+    task, nets, tx, loop = cli.build(cfg, "softmax_ce")
+    calls = []
+
+    class Stop(Exception):
+        pass
+
+    def capture(steps, state, data):
+        calls.append((steps, jax.tree.map(jax.numpy.copy, state), data))  # a copy: the step donates its state
+        raise Stop
+
+    with pytest.raises(Stop):
+        fit(nets, task, tx, loop, mesh=data_mesh(), run_dirs=[tmp_path / "run"], checkpoint_dir=tmp_path / "ckpt",
+            on_compiled=capture)
+    assert len(calls) == 1 and isinstance(calls[0][0], CompiledSteps)
+    assert not list((tmp_path / "ckpt").glob("checkpoints/*"))  # no step ran, nothing saved
+    steps, state, data = calls[0]
+    assert int(state["step"][0]) == 0
+    state, metrics = steps.plain(state, data)
+    assert int(state["step"][0]) == 1 and np.isfinite(np.asarray(metrics["loss"])).all()

@@ -49,7 +49,7 @@ class ShortConv(nnx.Module):
         xp_BTC = jnp.pad(x_BTC, ((0, 0), (left, k - 1 - left), (0, 0)))
         w_KC = self.kernel[...].astype(x_BTC.dtype)
         # y_t = Σ_j w_j · x_{t − left + j}: a sum of k shifted copies (k is small, 2–8).
-        y_BTC = sum(w_KC[j] * xp_BTC[:, j:j + T] for j in range(k))
+        y_BTC = sum(w_KC[None, j:j + 1] * xp_BTC[:, j:j + T] for j in range(k))
         return jax.nn.silu(y_BTC)
 
 

@@ -45,7 +45,9 @@ def softmax(logits_XC):
 
 def one_hot(labels_X, num_classes: int, dtype):
     """One-hot rows; a label outside [0, C) gives a zero row (harmless where its weight is 0)."""
-    return (labels_X[..., None] == _xp(labels_X).arange(num_classes)).astype(dtype)
+    xp = _xp(labels_X)
+    classes_1C = xp.expand_dims(xp.arange(num_classes), tuple(range(labels_X.ndim)))
+    return (labels_X[..., None] == classes_1C).astype(dtype)
 
 
 def nll(logits_XC, labels_X, weights_X):
@@ -73,7 +75,7 @@ def ece_gaps(probs_XC, labels_X, weights_X, n_bins: int = ECE_BINS):
     correct_X = (probs_XC.argmax(-1) == labels_X).astype(conf_X.dtype)
     # Bin b holds b/n < conf <= (b+1)/n, as in gpleiss/temperature_scaling's _ECELoss.
     bin_X = xp.clip(xp.ceil(conf_X * n_bins).astype(np.int32) - 1, 0, n_bins - 1)
-    in_bin_XB = (bin_X[..., None] == xp.arange(n_bins)).astype(conf_X.dtype)
+    in_bin_XB = one_hot(bin_X, n_bins, conf_X.dtype)
     return (in_bin_XB * (weights_X * (correct_X - conf_X))[..., None]).reshape(-1, n_bins).sum(0)
 
 

@@ -19,7 +19,7 @@ class CheckpointError(RuntimeError):
 
 class Checkpoints:
     """state (a pytree of arrays: params, optimizer, RNG key data, step, best params) + meta (JSON:
-    best-val metrics, data position) under <run_dir>/checkpoints/<step>/, the last `keep` kept."""
+    best-val metrics) under <run_dir>/checkpoints/<step>/, the last `keep` kept."""
 
     def __init__(self, run_dir: Path, keep: int = 2):
         self.directory = Path(run_dir).resolve() / "checkpoints"

@@ -16,8 +16,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import chance, checks, outdir, registry, sweep
-from attnlab.record import write_json
-from attnlab.run_files import completed_with, compute_record, hparams_of, record_failure, write_results, write_run_json
+from attnlab.run_files import (completed_with, compute_record, hparams_of, record_failure, record_refused, write_results,
+                               write_run_json)
 
 EXIT_CONFIG = 2
 EXIT_DIVERGED = 3  # a single run that diverged (a sweep goes on: divergence is one of its outcomes)
@@ -25,19 +25,19 @@ ConfigError = checks.ConfigError  # bad input: one line, exit 2; any other excep
 _require = checks.require
 
 
-# What attention passes to a normalizer factory (the Normalizer contract): arguments, not config keys.
-_FROM_ATTENTION = {"num_heads", "head_dim", "rngs"}
-
-
 def _construct(group: str, node: dict[str, Any], **extra):
     """Build a component from its composed config node (`_target_` + options)."""
+    from attnlab.normalizers import contract
+
     node = dict(node)
     cls = registry.resolve_target(node.pop("_target_", None))
     allowed = set(inspect.signature(cls.__init__).parameters) - {"self"}
     unknown = sorted(set(node) - allowed - {"default_head"} if group == "task" else set(node) - allowed)
-    not_keys = set(extra) | (_FROM_ATTENTION if extra.get("_partial") else set())
+    not_keys = set(extra) | (set(contract.FROM_ATTENTION) if extra.get("_partial") else set())
     _require(not unknown, f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}; "
                           f"allowed: {', '.join(sorted(allowed - not_keys))}")
+    if group == "normalizer":  # an option the YAML lacks would silently take the constructor's default
+        contract.check_options(cls, node, cls.__name__.lower())
     return functools.partial(cls, **node) if extra.pop("_partial", False) else cls(**node, **extra)
 
 
@@ -172,10 +172,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if not multirun:  # a refused command leaves nothing behind (a refused sweep job is a failed cell)
             outdir.remove_created(run_dir)
             sys.exit(EXIT_CONFIG)
-        record.update(status="failed", error=f"configuration: {exc}")
-        if os.access(run_dir, os.W_OK):
-            write_json(run_dir / "metrics.json", record)
-        return record
+        return record_refused(run_dir, record, exc)
     except Exception:  # not bad input: a bug while building the run, so a failed run with its traceback
         return _failed(run_dir, record, multirun)
     seeds = [cfg.seed + i for i in range(len(nets))]

@@ -78,8 +78,6 @@ class Transformer(nnx.Module):
         checks.model_options(locals())  # each option's range, one line naming it (ZeroDivisionError before)
         if positional not in POSITIONAL:
             raise checks.ConfigError(f"model.positional={positional!r} unknown; allowed: {', '.join(POSITIONAL)}")
-        if d_model % num_heads:
-            raise checks.ConfigError(f"model.d_model={d_model} is not divisible by model.heads={num_heads}")
         if positional in ("learned", "sinusoidal") and seq_len > max_len:
             raise checks.ConfigError(f"sequence length {seq_len} exceeds model.max_len={max_len} of the {positional} table")
         if (vocab_size is None) == (input_dim is None):

@@ -1,4 +1,6 @@
-"""The run record: metrics.json and run.json, written atomically, read without pickle."""
+"""Atomic JSON files read without pickle, and the environment a run records (git, package versions, devices).
+
+Which files a run keeps and what goes in them is run_files.py's; this module only writes and reads JSON."""
 
 from __future__ import annotations
 

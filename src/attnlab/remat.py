@@ -18,8 +18,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-REMAT = (False, True, "dots")
-
 
 def run_blocks(blocks, x_BTD, mask, probes, rngs, *, remat, with_stats: bool, deterministic: bool):
     """x after every block, and the list of each block's statistics.

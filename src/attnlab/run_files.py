@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 import traceback
@@ -50,11 +51,25 @@ def compute_record(accelerator: DictConfig, net, seq_len: int) -> dict[str, Any]
     import numpy as np
 
     from attnlab.accelerator import apply_matmul_precision
+    from attnlab.steps import probes_per_layer
 
     precision = apply_matmul_precision(accelerator.get("matmul_precision"), net.body.dtype)
     impls = net.body.attention_impl(seq_len)
     print(f"attnlab: attention_impl per layer: {', '.join(impls)}; matmul_precision: {precision}", file=sys.stderr)
-    return {"attention_impl": impls, "matmul_precision": precision, "compute_dtype": np.dtype(net.body.dtype).name}
+    without = [i for i, ok in enumerate(probes_per_layer(net)) if not ok]
+    if without:  # score_grad is one program for the whole model (steps.make_stats_step): say why it is absent
+        names = ", ".join(f"{i} ({type(net.body.blocks[i].attn.normalizer).__name__})" for i in without)
+        print(f"attnlab: score_grad not logged: layer(s) {names} expose no score matrix", file=sys.stderr)
+    return {"attention_impl": impls, "matmul_precision": precision, "compute_dtype": np.dtype(net.body.dtype).name,
+            "score_grad_layers": [] if without else list(range(len(impls)))}
+
+
+def record_refused(run_dir: Path, record: dict[str, Any], exc: Exception) -> dict[str, Any]:
+    """A sweep job whose configuration was refused: a failed cell, its metrics.json written where it can be."""
+    record.update(status="failed", error=f"configuration: {exc}")
+    if os.access(run_dir, os.W_OK):
+        write_json(run_dir / "metrics.json", record)
+    return record
 
 
 def record_failure(run_dir: Path, record: dict[str, Any]) -> None:

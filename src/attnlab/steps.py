@@ -36,9 +36,14 @@ def grad_norms(grads, groups, layers, num_layers) -> dict[str, jax.Array]:
     return out
 
 
+def probes_per_layer(net: Net) -> list[bool]:
+    """Per layer: whether its normalizer exposes its score matrix to a gradient probe (score_grad)."""
+    return [isinstance(block.attn.normalizer, (ScoreNormalizer, Linear)) for block in net.body.blocks]
+
+
 def probes_supported(net: Net) -> bool:
-    """Whether every layer's normalizer exposes its score matrix to a gradient probe."""
-    return all(isinstance(block.attn.normalizer, (ScoreNormalizer, Linear)) for block in net.body.blocks)
+    """Whether every layer does: the probes are one program for the model, so one layer without turns them off."""
+    return all(probes_per_layer(net))
 
 
 def step_key(state):
@@ -162,20 +167,6 @@ def make_stats_step(graphdef, *, num_layers, num_heads, batch_size, batch_shardi
         return {"attn": attn, "score_grad": score_grad}
 
     return jax.jit(over_seeds(stats, num_seeds, (0, None)))
-
-
-def make_eval(graphdef, *, eval_batch_size: int, num_seeds: int = 1):
-    """(params, rest, split, baseline_mse) -> (metrics, outputs) over a whole padded split, vmapped over seeds."""
-
-    def evaluate(params, rest, split, baseline_mse):
-        net = nnx.merge(graphdef, params, rest)
-        chunks = jax.tree.map(lambda a: a.reshape(-1, eval_batch_size, *a.shape[1:]), split)
-        outs = jax.lax.map(lambda b: net.head(net.body(b["inputs"], b["valid"])[0]), chunks)
-        outs = outs.reshape(-1, *outs.shape[2:])
-        metrics = net.head.metrics(outs, split["targets"], split["weights"], baseline_mse=baseline_mse)
-        return {"loss": net.head.loss(outs, split["targets"], split["weights"]), **metrics}, outs
-
-    return jax.jit(over_seeds(evaluate, num_seeds, (0, 0, None, None)))
 
 
 def make_maps(graphdef, num_seeds: int = 1):

@@ -69,7 +69,9 @@ def hl_gauss_target(y_X, edges_E, sigma):
     Imani & White 2018; Farebrother et al. 2024 ("Stop Regressing", Appendix A):
     pᵢ = [erf((e_{i+1}−y)/(√2σ)) − erf((eᵢ−y)/(√2σ))] / [erf((e_K−y)/(√2σ)) − erf((e₀−y)/(√2σ))].
     """
-    cdf_XE = jax.scipy.special.erf((edges_E - jnp.asarray(y_X)[..., None]) / (jnp.sqrt(2.0) * sigma))
+    y_X = jnp.asarray(y_X)
+    edges_XE = jnp.expand_dims(edges_E, tuple(range(y_X.ndim)))
+    cdf_XE = jax.scipy.special.erf((edges_XE - y_X[..., None]) / (jnp.sqrt(2.0) * sigma))
     return (cdf_XE[..., 1:] - cdf_XE[..., :-1]) / (cdf_XE[..., -1:] - cdf_XE[..., :1])
 
 

@@ -7,6 +7,7 @@ from flax import nnx
 
 from attnlab import registry
 
+from . import contract
 from .base import CORE_STATS, FixedFeatures, InverseTemperature, Normalizer, NormalizerParam, ScoreNormalizer, core_stats
 from .entmax import Entmax, entmax
 from .exponential import KL, ReLU, Sigmoid, Softmax, Softmax1, masked_softmax
@@ -24,6 +25,7 @@ __all__ = [
 def build(name: str, *, num_heads: int, head_dim: int, rngs: nnx.Rngs | None = None, **options) -> Normalizer:
     """The named normalizer from its YAML defaults updated by `options`."""
     cls, opts = registry.options("normalizer", name, **options)
+    contract.check_options(cls, opts, name)
     return cls(num_heads=num_heads, head_dim=head_dim, rngs=rngs or nnx.Rngs(0), **opts)
 
 

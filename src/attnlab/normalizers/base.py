@@ -91,7 +91,16 @@ class Normalizer(nnx.Module):
     returns the explicit attention matrix, for diagnostics and tests. Padding keys always get
     weight 0; a row with no admissible key gets all zeros. The public `attend` and
     `attention_weights` take jax.nn.dot_product_attention's (B,T,N,H) and transpose at that boundary.
+    A concrete subclass that leaves a member unimplemented is refused when it is defined
+    (contract.check_members); a base class declared `abstract=True` (ScoreNormalizer) is exempt.
     """
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if not abstract:
+            from .contract import check_members
+
+            check_members(cls)
 
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats: bool = False):
         raise NotImplementedError
@@ -104,7 +113,7 @@ class Normalizer(nnx.Module):
         raise NotImplementedError
 
 
-class ScoreNormalizer(Normalizer):
+class ScoreNormalizer(Normalizer, abstract=True):
     """A normalizer that is a function of the score matrix z = q·kᵀ (every one but linear).
 
     Subclasses implement `normalize(z_BNTS, m_B1TS) -> (att_BNTS, logits_BNTS, extras)`, where

@@ -219,7 +219,7 @@ def _make_attention(form: BlockForm, geo: _Geometry):
 
 def scaled_logits(p, z, q_pos, k_pos, n):
     """x = βz, β per head."""
-    return p["beta"][:, None, None] * z
+    return p["beta"][None, :, None, None] * z
 
 
 def power_gate(power: int, offset: bool) -> Callable:

@@ -15,11 +15,16 @@ from .mask import MASK_GAP, masked_max
 BISECTION_STEPS = 50
 
 
+def _ranks(x):
+    """1..n along the last axis of x, with x's rank (no silent rank promotion)."""
+    return jnp.expand_dims(jnp.arange(1, x.shape[-1] + 1, dtype=x.dtype), tuple(range(x.ndim - 1)))
+
+
 def _sparsemax_tau(x):
     """Sparsemax threshold by sorting (Martins & Astudillo 2016): k = max{j : 1 + j·x₍ⱼ₎ > Σ_{i≤j} x₍ᵢ₎}."""
     xs = jnp.flip(jnp.sort(x, -1), -1)
     cs = jnp.cumsum(xs, -1)
-    j = jnp.arange(1, x.shape[-1] + 1, dtype=x.dtype)
+    j = _ranks(x)
     k = jnp.sum(1 + j * xs > cs, -1, keepdims=True)
     return (jnp.take_along_axis(cs, k - 1, -1) - 1) / k
 
@@ -27,7 +32,7 @@ def _sparsemax_tau(x):
 def _entmax15_tau(x):
     """Exact 1.5-entmax threshold by sorting (Peters et al. 2019, Alg. 2; x already scaled by α−1 = ½)."""
     xs = jnp.flip(jnp.sort(x, -1), -1)
-    rho = jnp.arange(1, x.shape[-1] + 1, dtype=x.dtype)
+    rho = _ranks(x)
     mean = jnp.cumsum(xs, -1) / rho
     mean_sq = jnp.cumsum(xs**2, -1) / rho
     delta = (1 - rho * (mean_sq - mean**2)) / rho
@@ -85,7 +90,7 @@ class Entmax(ScoreNormalizer):
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
-        logits_BNTS = beta_N[:, None, None] * z_BNTS
+        logits_BNTS = beta_N[None, :, None, None] * z_BNTS
         # A large *finite* gap below the row max keeps masked keys out of the support without -inf.
         x = jnp.where(m_B1TS, logits_BNTS, masked_max(logits_BNTS, m_B1TS) - MASK_GAP * self.alpha / (self.alpha - 1))
         att_BNTS = jnp.where(m_B1TS.any(-1, keepdims=True) & m_B1TS, entmax(x, self.alpha), 0.0)

@@ -51,7 +51,7 @@ class Softmax(ScoreNormalizer):
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
-        logits_BNTS = beta_N[:, None, None] * z_BNTS
+        logits_BNTS = beta_N[None, :, None, None] * z_BNTS
         return masked_softmax(logits_BNTS, m_B1TS), logits_BNTS, {"beta": beta_N}
 
 
@@ -103,7 +103,7 @@ class KL(ScoreNormalizer):
         # log u's per-row normaliser is constant along the row and cancels inside the softmax
         # (dense: masked_softmax(βz + log u)), so blocks add the unnormalised prior only.
         def logits(p, z, q_pos, k_pos, n):
-            return p["beta"][:, None, None] * z + self.raw_prior(p, q_pos, k_pos)[None]
+            return p["beta"][None, :, None, None] * z + self.raw_prior(p, q_pos, k_pos)[None]
 
         return BlockForm("exp", {"beta": self.beta(), **self.prior_params()}, logits)
 
@@ -121,7 +121,7 @@ class KL(ScoreNormalizer):
 
     def normalize(self, z_BNTS, m_B1TS, q_pos_T=None):
         beta_N = self.beta()
-        bz_BNTS = beta_N[:, None, None] * z_BNTS
+        bz_BNTS = beta_N[None, :, None, None] * z_BNTS
         logu_BNTS = self.log_prior(m_B1TS, q_pos_T)
         att_BNTS = masked_softmax(jnp.where(m_B1TS, bz_BNTS + logu_BNTS, 0.0), m_B1TS)
         # log π − log u = βz − LSE(βz + log u), so KL = β⟨π,z⟩ − LSE and the optimal value of the
@@ -132,7 +132,7 @@ class KL(ScoreNormalizer):
         extras = {
             "beta": beta_N,
             "kl_prior": row_mean_N(kl_BNT, m_B1TS),
-            "objective": row_mean_N(lse_BNT / beta_N[:, None], m_B1TS),
+            "objective": row_mean_N(lse_BNT / beta_N[None, :, None], m_B1TS),
         }
         return att_BNTS, bz_BNTS, extras
 
@@ -150,7 +150,7 @@ class Softmax1(ScoreNormalizer):
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
-        logits_BNTS = beta_N[:, None, None] * z_BNTS
+        logits_BNTS = beta_N[None, :, None, None] * z_BNTS
         # Stable form: m = max(max x, 0); exp(x − m)/(exp(−m) + Σ exp(x − m)). Subtracting the max
         # and then adding 1 (a widely copied version) changes the function.
         mx = jnp.maximum(masked_max(logits_BNTS, m_B1TS), 0.0)
@@ -170,7 +170,7 @@ class Sigmoid(ScoreNormalizer):
     def block_form(self):
         def logits(p, z, q_pos, k_pos, n):
             b = -jnp.log(jnp.maximum(n, 1)) if self.bias is None else self.bias
-            return p["beta"][:, None, None] * z + b
+            return p["beta"][None, :, None, None] * z + b
 
         return BlockForm("count", {"beta": self.beta()}, logits, gate=jax.nn.sigmoid)
 
@@ -178,7 +178,7 @@ class Sigmoid(ScoreNormalizer):
         beta_N = self.beta()
         n_B1T1 = m_B1TS.sum(-1, keepdims=True)
         b = -jnp.log(jnp.maximum(n_B1T1, 1)) if self.bias is None else self.bias
-        logits_BNTS = beta_N[:, None, None] * z_BNTS + b
+        logits_BNTS = beta_N[None, :, None, None] * z_BNTS + b
         return jnp.where(m_B1TS, jax.nn.sigmoid(logits_BNTS), 0.0), logits_BNTS, {"beta": beta_N}
 
 
@@ -195,6 +195,6 @@ class ReLU(ScoreNormalizer):
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
-        logits_BNTS = beta_N[:, None, None] * z_BNTS
+        logits_BNTS = beta_N[None, :, None, None] * z_BNTS
         n_B1T1 = jnp.maximum(m_B1TS.sum(-1, keepdims=True), 1)
         return jnp.where(m_B1TS, jax.nn.relu(logits_BNTS), 0.0) / n_B1T1, logits_BNTS, {"beta": beta_N}

@@ -142,7 +142,7 @@ class Linear(Normalizer):
         # precision on long sequences (measured 1.6× faster too; BENCHMARKS.md).
         _, s = jax.lax.scan(lambda c, x: (c + x, c), jnp.zeros_like(kv_BNKFX[:, :, 0]), jnp.moveaxis(kv_BNKFX, 2, 0))
         s_BNKFX = jnp.moveaxis(s, 0, 2)
-        a_BNKCC = jnp.einsum("bnkcf,bnkdf->bnkcd", qf, kf) * jnp.tril(jnp.ones((C, C)))
+        a_BNKCC = jnp.einsum("bnkcf,bnkdf->bnkcd", qf, kf) * jnp.tril(jnp.ones((1, 1, 1, C, C)))
         o = jnp.einsum("bnkcd,bnkdx->bnkcx", a_BNKCC, v) + jnp.einsum("bnkcf,bnkfx->bnkcx", qf, s_BNKFX)
         o = o.reshape(B, N, K * C, -1)[:, :, :T]
         return o[..., :-1], o[..., -1:]

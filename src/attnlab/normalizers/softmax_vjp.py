@@ -22,7 +22,7 @@ def _forward(q_BNTH, k_BNSH, v_BNSH, beta_N, m_B1TS):
     from .exponential import masked_softmax  # the one definition of the weights
 
     z_BNTS = jnp.einsum("bnth,bnsh->bnts", q_BNTH, k_BNSH, preferred_element_type=jnp.float32)
-    p_BNTS = masked_softmax(beta_N[:, None, None] * z_BNTS, m_B1TS)
+    p_BNTS = masked_softmax(beta_N[None, :, None, None] * z_BNTS, m_B1TS)
     return jnp.einsum("bnts,bnsh->bnth", p_BNTS.astype(v_BNSH.dtype), v_BNSH), p_BNTS
 
 
@@ -46,7 +46,7 @@ def _bwd(res, g_BNTH):
     dx_BNTS = p_BNTS * (dp_BNTS - r_BNT1)
     u_BNTH = jnp.einsum("bnts,bnsh->bnth", dx_BNTS.astype(k.dtype), k, preferred_element_type=f32)
     dk_BNSH = jnp.einsum("bnts,bnth->bnsh", dx_BNTS.astype(q.dtype), q, preferred_element_type=f32)
-    b = beta_N[:, None, None]
+    b = beta_N[None, :, None, None]
     dbeta_N = jnp.sum(q.astype(f32) * u_BNTH, (0, 2, 3)).astype(beta_N.dtype)
     return ((b * u_BNTH).astype(q.dtype), (b * dk_BNSH).astype(k.dtype), dv_BNSH.astype(v.dtype), dbeta_N, None)
 

@@ -41,7 +41,7 @@ class Squared(ScoreNormalizer):
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
-        x_BNTS = beta_N[:, None, None] * z_BNTS
+        x_BNTS = beta_N[None, :, None, None] * z_BNTS
         f_BNTS = jnp.where(m_B1TS, power_gate(self.power, self.offset)(x_BNTS), 0.0)
         den_BNT1 = f_BNTS.sum(-1, keepdims=True)
         has_keys = jnp.broadcast_to(m_B1TS.any(-1, keepdims=True), den_BNT1.shape)

@@ -10,12 +10,7 @@ from attnlab.tasks.listops import ListOps
 from attnlab.tasks.lm import LanguageModel
 from attnlab.tasks.mqar import MQAR
 
-__all__ = ["Task", "Split", "make", "choices", "MQAR", "ListOps", "ICLRegression", "Digits", "LanguageModel"]
-
-
-def choices() -> list[str]:
-    """Names of the tasks in configs/task/."""
-    return registry.choices("task")
+__all__ = ["Task", "Split", "make", "MQAR", "ListOps", "ICLRegression", "Digits", "LanguageModel"]
 
 
 def make(name: str, **options) -> Task:

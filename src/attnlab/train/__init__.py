@@ -1,15 +1,14 @@
 """The training loop as named phases: build the state, compile, loop (step → log → eval → checkpoint), records.
 
 `fit` reads top to bottom; each phase lives in a sibling module (state, evaluation, logs, loop, records).
-The compile phase stays here so that `attnlab.train.make_train_step` is the one `fit` uses
-(scripts/bench_train.py replaces it to capture the compiled step).
+`fit(on_compiled=...)` hands the compiled steps, state and data to a caller (scripts/bench_train.py).
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import jax
 from flax import nnx
@@ -17,11 +16,11 @@ from flax import nnx
 from attnlab.checkpoint import Checkpoints
 from attnlab.groups import leaf_groups
 from attnlab.progress import Phases
-from attnlab.steps import Net, make_stats_step, make_train_step, probes_supported
+from attnlab.steps import Net, probes_supported
 from attnlab.train.config import Diverged, LoopConfig, StopRequest, pad_split
 from attnlab.train.evaluation import Evaluator, final_metrics
 from attnlab.train.logs import Logs
-from attnlab.train.loop import CompiledSteps, run_steps, save
+from attnlab.train.loop import CompiledSteps, compile_steps, run_steps, save
 from attnlab.train.records import seed_records
 from attnlab.train.state import LoopState, Placement, initial_loop
 
@@ -33,11 +32,13 @@ __all__ = ["Diverged", "LoopConfig", "LoopState", "StopRequest", "fit", "pad_spl
 
 
 def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path], checkpoint_dir: Path,
-        hparams: list[dict] | None = None, declared: dict | None = None) -> list[dict[str, Any]]:
+        hparams: list[dict] | None = None, declared: dict | None = None,
+        on_compiled: Callable[[CompiledSteps, dict, dict], None] | None = None) -> list[dict[str, Any]]:
     """Train one net per seed (cfg.seed + i) on `task` as one vmapped program; one record per seed.
 
     Seed i logs to run_dirs[i]; the stacked state is checkpointed in checkpoint_dir. hparams[i] is seed
-    i's HParams row, `declared` the sweep's columns (attnlab.tb_hparams.declare).
+    i's HParams row, `declared` the sweep's columns (attnlab.tb_hparams.declare). `on_compiled(steps, state,
+    data)` is called once the steps are compiled, before any runs (a benchmark raises there to stop).
     """
     phases = Phases(cfg.progress)
     t_start = time.perf_counter()
@@ -55,6 +56,8 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
         steps = compile_steps(graphdef, tx, loop.state, data, cfg, placement, groups=groups, layers=layers,
                               num_layers=num_layers, num_heads=nets[0].body.blocks[0].attn.num_heads,
                               probe_scores=probes_supported(nets[0]), num_seeds=S)
+    if on_compiled is not None:
+        on_compiled(steps, loop.state, data)
     with phases("build"):
         logs = Logs.open(run_dirs, cfg, loop.start, has_beta=any(g.startswith("beta:") for g in groups),
                          loss_is_nll=nets[0].head.loss_is_nll, num_layers=num_layers, task=task, probe_inputs=evaluator.probe["inputs"])
@@ -84,25 +87,6 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
              "seeds_over_devices": placement.seed_parallel, "timing": timing}
     return seed_records(loop, cfg, logs, evaluator.baseline, finals, best_finals, steps_done=steps_done,
                         run_dirs=run_dirs, data=data, hparams=hparams, declared=declared, timing=rates)
-
-
-def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placement, *, groups, layers,
-                  probe_scores: bool, **shape) -> CompiledSteps:
-    """The train step and the statistics program compiled ahead of time (`shape`: their shared options).
-
-    A logging step runs the statistics program on the state before the step, then the same train step
-    as every other step: logging never changes the parameters (tests/test_train_phases.py).
-    """
-    common = dict(batch_size=cfg.batch_size, batch_sharding=placement.batch, **shape)
-    plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **common).lower(state, data).compile()
-    statistics = make_stats_step(graphdef, probe_scores=probe_scores, **common).lower(state, data).compile()
-
-    def stats(state, data):
-        extra = statistics(state, data)  # dispatched first: the train step donates `state`
-        state, metrics = plain(state, data)
-        return state, {**metrics, **extra}
-
-    return CompiledSteps(plain=plain, stats=stats)
 
 
 def train_data(task, placement: Placement) -> dict:

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
+from attnlab.progress import MODES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,7 +54,7 @@ class LoopConfig:
         checks.require(isinstance(self.resume, bool), f"trainer.resume={self.resume!r} must be true or false")
         checks.real("trainer.max_skipped", self.max_skipped, 0.0, 1.0)
         for key, allowed in (("nonfinite", ("skip", "stop")), ("attn_map_scale", ("row", "log", "max")),
-                             ("progress", ("auto", "bar", "lines", "none"))):
+                             ("progress", MODES)):
             value = getattr(self, key)
             checks.require(value in allowed, f"trainer.{key}={value!r} unknown; allowed: {', '.join(allowed)}")
 

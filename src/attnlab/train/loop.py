@@ -1,4 +1,4 @@
-"""The step loop: step → log → eval → checkpoint, until done, diverged (stop policy) or signalled."""
+"""The compiled steps, and the step loop: step → log → eval → checkpoint, until done, diverged (stop policy) or signalled."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from typing import Callable
 
 from attnlab.checkpoint import Checkpoints
 from attnlab.progress import Phases
+from attnlab.steps import make_stats_step, make_train_step
 from attnlab.train.config import Diverged, LoopConfig, StopRequest
 from attnlab.train.evaluation import Evaluator, evaluate_step
 from attnlab.train.logs import Logs, flush
-from attnlab.train.state import LoopState
+from attnlab.train.state import LoopState, Placement
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +28,7 @@ def save(loop: LoopState, logs: Logs, cfg: LoopConfig, ckpt: Checkpoints, step: 
     """Checkpoint the stacked state, best params and best metrics (after writing any pending logs)."""
     flush(loop, logs, cfg)
     ckpt.save(step, {"train": loop.state, "best_params": loop.best_params},
-              {"best": loop.best, "data_position": step})
+              {"best": loop.best})
 
 
 def run_steps(loop: LoopState, steps: CompiledSteps, data: dict, cfg: LoopConfig, logs: Logs,
@@ -66,3 +67,22 @@ def run_steps(loop: LoopState, steps: CompiledSteps, data: dict, cfg: LoopConfig
             loop.status, loop.error = "diverged", str(exc)
         finally:
             logs.progress.close()
+
+
+def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placement, *, groups, layers,
+                  probe_scores: bool, **shape) -> CompiledSteps:
+    """The train step and the statistics program compiled ahead of time (`shape`: their shared options).
+
+    A logging step runs the statistics program on the state before the step, then the same train step
+    as every other step: logging never changes the parameters (tests/test_train_phases.py).
+    """
+    common = dict(batch_size=cfg.batch_size, batch_sharding=placement.batch, **shape)
+    plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **common).lower(state, data).compile()
+    statistics = make_stats_step(graphdef, probe_scores=probe_scores, **common).lower(state, data).compile()
+
+    def stats(state, data):
+        extra = statistics(state, data)  # dispatched first: the train step donates `state`
+        state, metrics = plain(state, data)
+        return state, {**metrics, **extra}
+
+    return CompiledSteps(plain=plain, stats=stats)
