@@ -8,7 +8,9 @@ import json
 import math
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -56,6 +58,43 @@ def interrupted(run_dir: Path, sweep_dir: str) -> None:
     except (OSError, ValueError, AttributeError):  # no readable multirun.yaml: say what to add instead
         command = f"the same command with hydra.sweep.dir={shlex.quote(str(Path(sweep_dir).absolute()))}"
     sys.exit(f"attnlab: sweep interrupted at {run_dir}; resume it with:\n  {command}")
+
+
+# The sweep and job running now: an interrupt between jobs (in Hydra's own code) still names them.
+_CURRENT: dict[str, str] = {}
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM (SLURM's preemption, `kill`) stops a sweep as Ctrl-C does: KeyboardInterrupt outside the step
+    loop, a checkpoint then a stop inside it (train.StopRequest), and the resume command either way."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+def multirun_argv(args: list[str]) -> bool:
+    """Whether the command line asks for a sweep; if so SIGTERM is an interrupt from here on (Hydra's set-up)."""
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    if multirun:
+        stop_on_sigterm()
+    return multirun
+
+
+def job_started(run_dir: str, sweep_dir: str) -> None:
+    """Called as each sweep job starts (also for hydra.mode=MULTIRUN without -m)."""
+    stop_on_sigterm()
+    _CURRENT.update(run_dir=run_dir, sweep_dir=sweep_dir)
+
+
+def interrupted_outside_a_job(multirun: bool, argv: list[str]) -> bool:
+    """End a sweep interrupted outside the step loop (a job's start-up or compile, Hydra's code between jobs)
+    with its resume command; False when no sweep is running (a single run's KeyboardInterrupt is re-raised)."""
+    if _CURRENT:
+        interrupted(Path(_CURRENT["run_dir"]), _CURRENT["sweep_dir"])
+    if not multirun:
+        return False
+    prog = [sys.executable, "-m", "attnlab"] if argv[0].endswith("__main__.py") else ["attnlab-train"]
+    # No job started, so nothing ran: the same command is the one that resumes it.
+    sys.exit(f"attnlab: sweep interrupted before its first job; resume it with:\n  {shlex.join([*prog, *argv[1:]])}")
 
 
 def job_name(num: int, sweep_dir: str, overrides: list[str]) -> str:
