@@ -233,6 +233,7 @@ def _hydra_train(cfg: DictConfig) -> None:
     if hc.mode == RunMode.MULTIRUN:  # a Ctrl-C/SIGTERM from here on ends with the resume command (train_main)
         sweep.job_started(hc.runtime.output_dir, hc.sweep.dir)
     run(cfg)
+    sweep.check_pending()  # a signal whose KeyboardInterrupt was swallowed stops the sweep after its job
 
 
 def train_main() -> None:

@@ -3,6 +3,7 @@ that says what to run next, per-job thread limits."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
@@ -64,25 +65,46 @@ def interrupted(run_dir: Path, sweep_dir: str) -> None:
 _CURRENT: dict[str, str] = {}
 
 
-def stop_on_sigterm() -> None:
+def _interrupt(signum: int, frame: Any) -> None:
+    """A sweep's SIGINT/SIGTERM outside the step loop: KeyboardInterrupt, remembered in _PENDING in case it is
+    swallowed (Python ignores exceptions from gc callbacks and __del__; raised in JAX's gc callback, a Ctrl-C
+    was lost and the sweep ran on), so the job's end stops the sweep (check_pending)."""
+    _PENDING.append(signum)
+    if frame is not None and any(getattr(cb, "__code__", None) is frame.f_code for cb in gc.callbacks):
+        return  # raising here would only print "Exception ignored ... Traceback"; check_pending stops the sweep
+    raise KeyboardInterrupt
+
+
+_PENDING: list[int] = []
+
+
+def catch_signals() -> None:
     """SIGTERM (SLURM's preemption, `kill`) stops a sweep as Ctrl-C does: KeyboardInterrupt outside the step
     loop, a checkpoint then a stop inside it (train.StopRequest), and the resume command either way."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _interrupt)
+
+
+def check_pending() -> None:
+    """Stop the sweep now if a signal arrived whose KeyboardInterrupt was swallowed."""
+    if _PENDING:
+        raise KeyboardInterrupt
 
 
 def multirun_argv(args: list[str]) -> bool:
     """Whether the command line asks for a sweep; if so SIGTERM is an interrupt from here on (Hydra's set-up)."""
     multirun = any(a in ("-m", "--multirun") for a in args)
     if multirun:
-        stop_on_sigterm()
+        catch_signals()
     return multirun
 
 
 def job_started(run_dir: str, sweep_dir: str) -> None:
     """Called as each sweep job starts (also for hydra.mode=MULTIRUN without -m)."""
-    stop_on_sigterm()
+    catch_signals()
     _CURRENT.update(run_dir=run_dir, sweep_dir=sweep_dir)
+    check_pending()
 
 
 def interrupted_outside_a_job(multirun: bool, argv: list[str]) -> bool:
