@@ -107,3 +107,25 @@ def test_a_diverged_sweep_job_is_not_run_again_on_resume(tmp_path):
     assert "0_optim.lr=1e5 already diverged" in again.stderr and "1_optim.lr=1e-3 already completed" in again.stderr
     assert {j: (sweep / j / "metrics.json").stat().st_mtime_ns for j in jobs} == written  # neither ran again
     assert metrics(sweep / "0_optim.lr=1e5")["steps"] == jobs["0_optim.lr=1e5"]["steps"]
+
+
+def test_a_signal_during_a_checkpoint_call_waits_for_it_then_reaches_the_installed_handler():
+    from attnlab.checkpoint import signals_held
+
+    seen, during = [], []
+
+    @signals_held
+    def write():
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered at once to the holding handler
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)
+        during.extend(seen)
+        return "written"
+
+    old = {s: signal.signal(s, lambda signum, frame: seen.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert write() == "written"
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    assert during == [] and seen == [signal.SIGTERM]  # after the call, once: the first signal that came

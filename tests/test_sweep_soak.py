@@ -80,7 +80,8 @@ def test_random_sigint_sigterm_then_the_printed_command_completes_every_job_exac
             os.killpg(proc.pid, signal.SIGKILL)
             raise AssertionError(f"attempt {attempt} hung:\n" + proc.communicate()[0][-3000:]) from None
         log.append(f"attempt {attempt}: {sig and signal.Signals(sig).name} -> exit {proc.returncode}")
-        assert "Traceback" not in out, f"{log[-1]}:\n{out[-4000:]}"
+        (tmp_path / f"attempt{attempt}.log").write_text(out)
+        assert "Traceback" not in out, f"{log[-1]}:\n{out[max(0, out.find('Traceback') - 2000):][:5000]}"
         for job, t in _completion_times(sweep).items():  # a completed job is never run again
             assert completed_at.setdefault(job, t) == t, (job, "\n".join(log))
         if proc.returncode == 0:  # the sweep finished before (or without) the signal
