@@ -2,7 +2,7 @@
 to its process group (as a terminal's Ctrl-C or SLURM's preemption does), each time resumed with exactly the
 command its interrupt message printed; in the end every job completed once and logged every step once.
 
-Run it alone with `pytest -m slow -k soak`; bounded to about 3 minutes (a few attempts, a timeout on each).
+Run it alone with `pytest -m slow -k soak` (ATTNLAB_SOAK_SEED=<n> draws other moments); bounded to about 3 minutes (a few attempts, a timeout on each).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def _completion_times(sweep: Path) -> dict[str, int]:
 def test_random_sigint_sigterm_then_the_printed_command_completes_every_job_exactly_once(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}
     sweep = tmp_path / "sweep"
-    rng = random.Random(22)
+    rng = random.Random(int(os.environ.get("ATTNLAB_SOAK_SEED", "22")))  # other seeds: other moments
     argv = [sys.executable, "-m", "attnlab", *SWEEP, f"hydra.sweep.dir={sweep}"]
     t_end = time.monotonic() + DEADLINE_S
     completed_at: dict[str, int] = {}
