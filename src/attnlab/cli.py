@@ -42,12 +42,8 @@ def _construct(group: str, node: dict[str, Any], **extra):
 
 
 def validate(cfg: DictConfig, device_count: int) -> None:
-    """Checks that span groups (seeds × devices, seed range) and the optim values, before any object.
-
-    Each group's own values are checked by its component: the optim values by optim.check_options
-    (called here too, before a model is built), the trainer's by LoopConfig, the task, model,
-    normalizer and head values by their constructors in `build`.
-    """
+    """Checks that span groups (seeds × devices, seed range) and the optim values, before any object; each
+    group's own values are checked by its component (LoopConfig, the constructors in `build`)."""
     from attnlab import optim
     from attnlab.accelerator import seeds_over_devices
 
@@ -238,10 +234,8 @@ def _hydra_train(cfg: DictConfig) -> None:
 
 def train_main() -> None:
     """Console script `attnlab-train`."""
-    from attnlab.checks import compose_or_exit
-
     multirun = sweep.multirun_argv(sys.argv[1:])
-    compose_or_exit(sys.argv[1:], str(registry.CONFIG_DIR))
+    checks.compose_or_exit(sys.argv[1:], str(registry.CONFIG_DIR))
     try:
         _hydra_train()
     except KeyboardInterrupt:  # outside the step loop (start-up, compile, between jobs): no checkpoint to save
