@@ -92,21 +92,22 @@ def test_a_resumed_sweep_skips_completed_and_diverged_jobs_only(tmp_path, status
 def test_a_diverged_sweep_job_is_not_run_again_on_resume(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}
     sweep = tmp_path / "sweep"
-    first = subprocess.run([sys.executable, "-m", "attnlab", "-m", "optim.lr=1e5,1e-3", *TINY, *TINY_TASK["mqar"],
+    first = subprocess.run([sys.executable, "-m", "attnlab", "-m", "optim.lr=100000.0,0.001", *TINY, *TINY_TASK["mqar"],
                             "trainer.steps=40", "trainer.log_every=2", "trainer.checkpoint_every=2",
                             "optim.warmup_steps=0", f"hydra.sweep.dir={sweep}"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
-    jobs = {j: metrics(sweep / j) for j in ("0_optim.lr=1e5", "1_optim.lr=1e-3")}
+    jobs = {j: metrics(sweep / j) for j in ("0_optim.lr=100000.0", "1_optim.lr=0.001")}
     assert [m["status"] for m in jobs.values()] == ["diverged", "completed"], jobs
-    assert (sweep / "0_optim.lr=1e5" / "checkpoints").is_dir()  # what a resume would have continued from
+    assert (sweep / "0_optim.lr=100000.0" / "checkpoints").is_dir()  # what a resume would have continued from
     written = {j: (sweep / j / "metrics.json").stat().st_mtime_ns for j in jobs}
     again = subprocess.run(resume_command(sweep, "/x/attnlab/__main__.py"), shell=True, cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "0_optim.lr=1e5 already diverged" in again.stderr and "1_optim.lr=1e-3 already completed" in again.stderr
+    assert "0_optim.lr=100000.0 already diverged" in again.stderr
+    assert "1_optim.lr=0.001 already completed" in again.stderr
     assert {j: (sweep / j / "metrics.json").stat().st_mtime_ns for j in jobs} == written  # neither ran again
-    assert metrics(sweep / "0_optim.lr=1e5")["steps"] == jobs["0_optim.lr=1e5"]["steps"]
+    assert metrics(sweep / "0_optim.lr=100000.0")["steps"] == jobs["0_optim.lr=100000.0"]["steps"]
 
 
 def test_a_signal_during_a_checkpoint_call_waits_for_it_then_reaches_the_installed_handler():

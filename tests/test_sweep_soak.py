@@ -2,8 +2,8 @@
 to its process group (as a terminal's Ctrl-C or SLURM's preemption does), each time resumed with exactly the
 command its interrupt message printed; in the end every job completed once and logged every step once.
 
-Run it alone with `pytest -m slow -k soak` (ATTNLAB_SOAK_SEED=<n> draws other moments); bounded to about 3 minutes (a few attempts, a timeout on each).
-"""
+Run it with `pytest -m slow -k soak` (ATTNLAB_SOAK_SEED=<n> draws other moments); bounded to about 3 minutes
+(a few attempts, a timeout on each)."""
 
 from __future__ import annotations
 
