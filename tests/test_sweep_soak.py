@@ -104,3 +104,21 @@ def test_random_sigint_sigterm_then_the_printed_command_completes_every_job_exac
                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert report.returncode == 0, report.stderr[-3000:]
     assert "3 of 3 runs completed" in report.stdout + report.stderr, report.stdout[:2000]
+
+
+def test_sigterm_to_the_group_as_the_sweep_starts_prints_the_resume_command(tmp_path):
+    """SIGTERM's default action killed the sweep silently (exit -15, no resume command) outside the step loop."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}
+    sweep = tmp_path / "sweep"
+    started_ns = time.time_ns()
+    proc = _launch([sys.executable, "-m", "attnlab", *SWEEP, f"hydra.sweep.dir={sweep}"], tmp_path, env)
+    deadline = time.monotonic() + 60
+    while not _sweep_started(sweep / "multirun.yaml", started_ns) and proc.poll() is None:
+        assert time.monotonic() < deadline, "sweep never started"
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGTERM)
+    out = proc.communicate(timeout=ATTEMPT_TIMEOUT_S)[0]
+    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    command = shlex.split(re.search(r"resume it with:\n\s+(.+)", out).group(1))
+    assert command[command.index("-m", 2) + 1:][:len(SWEEP) - 1] == SWEEP[1:], command  # the sweep's own overrides
+    assert not any((sweep / job / "metrics.json").exists() for job in JOBS)  # nothing ran
