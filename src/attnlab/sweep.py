@@ -198,6 +198,9 @@ class SweepSummary(Callback):
                 print(f"  {status:10s} {run}", file=sys.stderr)
         swept = swept_keys(Path(sweep_dir)) or set()
         print("\n".join(next_steps(sweep_dir, "normalizer" in swept)), file=sys.stderr, flush=True)
+        if threading.current_thread() is threading.main_thread():  # nothing left to stop: a late signal
+            for sig in (signal.SIGINT, signal.SIGTERM):  # raised in JAX's atexit clean-up (the soak found it)
+                signal.signal(sig, signal.SIG_IGN)
         if counts.get("failed") or counts.get("unfinished"):
             sys.exit(1)
 
