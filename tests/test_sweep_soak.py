@@ -26,6 +26,8 @@ SWEEP = ["-m", "seed=0,1,2", *TINY, *TINY_TASK["mqar"], f"trainer.steps={STEPS}"
          "trainer.eval_every=30", "trainer.checkpoint_every=10"]
 INTERRUPTIONS = 4  # then one attempt left alone to finish
 ATTEMPT_TIMEOUT_S = 120
+IGNORED_INTERRUPT = re.compile(r"Exception ignored in[^\n]*\nTraceback \(most recent call last\):\n"
+                               r"(?:(?: .*)?\n)*?KeyboardInterrupt: ?\n")
 DEADLINE_S = 300  # the whole soak; about 3 minutes on 2 busy cores
 
 
@@ -81,6 +83,9 @@ def test_random_sigint_sigterm_then_the_printed_command_completes_every_job_exac
             raise AssertionError(f"attempt {attempt} hung:\n" + proc.communicate()[0][-3000:]) from None
         log.append(f"attempt {attempt}: {sig and signal.Signals(sig).name} -> exit {proc.returncode}")
         (tmp_path / f"attempt{attempt}.log").write_text(out)
+        # Python's own report of a KeyboardInterrupt it could not raise (in a weakref callback or __del__): the
+        # signal is not lost (sweep._PENDING stops the sweep), so only those reports are allowed.
+        out = IGNORED_INTERRUPT.sub("", out)
         assert "Traceback" not in out, f"{log[-1]}:\n{out[max(0, out.find('Traceback') - 2000):][:5000]}"
         for job, t in _completion_times(sweep).items():  # a completed job is never run again
             assert completed_at.setdefault(job, t) == t, (job, "\n".join(log))
