@@ -39,6 +39,11 @@ def swept_keys(sweep_dir: Path) -> set[str] | None:
     return {o.key_or_group for o in OverridesParser.create().parse_overrides(args) if o.is_sweep_override()}
 
 
+def _prog(argv0: str) -> list[str]:
+    """How this process was started: `python -m attnlab` or the console script."""
+    return [sys.executable, "-m", "attnlab"] if argv0.endswith("__main__.py") else ["attnlab-train"]
+
+
 def resume_command(sweep_dir: Path | str, argv0: str = "") -> str:
     """The command that resumes a sweep: its own overrides (multirun.yaml) with hydra.sweep.dir pinned.
 
@@ -48,16 +53,16 @@ def resume_command(sweep_dir: Path | str, argv0: str = "") -> str:
     sweep_dir = Path(sweep_dir).absolute()
     hydra_cfg = OmegaConf.load(sweep_dir / "multirun.yaml").hydra
     hydra_args = [o for o in hydra_cfg.overrides.hydra if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
-    prog = [sys.executable, "-m", "attnlab"] if argv0.endswith("__main__.py") else ["attnlab-train"]
-    return shlex.join([*prog, "-m", *hydra_cfg.overrides.task, *hydra_args, f"hydra.sweep.dir={sweep_dir}"])
+    return shlex.join([*_prog(argv0), "-m", *hydra_cfg.overrides.task, *hydra_args, f"hydra.sweep.dir={sweep_dir}"])
 
 
 def interrupted(run_dir: Path, sweep_dir: str) -> None:
     """End a sweep stopped by a signal with the command that resumes it."""
     try:
         command = resume_command(sweep_dir, sys.argv[0])
-    except (OSError, ValueError, AttributeError):  # no readable multirun.yaml: say what to add instead
-        command = f"the same command with hydra.sweep.dir={shlex.quote(str(Path(sweep_dir).absolute()))}"
+    except (OSError, ValueError, AttributeError):  # no multirun.yaml yet: this command with the dir pinned
+        args = [a for a in sys.argv[1:] if not a.startswith("hydra.sweep.dir=")]
+        command = shlex.join([*_prog(sys.argv[0]), *args, f"hydra.sweep.dir={Path(sweep_dir).absolute()}"])
     sys.exit(f"attnlab: sweep interrupted at {run_dir}; resume it with:\n  {command}")
 
 
@@ -110,13 +115,13 @@ def job_started(run_dir: str, sweep_dir: str) -> None:
 def interrupted_outside_a_job(multirun: bool, argv: list[str]) -> bool:
     """End a sweep interrupted outside the step loop (a job's start-up or compile, Hydra's code between jobs)
     with its resume command; False when no sweep is running (a single run's KeyboardInterrupt is re-raised)."""
-    if _CURRENT:
-        interrupted(Path(_CURRENT["run_dir"]), _CURRENT["sweep_dir"])
+    if _CURRENT:  # a job of this process ran, or the sweep started (launchers running jobs elsewhere)
+        interrupted(Path(_CURRENT.get("run_dir", _CURRENT["sweep_dir"])), _CURRENT["sweep_dir"])
     if not multirun:
         return False
-    prog = [sys.executable, "-m", "attnlab"] if argv[0].endswith("__main__.py") else ["attnlab-train"]
-    # No job started, so nothing ran: the same command is the one that resumes it.
-    sys.exit(f"attnlab: sweep interrupted before its first job; resume it with:\n  {shlex.join([*prog, *argv[1:]])}")
+    # Before Hydra set the sweep up, so nothing ran: the same command is the one that resumes it.
+    command = shlex.join([*_prog(argv[0]), *argv[1:]])
+    sys.exit(f"attnlab: sweep interrupted before it started; resume it with:\n  {command}")
 
 
 def job_name(num: int, sweep_dir: str, overrides: list[str]) -> str:
@@ -177,6 +182,9 @@ def next_steps(sweep_dir: str, color_by_normalizer: bool) -> list[str]:
 class SweepSummary(Callback):
     """A line per finished job; at the end, the counts, the runs that did not complete and the commands to run
     next; exits non-zero only if a job failed."""
+
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        _CURRENT["sweep_dir"] = str(config.hydra.sweep.dir)  # where an interrupt before any job resumes
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         self._start = time.perf_counter()
