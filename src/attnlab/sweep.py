@@ -3,7 +3,6 @@ that says what to run next, per-job thread limits."""
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import math
@@ -72,12 +71,16 @@ _CURRENT: dict[str, str] = {}
 
 def _interrupt(signum: int, frame: Any) -> None:
     """A sweep's SIGINT/SIGTERM outside the step loop: KeyboardInterrupt, remembered in _PENDING in case it is
-    swallowed (Python ignores exceptions from gc callbacks and __del__; raised in JAX's gc callback, a Ctrl-C
-    was lost and the sweep ran on), so the job's end stops the sweep (check_pending)."""
+    swallowed (Python ignores exceptions from gc and weakref callbacks and __del__; raised in JAX's gc callback,
+    a Ctrl-C was lost and the sweep ran on), so the job's end stops the sweep (check_pending)."""
     _PENDING.append(signum)
-    if frame is not None and any(getattr(cb, "__code__", None) is frame.f_code for cb in gc.callbacks):
-        return  # raising here would only print "Exception ignored ... Traceback"; check_pending stops the sweep
     raise KeyboardInterrupt
+
+
+def _unraisable(info: Any) -> None:
+    """Python's "Exception ignored in ..." report, except for a KeyboardInterrupt that _PENDING keeps."""
+    if not (isinstance(info.exc_value, KeyboardInterrupt) and _PENDING):
+        sys.__unraisablehook__(info)
 
 
 _PENDING: list[int] = []
@@ -89,6 +92,7 @@ def catch_signals() -> None:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, _interrupt)
+        sys.unraisablehook = _unraisable
 
 
 def check_pending() -> None:
