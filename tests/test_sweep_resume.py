@@ -4,6 +4,7 @@ checkpoint."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -16,6 +17,7 @@ import pytest
 from cli_helpers import TINY, TINY_TASK, events, metrics
 from omegaconf import OmegaConf
 
+from attnlab.run_files import finished_with
 from attnlab.sweep import resume_command
 
 STEPS = 100
@@ -63,3 +65,68 @@ def test_sigint_mid_job_then_the_printed_command_completes_every_job_once(tmp_pa
         assert (m["status"], m["steps"], m["resumed_from"]) == ("completed", STEPS, resumed_from), (job, m)
     logged = [e.step for e in events(sweep / "1_seed=1").Scalars("train/loss")]  # each step once, none missing
     assert logged == list(range(10, STEPS + 1, 10)), logged
+
+
+def _write_run(run_dir, config, status, seeds=None):
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if seeds is None:
+        (run_dir / "run.json").write_text(json.dumps({"config": config}))
+        (run_dir / "metrics.json").write_text(json.dumps({"status": status}))
+    else:
+        (run_dir / "seeds.json").write_text(json.dumps({"config": config, "seeds": {
+            str(s): {"status": st} for s, st in zip(seeds, status)}}))
+
+
+@pytest.mark.parametrize(("status", "seeds", "final"), [
+    ("completed", None, "completed"), ("diverged", None, "diverged"), ("interrupted", None, None),
+    ("failed", None, None), (["completed", "diverged"], [0, 1], "diverged"),
+    (["completed", "completed"], [0, 1], "completed"), (["diverged", "interrupted"], [0, 1], None)])
+def test_a_resumed_sweep_skips_completed_and_diverged_jobs_only(tmp_path, status, seeds, final):
+    config = {"seed": 0, "trainer": {"steps": 9, "resume": False}, "optim": {"lr": 1000.0}}
+    _write_run(tmp_path, config, status, seeds)
+    assert finished_with(tmp_path, {**config, "trainer": {"steps": 9, "resume": True}}) == final  # resume aside
+    assert finished_with(tmp_path, {**config, "optim": {"lr": 1.0}}) is None  # another config runs again
+
+
+@pytest.mark.slow  # ~25 s CPU: a two-job sweep, then its resume command (both jobs skipped)
+def test_a_diverged_sweep_job_is_not_run_again_on_resume(tmp_path):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}
+    sweep = tmp_path / "sweep"
+    first = subprocess.run([sys.executable, "-m", "attnlab", "-m", "optim.lr=100000.0,0.001", *TINY, *TINY_TASK["mqar"],
+                            "trainer.steps=40", "trainer.log_every=2", "trainer.checkpoint_every=2",
+                            "optim.warmup_steps=0", f"hydra.sweep.dir={sweep}"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    jobs = {j: metrics(sweep / j) for j in ("0_optim.lr=100000.0", "1_optim.lr=0.001")}
+    assert [m["status"] for m in jobs.values()] == ["diverged", "completed"], jobs
+    assert (sweep / "0_optim.lr=100000.0" / "checkpoints").is_dir()  # what a resume would have continued from
+    written = {j: (sweep / j / "metrics.json").stat().st_mtime_ns for j in jobs}
+    again = subprocess.run(resume_command(sweep, "/x/attnlab/__main__.py"), shell=True, cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0_optim.lr=100000.0 already diverged" in again.stderr
+    assert "1_optim.lr=0.001 already completed" in again.stderr
+    assert {j: (sweep / j / "metrics.json").stat().st_mtime_ns for j in jobs} == written  # neither ran again
+    assert metrics(sweep / "0_optim.lr=100000.0")["steps"] == jobs["0_optim.lr=100000.0"]["steps"]
+
+
+def test_a_signal_during_a_checkpoint_call_waits_for_it_then_reaches_the_installed_handler():
+    from attnlab.checkpoint import signals_held
+
+    seen, during = [], []
+
+    @signals_held
+    def write():
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered at once to the holding handler
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)
+        during.extend(seen)
+        return "written"
+
+    old = {s: signal.signal(s, lambda signum, frame: seen.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        assert write() == "written"
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    assert during == [] and seen == [signal.SIGTERM]  # after the call, once: the first signal that came

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import signal
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,30 @@ from orbax.checkpoint import checkpoint_managers as pp
 logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every save at INFO
 
 
+def signals_held(method):
+    """Run an orbax call with SIGINT/SIGTERM held, then re-send the first one that came.
+
+    A KeyboardInterrupt inside orbax's asyncio machinery left its threads printing "Event loop is closed"
+    tracebacks at exit (found by tests/test_sweep_soak.py); a checkpoint read or write is short, so the
+    signal waits for it and then reaches whatever handler was installed (train.StopRequest, the sweep's).
+    """
+    @functools.wraps(method)
+    def held(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            return method(*args, **kwargs)
+        came: list[int] = []
+        old = {sig: signal.signal(sig, lambda signum, frame: came.append(signum))
+               for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return method(*args, **kwargs)
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+            if came:
+                signal.raise_signal(came[0])
+    return held
+
+
 class CheckpointError(RuntimeError):
     """No usable checkpoint where one was required."""
 
@@ -21,12 +48,14 @@ class Checkpoints:
     """state (a pytree of arrays: params, optimizer, RNG key data, step, best params) + meta (JSON:
     best-val metrics) under <run_dir>/checkpoints/<step>/, the last `keep` kept."""
 
+    @signals_held
     def __init__(self, run_dir: Path, keep: int = 2):
         self.directory = Path(run_dir).resolve() / "checkpoints"
         options = ocp.CheckpointManagerOptions(
             preservation_policy=pp.LatestN(keep), enable_async_checkpointing=False, create=True)
         self.manager = ocp.CheckpointManager(self.directory, options=options)
 
+    @signals_held
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
         if step in self.manager.all_steps():
             return
@@ -34,10 +63,12 @@ class Checkpoints:
                                                         meta=ocp.args.JsonSave(meta)), force=True)
         self.manager.wait_until_finished()
 
+    @signals_held
     def steps(self) -> list[int]:
         self.manager.reload()
         return sorted(self.manager.all_steps())
 
+    @signals_held
     def restore_latest(self, template: Any) -> tuple[int, Any, dict[str, Any]] | None:
         """(step, state, meta) of the newest readable checkpoint; None if there is none at all."""
         steps = self.steps()
@@ -53,5 +84,6 @@ class Checkpoints:
             raise CheckpointError(f"no usable checkpoint in {self.directory} (tried steps {steps})")
         return None
 
+    @signals_held
     def close(self) -> None:
         self.manager.close()

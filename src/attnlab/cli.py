@@ -16,7 +16,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import chance, checks, outdir, registry, sweep
-from attnlab.run_files import (completed_with, compute_record, hparams_of, record_failure, record_refused, write_results,
+from attnlab.run_files import (compute_record, finished_with, hparams_of, record_failure, record_refused, write_results,
                                write_run_json)
 
 EXIT_CONFIG = 2
@@ -42,12 +42,8 @@ def _construct(group: str, node: dict[str, Any], **extra):
 
 
 def validate(cfg: DictConfig, device_count: int) -> None:
-    """Checks that span groups (seeds × devices, seed range) and the optim values, before any object.
-
-    Each group's own values are checked by its component: the optim values by optim.check_options
-    (called here too, before a model is built), the trainer's by LoopConfig, the task, model,
-    normalizer and head values by their constructors in `build`.
-    """
+    """Checks that span groups (seeds × devices, seed range) and the optim values, before any object; each
+    group's own values are checked by its component (LoopConfig, the constructors in `build`)."""
     from attnlab import optim
     from attnlab.accelerator import seeds_over_devices
 
@@ -143,9 +139,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     choices = dict(hc.runtime.choices)
     record: dict[str, Any] = {"status": "failed", "run_dir": str(run_dir)}
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    if multirun and completed_with(run_dir, resolved):
-        print(f"attnlab: {run_dir} already completed with the same config; skipped", file=sys.stderr)
-        return {"status": "completed", "run_dir": str(run_dir), "skipped": True}
+    done = finished_with(run_dir, resolved) if multirun else None
+    if done:  # a resumed sweep runs each job once: completed and diverged jobs are final
+        print(f"attnlab: {run_dir} already {done} with the same config; skipped", file=sys.stderr)
+        return {"status": done, "run_dir": str(run_dir), "skipped": True}
     has_checkpoint = (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir())
     if multirun and has_checkpoint:  # re-running a sweep continues its unfinished runs
         cfg.trainer.resume = True
@@ -225,20 +222,22 @@ OmegaConf.register_new_resolver("attnlab_job", sweep.job_name, replace=True)
 
 @hydra.main(config_path=str(registry.CONFIG_DIR), config_name="train", version_base="1.3")
 def _hydra_train(cfg: DictConfig) -> None:
-    try:
-        run(cfg)
-    except KeyboardInterrupt:  # Ctrl-C outside the step loop (start-up, compile): no checkpoint to save
-        if HydraConfig.get().mode != RunMode.MULTIRUN:
-            raise
-        sweep.interrupted(Path(HydraConfig.get().runtime.output_dir), HydraConfig.get().sweep.dir)
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.MULTIRUN:  # a Ctrl-C/SIGTERM from here on ends with the resume command (train_main)
+        sweep.job_started(hc.runtime.output_dir, hc.sweep.dir)
+    run(cfg)
+    sweep.check_pending()  # a signal whose KeyboardInterrupt was swallowed stops the sweep after its job
 
 
 def train_main() -> None:
     """Console script `attnlab-train`."""
-    from attnlab.checks import compose_or_exit
-
-    compose_or_exit(sys.argv[1:], str(registry.CONFIG_DIR))
-    _hydra_train()
+    multirun = sweep.multirun_argv(sys.argv[1:])
+    checks.compose_or_exit(sys.argv[1:], str(registry.CONFIG_DIR))
+    try:
+        _hydra_train()
+    except KeyboardInterrupt:  # outside the step loop (start-up, compile, between jobs): no checkpoint to save
+        if not sweep.interrupted_outside_a_job(multirun, sys.argv):
+            raise
 
 
 def report_main() -> None:

@@ -30,20 +30,26 @@ def hparams_of(cfg: DictConfig, choices: dict[str, str]) -> dict[str, Any]:
     return flat
 
 
-def completed_with(run_dir: Path, resolved: dict) -> bool:
-    """Whether run_dir holds a completed run of exactly this resolved config (resume flag aside)."""
+FINISHED = ("completed", "diverged")  # final outcomes: a resumed sweep skips them (a diverged run would diverge again)
+
+
+def finished_with(run_dir: Path, resolved: dict) -> str | None:
+    """The final status (FINISHED) of the run in run_dir if it ran exactly this resolved config (resume flag
+    aside), else None; under trainer.vmap_seeds every seed must have finished."""
     try:
         if (run_dir / "seeds.json").exists():
             info = read_json(run_dir / "seeds.json")
-            done = all(v["status"] == "completed" for v in info["seeds"].values())
+            found = {v["status"] for v in info["seeds"].values()}
             old = info["config"]
         else:
-            done = read_json(run_dir / "metrics.json")["status"] == "completed"
+            found = {read_json(run_dir / "metrics.json")["status"]}
             old = read_json(run_dir / "run.json")["config"]
-    except (OSError, ValueError, KeyError):
-        return False
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
     strip = lambda c: {**c, "trainer": {k: v for k, v in c["trainer"].items() if k != "resume"}}  # noqa: E731
-    return done and strip(old) == strip(resolved)
+    if not found or not found <= set(FINISHED) or strip(old) != strip(resolved):
+        return None
+    return "diverged" if "diverged" in found else "completed"
 
 
 def compute_record(accelerator: DictConfig, net, seq_len: int) -> dict[str, Any]:

@@ -8,7 +8,9 @@ import json
 import math
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -36,6 +38,11 @@ def swept_keys(sweep_dir: Path) -> set[str] | None:
     return {o.key_or_group for o in OverridesParser.create().parse_overrides(args) if o.is_sweep_override()}
 
 
+def _prog(argv0: str) -> list[str]:
+    """How this process was started: `python -m attnlab` or the console script."""
+    return [sys.executable, "-m", "attnlab"] if argv0.endswith("__main__.py") else ["attnlab-train"]
+
+
 def resume_command(sweep_dir: Path | str, argv0: str = "") -> str:
     """The command that resumes a sweep: its own overrides (multirun.yaml) with hydra.sweep.dir pinned.
 
@@ -45,17 +52,80 @@ def resume_command(sweep_dir: Path | str, argv0: str = "") -> str:
     sweep_dir = Path(sweep_dir).absolute()
     hydra_cfg = OmegaConf.load(sweep_dir / "multirun.yaml").hydra
     hydra_args = [o for o in hydra_cfg.overrides.hydra if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
-    prog = [sys.executable, "-m", "attnlab"] if argv0.endswith("__main__.py") else ["attnlab-train"]
-    return shlex.join([*prog, "-m", *hydra_cfg.overrides.task, *hydra_args, f"hydra.sweep.dir={sweep_dir}"])
+    return shlex.join([*_prog(argv0), "-m", *hydra_cfg.overrides.task, *hydra_args, f"hydra.sweep.dir={sweep_dir}"])
 
 
 def interrupted(run_dir: Path, sweep_dir: str) -> None:
     """End a sweep stopped by a signal with the command that resumes it."""
     try:
         command = resume_command(sweep_dir, sys.argv[0])
-    except (OSError, ValueError, AttributeError):  # no readable multirun.yaml: say what to add instead
-        command = f"the same command with hydra.sweep.dir={shlex.quote(str(Path(sweep_dir).absolute()))}"
+    except (OSError, ValueError, AttributeError):  # no multirun.yaml yet: this command with the dir pinned
+        args = [a for a in sys.argv[1:] if not a.startswith("hydra.sweep.dir=")]
+        command = shlex.join([*_prog(sys.argv[0]), *args, f"hydra.sweep.dir={Path(sweep_dir).absolute()}"])
     sys.exit(f"attnlab: sweep interrupted at {run_dir}; resume it with:\n  {command}")
+
+
+# The sweep and job running now: an interrupt between jobs (in Hydra's own code) still names them.
+_CURRENT: dict[str, str] = {}
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    """A sweep's SIGINT/SIGTERM outside the step loop: KeyboardInterrupt, remembered in _PENDING in case it is
+    swallowed (Python ignores exceptions from gc and weakref callbacks and __del__; raised in JAX's gc callback,
+    a Ctrl-C was lost and the sweep ran on), so the job's end stops the sweep (check_pending)."""
+    _PENDING.append(signum)
+    raise KeyboardInterrupt
+
+
+def _unraisable(info: Any) -> None:
+    """Python's "Exception ignored in ..." report, except for a KeyboardInterrupt that _PENDING keeps."""
+    if not (isinstance(info.exc_value, KeyboardInterrupt) and _PENDING):
+        sys.__unraisablehook__(info)
+
+
+_PENDING: list[int] = []
+
+
+def catch_signals() -> None:
+    """SIGTERM (SLURM's preemption, `kill`) stops a sweep as Ctrl-C does: KeyboardInterrupt outside the step
+    loop, a checkpoint then a stop inside it (train.StopRequest), and the resume command either way."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, _interrupt)
+        sys.unraisablehook = _unraisable
+
+
+def check_pending() -> None:
+    """Stop the sweep now if a signal arrived whose KeyboardInterrupt was swallowed."""
+    if _PENDING:
+        raise KeyboardInterrupt
+
+
+def multirun_argv(args: list[str]) -> bool:
+    """Whether the command line asks for a sweep; if so SIGTERM is an interrupt from here on (Hydra's set-up)."""
+    multirun = any(a in ("-m", "--multirun") for a in args)
+    if multirun:
+        catch_signals()
+    return multirun
+
+
+def job_started(run_dir: str, sweep_dir: str) -> None:
+    """Called as each sweep job starts (also for hydra.mode=MULTIRUN without -m)."""
+    catch_signals()
+    _CURRENT.update(run_dir=run_dir, sweep_dir=sweep_dir)
+    check_pending()
+
+
+def interrupted_outside_a_job(multirun: bool, argv: list[str]) -> bool:
+    """End a sweep interrupted outside the step loop (a job's start-up or compile, Hydra's code between jobs)
+    with its resume command; False when no sweep is running (a single run's KeyboardInterrupt is re-raised)."""
+    if _CURRENT:  # a job of this process ran, or the sweep started (launchers running jobs elsewhere)
+        interrupted(Path(_CURRENT.get("run_dir", _CURRENT["sweep_dir"])), _CURRENT["sweep_dir"])
+    if not multirun:
+        return False
+    # Before Hydra set the sweep up, so nothing ran: the same command is the one that resumes it.
+    command = shlex.join([*_prog(argv[0]), *argv[1:]])
+    sys.exit(f"attnlab: sweep interrupted before it started; resume it with:\n  {command}")
 
 
 def job_name(num: int, sweep_dir: str, overrides: list[str]) -> str:
@@ -117,6 +187,9 @@ class SweepSummary(Callback):
     """A line per finished job; at the end, the counts, the runs that did not complete and the commands to run
     next; exits non-zero only if a job failed."""
 
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        _CURRENT["sweep_dir"] = str(config.hydra.sweep.dir)  # where an interrupt before any job resumes
+
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         self._start = time.perf_counter()
 
@@ -137,6 +210,9 @@ class SweepSummary(Callback):
                 print(f"  {status:10s} {run}", file=sys.stderr)
         swept = swept_keys(Path(sweep_dir)) or set()
         print("\n".join(next_steps(sweep_dir, "normalizer" in swept)), file=sys.stderr, flush=True)
+        if threading.current_thread() is threading.main_thread():  # nothing left to stop: a late signal
+            for sig in (signal.SIGINT, signal.SIGTERM):  # raised in JAX's atexit clean-up (the soak found it)
+                signal.signal(sig, signal.SIG_IGN)
         if counts.get("failed") or counts.get("unfinished"):
             sys.exit(1)
 
