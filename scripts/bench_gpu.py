@@ -51,6 +51,7 @@ def attnlab_steps(normalizer: str, B: int, T: int, dtype: str):
     from attnlab.groups import leaf_groups
     from attnlab.steps import make_stats_step, make_train_step, probes_supported
     from attnlab.train import pad_split
+    from attnlab.train.state import fresh_state
 
     overrides = ["model=base", "task=lm", f"task.seq_len={T}", f"trainer.batch_size={B}", f"normalizer={normalizer}",
                  f"accelerator.dtype={dtype}", "task.n_train=256", "task.n_val=8", "task.n_test=8"]
@@ -58,13 +59,9 @@ def attnlab_steps(normalizer: str, B: int, T: int, dtype: str):
         cfg = hydra.compose("train", overrides=overrides)
     task, nets, tx, _ = build(cfg, cfg.task.default_head)
     net = nets[0]
-    graphdef, params, rest = nnx.split(net, nnx.Param, ...)
+    graphdef, params, _ = nnx.split(net, nnx.Param, ...)
     groups, layers = leaf_groups(params)
-    one = lambda tree: jax.tree.map(lambda x: jnp.asarray(x)[None], tree)  # noqa: E731
-    state = {"params": one(params), "rest": one(rest), "step": jnp.zeros((1,), jnp.int32),
-             "nonfinite": jnp.zeros((1,), jnp.int32), "first_nonfinite": jnp.full((1,), -1, jnp.int32),
-             "key": jax.random.key_data(jax.random.key(0))[None]}
-    state["opt_state"] = jax.vmap(tx.init)(state["params"])
+    state = fresh_state([net], tx, seed=0)
     data = jax.device_put(pad_split(task.splits["train"], 1))
     shape = dict(num_layers=len(net.body.blocks), num_heads=net.body.blocks[0].attn.num_heads, batch_size=B,
                  batch_sharding=None)

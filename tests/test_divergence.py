@@ -21,6 +21,7 @@ from attnlab.groups import leaf_groups
 
 from attnlab.steps import make_train_step
 from attnlab.train.config import pad_split
+from attnlab.train.state import fresh_state
 
 RUN = [*TINY, *TINY_TASK["mqar"], "trainer.steps=40", "trainer.log_every=2", "trainer.eval_every=4",
        "optim.warmup_steps=0"]
@@ -67,13 +68,9 @@ def test_skip_policy_keeps_the_last_finite_parameters():
     task, nets, _, _ = build(cfg, "softmax_ce")
     # inject_hyperparams as optim.make_optimizer builds it: the step reads opt/lr from the optimizer's state.
     tx = optax.inject_hyperparams(optax.sgd)(learning_rate=lambda count: jnp.where(count < 2, 1e-2, jnp.inf))
-    graphdef, params, rest = nnx.split(nets[0], nnx.Param, ...)
+    graphdef, params, _ = nnx.split(nets[0], nnx.Param, ...)
     groups, layers = leaf_groups(params)
-    one = lambda tree: jax.tree.map(lambda x: jnp.asarray(x)[None], tree)  # noqa: E731
-    state = {"params": one(params), "rest": one(rest), "step": jnp.zeros((1,), jnp.int32),
-             "nonfinite": jnp.zeros((1,), jnp.int32), "first_nonfinite": jnp.full((1,), -1, jnp.int32),
-             "key": jax.random.key_data(jax.random.key(0))[None]}
-    state["opt_state"] = jax.vmap(tx.init)(state["params"])
+    state = fresh_state([nets[0]], tx, seed=0)
     data = jax.tree.map(jnp.asarray, pad_split(task.splits["train"], 1))
     step = make_train_step(graphdef, tx, groups=groups, layers=layers, num_layers=len(nets[0].body.blocks),
                            num_heads=nets[0].body.blocks[0].attn.num_heads, batch_size=8, batch_sharding=None)

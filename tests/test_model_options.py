@@ -19,6 +19,7 @@ from attnlab.groups import leaf_groups
 from attnlab.steps import make_stats_step, make_train_step, probes_supported, sample_batch, step_key
 from attnlab.summaries import flatten_train_metrics
 from attnlab.train import pad_split
+from attnlab.train.state import fresh_state
 
 NORMALIZERS = registry.choices("normalizer")
 
@@ -116,13 +117,9 @@ def one_step(*overrides, task="mqar", with_stats=True):
     cfg = compose_train("model=tiny", f"task={task}", *overrides, *TINY_TASK[task])
     task_obj, nets, tx, _ = build(cfg, "softmax_ce")
     net = nets[0]
-    graphdef, params, rest = nnx.split(net, nnx.Param, ...)
+    graphdef, params, _ = nnx.split(net, nnx.Param, ...)
     groups, layers = leaf_groups(params)
-    one = lambda tree: jax.tree.map(lambda x: jnp.asarray(x)[None], tree)  # noqa: E731
-    state = {"params": one(params), "rest": one(rest), "step": jnp.zeros((1,), jnp.int32),
-             "nonfinite": jnp.zeros((1,), jnp.int32), "first_nonfinite": jnp.full((1,), -1, jnp.int32),
-             "key": jax.random.key_data(jax.random.key(0))[None]}
-    state["opt_state"] = jax.vmap(tx.init)(state["params"])
+    state = fresh_state([net], tx, seed=0)
     data = jax.tree.map(jnp.asarray, pad_split(task_obj.splits["train"], 1))
     batch = sample_batch(data, step_key(jax.tree.map(lambda x: x[0], state)), 8)
     ref_loss = float(net.head.loss(net.head(net.body(batch["inputs"], batch["valid"])[0]), batch["targets"],

@@ -73,21 +73,18 @@ def test_logging_never_changes_the_parameters():
     from attnlab.steps import probes_supported
     from attnlab.train import pad_split
     from attnlab.train.loop import compile_steps
+    from attnlab.train.state import fresh_state
     from cli_helpers import TINY_TASK
     from test_configs import compose_train
 
     cfg = compose_train("model=tiny", "task=mqar", *TINY_TASK["mqar"], "model.dropout=0.1", "accelerator=cpu")
     task, nets, tx, loop = cli.build(cfg, "softmax_ce")
     net = nets[0]
-    graphdef, params, rest = nnx.split(net, nnx.Param, ...)
+    graphdef, params, _ = nnx.split(net, nnx.Param, ...)
     groups, layers = leaf_groups(params)
-    one = lambda tree: jax.tree.map(lambda x: jnp.asarray(x)[None], tree)  # noqa: E731
 
     def initial():
-        state = {"params": one(params), "rest": one(rest), "step": jnp.zeros((1,), jnp.int32),
-                 "nonfinite": jnp.zeros((1,), jnp.int32), "first_nonfinite": jnp.full((1,), -1, jnp.int32),
-                 "key": jax.random.key_data(jax.random.key(0))[None]}
-        return {**state, "opt_state": jax.vmap(tx.init)(state["params"])}
+        return fresh_state([net], tx, seed=0)
 
     data = jax.tree.map(jnp.asarray, pad_split(task.splits["train"], 1))
     steps = compile_steps(graphdef, tx, initial(), data, types.SimpleNamespace(batch_size=8),

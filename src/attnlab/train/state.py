@@ -50,15 +50,22 @@ class Placement:
         return cls(replicated, per_seed, batch, seed_parallel)
 
 
-def initial_loop(nets, tx, cfg: LoopConfig, ckpt: Checkpoints, placement: Placement) -> LoopState:
-    """Seed i's params from nets[i] and key from cfg.seed + i, or the latest checkpoint when resuming."""
+def fresh_state(nets, tx, seed: int) -> dict:
+    """The step-0 train state (the steps' `state`): nets[i]'s params and the key of seed + i, stacked over seeds."""
     S = len(nets)
     splits = [nnx.split(n, nnx.Param, ...) for n in nets]
     state = {"params": stack([p for _, p, _ in splits]), "rest": stack([r for _, _, r in splits]),
              "step": jnp.zeros((S,), jnp.int32), "nonfinite": jnp.zeros((S,), jnp.int32),
              "first_nonfinite": jnp.full((S,), -1, jnp.int32),
-             "key": jnp.stack([jax.random.key_data(jax.random.key(cfg.seed + i)) for i in range(S)])}
+             "key": jnp.stack([jax.random.key_data(jax.random.key(seed + i)) for i in range(S)])}
     state["opt_state"] = jax.vmap(tx.init)(state["params"])
+    return state
+
+
+def initial_loop(nets, tx, cfg: LoopConfig, ckpt: Checkpoints, placement: Placement) -> LoopState:
+    """Seed i's params from nets[i] and key from cfg.seed + i, or the latest checkpoint when resuming."""
+    S = len(nets)
+    state = fresh_state(nets, tx, cfg.seed)
     best = [{"val/loss": math.inf} for _ in range(S)]
     best_params = state["params"]
     restored = ckpt.restore_latest({"train": state, "best_params": best_params}) if cfg.resume else None
