@@ -135,25 +135,31 @@ def test_short_lm_attention_maps_are_labelled_with_the_probe_characters():
     assert tb_images.char_labels(object(), tokens) is None  # a task without text
 
 
-def test_the_continuation_is_the_models_greedy_choice_after_the_prompt():
-    """Teacher-forced check: on the written sequence, each written byte is the argmax of the logits before it."""
+@pytest.mark.parametrize("seq_len", [16, 272])
+def test_the_continuation_is_the_models_greedy_choice_after_the_prompt(seq_len):
+    """Teacher-forced check on the full-length window: each written byte is the argmax of the logits before it,
+    also past continuation.MAX_CONTEXT, where the sample runs on the probe's prefix (the model is causal)."""
     import jax
     from flax import nnx
     from test_configs import compose_train
 
     from attnlab.cli import build
-    from attnlab.continuation import make_continuation, prompt_length
+    from attnlab.continuation import make_continuation, prompt_length, sample_length
 
-    cfg = compose_train("model=tiny", "task=lm", *TINY_TASK["lm"])
+    cfg = compose_train("model=tiny", "task=lm", *TINY_TASK["lm"], f"task.seq_len={seq_len}", "model.max_len=512")
     task, nets, _, _ = build(cfg, "softmax_ce")
     graphdef, params, rest = nnx.split(nets[0], nnx.Param, ...)
     one = lambda tree: jax.tree.map(lambda x: x[None], tree)  # noqa: E731  (the seed axis)
     inputs, valid = task.splits["val"].inputs[:1], task.splits["val"].valid[:1]
-    written = np.asarray(make_continuation(graphdef, seq_len=16)(one(params), one(rest), inputs, valid))[0]
-    start = prompt_length(16)
-    assert start == 8 and (written[0, :start] == inputs[0, :start]).all()
-    logits = np.asarray(nets[0].head(nets[0].body(written, valid)[0]))[0]
-    np.testing.assert_array_equal(written[0, start:], logits[start - 1:-1].argmax(-1) + 1)
+    written = np.asarray(make_continuation(graphdef, seq_len=seq_len)(one(params), one(rest), inputs, valid))[0]
+    length = sample_length(seq_len)
+    start = prompt_length(length)
+    assert written.shape == (1, min(seq_len, 256)) and start == {16: 8, 272: 192}[seq_len]
+    assert (written[0, :start] == inputs[0, :start]).all()
+    full = inputs.copy()
+    full[0, :length] = written[0]
+    logits = np.asarray(nets[0].head(nets[0].body(full, valid)[0]))[0]
+    np.testing.assert_array_equal(written[0, start:], logits[start - 1:length - 1].argmax(-1) + 1)
 
 
 def test_lm_logs_a_continuation_of_the_probe_at_each_eval(tmp_path):

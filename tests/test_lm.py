@@ -106,6 +106,7 @@ def test_datasets_text_loader_works_offline(tmp_path, monkeypatch):
     ({"seq_len": 1}, "option seq_len=1 is invalid"),
     ({"val_fraction": 0.7}, "option val_fraction=0.7 is invalid"),
     ({"seq_len": 60000}, "fewer than seq_len + 1"),
+    ({"n_val": "many"}, "option n_val='many' is invalid; allowed: auto or an integer >= 1"),
 ])
 def test_bad_options_fail_in_one_line(options, needle):
     with pytest.raises(ValueError) as e:
@@ -171,3 +172,14 @@ def test_device_training_data_is_the_text_whatever_n_train():
     lm = tasks.make("lm", **SMALL)
     assert few["text"].dtype == np.uint8 and few["text"].nbytes == len(lm.text["train"])
     assert sum(a.nbytes for a in jax.tree.leaves(few)) == len(lm.text["train"]) + 4 * (SMALL["seq_len"] + 1)
+
+
+@pytest.mark.parametrize("seq_len", [64, 100, 1024])
+def test_auto_eval_windows_hold_the_same_bytes_at_any_seq_len(seq_len):
+    """n_val/n_test=auto: ceil(32000 / seq_len) windows (500 at the default 64), so evaluation cost is fixed."""
+    lm = tasks.make("lm", seq_len=seq_len, n_train=10)
+    expected = math.ceil(32000 / seq_len)
+    for s in ("val", "test"):
+        assert lm.splits[s].inputs.shape == (expected, seq_len) and lm.splits[s].weights.sum() >= 32000
+    assert lm.splits["train"].inputs.shape[0] == 10
+    assert tasks.make("lm", seq_len=1024, n_train=10, n_val=7).splits["val"].inputs.shape[0] == 7

@@ -9,26 +9,35 @@ from flax import nnx
 from attnlab.steps import over_seeds
 
 MAX_NEW = 64  # bytes written per sample: one forward pass each, on eval steps only
+MAX_CONTEXT = 256  # the sample runs on the probe's first ≤ 256 positions: 64 passes at T=1024 cost ~5 val batches
 
 
-def prompt_length(seq_len: int) -> int:
-    """The probe's first seq_len - min(64, seq_len // 2) bytes are the prompt; the rest is written."""
-    return seq_len - min(MAX_NEW, seq_len // 2)
+def sample_length(seq_len: int) -> int:
+    """Positions the sample runs on: min(seq_len, MAX_CONTEXT) (a causal model's prefix is a valid input)."""
+    return min(seq_len, MAX_CONTEXT)
+
+
+def prompt_length(length: int) -> int:
+    """Of a sample of `length` positions, the first length - min(64, length // 2) bytes are the prompt."""
+    return length - min(MAX_NEW, length // 2)
 
 
 def make_continuation(graphdef, *, seq_len: int, num_seeds: int = 1):
-    """(params, rest, inputs_1T, valid_1T) -> (S, 1, T) inputs whose positions from prompt_length(T) on are
-    the model's greedy choice, each from the positions before it (a causal model never sees the rest)."""
-    start = prompt_length(seq_len)
+    """(params, rest, inputs_1T, valid_1T) -> (S, 1, L) inputs, L = sample_length(T), whose positions from
+    prompt_length(L) on are the model's greedy choice, each from the positions before it (a causal model
+    never sees the rest, so the probe's first L positions are a complete input)."""
+    length = sample_length(seq_len)
+    start = prompt_length(length)
 
     def write(params, rest, inputs_1T, valid_1T):
         net = nnx.merge(graphdef, params, rest)
+        valid_1L = valid_1T[:, :length]
 
-        def next_byte(t, tokens_1T):
-            logits_1TC = net.head(net.body(tokens_1T, valid_1T)[0])
+        def next_byte(t, tokens_1L):
+            logits_1LC = net.head(net.body(tokens_1L, valid_1L)[0])
             # targets are bytes 0..255, inputs byte + 1 (0 is padding)
-            return tokens_1T.at[0, t].set((jnp.argmax(logits_1TC[0, t - 1]) + 1).astype(tokens_1T.dtype))
+            return tokens_1L.at[0, t].set((jnp.argmax(logits_1LC[0, t - 1]) + 1).astype(tokens_1L.dtype))
 
-        return jax.lax.fori_loop(start, seq_len, next_byte, inputs_1T)
+        return jax.lax.fori_loop(start, length, next_byte, inputs_1T[:, :length])
 
     return jax.jit(over_seeds(write, num_seeds, (0, 0, None, None)))

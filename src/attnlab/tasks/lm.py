@@ -29,6 +29,17 @@ def bigram_entropy_bits(text_U8: np.ndarray) -> float:
     return h(joint) - h(prev)
 
 
+EVAL_BYTES = 32_000  # n_val/n_test=auto: windows holding this many predicted bytes (500 at the default seq_len 64)
+
+
+def eval_windows(name: str, n, seq_len: int):
+    """n_val/n_test: an integer as given; auto -> ceil(EVAL_BYTES / seq_len), so an evaluation costs the same
+    positions at any seq_len (500 windows of 1024 bytes would evaluate ~10x the training bytes of a short run)."""
+    if isinstance(n, str) and n != "auto":
+        raise ConfigError(f"option {name}={n!r} is invalid; allowed: auto or an integer >= 1")
+    return -(-EVAL_BYTES // seq_len) if n == "auto" else n
+
+
 class LanguageModel(Task):
     """Next-byte prediction on windows of `seq_len` bytes (inputs: byte + 1, 0 = padding; targets: the next byte).
 
@@ -37,7 +48,7 @@ class LanguageModel(Task):
     rest to train, so no test text is seen in training; fewer than 3 documents (one long file) are
     split by contiguous byte ranges instead (corpus.byte_ranges; `corpus.split` in run.json says
     which). Each split's documents are joined and `n_<split>` random windows of seq_len + 1 bytes are
-    drawn from it (seeded); a val/train window equal to an earlier split's is redrawn. Training does not use the fixed train windows: each step
+    drawn from it (seeded; n_val/n_test=auto: eval_windows); a val/train window equal to an earlier split's is redrawn. Training does not use the fixed train windows: each step
     draws its own from the whole training text (`train_stream`, steps.sample_batch), at offsets from
     (seed, step). `corpus` records the source's identity (for run.json).
     Baselines, in bits per byte, are the training text's unigram entropy and bigram conditional entropy.
@@ -49,7 +60,7 @@ class LanguageModel(Task):
     def __init__(self, seq_len: int = 64, path: str | None = None, hf_dataset: str | None = None,
                  hf_config: str | None = None, hf_split: str = "train", hf_column: str = "text",
                  hf_data_files: str | None = None, val_fraction: float = 0.1, test_fraction: float = 0.1,
-                 seed: int = 0, n_train: int = 500, n_val: int = 500, n_test: int = 500,
+                 seed: int = 0, n_train: int = 500, n_val: int | str = "auto", n_test: int | str = "auto",
                  default_head: str = "softmax_ce"):
         self.seq_len = check_int("seq_len", seq_len, 2)
         for key, value in (("path", path), ("hf_dataset", hf_dataset), ("hf_config", hf_config),
@@ -62,7 +73,7 @@ class LanguageModel(Task):
                              "allowed: one or neither")
         fractions = {"test": check_float("test_fraction", test_fraction, 0.0, 0.5, lo_open=True),
                      "val": check_float("val_fraction", val_fraction, 0.0, 0.5, lo_open=True)}
-        sizes = {s: check_int(f"n_{s}", n, 1) for s, n in zip(SPLITS, (n_train, n_val, n_test))}
+        sizes = {s: check_int(f"n_{s}", eval_windows(f"n_{s}", n, self.seq_len), 1) for s, n in zip(SPLITS, (n_train, n_val, n_test))}
         seed = check_int("seed", seed, 0)
         self.vocab_size, self.num_classes, self.input_dim = 257, 256, None
         self.default_head = default_head

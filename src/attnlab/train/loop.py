@@ -7,6 +7,8 @@ import signal
 import time
 from typing import Callable
 
+import jax
+
 from attnlab.checkpoint import Checkpoints
 from attnlab.progress import Phases
 from attnlab.steps import make_stats_step, make_train_step
@@ -49,20 +51,24 @@ def run_steps(loop: LoopState, steps: CompiledSteps, data: dict, cfg: LoopConfig
                     loop.pending = (step, metrics)
                 if step % cfg.eval_every == 0 or step == cfg.steps:
                     flush(loop, logs, cfg)
+                    jax.block_until_ready(loop.state)  # the steps' compute is the loop's time, not the evaluation's
                     with phases("evaluation"):
                         loop.best_params = evaluate_step(step, loop.state, loop.best, loop.best_params, evaluator,
                                                          logs.summaries, metrics if log_now else None,
                                                          logs.loss_is_nll, phases=phases)
                 if stop.signal is not None:
+                    jax.block_until_ready(loop.state)
                     with phases("checkpoints"):
                         save(loop, logs, cfg, ckpt, step)
                     loop.status = "interrupted"
                     loop.error = f"stopped by signal {signal.Signals(stop.signal).name} at step {step}"
                     break
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
+                    jax.block_until_ready(loop.state)
                     with phases("checkpoints"):
                         save(loop, logs, cfg, ckpt, step)
             flush(loop, logs, cfg)
+            jax.block_until_ready(loop.state)
         except Diverged as exc:
             loop.status, loop.error = "diverged", str(exc)
         finally:
