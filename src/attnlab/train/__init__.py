@@ -58,6 +58,8 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
                               probe_scores=probes_supported(nets[0]), num_seeds=S)
     if on_compiled is not None:
         on_compiled(steps, loop.state, data)
+    with phases("compile"):  # the evaluation programs too: no eval step pays for a compile
+        evaluator = evaluator.compiled(loop.state["params"], loop.state["rest"])
     with phases("build"):
         logs = Logs.open(run_dirs, cfg, loop.start, has_beta=any(g.startswith("beta:") for g in groups),
                          loss_is_nll=nets[0].head.loss_is_nll, num_layers=num_layers, task=task, probe_inputs=evaluator.probe["inputs"])

@@ -22,15 +22,18 @@ from attnlab.train.config import LoopConfig, pad_split, prefixed
 
 @dataclasses.dataclass(frozen=True)
 class Evaluator:
-    """The compiled eval and attention-map functions with the padded val/test splits they run on."""
+    """The eval, attention-map, continuation and temperature-fit programs with the padded val/test splits
+    they run on; `compiled` compiles them ahead of time (fit's compile phase), so no eval step compiles."""
 
-    evaluate: Callable  # (params, rest, split, baseline_mse, temperature_S) -> (metrics, calibration sample)
+    programs: dict[str, Callable]  # split -> (params, rest, split, baseline_mse, temperature_S) -> (metrics, sample)
     maps: Callable
     task: Any
     evals: dict[str, dict]  # split -> padded arrays on device
     baseline: dict[str, dict]  # split -> the task's baseline metrics
     probe: dict  # the same fixed val example for every run (attention images)
     num_seeds: int
+    replicated: Any  # the sharding of every argument that is not params (splits, temperatures)
+    fit: Callable  # (logits, labels, weights) -> temperature_S: calibration.fit_temperature per seed
     sample: Callable | None = None  # a text task's greedy continuation of the probe (attnlab.continuation)
     last: dict = dataclasses.field(default_factory=dict)  # split -> (params, temperature, result), latest run
 
@@ -38,12 +41,33 @@ class Evaluator:
     def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated, head) -> "Evaluator":
         evals = {s: jax.device_put(pad_split(task.splits[s], cfg.eval_batch_size), replicated)
                  for s in ("val", "test")}
-        return cls(evaluate=make_evaluate(graphdef, head, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds),
-                   maps=make_maps(graphdef, num_seeds=num_seeds), task=task, evals=evals,
-                   baseline={s: task.baseline(s) for s in ("val", "test")},
+        evaluate = make_evaluate(graphdef, head, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds)
+        return cls(programs={s: evaluate for s in evals}, maps=make_maps(graphdef, num_seeds=num_seeds), task=task,
+                   evals=evals, baseline={s: task.baseline(s) for s in ("val", "test")},
                    probe={k: evals["val"][k][:1] for k in ("inputs", "valid")}, num_seeds=num_seeds,
+                   replicated=replicated, fit=_fit,
                    sample=make_continuation(graphdef, seq_len=task.seq_len, num_seeds=num_seeds)
                    if hasattr(task, "decode") and task.granularity == "token" else None)
+
+    def compiled(self, params, rest) -> "Evaluator":
+        """The same evaluator with every program compiled ahead of time for these params (one per split)."""
+        args = {s: (params, rest, self.evals[s], self._mse(s), self._temperature(None)) for s in self.evals}
+        programs = {s: self.programs[s].lower(*a).compile() for s, a in args.items()}
+        probe = (params, rest, self.probe["inputs"], self.probe["valid"])
+        _, sample = jax.eval_shape(self.programs["val"], *args["val"])
+        return dataclasses.replace(
+            self, programs=programs, maps=self.maps.lower(*probe).compile(),
+            sample=None if self.sample is None else self.sample.lower(*probe).compile(),
+            fit=self.fit if sample is None else self.fit.lower(*sample[:3]).compile())
+
+    def _mse(self, split: str):
+        mse = self.baseline[split].get("mse")
+        return None if mse is None else jnp.float32(mse)
+
+    def _temperature(self, temperature):
+        """Per-seed temperatures placed as the programs expect (ones: no temperature scaling)."""
+        return jax.device_put(jnp.ones(self.num_seeds, jnp.float32) if temperature is None else temperature,
+                              self.replicated)
 
     def run(self, params, rest, split: str, temperature=None) -> tuple[list[dict[str, float]], Any]:
         """Per-seed metrics dicts (with the task's derived metrics) and the stacked calibration sample
@@ -56,9 +80,8 @@ class Evaluator:
         hit = self.last.get(split)
         if hit is not None and hit[0] is params and hit[1] is temperature:
             return hit[2]
-        mse = self.baseline[split].get("mse")
-        t_S = jnp.ones(self.num_seeds, jnp.float32) if temperature is None else temperature
-        metrics, sample = self.evaluate(params, rest, self.evals[split], None if mse is None else jnp.float32(mse), t_S)
+        metrics, sample = self.programs[split](params, rest, self.evals[split], self._mse(split),
+                                               self._temperature(temperature))
         host = {k: v for k, v in jax.device_get(metrics).items() if temperature is not None or not k.endswith("_ts")}
         per_seed = [{k: float(v[i]) for k, v in host.items()} for i in range(self.num_seeds)]
         result = [{**m, **self.task.derived_metrics(m)} for m in per_seed], sample
@@ -187,7 +210,7 @@ def final_metrics(evaluator: Evaluator, params, rest, head, phases=None) -> list
     temperature = None
     if classify:
         with phase("final_metrics", f"  temperature fit ({int(np.max(sample[3]))} val positions)"):
-            temperature = _fit(*sample[:3])
+            temperature = jax.block_until_ready(evaluator.fit(*sample[:3]))  # timed as its own phase
     with phase("final_metrics", announce("test")):
         tests, _ = evaluator.run(params, rest, "test", temperature)
     out = [{**prefixed("val", v), **prefixed("test", t)} for v, t in zip(vals, tests)]
