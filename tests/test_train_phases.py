@@ -138,11 +138,13 @@ def _whole_split_eval(graphdef, *, eval_batch_size: int, num_seeds: int = 1):
     return jax.jit(steps.over_seeds(evaluate, num_seeds, (0, 0, None, None)))
 
 
-@pytest.mark.parametrize("task, head, vmap", [("mqar", "softmax_ce", 1), ("mqar", "scores_mse", 2),
-                                              ("icl_regression", "hlgauss", 1), ("icl_regression", "mse", 2)])
-def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap):
-    """make_evaluate (metric sums over a scan of eval batches, calibration buffer) against _whole_split_eval
-    (every output of the split at once, head.metrics) and calibration_sample of those outputs."""
+@pytest.mark.parametrize("task, head, vmap, scored", [
+    ("mqar", "softmax_ce", 1, True), ("mqar", "softmax_ce", 1, False), ("mqar", "scores_mse", 2, True),
+    ("icl_regression", "hlgauss", 1, True), ("icl_regression", "mse", 2, True)])
+def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap, scored):
+    """make_evaluate (metric sums over a scan of eval batches, calibration buffer; the head only at the
+    task's scored positions, or at every position) against _whole_split_eval (every output of the split at
+    once, head.metrics) and calibration_sample of those outputs."""
     import hydra
     import jax
     from flax import nnx
@@ -166,8 +168,11 @@ def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap)
     want, outs = _whole_split_eval(graphdef, eval_batch_size=16, num_seeds=vmap)(params, rest, split, mse)
     cap = 50  # below the 80 query positions of MQAR: the buffer fills up in the second batch
     t_S = np.array([1.7, 0.6][:vmap], np.float32)
+    k = task_obj.scored_positions() if scored else None
+    if scored:  # MQAR scores its num_kv_pairs=2 queries; in-context regression its query positions
+        assert k == 2 if task == "mqar" else 0 < k < task_obj.seq_len
     got, sample = make_evaluate(graphdef, nets[0].head, eval_batch_size=16, num_seeds=vmap,
-                                max_positions=cap)(params, rest, split, mse, t_S)
+                                max_positions=cap, scored_k=k)(params, rest, split, mse, t_S)
     classify = nets[0].head.kind == "classification"
     assert set(got) == set(want) | ({"ece_ts", "nll_ts", "accuracy_ts"} if classify else set())
     for k in want:

@@ -83,14 +83,30 @@ def over_seeds(fn, num_seeds: int, in_axes: tuple):
     return single
 
 
-def loss_of_batch(graphdef, state, batch, key, *, with_stats: bool):
+def scored(feats, batch, k: int | None):
+    """(features, targets, weights) at the k positions per example that carry weight, in order (k from
+    Task.scored_positions; None: every position). A task scoring k of T positions (MQAR: its queries)
+    pays the head and loss for k, not T (zoology computes all T and ignores most); exact, since a
+    position of weight 0 adds nothing to any loss or metric sum."""
+    if k is None:
+        return feats, batch["targets"], batch["weights"]
+    w_BT = batch["weights"]
+    T = w_BT.shape[1]
+    order_BT = jnp.where(w_BT > 0, (T - jnp.arange(T))[None, :], 0)  # weighted positions first, earliest first
+    idx_BK = jax.lax.top_k(order_BT, k)[1]
+    take = lambda a: jnp.take_along_axis(a, idx_BK.reshape(idx_BK.shape + (1,) * (a.ndim - 2)), axis=1)  # noqa: E731
+    return take(feats), take(batch["targets"]), take(w_BT)
+
+
+def loss_of_batch(graphdef, state, batch, key, *, with_stats: bool, scored_k: int | None = None):
     """(params, probes) -> (loss, stats) on `batch` with the step's dropout key (one definition for both steps)."""
 
     def loss_fn(params, probes):
         net = nnx.merge(graphdef, params, state["rest"])
         feats, stats = net.body(batch["inputs"], batch["valid"], with_stats=with_stats, score_probes=probes,
                                 deterministic=False, rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)))
-        return net.head.loss(net.head(feats), batch["targets"], batch["weights"]), stats
+        feats, targets, weights = scored(feats, batch, scored_k)
+        return net.head.loss(net.head(feats), targets, weights), stats
 
     return loss_fn
 
@@ -106,7 +122,7 @@ def batch_sampler(batch_size, batch_sharding):
 
 
 def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batch_size, batch_sharding,
-                    num_seeds: int = 1):
+                    num_seeds: int = 1, scored_k: int | None = None):
     """Jitted (state, data) -> (state, metrics), vmapped over a leading seed axis of the state.
 
     state = {params, rest (non-trainable variables), opt_state, step, key (raw key data), nonfinite,
@@ -119,7 +135,7 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
     def step(state, data):
         key = step_key(state)
         batch = sample(data, key)
-        loss_fn = loss_of_batch(graphdef, state, batch, key, with_stats=False)
+        loss_fn = loss_of_batch(graphdef, state, batch, key, with_stats=False, scored_k=scored_k)
         (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"], None)
         norms = grad_norms(grads, groups, layers, num_layers)
         updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
@@ -145,7 +161,7 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
 
 
 def make_stats_step(graphdef, *, num_layers, num_heads, batch_size, batch_sharding, probe_scores: bool,
-                    num_seeds: int = 1):
+                    num_seeds: int = 1, scored_k: int | None = None):
     """Jitted (state, data) -> statistics of the step `state` is about to take: attention statistics and
     dL/dz at the scores, from a separate forward (and a backward to the probes only: no weight gradients)
     on the same batch and dropout key. It returns no state: the update always comes from `make_train_step`,
@@ -157,7 +173,7 @@ def make_stats_step(graphdef, *, num_layers, num_heads, batch_size, batch_shardi
         key = step_key(state)
         batch = sample(data, key)
         T = batch["valid"].shape[1]
-        loss_fn = loss_of_batch(graphdef, state, batch, key, with_stats=True)
+        loss_fn = loss_of_batch(graphdef, state, batch, key, with_stats=True, scored_k=scored_k)
         # No B×N×T×T probe at length: the statistics stay blockwise and score_grad is not logged.
         if not probe_scores or skip_score_probe(T, T):
             return {"attn": loss_fn(state["params"], None)[1]}

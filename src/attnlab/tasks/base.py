@@ -108,6 +108,14 @@ class Task:
         """Training data the step draws fresh examples from (steps.sample_batch), or None: train on splits["train"]."""
         return None
 
+    def scored_positions(self) -> int | None:
+        """k: the most positions of one example any split gives weight, when a token task scores fewer than
+        all T (the head and loss then run on k positions: steps.scored); None otherwise."""
+        if self.granularity != "token":
+            return None
+        k = max(int((np.asarray(s.weights) > 0).sum(1).max(initial=0)) for s in self.splits.values())
+        return k if 0 < k < self.seq_len else None
+
     def derived_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         """Task-specific metrics computed from a split's head metrics (e.g. bits per byte); none by default."""
         return {}

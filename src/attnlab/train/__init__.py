@@ -55,7 +55,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
     with phases("compile"):
         steps = compile_steps(graphdef, tx, loop.state, data, cfg, placement, groups=groups, layers=layers,
                               num_layers=num_layers, num_heads=nets[0].body.blocks[0].attn.num_heads,
-                              probe_scores=probes_supported(nets[0]), num_seeds=S)
+                              probe_scores=probes_supported(nets[0]), num_seeds=S, scored_k=task.scored_positions())
     if on_compiled is not None:
         on_compiled(steps, loop.state, data)
     with phases("compile"):  # the evaluation programs too: no eval step pays for a compile

@@ -15,7 +15,7 @@ from flax import nnx
 from attnlab import calibration
 from attnlab.continuation import make_continuation, prompt_length
 from attnlab.heads.base import total, upcast
-from attnlab.steps import make_maps, over_seeds
+from attnlab.steps import make_maps, over_seeds, scored
 from attnlab.summaries import eval_scalars
 from attnlab.train.config import LoopConfig, pad_split, prefixed
 
@@ -41,7 +41,8 @@ class Evaluator:
     def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated, head) -> "Evaluator":
         evals = {s: jax.device_put(pad_split(task.splits[s], cfg.eval_batch_size), replicated)
                  for s in ("val", "test")}
-        evaluate = make_evaluate(graphdef, head, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds)
+        evaluate = make_evaluate(graphdef, head, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds,
+                                 scored_k=task.scored_positions())
         return cls(programs={s: evaluate for s in evals}, maps=make_maps(graphdef, num_seeds=num_seeds), task=task,
                    evals=evals, baseline={s: task.baseline(s) for s in ("val", "test")},
                    probe={k: evals["val"][k][:1] for k in ("inputs", "valid")}, num_seeds=num_seeds,
@@ -94,7 +95,7 @@ def _untimed(name: str, message: str | None = None):
 
 
 def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
-                  max_positions: int = calibration.CALIBRATION_POSITIONS):
+                  max_positions: int = calibration.CALIBRATION_POSITIONS, scored_k: int | None = None):
     """Jitted (params, rest, split, baseline_mse, temperature) -> (metrics, calibration sample or None), over seeds.
 
     One lax.scan over the split's eval batches carries the head's metric sums (Head.metric_sums) and,
@@ -111,18 +112,18 @@ def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
         n = min(max_positions, split["weights"].size)
 
         def batch(carry, b):
-            sums, outs = _one_batch(net, b, temperature)
+            sums, (outs, y, w) = _one_batch(net, b, temperature, scored_k)
             carry = {**carry, "sums": jax.tree.map(jnp.add, carry["sums"], sums)}
             if classify:  # append this batch's weighted positions after those already kept; the rest drop
-                z, y, wk, count = calibration.calibration_sample(net.head.logits(outs), b["targets"], b["weights"], n)
+                z, y, wk, count = calibration.calibration_sample(net.head.logits(outs), y, w, n)
                 at = jnp.where(jnp.arange(z.shape[0]) < count, carry["count"] + jnp.arange(z.shape[0]), n)
                 carry["sample"] = tuple(buf.at[at].set(v.astype(buf.dtype), mode="drop")
                                         for buf, v in zip(carry["sample"], (z, y, wk)))
                 carry["count"] = jnp.minimum(carry["count"] + count, n)
             return carry, None
 
-        sums, outs = jax.eval_shape(functools.partial(_one_batch, net, t=temperature),
-                                    jax.tree.map(lambda a: a[0], chunks))
+        sums, (outs, _, _) = jax.eval_shape(functools.partial(_one_batch, net, t=temperature, k=scored_k),
+                                            jax.tree.map(lambda a: a[0], chunks))
         carry = {"sums": jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), sums)}
         if classify:
             C = outs.shape[-1]
@@ -140,18 +141,21 @@ def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
     return jax.jit(over_seeds(evaluate, num_seeds, (0, 0, None, None, 0)))
 
 
-def _one_batch(net, b, t):
-    """One eval batch's head outputs and metric sums (the loss's, and at temperature t the *_ts ones)."""
-    outs = net.head(net.body(b["inputs"], b["valid"])[0])
-    sums = net.head.metric_sums(outs, b["targets"], b["weights"])
-    w = upcast(b["weights"])
+def _one_batch(net, b, t, k):
+    """One eval batch's metric sums (the loss's, and at temperature t the *_ts ones) and the head outputs,
+    targets and weights they came from (at the k scored positions per example: steps.scored)."""
+    outs, y, w = scored(net.body(b["inputs"], b["valid"])[0], b, k)
+    outs = net.head(outs)
+    sums = net.head.metric_sums(outs, y, w)
+    w_up = upcast(w)
     # loss_b · max(W_b, 1) = Σ_b w·l for a weighted-mean loss (the Head contract), at any W_b.
-    sums["loss"] = total(net.head.loss(outs, b["targets"], b["weights"]), w)
+    sums["loss"] = total(net.head.loss(outs, y, w), w_up)
     if net.head.kind == "classification":
-        z, y = upcast(net.head.logits(outs)) / t, net.head._targets(b["targets"], w)
-        sums.update(nll_ts=total(calibration.nll(z, y, w), w), accuracy_ts=total(calibration.accuracy(z, y, w), w),
-                    ece_gap_ts=calibration.ece_gaps(jax.nn.softmax(z, axis=-1), y, w, net.head.ece_bins))
-    return sums, outs
+        z, y_c = upcast(net.head.logits(outs)) / t, net.head._targets(y, w_up)
+        sums.update(nll_ts=total(calibration.nll(z, y_c, w_up), w_up),
+                    accuracy_ts=total(calibration.accuracy(z, y_c, w_up), w_up),
+                    ece_gap_ts=calibration.ece_gaps(jax.nn.softmax(z, axis=-1), y_c, w_up, net.head.ece_bins))
+    return sums, (outs, y, w)
 
 
 def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluator: Evaluator, summaries,
