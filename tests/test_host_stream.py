@@ -4,6 +4,10 @@ device path's windows, replays them on resume, holds no copy of the text and tra
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -140,21 +144,39 @@ def test_host_stream_steps_train_as_the_device_steps(S=1):
 
 
 @pytest.mark.slow
-def test_host_stream_trains_as_the_device_path(tmp_path):
-    """(d) through the command line: the same command with the text on the device and streamed from the host: the same loss at every
-    step (two vmapped seeds, logging steps included), and run.json says which path ran."""
+def test_host_stream_trains_and_resumes_as_the_device_path(tmp_path):
+    """(d) through the command line, two vmapped seeds, a logging step every step: a host-stream run and a
+    host-stream run interrupted (SIGTERM) then resumed log the device run's losses, and run.json says which
+    path ran."""
+    common = [*TINY, "task=lm", *TINY_TASK["lm"], "trainer.steps=12", "trainer.log_every=1", "trainer.vmap_seeds=2",
+              "trainer.checkpoint_every=0"]
     runs = {}
     for where, budget in (("device", 2**30), ("host-stream", 1000)):
         run_dir = tmp_path / where
-        proc = run_cli(*TINY, "task=lm", *TINY_TASK["lm"], f"task.device_text_bytes={budget}", "trainer.steps=6",
-                       "trainer.log_every=1", "trainer.vmap_seeds=2", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+        proc = run_cli(*common, f"task.device_text_bytes={budget}", f"hydra.run.dir={run_dir}", cwd=tmp_path)
         assert ("train_data: host-stream" in proc.stderr) == (where == "host-stream")
         for seed in (0, 1):
             assert json.loads((run_dir / f"seed{seed}" / "run.json").read_text())["train_data"] == where
         runs[where] = [scalar_curve(run_dir / f"seed{seed}", "train/loss") for seed in (0, 1)]
-    for device, host in zip(runs["device"], runs["host-stream"]):
-        assert [s for s, _ in device] == list(range(1, 7)) == [s for s, _ in host]
-        np.testing.assert_allclose([v for _, v in host], [v for _, v in device], rtol=1e-6, atol=0)
+    host = [*common[:-1], "trainer.checkpoint_every=0", "task.device_text_bytes=1000", "trainer.progress=lines",
+            f"hydra.run.dir={tmp_path / 'resumed'}"]
+    proc = subprocess.Popen([sys.executable, "-m", "attnlab", *host], cwd=tmp_path, env={**os.environ, "JAX_PLATFORMS": "cpu"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        if line.startswith("step 4:"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    proc.communicate(timeout=300)
+    first = json.loads((tmp_path / "resumed" / "seed0" / "metrics.json").read_text())
+    assert first["status"] == "interrupted" and 4 <= first["steps"] < 12, first
+    run_cli(*host, "trainer.resume=true", cwd=tmp_path)
+    runs["resumed"] = [scalar_curve(tmp_path / "resumed" / f"seed{seed}", "train/loss") for seed in (0, 1)]
+    for seed in (0, 1):
+        device = runs["device"][seed]
+        assert [s for s, _ in device] == list(range(1, 13))
+        for other in ("host-stream", "resumed"):
+            assert [s for s, _ in runs[other][seed]] == list(range(1, 13)), other
+            np.testing.assert_array_equal([v for _, v in runs[other][seed]], [v for _, v in device], err_msg=other)
     assert runs["device"][0] != runs["device"][1]
 
 
