@@ -101,4 +101,4 @@ class HostStream:
             self._it = iter(loader.to_iter_dataset(grain.ReadOptions(num_threads=self.threads,
                                                                      prefetch_buffer_size=self.prefetch)))
         win_SBW = next(self._it)
-        return {"windows": jax.device_put(win_SBW, self.sharding) if self.sharding is not None else jnp.asarray(win_SBW)}
+        return {"windows": jnp.asarray(win_SBW) if self.sharding is None else jax.device_put(win_SBW, self.sharding)}

@@ -13,8 +13,8 @@ from attnlab.checks import ConfigError
 
 def cache_dir() -> Path:
     """$ATTNLAB_CACHE, else $XDG_CACHE_HOME/attnlab, else ~/.cache/attnlab."""
-    root = os.environ.get("ATTNLAB_CACHE") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "attnlab"
-    return Path(root).expanduser()
+    xdg = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return Path(os.environ.get("ATTNLAB_CACHE") or xdg / "attnlab").expanduser()
 
 
 def memmap_text(text_U8: np.ndarray) -> np.memmap:

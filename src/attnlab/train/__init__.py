@@ -99,8 +99,9 @@ def train_data(task, placement: Placement, state: dict | None = None, *, batch_s
     that gathers steps start..stop − 1 at the offsets the device would draw from `state`'s seed keys."""
     stream = task.train_stream()
     if getattr(task, "train_data", "device") == "host-stream":
-        print(f"attnlab: train_data: host-stream (the training text, {len(stream['text'])} bytes, is over "
-              f"task.device_text_bytes; memory-mapped from {getattr(stream['text'], 'filename', '?')})", file=sys.stderr)
+        text = stream["text"]
+        print(f"attnlab: train_data: host-stream (the training text, {len(text)} bytes, is over "
+              f"task.device_text_bytes; memory-mapped from {getattr(text, 'filename', '?')})", file=sys.stderr)
         return HostStream(stream["text"], len(stream["window_W"]), state["key"], batch_size, placement.per_seed,
                           start=start, stop=stop)
     return jax.device_put(pad_split(task.splits["train"], 1) if stream is None else stream, placement.replicated)
