@@ -207,3 +207,28 @@ def test_bigram_entropy_in_chunks_counts_every_pair_once():
     want = -(joint[joint > 0] * np.log2(joint[joint > 0])).sum() + (first[first > 0] * np.log2(first[first > 0])).sum()
     for chunk in (1, 2, 7, len(text) - 2, len(text) - 1, len(text), 2**24):
         assert bigram_entropy_bits(text, chunk=chunk) == pytest.approx(want, rel=1e-12)
+
+
+def _anon_rss() -> int:
+    """Anonymous resident memory of this process (a copy of the text would land here, a mapped file does not)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    pytest.skip("no RssAnon in /proc/self/status")
+
+
+def test_the_loader_reads_the_map_without_copying_the_text(tmp_path):
+    """(c) by memory: streaming 20 steps of a 128 MiB mapped text adds far less than the text to the
+    process's anonymous memory (a loader that copied the text, even once, would add all of it)."""
+    import grain  # noqa: F401  (imported before the baseline: its import allocates)
+
+    path = tmp_path / "text.u8"
+    with open(path, "wb") as f:
+        f.truncate(128 * 2**20)  # sparse: no disk written, the map reads zero pages
+    text = np.memmap(path, np.uint8, mode="r")
+    host_starts(KEYS_S2, 0, 8, len(text) - 32)  # compile the offsets program before the baseline
+    before = _anon_rss()
+    stream = HostStream(text, 33, KEYS_S2, 8, start=0, stop=20)
+    got = [stream.next()["windows"] for _ in range(20)]
+    assert len(got) == 20 and got[-1].shape == (2, 8, 33)
+    assert _anon_rss() - before < 16 * 2**20 < len(text)
