@@ -6,10 +6,15 @@ Rank promotion raises (nanodo's habit): a silent broadcast of (N,) against (B,N,
 the code says which axes it means with `[None]` / `jnp.expand_dims`.
 """
 
+import os
+import tempfile
+
 import jax
 import pytest
 
 jax.config.update("jax_default_matmul_precision", "highest")
+# A host-stream lm run (task.device_text_bytes, drawn by the fuzzer too) caches its text: never in the user's ~/.cache.
+os.environ.setdefault("ATTNLAB_CACHE", os.path.join(tempfile.gettempdir(), "attnlab-test-cache"))
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
 

@@ -90,13 +90,15 @@ def record_failure(run_dir: Path, record: dict[str, Any]) -> None:
 def write_run_json(seeds: list[int], run_dirs: list[Path], resolved: dict, choices: dict, overrides: list,
                    task, compute: dict | None = None) -> None:
     """run.json in each seed's directory: its config, choices, overrides, environment (and lm corpus), and
-    `compute` (cli.compute_record: attention_impl per layer, matmul_precision, compute_dtype)."""
+    `compute` (cli.compute_record: attention_impl per layer, matmul_precision, compute_dtype), and where the
+    training data lives (`train_data`: device, or host-stream for an lm text over task.device_text_bytes)."""
     env = environment()
     for seed, d in zip(seeds, run_dirs):
         d.mkdir(parents=True, exist_ok=True)
         corpus = {"corpus": task.corpus} if getattr(task, "corpus", None) else {}  # the lm task's text identity
         write_json(d / "run.json", {"config": {**resolved, "seed": seed}, "choices": choices,
-                                    "overrides": overrides, "env": env, **corpus, **(compute or {})})
+                                    "overrides": overrides, "env": env, **corpus, **(compute or {}),
+                                    "train_data": task.train_data})
 
 
 def write_results(seeds: list[int], run_dirs: list[Path], records: list[dict], run_dir: Path, resolved: dict,

@@ -11,6 +11,7 @@ import optax
 from flax import nnx
 
 from attnlab.groups import GROUPS
+from attnlab.host_stream import window_starts
 from attnlab.normalizers import ScoreNormalizer
 from attnlab.normalizers.linear import Linear
 from attnlab.normalizers.long_context import skip_score_probe
@@ -56,18 +57,26 @@ def sample_batch(data, key, batch_size):
 
     data is either a split's arrays (rows drawn at random), or a text stream {"text": uint8 bytes,
     "window_W": arange(seq_len + 1)} (Task.train_stream): windows start at uniform offsets over the
-    whole text, so every byte can be seen and the memory is the text's, not n_windows × seq_len.
+    whole text (host_stream.window_starts), so every byte can be seen and the memory is the text's, not
+    n_windows × seq_len; or {"windows": the step's (B, seq_len + 1) bytes} gathered by the host at the
+    same offsets (host_stream.HostStream, a text over task.device_text_bytes).
     """
+    if "windows" in data:
+        return text_batch(data["windows"].astype(jnp.int32))
     if "text" in data:
         text_U8, window_W = data["text"], data["window_W"]
-        start_B = jax.random.randint(key, (batch_size,), 0, text_U8.shape[0] - window_W.shape[0] + 1)
-        win_BW = text_U8[start_B[:, None] + window_W[None]].astype(jnp.int32)
-        ones_BT = jnp.ones((batch_size, window_W.shape[0] - 1))
-        # Inputs are byte + 1 (0 is padding) and targets the next byte: tasks.lm's window layout.
-        return {"inputs": win_BW[:, :-1] + 1, "targets": win_BW[:, 1:], "weights": ones_BT.astype(jnp.float32),
-                "valid": ones_BT.astype(bool)}
+        start_B = window_starts(key, batch_size, text_U8.shape[0] - window_W.shape[0] + 1)
+        return text_batch(text_U8[start_B[:, None] + window_W[None]].astype(jnp.int32))
     idx = jax.random.randint(key, (batch_size,), 0, data["targets"].shape[0])
     return jax.tree.map(lambda a: a[idx], data)
+
+
+def text_batch(win_BW):
+    """Windows of seq_len + 1 bytes as a batch: inputs are byte + 1 (0 is padding), targets the next byte
+    (tasks.lm's window layout)."""
+    ones_BT = jnp.ones(win_BW[:, 1:].shape)
+    return {"inputs": win_BW[:, :-1] + 1, "targets": win_BW[:, 1:], "weights": ones_BT.astype(jnp.float32),
+            "valid": ones_BT.astype(bool)}
 
 
 def over_seeds(fn, num_seeds: int, in_axes: tuple):
@@ -122,13 +131,14 @@ def batch_sampler(batch_size, batch_sharding):
 
 
 def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batch_size, batch_sharding,
-                    num_seeds: int = 1, scored_k: int | None = None):
+                    num_seeds: int = 1, scored_k: int | None = None, data_axis: int | None = None):
     """Jitted (state, data) -> (state, metrics), vmapped over a leading seed axis of the state.
 
     state = {params, rest (non-trainable variables), opt_state, step, key (raw key data), nonfinite,
     first_nonfinite}; several seeds train as one compiled program (trainer.vmap_seeds). Logging steps
     run this same program: their statistics come from `make_stats_step`, which never feeds the update,
-    so the parameters do not depend on trainer.log_every (tests/test_train_phases.py).
+    so the parameters do not depend on trainer.log_every (tests/test_train_phases.py). `data` is shared by the
+    seeds (data_axis None) or, from the host stream, one batch of windows per seed (data_axis 0).
     """
     sample = batch_sampler(batch_size, batch_sharding)
 
@@ -157,11 +167,11 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
                                    "lr": current_lr(opt_state)}
         return new_state, metrics
 
-    return jax.jit(over_seeds(step, num_seeds, (0, None)), donate_argnums=0)
+    return jax.jit(over_seeds(step, num_seeds, (0, data_axis)), donate_argnums=0)
 
 
 def make_stats_step(graphdef, *, num_layers, num_heads, batch_size, batch_sharding, probe_scores: bool,
-                    num_seeds: int = 1, scored_k: int | None = None):
+                    num_seeds: int = 1, scored_k: int | None = None, data_axis: int | None = None):
     """Jitted (state, data) -> statistics of the step `state` is about to take: attention statistics and
     dL/dz at the scores, from a separate forward (and a backward to the probes only: no weight gradients)
     on the same batch and dropout key. It returns no state: the update always comes from `make_train_step`,
@@ -182,7 +192,7 @@ def make_stats_step(graphdef, *, num_layers, num_heads, batch_size, batch_shardi
         score_grad = jnp.stack([jnp.sqrt(jnp.sum(jnp.square(g), (0, 2, 3))) for g in probe_grads])
         return {"attn": attn, "score_grad": score_grad}
 
-    return jax.jit(over_seeds(stats, num_seeds, (0, None)))
+    return jax.jit(over_seeds(stats, num_seeds, (0, data_axis)))
 
 
 def make_maps(graphdef, num_seeds: int = 1):

@@ -99,6 +99,7 @@ class Task:
     default_head: str
     splits: dict[str, Split]
     options: dict
+    train_data = "device"  # or "host-stream": the training text is memory-mapped and gathered on the host (lm)
 
     def baseline(self, split: str) -> dict[str, float]:
         """Reference scores on a split (chance/majority accuracy, or reference and zero-predictor MSE)."""

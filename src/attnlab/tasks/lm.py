@@ -7,10 +7,13 @@ import math
 import numpy as np
 
 from attnlab.checks import ConfigError
-from attnlab.tasks import corpus
-from attnlab.tasks.base import SPLITS, Split, Task, check_float, check_int, majority_accuracy
+from attnlab.tasks import corpus, text_cache
+from attnlab.tasks.base import INT32_MAX, SPLITS, Split, Task, check_float, check_int, majority_accuracy
 
 PAD = 0  # input id 0 is padding; byte b is input id b + 1
+# Training text up to 1 GiB stays on the device (uint8): a few percent of an 80 GB GPU beside a model's
+# parameters, optimizer state and activations, and half the int32 limit of device offsets (INT32_MAX).
+DEVICE_TEXT_BYTES = 2**30
 
 
 def unigram_entropy_bits(text_U8: np.ndarray) -> float:
@@ -20,10 +23,13 @@ def unigram_entropy_bits(text_U8: np.ndarray) -> float:
     return float(-(p * np.log2(p)).sum())
 
 
-def bigram_entropy_bits(text_U8: np.ndarray) -> float:
+def bigram_entropy_bits(text_U8: np.ndarray, chunk: int = 2**24) -> float:
     """H(X_t | X_{t−1}) = H(X_{t−1}, X_t) − H(X_{t−1}) in bits, over the consecutive pairs of `text`."""
-    pairs = text_U8[:-1].astype(np.int64) * 256 + text_U8[1:]
-    joint = np.bincount(pairs, minlength=256 * 256) / max(len(pairs), 1)
+    joint = np.zeros(256 * 256)
+    for lo in range(0, max(len(text_U8) - 1, 0), chunk):  # chunks: int64 pairs of a whole corpus are 8× its size
+        part = np.asarray(text_U8[lo:lo + chunk + 1])
+        joint += np.bincount(part[:-1].astype(np.int64) * 256 + part[1:], minlength=256 * 256)
+    joint /= max(len(text_U8) - 1, 1)
     prev = joint.reshape(256, 256).sum(1)
     h = lambda p: float(-(p[p > 0] * np.log2(p[p > 0])).sum())  # noqa: E731
     return h(joint) - h(prev)
@@ -61,7 +67,7 @@ class LanguageModel(Task):
                  hf_config: str | None = None, hf_split: str = "train", hf_column: str = "text",
                  hf_data_files: str | None = None, val_fraction: float = 0.1, test_fraction: float = 0.1,
                  seed: int = 0, n_train: int = 500, n_val: int | str = "auto", n_test: int | str = "auto",
-                 default_head: str = "softmax_ce"):
+                 default_head: str = "softmax_ce", device_text_bytes: int = DEVICE_TEXT_BYTES):
         self.seq_len = check_int("seq_len", seq_len, 2)
         for key, value in (("path", path), ("hf_dataset", hf_dataset), ("hf_config", hf_config),
                            ("hf_split", hf_split), ("hf_column", hf_column), ("hf_data_files", hf_data_files)):
@@ -80,7 +86,8 @@ class LanguageModel(Task):
         self.options = dict(seq_len=seq_len, path=path, hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split,
                             hf_column=hf_column, hf_data_files=hf_data_files, val_fraction=val_fraction,
                             test_fraction=test_fraction, seed=seed, n_train=n_train, n_val=n_val, n_test=n_test,
-                            default_head=default_head)
+                            default_head=default_head, device_text_bytes=device_text_bytes)
+        budget = check_device_text_bytes(device_text_bytes)
         if hf_dataset is not None:
             docs, self.corpus = corpus.from_hf(hf_dataset, hf_config, hf_split, hf_column, hf_data_files)
         elif path is not None:
@@ -111,6 +118,10 @@ class LanguageModel(Task):
                                    np.ones((sizes[s], self.seq_len), np.float32),
                                    np.ones((sizes[s], self.seq_len), bool))
         self.splits = {s: self.splits[s] for s in SPLITS}
+        # Over the budget the training text leaves host memory for a cache file the loader maps (host_stream).
+        self.train_data = "device" if len(self.text["train"]) <= budget else "host-stream"
+        if self.train_data == "host-stream":
+            self.text["train"] = text_cache.memmap_text(self.text["train"])
         train = self.text["train"]
         self._entropy = {"bits_per_byte": unigram_entropy_bits(train),
                          "bits_per_byte_bigram": bigram_entropy_bits(train)}
@@ -148,6 +159,14 @@ class LanguageModel(Task):
     def decode(self, tokens_T) -> str:
         """Input ids back to text (padding dropped, invalid UTF-8 replaced)."""
         return bytes(int(t) - 1 for t in np.asarray(tokens_T).ravel() if t != PAD).decode("utf-8", errors="replace")
+
+
+def check_device_text_bytes(value) -> int:
+    """task.device_text_bytes: at most INT32_MAX, the largest text the device's int32 offsets index."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > INT32_MAX:
+        raise ConfigError(f"option device_text_bytes={value} is invalid; allowed: an integer in [0, {INT32_MAX}] "
+                          "(window offsets on the device are int32); a larger text streams from the host by itself")
+    return check_int("device_text_bytes", value, 0)
 
 
 def split_documents(docs: list[bytes], fractions: dict[str, float], rng) -> dict[str, np.ndarray]:

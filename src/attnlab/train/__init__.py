@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -15,6 +16,7 @@ from flax import nnx
 
 from attnlab.checkpoint import Checkpoints
 from attnlab.groups import leaf_groups
+from attnlab.host_stream import HostStream
 from attnlab.progress import Phases
 from attnlab.steps import Net, probes_supported
 from attnlab.train.config import Diverged, LoopConfig, StopRequest, pad_split
@@ -50,7 +52,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
         ckpt = Checkpoints(checkpoint_dir)
         placement = Placement.of(mesh, S)
         loop = initial_loop(nets, tx, cfg, ckpt, placement)
-        data = train_data(task, placement)
+        data = train_data(task, placement, loop.state, batch_size=cfg.batch_size, start=loop.start, stop=cfg.steps)
         evaluator = Evaluator.build(graphdef, task, cfg, S, placement.replicated, head=nets[0].head)
     with phases("compile"):
         steps = compile_steps(graphdef, tx, loop.state, data, cfg, placement, groups=groups, layers=layers,
@@ -91,8 +93,17 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
                         run_dirs=run_dirs, data=data, hparams=hparams, declared=declared, timing=rates)
 
 
-def train_data(task, placement: Placement) -> dict:
-    """The training data resident on the device, from which every step draws its batch (steps.sample_batch):
-    the task's text stream when it has one (task=lm), else its train split."""
+def train_data(task, placement: Placement, state: dict | None = None, *, batch_size: int = 0, start: int = 0,
+               stop: int | None = None):
+    """What every step draws its batch from (steps.sample_batch): the task's text stream when it has one
+    (task=lm), else its train split, resident on the device; or, when the task says its training text
+    streams from the host (task.train_data == "host-stream"), a HostStream over the memory-mapped text
+    that gathers steps start..stop − 1 at the offsets the device would draw from `state`'s seed keys."""
     stream = task.train_stream()
+    if getattr(task, "train_data", "device") == "host-stream":
+        text = stream["text"]
+        print(f"attnlab: train_data: host-stream (the training text, {len(text)} bytes, is over "
+              f"task.device_text_bytes; memory-mapped from {getattr(text, 'filename', '?')})", file=sys.stderr)
+        return HostStream(stream["text"], len(stream["window_W"]), state["key"], batch_size, placement.per_seed,
+                          start=start, stop=stop)
     return jax.device_put(pad_split(task.splits["train"], 1) if stream is None else stream, placement.replicated)

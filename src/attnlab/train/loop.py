@@ -10,6 +10,7 @@ from typing import Callable
 import jax
 
 from attnlab.checkpoint import Checkpoints
+from attnlab.host_stream import HostStream
 from attnlab.progress import Phases
 from attnlab.steps import make_stats_step, make_train_step
 from attnlab.train.config import Diverged, LoopConfig, StopRequest
@@ -80,15 +81,21 @@ def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placeme
     """The train step and the statistics program compiled ahead of time (`shape`: their shared options).
 
     A logging step runs the statistics program on the state before the step, then the same train step
-    as every other step: logging never changes the parameters (tests/test_train_phases.py).
+    as every other step: logging never changes the parameters (tests/test_train_phases.py). With a
+    HostStream as `data` (train_data: host-stream), each step takes the stream's next batch of windows
+    (one per seed), so `data` is read once per step, by both programs of a logging step alike.
     """
-    common = dict(batch_size=cfg.batch_size, batch_sharding=placement.batch, **shape)
-    plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **common).lower(state, data).compile()
-    statistics = make_stats_step(graphdef, probe_scores=probe_scores, **common).lower(state, data).compile()
+    host = isinstance(data, HostStream)
+    common = dict(batch_size=cfg.batch_size, batch_sharding=placement.batch, data_axis=0 if host else None, **shape)
+    arg = data.spec() if host else data
+    plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **common).lower(state, arg).compile()
+    statistics = make_stats_step(graphdef, probe_scores=probe_scores, **common).lower(state, arg).compile()
+    stream = data
 
     def stats(state, data):
+        data = stream.next() if host else data
         extra = statistics(state, data)  # dispatched first: the train step donates `state`
         state, metrics = plain(state, data)
         return state, {**metrics, **extra}
 
-    return CompiledSteps(plain=plain, stats=stats)
+    return CompiledSteps(plain=(lambda state, _: plain(state, stream.next())) if host else plain, stats=stats)

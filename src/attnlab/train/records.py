@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnlab.host_stream import HostStream
 from attnlab.record import write_json
 from attnlab.steps import sample_batch, step_key
 from attnlab.summaries import eval_scalars
@@ -72,6 +73,8 @@ def diagnose(run_dir: Path, state, data, batch_size: int, last_scalars: dict) ->
     """diverged.json: the first non-finite step, the last logged statistics, and that step's batch."""
     first = int(jax.device_get(state["first_nonfinite"]))
     bad = {**state, "step": jnp.int32(first)}
+    if isinstance(data, HostStream):  # the host gathers that step's windows again, for this seed's key
+        data = {"windows": data.windows(first, state["key"][None])[0]}
     batch = jax.device_get(sample_batch(data, step_key(bad), batch_size))
     write_json(Path(run_dir) / "diverged.json", {
         "first_nonfinite_step": first + 1, "last_logged": last_scalars,

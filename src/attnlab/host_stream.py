@@ -1,0 +1,104 @@
+"""The lm training text streamed from the host (`train_data: host-stream`): a memory-mapped file, each step's
+windows gathered on the host by a prefetching grain loader, at the offsets the device path draws.
+
+The offsets are one formula for both paths (`window_starts`): the device path traces it inside the step
+(steps.sample_batch), the host path evaluates it on the CPU backend for the same (seed key, step), so the
+windows are byte for byte the same and a resumed run replays them. Offsets past 2^31 (a text over 2 GiB,
+which only the host path holds) come from two 32-bit draws combined in 64-bit numpy on the host.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attnlab.checks import ConfigError
+from attnlab.tasks.base import INT32_MAX
+
+
+def window_starts(key, batch_size: int, span: int):
+    """batch_size window offsets, uniform in [0, span), from the step's key: the device path's formula.
+
+    span = text bytes − window + 1 is static. JAX has no int64 with x64 off, so the device path stops
+    at INT32_MAX (task.device_text_bytes cannot exceed it); the host path goes further (host_starts).
+    """
+    if span > INT32_MAX:
+        raise ConfigError(f"a training text of {span} windows cannot be indexed on the device (int32 offsets, "
+                          f"at most {INT32_MAX}); lower task.device_text_bytes so that it streams from the host")
+    return jax.random.randint(key, (batch_size,), 0, span)
+
+
+def wide_bits(key, batch_size: int):
+    """Two independent uint32 draws per window (high, low): the parts of a 64-bit offset beyond int32."""
+    k_hi, k_lo = jax.random.split(key)
+    return jax.random.bits(k_hi, (batch_size,), jnp.uint32), jax.random.bits(k_lo, (batch_size,), jnp.uint32)
+
+
+def combine_wide(hi, lo, span: int) -> np.ndarray:
+    """(hi·2^32 + lo) mod span in uint64: uniform over [0, span) up to a bias below span / 2^64."""
+    return ((np.asarray(hi, np.uint64) << np.uint64(32) | np.asarray(lo, np.uint64)) % np.uint64(span)).astype(np.int64)
+
+
+@functools.partial(jax.jit, static_argnames=("batch_size", "span"))
+def _draw_S(key_data_S2, step, *, batch_size: int, span: int):
+    """Per seed: the key of step `step` (steps.step_key) and its offsets, or its wide bits past int32."""
+
+    def one(key_data):
+        key = jax.random.fold_in(jax.random.wrap_key_data(key_data), step)
+        return window_starts(key, batch_size, span) if span <= INT32_MAX else wide_bits(key, batch_size)
+
+    return jax.vmap(one)(key_data_S2)
+
+
+def host_starts(key_data_S2, step: int, batch_size: int, span: int) -> np.ndarray:
+    """(S, batch_size) int64 offsets of step `step` (the state's step count before the update) per seed key."""
+    cpu = jax.devices("cpu")[0]
+    out = _draw_S(jax.device_put(np.asarray(key_data_S2), cpu), np.int32(step), batch_size=batch_size, span=span)
+    if span <= INT32_MAX:
+        return np.asarray(out, np.int64)
+    return combine_wide(*out, span)
+
+
+class HostStream:
+    """Each step's windows (S, B, window) uint8, gathered from a memory-mapped text and prefetched by grain.
+
+    `next()` gives the batch of the next step from `start` on (state steps start, start + 1, ..., stop − 1)
+    as {"windows": device array}, placed with `sharding` (the per-seed placement); steps.sample_batch turns
+    it into inputs/targets as it does the device path's gathered windows. The host holds only the map
+    (pages the OS reads in and may drop) and a few prefetched batches, never a copy of the text.
+    """
+
+    def __init__(self, text_U8: np.ndarray, window: int, key_data_S2, batch_size: int, sharding=None, *,
+                 start: int = 0, stop: int | None = None, prefetch: int = 4, threads: int = 2):
+        self.text, self.window, self.batch_size, self.sharding = text_U8, window, batch_size, sharding
+        self.span = len(text_U8) - window + 1
+        self.keys = np.asarray(jax.device_get(key_data_S2))
+        self.start, self.stop, self.prefetch, self.threads = start, stop, prefetch, threads
+        self._it = None
+
+    def windows(self, step: int, keys=None) -> np.ndarray:
+        """The (S, B, window) bytes of state step `step` for each seed key (default: the run's), as contiguous
+        slices of the map: a copy of S·B·window bytes."""
+        keys = self.keys if keys is None else np.asarray(jax.device_get(keys))
+        starts_SB = host_starts(keys, step, self.batch_size, self.span)
+        return np.stack([np.stack([self.text[o:o + self.window] for o in row]) for row in starts_SB])
+
+    def spec(self) -> dict:
+        """The step's data argument, abstract (to compile the step before any batch is read)."""
+        shape = (len(self.keys), self.batch_size, self.window)
+        return {"windows": jax.ShapeDtypeStruct(shape, jnp.uint8, sharding=self.sharding)}
+
+    def next(self) -> dict:
+        """The next step's windows on the device; the loader starts (prefetching) on the first call."""
+        if self._it is None:
+            import grain  # only a host-stream run pays for the import
+
+            stop = self.stop if self.stop is not None else INT32_MAX
+            loader = grain.MapDataset.range(self.start, stop).map(self.windows)
+            self._it = iter(loader.to_iter_dataset(grain.ReadOptions(num_threads=self.threads,
+                                                                     prefetch_buffer_size=self.prefetch)))
+        win_SBW = next(self._it)
+        return {"windows": jnp.asarray(win_SBW) if self.sharding is None else jax.device_put(win_SBW, self.sharding)}
