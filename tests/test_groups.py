@@ -61,7 +61,7 @@ def _net(normalizer: str, head: str, *, positional="learned", qk_norm=True, shor
     """An abstract (eval_shape) Net: no parameter is materialised."""
     def make():
         rngs = nnx.Rngs(0)
-        body = Transformer(d_model=8, num_heads=2, num_layers=1, mlp_ratio=2, dropout=0.0, positional=positional,
+        body = Transformer(d_model=8, heads=2, layers=1, mlp_ratio=2, dropout=0.0, positional=positional,
                            max_len=16, causal=True, qk_norm=qk_norm, pooled=False, seq_len=8,
                            make_normalizer=functools.partial(build_normalizer, normalizer, **norm_opts),
                            vocab_size=11 if tokens else None, input_dim=None if tokens else 3,

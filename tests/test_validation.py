@@ -148,8 +148,7 @@ def test_trainer_and_optim_values_are_refused_by_their_component_without_the_cli
     from attnlab import optim
     from attnlab.train import LoopConfig
 
-    good = dict(steps=4, batch_size=8, eval_every=4, log_every=2, eval_batch_size=20, nonfinite="skip", seed=0,
-                lr=1e-3, warmup_steps=0)
+    good = dict(steps=4, batch_size=8, eval_every=4, log_every=2, eval_batch_size=20, nonfinite="skip", seed=0)
     assert LoopConfig(**good).steps == 4
     with pytest.raises(ValueError, match=r"^trainer.log_every=0 must be a positive integer \(< 2\^31\)$"):
         LoopConfig(**{**good, "log_every": 0})

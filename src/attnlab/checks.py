@@ -7,10 +7,6 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-# Beyond this many parameters no machine can hold the model (10^10 float32 = 40 GB before optimizer state).
-MAX_PARAMS = 10**10
-
-
 class ConfigError(ValueError):
     """Bad user input, refused in one line (exit 2). Only this is a refusal: any other exception while building
     a run is a bug, reported as a failed run with its traceback. A ValueError, so callers catching that still work."""
@@ -67,36 +63,10 @@ def choice(key: str, value, allowed: Iterable[Any]) -> Any:
     return value
 
 
-MAX_SHORT_CONV = 64
-
-
-def model_options(values: dict[str, Any]) -> None:
-    """Every option of the `model` group, from Transformer.__init__'s arguments (constructor names)."""
-    d_model = integer("model.d_model", values["d_model"], 1)
-    heads = integer("model.heads", values["num_heads"], 1)
-    layers = integer("model.layers", values["num_layers"], 1)
-    mlp_ratio = integer("model.mlp_ratio", values["mlp_ratio"], 1)
-    real("model.dropout", values["dropout"], 0.0, 1.0, hi_open=True)
-    max_len = integer("model.max_len", values["max_len"], 1)
-    boolean("model.qk_norm", values["qk_norm"])
-    choice("model.remat", values.get("remat", False), (False, True, "dots"))
-    if values.get("window") is not None:  # null: no window
-        integer("model.window", values["window"], 1, 2**31 - 1)
-    # A short convolution (2-8 in Zoology/fla); its taps are unrolled, so a bound keeps compilation finite.
-    integer("model.short_conv", values.get("short_conv", 0), 0, MAX_SHORT_CONV)
-    if d_model % heads:
-        raise ConfigError(f"model.d_model={d_model} is not divisible by model.heads={heads}; "
-                         f"allowed: heads dividing d_model")
-    table = (values.get("vocab_size") or values.get("input_dim") or 0) + max_len
-    params = layers * (4 + 2 * mlp_ratio) * d_model**2 + table * d_model
-    if params > MAX_PARAMS:
-        raise ConfigError(f"model.d_model={d_model}, model.layers={layers}, model.mlp_ratio={mlp_ratio}, "
-                         f"model.max_len={max_len} make ~{params:.2g} parameters; allowed: at most {MAX_PARAMS:.0e}")
-
-
 def no_unknown_keys(cfg) -> None:
-    """Groups built without a `_target_` (model, optim, trainer, ...) take only keys one of their YAMLs has;
-    components with a `_target_` refuse unknown keys when they are built (cli._construct)."""
+    """Keys no YAML of the group has (the top level; model, optim, trainer, accelerator: one class per group),
+    refused before Hydra runs, with a did-you-mean; groups whose choices build different classes (normalizer,
+    head, task) refuse unknown keys when they are built, against the constructor (cli._construct)."""
     import yaml
 
     from attnlab import registry
@@ -111,10 +81,10 @@ def no_unknown_keys(cfg) -> None:
                          f"{', '.join(sorted(top - {'hydra'}))} and the groups {', '.join(groups)}")
     for group in groups:
         yamls = [registry.load(group, name) for name in registry.choices(group)]
-        if group not in cfg or not cfg[group] or any("_target_" in y for y in yamls):
+        if group not in cfg or not cfg[group] or len({y.get("_target_") for y in yamls}) > 1:
             continue
-        allowed = set().union(*yamls)
-        unknown = sorted(set(cfg[group]) - allowed)
+        allowed = set().union(*yamls) - {"_target_"}
+        unknown = sorted(set(cfg[group]) - allowed - {"_target_"})
         if unknown:
             from attnlab.mistakes import did_you_mean
 

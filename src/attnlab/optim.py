@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import optax
 from flax import nnx
@@ -53,6 +55,26 @@ def make_optimizer(params: nnx.State, *, lr: float, warmup_steps: int, total_ste
         adamw(learning_rate=schedule(lr, warmup_steps, total_steps, final_fraction), b1=b1, b2=b2,
               weight_decay=weight_decay, mask=decay_mask(params)),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class AdamW:
+    """The `optim` group (configs/optim/adamw.yaml's `_target_`): its values, checked when built; called with the
+    parameters and the run's length, it is make_optimizer's optax chain."""
+
+    lr: float
+    warmup_steps: int
+    weight_decay: float
+    clip_norm: float
+    b1: float
+    b2: float
+    final_fraction: float = 0.1
+
+    def __post_init__(self):
+        check_options(**dataclasses.asdict(self))
+
+    def __call__(self, params: nnx.State, total_steps: int):
+        return make_optimizer(params, total_steps=total_steps, **dataclasses.asdict(self))
 
 
 def current_lr(opt_state) -> jax.Array:

@@ -17,7 +17,7 @@ from attnlab.progress import MODES
 
 @dataclasses.dataclass(frozen=True)
 class LoopConfig:
-    """Run-level settings of the loop (the `trainer` config group, plus seed and schedule)."""
+    """Run-level settings of the loop: the `trainer` config group (its YAMLs' `_target_`) and the seed."""
 
     steps: int
     batch_size: int
@@ -26,8 +26,6 @@ class LoopConfig:
     eval_batch_size: int
     nonfinite: str  # skip | stop
     seed: int
-    lr: float
-    warmup_steps: int
     progress: str = "auto"
     checkpoint_every: int = 0  # 0: only on a signal and at the end
     resume: bool = False
