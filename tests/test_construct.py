@@ -73,3 +73,15 @@ def test_every_yaml_key_is_a_constructor_argument_or_read_by_the_cli(group, cls,
         raw = registry.load(group, name)
         assert registry.resolve_target(raw["_target_"]) is cls
         assert set(raw) - {"_target_"} - read <= args, name
+
+
+@pytest.mark.parametrize("key, value", [
+    ("task.vocab_size", 3), ("task.power_a", 0.0), ("task.num_kv_pairs", 100), ("model.positional", "alibi"),
+    ("model.heads", 0), ("normalizer.block_size", 0), ("trainer.steps", 0), ("trainer.progress", "loud"),
+    ("trainer.resume", "maybe"), ("optim.lr", 0.0), ("optim.b2", 1.0), ("optim.warmup_steps", -1),
+])
+def test_every_group_refuses_a_value_in_one_format_naming_the_full_key(key, value):
+    cfg = compose_tiny(f"{key}={value}")
+    with pytest.raises(ConfigError) as info:
+        build(cfg, "softmax_ce")
+    assert str(info.value).startswith(f"{key}={value!r} is invalid; allowed: "), str(info.value)

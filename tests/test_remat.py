@@ -71,5 +71,5 @@ def test_remat_lowers_the_compiled_backward_memory():
 
 
 def test_bad_remat_is_refused_naming_the_option():
-    with pytest.raises(ValueError, match=r"model.remat='yes' unknown; allowed: false, true, dots"):
+    with pytest.raises(ValueError, match=r"model.remat='yes' is invalid; allowed: false, true, dots"):
         _body("yes")

@@ -59,7 +59,7 @@ def _yaml(value) -> str:
 def choice(key: str, value, allowed: Iterable[Any]) -> Any:
     allowed = list(allowed)
     if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed if a == value):
-        raise ConfigError(f"{key}={value!r} unknown; allowed: {', '.join(_yaml(a) for a in allowed)}")
+        raise ConfigError(f"{key}={value!r} is invalid; allowed: {', '.join(_yaml(a) for a in allowed)}")
     return value
 
 

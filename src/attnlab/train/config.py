@@ -34,27 +34,21 @@ class LoopConfig:
 
     def __post_init__(self):
         """Refuse a bad `trainer` value in one line naming it (the CLI builds the loop before the model)."""
-        checks.require(checks.is_int(self.steps) and 0 < self.steps < 2**31,
-                       f"trainer.steps={self.steps!r} must be a positive integer (< 2^31)")
+        checks.integer("trainer.steps", self.steps, 1, 2**31 - 1)
         if self.eval_every in (None, "auto"):  # a val curve of about four points on short runs, one per 200 on long
             object.__setattr__(self, "eval_every", auto_eval_every(self.steps))
         elif checks.is_int(self.eval_every) and self.eval_every > self.steps:
             warnings.warn(f"trainer.eval_every={self.eval_every} > trainer.steps={self.steps}: validation runs only "
                           f"at the end (one point per val curve); trainer.eval_every=auto evaluates every "
                           f"{auto_eval_every(self.steps)}")
-        for key in ("steps", "batch_size", "eval_every", "log_every", "eval_batch_size"):
-            value = getattr(self, key)
-            checks.require(checks.is_int(value) and 0 < value < 2**31,
-                           f"trainer.{key}={value!r} must be a positive integer (< 2^31)")
-        checks.require(checks.is_int(self.checkpoint_every) and 0 <= self.checkpoint_every < 2**31,
-                       f"trainer.checkpoint_every={self.checkpoint_every!r} must be an integer >= 0 "
-                       f"(0: only on signals and at the end)")
-        checks.require(isinstance(self.resume, bool), f"trainer.resume={self.resume!r} must be true or false")
+        for key in ("batch_size", "eval_every", "log_every", "eval_batch_size"):
+            checks.integer(f"trainer.{key}", getattr(self, key), 1, 2**31 - 1)
+        checks.integer("trainer.checkpoint_every", self.checkpoint_every, 0, 2**31 - 1)  # 0: signals and the end
+        checks.boolean("trainer.resume", self.resume)
         checks.real("trainer.max_skipped", self.max_skipped, 0.0, 1.0)
         for key, allowed in (("nonfinite", ("skip", "stop")), ("attn_map_scale", ("row", "log", "max")),
                              ("progress", MODES)):
-            value = getattr(self, key)
-            checks.require(value in allowed, f"trainer.{key}={value!r} unknown; allowed: {', '.join(allowed)}")
+            checks.choice(f"trainer.{key}", getattr(self, key), allowed)
 
 
 def auto_eval_every(steps: int) -> int:
