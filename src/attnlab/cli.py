@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import chance, checks, outdir, registry, sweep
+from attnlab import chance, checks, composition, outdir, registry, sweep
 from attnlab.run_files import (compute_record, finished_with, hparams_of, record_failure, record_refused, write_results,
                                write_run_json)
 
@@ -57,7 +57,7 @@ def validate(cfg: DictConfig, device_count: int) -> None:
     _require(checks.is_int(cfg.seed) and 0 <= cfg.seed < 2**31 - t.vmap_seeds,
              f"seed={cfg.seed!r} is invalid; allowed: an integer in [0, 2^31 - trainer.vmap_seeds)")
     checks.choice("task.default_head", cfg.task.get("default_head"), registry.choices("head"))
-    checks.no_unknown_keys(cfg)
+    composition.no_unknown_keys(cfg)
 
 
 def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> list:
@@ -225,7 +225,7 @@ def _hydra_train(cfg: DictConfig) -> None:
 def train_main() -> None:
     """Console script `attnlab-train`."""
     multirun = sweep.multirun_argv(sys.argv[1:])
-    checks.compose_or_exit(sys.argv[1:], str(registry.CONFIG_DIR))
+    composition.compose_or_exit(sys.argv[1:], str(registry.CONFIG_DIR))
     try:
         _hydra_train()
     except KeyboardInterrupt:  # outside the step loop (start-up, compile, between jobs): no checkpoint to save

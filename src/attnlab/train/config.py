@@ -1,15 +1,9 @@
-"""The loop's settings, its stop conditions (non-finite policy, signals) and small helpers shared by its phases."""
+"""The loop's settings: the `trainer` config group as LoopConfig (its YAMLs' `_target_`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import signal
-import threading
 import warnings
-
-import jax
-import jax.numpy as jnp
-import numpy as np
 
 from attnlab import checks
 from attnlab.progress import MODES
@@ -56,61 +50,7 @@ def auto_eval_every(steps: int) -> int:
     return max(1, min(200, steps // 4))
 
 
-class Diverged(Exception):
-    """Every seed diverged: the `stop` policy met a non-finite step, or more than max_skipped were skipped."""
-
-
-def skip_limit(cfg: LoopConfig) -> float:
-    """Skipped (non-finite) steps beyond this many make a run diverged: a share of the planned steps, so the
-    verdict can be reached as soon as the count passes it."""
-    return cfg.max_skipped * cfg.steps
-
-
-def divergence(cfg: LoopConfig, nonfinite: int) -> str | None:
-    """Why a seed with `nonfinite` skipped steps is diverged; None if it is not."""
-    if cfg.nonfinite == "stop" and nonfinite > 0:
-        return "non-finite loss, gradient or parameters (trainer.nonfinite=stop)"
-    if nonfinite > skip_limit(cfg):
-        return (f"{nonfinite} non-finite steps skipped, more than trainer.max_skipped={cfg.max_skipped:g} "
-                f"of trainer.steps={cfg.steps}")
-    return None
-
-
-def pad_split(split, multiple: int) -> dict[str, np.ndarray]:
-    """A split as arrays padded to a multiple of the eval batch, padding rows weighted 0."""
-    arrays = {f.name: np.asarray(getattr(split, f.name)) for f in dataclasses.fields(split)}
-    pad = -arrays["targets"].shape[0] % multiple
-    return {k: np.concatenate([v, np.zeros((pad, *v.shape[1:]), v.dtype)]) for k, v in arrays.items()}
-
-
-def prefixed(prefix: str, metrics: dict) -> dict[str, float]:
-    return {f"{prefix}/{k}": float(v) for k, v in metrics.items()}
-
-
-def stack(trees):
-    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
-
-
-def seed_slice(tree, i):
-    return jax.tree.map(lambda x: x[i], tree)
-
-
-class StopRequest:
-    """SIGTERM/SIGINT set a flag that the loop reads between steps (graceful: checkpoint, then stop)."""
-
-    def __init__(self):
-        self.signal: int | None = None
-        self._old = {}
-
-    def __enter__(self):
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._old[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame):
-        self.signal = signum
-
-    def __exit__(self, *exc):
-        for sig, handler in self._old.items():
-            signal.signal(sig, handler)
+# Re-exported for train/loop.py and train/evaluation.py (issue 25 edits them now); new code imports from
+# train.stopping and train.trees.
+from attnlab.train.stopping import Diverged, StopRequest, divergence  # noqa: E402,F401
+from attnlab.train.trees import pad_split, prefixed, seed_slice, stack  # noqa: E402,F401
