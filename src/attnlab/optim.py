@@ -13,7 +13,8 @@ from attnlab.normalizers import NormalizerParam
 
 
 def decay_mask(params: nnx.State):
-    """True for weight matrices; False for biases, norms and every NormalizerParam (β, priors, slopes).
+    """True for weight matrices; False for biases, norm scales (LayerNorm, the QK-norm gain) and every
+    NormalizerParam (β, priors, slopes).
 
     Decay on a raw β pulls attention towards uniform (LITERATURE.md, cross-cutting).
     """
