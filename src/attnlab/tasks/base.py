@@ -131,6 +131,11 @@ def check_float(name: str, value, lo: float, hi: float | None = 1e6, lo_open: bo
     return checks.real(f"task.{name}", value, lo, math.inf if hi is None else hi, lo_open=lo_open)
 
 
+def split_sizes(n_train, n_val, n_test) -> dict[str, int]:
+    """{split: size} from the task.n_train / n_val / n_test options, each an integer >= 1."""
+    return {s: check_int(f"n_{s}", n, 1) for s, n in zip(SPLITS, (n_train, n_val, n_test))}
+
+
 def disjoint_splits(
     sample: Callable[[np.random.Generator, int], Split], sizes: dict[str, int], seed: int, max_rounds: int = 50
 ) -> dict[str, Split]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab import checks
-from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits
+from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits, split_sizes
 
 
 class MQAR(Task):
@@ -44,11 +44,7 @@ class MQAR(Task):
         self.num_classes = self.vocab_size  # targets are token ids
         self.input_dim = None
         self.default_head = default_head
-        sizes = {
-            "train": check_int("n_train", n_train, 1),
-            "val": check_int("n_val", n_val, 1),
-            "test": check_int("n_test", n_test, 1),
-        }
+        sizes = split_sizes(n_train, n_val, n_test)
         self.options = dict(
             vocab_size=vocab_size, seq_len=seq_len, num_kv_pairs=num_kv_pairs, power_a=power_a,
             random_filler=random_filler, seed=seed, n_train=n_train, n_val=n_val, n_test=n_test,
