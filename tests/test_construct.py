@@ -85,3 +85,9 @@ def test_every_group_refuses_a_value_in_one_format_naming_the_full_key(key, valu
     with pytest.raises(ConfigError) as info:
         build(cfg, "softmax_ce")
     assert str(info.value).startswith(f"{key}={value!r} is invalid; allowed: "), str(info.value)
+
+
+def test_the_task_receives_its_default_head_option():
+    cfg = compose_tiny("task.default_head=scores_mse")
+    task, _, _, _ = build(cfg, "softmax_ce")
+    assert task.default_head == "scores_mse" and task.options["default_head"] == "scores_mse"

@@ -28,7 +28,7 @@ _require = checks.require
 def _construct(group: str, node: dict[str, Any], read=(), **extra):
     """Build a group's component from its composed config node: the `_target_` called with the node's options
     and `extra` (what is derived, not configured: the task's sizes, the dtype, rngs, ...). `read`: the group's
-    keys the caller consumes itself (task.default_head, model.layer_normalizers, trainer.vmap_seeds). Every other
+    keys the caller consumes itself (model.layer_normalizers, trainer.vmap_seeds). Every other
     key must be a constructor argument: an unknown one is refused in one line naming `group.key`."""
     from attnlab.normalizers import contract
 
@@ -101,7 +101,7 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     validate(cfg, jax.device_count())
     dtype = compute_dtype(cfg.accelerator.dtype)
     matmul_precision(cfg.accelerator.get("matmul_precision"), dtype)  # refuses a bad value before anything is built
-    task = _construct("task", node("task"), read=("default_head",))
+    task = _construct("task", node("task"))
     head_kind = heads.kind_of(head_name)
     _require(head_kind == task.kind, f"head={head_name} serves {head_kind}, but task {type(task).__name__} is {task.kind}; "
                                      f"heads for {task.kind}: {', '.join(heads.compatible(task.kind))}")
