@@ -102,9 +102,7 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     dtype = compute_dtype(cfg.accelerator.dtype)
     matmul_precision(cfg.accelerator.get("matmul_precision"), dtype)  # refuses a bad value before anything is built
     task = _construct("task", node("task"))
-    head_kind = heads.kind_of(head_name)
-    _require(head_kind == task.kind, f"head={head_name} serves {head_kind}, but task {type(task).__name__} is {task.kind}; "
-                                     f"heads for {task.kind}: {', '.join(heads.compatible(task.kind))}")
+    heads.check_compatible(head_name, task.kind, type(task).__name__)
     model = node("model")
     make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
     causal = task.granularity == "token" if model.get("causal") is None else bool(model["causal"])
