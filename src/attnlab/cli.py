@@ -34,9 +34,11 @@ def _construct(group: str, node: dict[str, Any], read=(), **extra):
 
     node = {k: v for k, v in node.items() if k not in read}
     cls = registry.resolve_target(node.pop("_target_", None))
-    params = inspect.signature(cls.__init__).parameters
-    allowed = {k for k in params if k != "self"} - set(extra) - (set(contract.FROM_ATTENTION) if extra.get("_partial") else set())
-    unknown = sorted(set(node) - allowed)
+    params = inspect.signature(cls.__init__).parameters.values()
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+    allowed = named - set(extra) - (set(contract.FROM_ATTENTION) if extra.get("_partial") else set())
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in params)  # **kwargs: the constructor decides
+    unknown = [] if open_ended else sorted(set(node) - allowed)
     _require(not unknown, f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}; "
                           f"allowed: {', '.join(sorted(allowed | set(read)))}")
     if group == "normalizer":  # an option the YAML lacks would silently take the constructor's default
