@@ -20,7 +20,7 @@ from attnlab.cli import EXIT_DIVERGED, build
 from attnlab.groups import leaf_groups
 
 from attnlab.steps import make_train_step
-from attnlab.train.config import pad_split
+from attnlab.train.trees import pad_split
 from attnlab.train.state import fresh_state
 
 RUN = [*TINY, *TINY_TASK["mqar"], "trainer.steps=40", "trainer.log_every=2", "trainer.eval_every=4",

@@ -45,8 +45,7 @@ def test_logged_lr_is_the_applied_schedule_with_its_final_fraction(tmp_path):
 
 @pytest.mark.parametrize("steps, every", [(8, 2), (150, 37), (800, 200), (3000, 200), (2, 1)])
 def test_auto_eval_every_gives_short_runs_a_val_curve(steps, every):
-    cfg = LoopConfig(steps=steps, batch_size=8, eval_every=None, log_every=1, eval_batch_size=8, nonfinite="skip",
-                     seed=0, lr=1e-3, warmup_steps=0)
+    cfg = LoopConfig(steps=steps, batch_size=8, eval_every=None, log_every=1, eval_batch_size=8, nonfinite="skip", seed=0)
     assert cfg.eval_every == every
     assert LoopConfig(**{**cfg.__dict__, "eval_every": "auto"}).eval_every == every
 

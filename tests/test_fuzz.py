@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from omegaconf.errors import OmegaConfBaseException
 
 import fuzz_space as space
-from attnlab import accelerator, checks, cli, registry
+from attnlab import accelerator, checks, cli, composition, registry
 
 # Base: the CLI tests' tiny run, in-process (no compile cache flag, no accelerator=cpu: drawn like the rest).
 BASE = [o for o in TINY if not o.startswith(("compile_cache=", "accelerator="))]
@@ -78,7 +78,7 @@ def outcome(overrides: list[str]):
         with initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
             cfg = compose("train", overrides=[*BASE, *overrides], return_hydra_config=True)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:  # the CLI's compose_or_exit
-        return "refused", checks.one_line(exc)
+        return "refused", composition.one_line(exc)
     choices = dict(cfg.hydra.runtime.choices)
     try:
         a = cfg.accelerator

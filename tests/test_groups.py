@@ -61,7 +61,7 @@ def _net(normalizer: str, head: str, *, positional="learned", qk_norm=True, shor
     """An abstract (eval_shape) Net: no parameter is materialised."""
     def make():
         rngs = nnx.Rngs(0)
-        body = Transformer(d_model=8, num_heads=2, num_layers=1, mlp_ratio=2, dropout=0.0, positional=positional,
+        body = Transformer(d_model=8, heads=2, layers=1, mlp_ratio=2, dropout=0.0, positional=positional,
                            max_len=16, causal=True, qk_norm=qk_norm, pooled=False, seq_len=8,
                            make_normalizer=functools.partial(build_normalizer, normalizer, **norm_opts),
                            vocab_size=11 if tokens else None, input_dim=None if tokens else 3,
@@ -115,3 +115,19 @@ def test_an_unknown_group_is_refused_and_inner_declarations_win():
     declare("attention", m)
     declare("mlp", m)  # an outer module does not override what the inner one declared
     assert leaf_groups(nnx.split(m, nnx.Param, ...)[1])[0] == ["attention"]
+
+
+def test_the_qk_norm_gain_is_an_attention_parameter_not_decayed_like_layernorm_scales():
+    from attnlab.optim import decay_mask
+
+    cfg = compose_train("task=mqar", "model=tiny", "model.qk_norm=true", *TINY_TASK["mqar"])
+    _, params, _ = nnx.split(build(cfg, "softmax_ce")[1][0], nnx.Param, ...)
+    flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
+    names = [".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path) for path, _ in flat]
+    groups, _ = leaf_groups(params)
+    decayed = jax.tree.leaves(decay_mask(params))
+    by_name = dict(zip(names, zip(groups, decayed, (v for _, v in flat))))
+    gain = next(n for n in names if n.endswith("qk_gain"))
+    ln_scale = next(n for n in names if n.endswith("ln1.scale"))
+    assert by_name[gain][0] == "attention" and not isinstance(by_name[gain][2], NormalizerParam)
+    assert by_name[gain][1] is False and by_name[ln_scale][1] is False  # as LayerNorm scales: no weight decay

@@ -102,9 +102,9 @@ def test_datasets_text_loader_works_offline(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("options, needle", [
     ({"path": "x", "hf_dataset": "y"}, "exclude each other"),
-    ({"path": ""}, "option path='' is invalid"),
-    ({"seq_len": 1}, "option seq_len=1 is invalid"),
-    ({"val_fraction": 0.7}, "option val_fraction=0.7 is invalid"),
+    ({"path": ""}, "task.path='' is invalid"),
+    ({"seq_len": 1}, "task.seq_len=1 is invalid"),
+    ({"val_fraction": 0.7}, "task.val_fraction=0.7 is invalid"),
     ({"seq_len": 60000}, "fewer than seq_len + 1"),
     ({"n_val": "many"}, "option n_val='many' is invalid; allowed: auto or an integer >= 1"),
 ])

@@ -56,7 +56,7 @@ def test_short_conv_equals_numpy_and_padding_never_leaks(causal, width):
 
 def test_padding_never_leaks_through_a_bidirectional_model_with_short_conv():
     make = lambda **kw: build_normalizer("softmax", **kw)  # noqa: E731
-    body = Transformer(d_model=8, num_heads=2, num_layers=2, mlp_ratio=2, dropout=0.0, positional="learned",
+    body = Transformer(d_model=8, heads=2, layers=2, mlp_ratio=2, dropout=0.0, positional="learned",
                        max_len=16, causal=False, qk_norm=False, pooled=True, make_normalizer=make, seq_len=9,
                        vocab_size=13, window=3, short_conv=4, rngs=nnx.Rngs(0))
     inputs = np.random.default_rng(0).integers(1, 13, size=(2, 9)).astype(np.int32)
@@ -226,7 +226,7 @@ def test_pooled_features_are_a_float32_mean_under_bfloat16():
     from attnlab.model import Transformer
     from attnlab.normalizers import build as build_norm
 
-    net = Transformer(d_model=16, num_heads=2, num_layers=1, mlp_ratio=2, dropout=0.0, positional="learned",
+    net = Transformer(d_model=16, heads=2, layers=1, mlp_ratio=2, dropout=0.0, positional="learned",
                       max_len=64, causal=False, qk_norm=False, pooled=True, seq_len=64, vocab_size=5,
                       make_normalizer=lambda **kw: build_norm("softmax", **kw), dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
     inputs = jnp.asarray(np.random.default_rng(0).integers(0, 5, (2, 64)))

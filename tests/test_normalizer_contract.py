@@ -132,7 +132,7 @@ def test_score_grad_availability_is_said_per_layer(capsys, second, layers, said)
 
     makers = [lambda **kw: nz.build("softmax", **kw),
               (lambda **kw: nz.build("softmax", **kw)) if second == "softmax" else _NoScores]
-    model = Transformer(d_model=8, num_heads=2, num_layers=2, mlp_ratio=2, dropout=0.0, positional="learned",
+    model = Transformer(d_model=8, heads=2, layers=2, mlp_ratio=2, dropout=0.0, positional="learned",
                         max_len=6, causal=True, qk_norm=False, pooled=False, seq_len=6, vocab_size=5,
                         make_normalizer=makers, rngs=nnx.Rngs(0))
     record = compute_record(OmegaConf.create({"matmul_precision": "highest"}), types.SimpleNamespace(body=model), 6)

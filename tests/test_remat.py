@@ -15,7 +15,7 @@ from attnlab.normalizers import build as build_normalizer
 
 def _body(remat, names=("softmax",), layers=3, d_model=16, T=12):
     makers = [lambda name=n, **kw: build_normalizer(name, **kw) for n in names]
-    return Transformer(d_model=d_model, num_heads=2, num_layers=layers, mlp_ratio=2, dropout=0.0, positional="rope",
+    return Transformer(d_model=d_model, heads=2, layers=layers, mlp_ratio=2, dropout=0.0, positional="rope",
                        max_len=T, causal=True, qk_norm=False, pooled=False, make_normalizer=makers, seq_len=T,
                        vocab_size=11, remat=remat, rngs=nnx.Rngs(0))
 
@@ -71,5 +71,5 @@ def test_remat_lowers_the_compiled_backward_memory():
 
 
 def test_bad_remat_is_refused_naming_the_option():
-    with pytest.raises(ValueError, match=r"model.remat='yes' unknown; allowed: false, true, dots"):
+    with pytest.raises(ValueError, match=r"model.remat='yes' is invalid; allowed: false, true, dots"):
         _body("yes")

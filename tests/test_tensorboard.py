@@ -262,7 +262,7 @@ def test_unknown_attn_map_scale_exits_2_naming_the_key(tmp_path):
     proc = run_cli(*TINY, *TINY_TASK["mqar"], "trainer.attn_map_scale=bright", f"hydra.run.dir={tmp_path / 'r'}",
                    cwd=tmp_path, check=False)
     assert proc.returncode == 2
-    assert "trainer.attn_map_scale='bright' unknown; allowed: row, log, max" in proc.stderr
+    assert "trainer.attn_map_scale='bright' is invalid; allowed: row, log, max" in proc.stderr
 
 
 def test_custom_scalars_layout_overlays_one_chart_per_layer_statistic(sweep_dir):

@@ -151,7 +151,7 @@ def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap,
 
     from attnlab import calibration, registry
     from attnlab.cli import build
-    from attnlab.train.config import pad_split, stack
+    from attnlab.train.trees import pad_split, stack
     from attnlab.train.evaluation import make_evaluate
 
     overrides = [o for o in (*TINY, *TINY_TASK[task]) if not o.startswith("compile_cache")]

@@ -11,7 +11,7 @@ from flax import nnx
 
 from attnlab.fast_vjp import dense_dot_general
 from attnlab.groups import declare
-from attnlab.normalizers import Mask, Normalizer, NormalizerParam
+from attnlab.normalizers import Mask, Normalizer
 
 
 def rope(x_BNTH, positions_T, base: float = 10000.0):
@@ -67,9 +67,11 @@ class MultiHeadAttention(nnx.Module):
             self.conv = ShortConv(3 * d_model, short_conv, dtype=dtype, rngs=rngs)
         if qk_norm:
             # QK-norm (Henry et al. 2020): one learnable g per layer, initialised to log2(L² − L).
-            # q̂ is scaled by g·√H so that the normalizer's default β = 1/√H yields exactly g.
-            self.qk_gain = NormalizerParam(jnp.array(math.log2(max(seq_len**2 - seq_len, 2)), jnp.float32))
-        declare("attention", self.qkv, self.out)  # the normalizer's own parameters are NormalizerParam
+            # q̂ is scaled by g·√H so that the normalizer's default β = 1/√H yields exactly g. The gain belongs to
+            # the model, not the normalizer: the attention group, and like LayerNorm scales not weight-decayed.
+            self.qk_gain = nnx.Param(jnp.array(math.log2(max(seq_len**2 - seq_len, 2)), jnp.float32))
+        # the normalizer's own parameters are NormalizerParam (the normalizer group by type)
+        declare("attention", self.qkv, self.out, *([self.qk_gain] if qk_norm else []))
 
     def heads(self, x_BTD, mask: Mask):
         """Project to heads-major q, k, v (B,N,T,H), with the short convolution, QK-norm and RoPE applied."""

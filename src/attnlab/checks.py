@@ -1,15 +1,9 @@
-"""Value checks shared by the components and the CLI: each failure is one line naming key, value, allowed."""
+"""The value checks every component uses: each failure is one line, `group.key=value is invalid; allowed: ...`."""
 
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 from typing import Any, Iterable
-
-# Beyond this many parameters no machine can hold the model (10^10 float32 = 40 GB before optimizer state).
-MAX_PARAMS = 10**10
-
 
 class ConfigError(ValueError):
     """Bad user input, refused in one line (exit 2). Only this is a refusal: any other exception while building
@@ -63,120 +57,5 @@ def _yaml(value) -> str:
 def choice(key: str, value, allowed: Iterable[Any]) -> Any:
     allowed = list(allowed)
     if value not in allowed or isinstance(value, bool) != any(isinstance(a, bool) for a in allowed if a == value):
-        raise ConfigError(f"{key}={value!r} unknown; allowed: {', '.join(_yaml(a) for a in allowed)}")
+        raise ConfigError(f"{key}={value!r} is invalid; allowed: {', '.join(_yaml(a) for a in allowed)}")
     return value
-
-
-MAX_SHORT_CONV = 64
-
-
-def model_options(values: dict[str, Any]) -> None:
-    """Every option of the `model` group, from Transformer.__init__'s arguments (constructor names)."""
-    d_model = integer("model.d_model", values["d_model"], 1)
-    heads = integer("model.heads", values["num_heads"], 1)
-    layers = integer("model.layers", values["num_layers"], 1)
-    mlp_ratio = integer("model.mlp_ratio", values["mlp_ratio"], 1)
-    real("model.dropout", values["dropout"], 0.0, 1.0, hi_open=True)
-    max_len = integer("model.max_len", values["max_len"], 1)
-    boolean("model.qk_norm", values["qk_norm"])
-    choice("model.remat", values.get("remat", False), (False, True, "dots"))
-    if values.get("window") is not None:  # null: no window
-        integer("model.window", values["window"], 1, 2**31 - 1)
-    # A short convolution (2-8 in Zoology/fla); its taps are unrolled, so a bound keeps compilation finite.
-    integer("model.short_conv", values.get("short_conv", 0), 0, MAX_SHORT_CONV)
-    if d_model % heads:
-        raise ConfigError(f"model.d_model={d_model} is not divisible by model.heads={heads}; "
-                         f"allowed: heads dividing d_model")
-    table = (values.get("vocab_size") or values.get("input_dim") or 0) + max_len
-    params = layers * (4 + 2 * mlp_ratio) * d_model**2 + table * d_model
-    if params > MAX_PARAMS:
-        raise ConfigError(f"model.d_model={d_model}, model.layers={layers}, model.mlp_ratio={mlp_ratio}, "
-                         f"model.max_len={max_len} make ~{params:.2g} parameters; allowed: at most {MAX_PARAMS:.0e}")
-
-
-def no_unknown_keys(cfg) -> None:
-    """Groups built without a `_target_` (model, optim, trainer, ...) take only keys one of their YAMLs has;
-    components with a `_target_` refuse unknown keys when they are built (cli._construct)."""
-    import yaml
-
-    from attnlab import registry
-
-    groups = sorted(p.name for p in registry.CONFIG_DIR.iterdir() if p.is_dir() and p.name != "hydra")
-    top = set(yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())) - {"defaults"}
-    unknown = sorted(set(cfg) - top - set(groups))
-    if unknown:
-        from attnlab.mistakes import did_you_mean
-
-        raise ConfigError(f"unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0])}; allowed at the top level: "
-                         f"{', '.join(sorted(top - {'hydra'}))} and the groups {', '.join(groups)}")
-    for group in groups:
-        yamls = [registry.load(group, name) for name in registry.choices(group)]
-        if group not in cfg or not cfg[group] or any("_target_" in y for y in yamls):
-            continue
-        allowed = set().union(*yamls)
-        unknown = sorted(set(cfg[group]) - allowed)
-        if unknown:
-            from attnlab.mistakes import did_you_mean
-
-            raise ConfigError(f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}"
-                             f"{did_you_mean(f'{group}.{unknown[0]}')}; allowed: {', '.join(sorted(allowed))}")
-
-
-def one_line(message: str) -> str:
-    """A multi-line library message (Hydra's) as one line, without Hydra's config search path."""
-    text = str(message).split("Config search path")[0]
-    return " ".join(part.strip() for part in text.splitlines() if part.strip())
-
-
-def compose_overrides(overrides: list[str], groups: set[str] | None = None) -> list[list[str]]:
-    """The single-run override lists a command line stands for: first values, then each other swept value
-    (only of the keys in `groups` when given: a swept option's values cannot break composition, a choice can)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    from hydra.errors import HydraException
-
-    key, values = [], []
-    for o in OverridesParser.create().parse_overrides(overrides):
-        try:
-            values.append(list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()])
-        except HydraException:  # glob(...) needs the config loader, interval(...) a sweeper: left to Hydra
-            continue
-        key.append(o.get_key_element())
-    base = [f"{k}={v[0]}" for k, v in zip(key, values)]
-    variants = [base]
-    for i, vs in enumerate(values):
-        if groups is None or key[i].lstrip("+~") in groups:
-            variants += [base[:i] + [f"{key[i]}={v}"] + base[i + 1:] for v in vs[1:]]
-    return variants
-
-
-def compose_or_exit(argv: list[str], config_dir: str) -> None:
-    """Compose the config of a command line as Hydra will; a composition error is one line and exit 2.
-
-    Hydra would print a multi-line message (unknown choice, key not in the config) and exit 1.
-    """
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from attnlab import mistakes
-
-    overrides = [a for a in argv if not a.startswith("-")]
-    multirun = any(a in mistakes.SWEEP_FLAGS for a in argv)
-    try:
-        mistake = mistakes.check_argv(argv)
-        if mistake:
-            raise ValueError(mistake)
-        if len(overrides) != len(argv) - argv.count("-m") - argv.count("--multirun"):
-            return  # --help, --cfg, -cd ...: Hydra's own business
-        mistake = mistakes.check_sweep(overrides, multirun)
-        if mistake:
-            raise ValueError(mistake)
-        groups = {p.name for p in Path(config_dir).iterdir() if p.is_dir()}
-        lists = compose_overrides([o for o in overrides if not o.startswith("hydra")], groups)
-        with initialize_config_dir(config_dir, version_base="1.3"):
-            for override_list in lists:
-                no_unknown_keys(compose("train", overrides=override_list))  # `+steps=1` too, before any directory
-    except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        print(f"attnlab: error: {mistakes.explain(str(exc)) or one_line(exc)}", file=sys.stderr)
-        sys.exit(2)

@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import chance, checks, outdir, registry, sweep
+from attnlab import chance, checks, composition, outdir, registry, sweep
 from attnlab.run_files import (compute_record, finished_with, hparams_of, record_failure, record_refused, write_results,
                                write_run_json)
 
@@ -25,39 +25,41 @@ ConfigError = checks.ConfigError  # bad input: one line, exit 2; any other excep
 _require = checks.require
 
 
-def _construct(group: str, node: dict[str, Any], **extra):
-    """Build a component from its composed config node (`_target_` + options)."""
+def _construct(group: str, node: dict[str, Any], read=(), **extra):
+    """Build a group's component from its composed config node: the `_target_` called with the node's options
+    and `extra` (what is derived, not configured: the task's sizes, the dtype, rngs, ...). `read`: the group's
+    keys the caller consumes itself (model.layer_normalizers, trainer.vmap_seeds). Every other
+    key must be a constructor argument: an unknown one is refused in one line naming `group.key`."""
     from attnlab.normalizers import contract
 
-    node = dict(node)
+    node = {k: v for k, v in node.items() if k not in read}
     cls = registry.resolve_target(node.pop("_target_", None))
-    allowed = set(inspect.signature(cls.__init__).parameters) - {"self"}
-    unknown = sorted(set(node) - allowed - {"default_head"} if group == "task" else set(node) - allowed)
-    not_keys = set(extra) | (set(contract.FROM_ATTENTION) if extra.get("_partial") else set())
+    params = inspect.signature(cls.__init__).parameters.values()
+    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+    allowed = named - set(extra) - (set(contract.FROM_ATTENTION) if extra.get("_partial") else set())
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in params)  # **kwargs: the constructor decides
+    unknown = [] if open_ended else sorted(set(node) - allowed)
     _require(not unknown, f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}; "
-                          f"allowed: {', '.join(sorted(allowed - not_keys))}")
+                          f"allowed: {', '.join(sorted(allowed | set(read)))}")
     if group == "normalizer":  # an option the YAML lacks would silently take the constructor's default
         contract.check_options(cls, node, cls.__name__.lower())
     return functools.partial(cls, **node) if extra.pop("_partial", False) else cls(**node, **extra)
 
 
 def validate(cfg: DictConfig, device_count: int) -> None:
-    """Checks that span groups (seeds × devices, seed range) and the optim values, before any object; each
-    group's own values are checked by its component (LoopConfig, the constructors in `build`)."""
-    from attnlab import optim
+    """Checks that span groups (seeds × devices, seed range), before any object; each group's own values are
+    checked by its component when `build` constructs it."""
     from attnlab.accelerator import seeds_over_devices
 
     t = cfg.trainer
     checks.integer("trainer.vmap_seeds", t.vmap_seeds, 1, 4096)
-    optim.check_options(**{k: cfg.optim[k] for k in ("lr", "warmup_steps", "weight_decay", "clip_norm", "b1", "b2",
-                                                     "final_fraction")})
     _require(seeds_over_devices(t.vmap_seeds, device_count) or t.batch_size % device_count == 0,
              f"trainer.batch_size={t.batch_size} is not divisible by the device count ({device_count}), "
              f"nor is trainer.vmap_seeds={t.vmap_seeds}")
     _require(checks.is_int(cfg.seed) and 0 <= cfg.seed < 2**31 - t.vmap_seeds,
              f"seed={cfg.seed!r} is invalid; allowed: an integer in [0, 2^31 - trainer.vmap_seeds)")
     checks.choice("task.default_head", cfg.task.get("default_head"), registry.choices("head"))
-    checks.no_unknown_keys(cfg)
+    composition.no_unknown_keys(cfg)
 
 
 def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> list:
@@ -84,51 +86,42 @@ def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> lis
 
 
 def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
-    """task, nets (one per seed of trainer.vmap_seeds), optimizer and loop config; ConfigError on bad input."""
+    """task, nets (one per seed of trainer.vmap_seeds), optimizer and loop config; ConfigError on bad input.
+    Every group goes through `_construct`; the extras are what follows from another group or the machine."""
     import jax
     from flax import nnx
 
-    from attnlab import heads, optim
+    from attnlab import heads
     from attnlab.accelerator import compute_dtype, matmul_precision
-    from attnlab.model import Transformer
     from attnlab.steps import Net
-    from attnlab.train import LoopConfig
 
-    o, t = cfg.optim, cfg.trainer
-    loop = LoopConfig(steps=t.steps, batch_size=t.batch_size, eval_every=t.eval_every, log_every=t.log_every,
-                      eval_batch_size=t.eval_batch_size, nonfinite=t.nonfinite, seed=cfg.seed, lr=o.lr,
-                      warmup_steps=o.warmup_steps, progress=t.progress, checkpoint_every=t.checkpoint_every,
-                      resume=t.resume, attn_map_scale=t.get("attn_map_scale", "row"),
-                      max_skipped=t.get("max_skipped", 0.1))  # checks the trainer values
+    def node(group):
+        return OmegaConf.to_container(cfg[group], resolve=True)
+
+    loop = _construct("trainer", node("trainer"), read=("vmap_seeds",), seed=cfg.seed)  # checks the trainer values
+    make_tx = _construct("optim", node("optim"))  # checks the optim values, before any model is built
     validate(cfg, jax.device_count())
     dtype = compute_dtype(cfg.accelerator.dtype)
     matmul_precision(cfg.accelerator.get("matmul_precision"), dtype)  # refuses a bad value before anything is built
-    task = _construct("task", OmegaConf.to_container(cfg.task, resolve=True))
-    head_kind = heads.kind_of(head_name)
-    _require(head_kind == task.kind, f"head={head_name} serves {head_kind}, but task {type(task).__name__} is {task.kind}; "
-                                     f"heads for {task.kind}: {', '.join(heads.compatible(task.kind))}")
-    m = cfg.model
+    task = _construct("task", node("task"))
+    heads.check_compatible(head_name, task.kind, type(task).__name__)
+    model = node("model")
     make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
-    causal = task.granularity == "token" if m.causal is None else bool(m.causal)
+    causal = task.granularity == "token" if model.get("causal") is None else bool(model["causal"])
     _require(not (task.granularity == "token" and not causal),
              "model.causal=false with a per-token task lets each position see its own target; use causal=true or null")
-    head_cfg = OmegaConf.to_container(cfg.head, resolve=True) if cfg.get("head") else registry.load("head", head_name)
+    head_cfg = node("head") if cfg.get("head") else registry.load("head", head_name)
 
     def make_net(seed: int) -> Net:
         rngs = nnx.Rngs(seed)
-        body = Transformer(d_model=m.d_model, num_heads=m.heads, num_layers=m.layers, mlp_ratio=m.mlp_ratio,
-                           dropout=m.dropout, positional=m.positional, max_len=m.max_len, causal=causal,
-                           qk_norm=m.qk_norm, pooled=task.granularity == "sequence", make_normalizer=make_normalizer,
-                           seq_len=task.seq_len, vocab_size=task.vocab_size, input_dim=task.input_dim,
-                           dtype=dtype, window=m.get("window"),
-                           short_conv=m.get("short_conv", 0), remat=m.get("remat", False), rngs=rngs)
-        return Net(body, _construct("head", head_cfg, d_model=m.d_model, num_classes=task.num_classes, rngs=rngs))
+        body = _construct("model", {**model, "causal": causal}, read=("layer_normalizers",), rngs=rngs,
+                          pooled=task.granularity == "sequence", make_normalizer=make_normalizer, seq_len=task.seq_len,
+                          vocab_size=task.vocab_size, input_dim=task.input_dim, dtype=dtype)
+        return Net(body, _construct("head", head_cfg, d_model=model["d_model"], num_classes=task.num_classes,
+                                    rngs=rngs))
 
     nets = [make_net(cfg.seed + i) for i in range(cfg.trainer.vmap_seeds)]
-    tx = optim.make_optimizer(nnx.state(nets[0], nnx.Param), lr=o.lr, warmup_steps=o.warmup_steps, total_steps=t.steps,
-                              weight_decay=o.weight_decay, clip_norm=o.clip_norm, b1=o.b1, b2=o.b2,
-                              final_fraction=o.final_fraction)
-    return task, nets, tx, loop
+    return task, nets, make_tx(nnx.state(nets[0], nnx.Param), total_steps=loop.steps), loop
 
 
 def run(cfg: DictConfig) -> dict[str, Any]:
@@ -232,7 +225,7 @@ def _hydra_train(cfg: DictConfig) -> None:
 def train_main() -> None:
     """Console script `attnlab-train`."""
     multirun = sweep.multirun_argv(sys.argv[1:])
-    checks.compose_or_exit(sys.argv[1:], str(registry.CONFIG_DIR))
+    composition.compose_or_exit(sys.argv[1:], str(registry.CONFIG_DIR))
     try:
         _hydra_train()
     except KeyboardInterrupt:  # outside the step loop (start-up, compile, between jobs): no checkpoint to save

@@ -16,12 +16,12 @@ from attnlab.normalizers import NormalizerParam
 GROUPS = ("embedding", "attention", "mlp", "norm", "head", "normalizer")
 
 
-def declare(group: str, *modules: nnx.Module) -> None:
-    """Tag every parameter of `modules` not yet tagged (an inner module declares first) with `group`."""
+def declare(group: str, *modules: nnx.Module | nnx.Variable) -> None:
+    """Tag every parameter of `modules` (or a parameter itself) not yet tagged (an inner module declares first)."""
     if group not in GROUPS:
         raise ValueError(f"gradient group {group!r} is not one of {GROUPS}")
     for module in modules:
-        for _, var in nnx.iter_graph(module):
+        for _, var in ([(None, module)] if isinstance(module, nnx.Variable) else nnx.iter_graph(module)):
             if isinstance(var, nnx.Param) and not isinstance(var, NormalizerParam) and group_of(var) is None:
                 var.set_metadata(group=group)
 

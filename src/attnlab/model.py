@@ -35,6 +35,35 @@ def stack_layer_stats(per_layer: list[dict]) -> dict:
     return {k: jnp.stack([s[k] if k in s else jnp.full_like(like_N, jnp.nan) for s in per_layer]) for k in keys}
 
 
+# Beyond this many parameters no machine can hold the model (10^10 float32 = 40 GB before optimizer state).
+MAX_PARAMS = 10**10
+# A short convolution (2-8 in Zoology/fla); its taps are unrolled, so a bound keeps compilation finite.
+MAX_SHORT_CONV = 64
+
+
+def check_options(values: dict) -> None:
+    """The `model` group's values, by Transformer.__init__'s argument names (= the YAML keys)."""
+    d_model = checks.integer("model.d_model", values["d_model"], 1)
+    heads = checks.integer("model.heads", values["heads"], 1)
+    layers = checks.integer("model.layers", values["layers"], 1)
+    mlp_ratio = checks.integer("model.mlp_ratio", values["mlp_ratio"], 1)
+    checks.real("model.dropout", values["dropout"], 0.0, 1.0, hi_open=True)
+    max_len = checks.integer("model.max_len", values["max_len"], 1)
+    checks.boolean("model.qk_norm", values["qk_norm"])
+    checks.choice("model.positional", values["positional"], POSITIONAL)
+    checks.choice("model.remat", values["remat"], (False, True, "dots"))
+    if values["window"] is not None:  # null: no window
+        checks.integer("model.window", values["window"], 1, 2**31 - 1)
+    checks.integer("model.short_conv", values["short_conv"], 0, MAX_SHORT_CONV)
+    checks.require(d_model % heads == 0, f"model.d_model={d_model} is not divisible by model.heads={heads}; "
+                                         f"allowed: heads dividing d_model")
+    table = (values["vocab_size"] or values["input_dim"] or 0) + max_len
+    params = layers * (4 + 2 * mlp_ratio) * d_model**2 + table * d_model
+    checks.require(params <= MAX_PARAMS, f"model.d_model={d_model}, model.layers={layers}, model.mlp_ratio={mlp_ratio}, "
+                                         f"model.max_len={max_len} make ~{params:.2g} parameters; "
+                                         f"allowed: at most {MAX_PARAMS:.0e}")
+
+
 class Block(nnx.Module):
     """x + attn(LN(x)); x + MLP(LN(x))."""
 
@@ -70,14 +99,12 @@ class Transformer(nnx.Module):
     `remat` (false | true | "dots") recomputes each block in the backward pass (attnlab.remat).
     """
 
-    def __init__(self, *, d_model: int, num_heads: int, num_layers: int, mlp_ratio: int, dropout: float,
+    def __init__(self, *, d_model: int, heads: int, layers: int, mlp_ratio: int, dropout: float,
                  positional: str, max_len: int, causal: bool, qk_norm: bool, pooled: bool,
                  make_normalizer: Callable[..., Normalizer] | Sequence[Callable[..., Normalizer]], seq_len: int,
                  vocab_size: int | None = None, input_dim: int | None = None, dtype=jnp.float32,
                  window: int | None = None, short_conv: int = 0, remat: bool | str = False, rngs: nnx.Rngs):
-        checks.model_options(locals())  # each option's range, one line naming it (ZeroDivisionError before)
-        if positional not in POSITIONAL:
-            raise checks.ConfigError(f"model.positional={positional!r} unknown; allowed: {', '.join(POSITIONAL)}")
+        check_options(locals())  # each option's range, one line naming it (ZeroDivisionError before)
         if positional in ("learned", "sinusoidal") and seq_len > max_len:
             raise checks.ConfigError(f"sequence length {seq_len} exceeds model.max_len={max_len} of the {positional} table")
         if (vocab_size is None) == (input_dim is None):
@@ -90,9 +117,9 @@ class Transformer(nnx.Module):
         if positional == "learned":
             self.pos = nnx.Embed(max_len, d_model, embedding_init=nnx.initializers.normal(0.02), dtype=dtype, rngs=rngs)
         self.blocks = nnx.List([
-            Block(d_model, num_heads, mlp_ratio, dropout, makers[i % len(makers)], use_rope=positional == "rope",
+            Block(d_model, heads, mlp_ratio, dropout, makers[i % len(makers)], use_rope=positional == "rope",
                   qk_norm=qk_norm, seq_len=seq_len, dtype=dtype, rngs=rngs, short_conv=short_conv)
-            for i in range(num_layers)
+            for i in range(layers)
         ])
         self.ln_f = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
         declare("embedding", self.embed, *([self.pos] if positional == "learned" else []))

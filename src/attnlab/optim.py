@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import optax
 from flax import nnx
@@ -11,7 +13,8 @@ from attnlab.normalizers import NormalizerParam
 
 
 def decay_mask(params: nnx.State):
-    """True for weight matrices; False for biases, norms and every NormalizerParam (β, priors, slopes).
+    """True for weight matrices; False for biases, norm scales (LayerNorm, the QK-norm gain) and every
+    NormalizerParam (β, priors, slopes).
 
     Decay on a raw β pulls attention towards uniform (LITERATURE.md, cross-cutting).
     """
@@ -28,15 +31,13 @@ def schedule(lr: float, warmup_steps: int, total_steps: int, final_fraction: flo
 
 
 def check_options(*, lr, warmup_steps, weight_decay, clip_norm, b1, b2, final_fraction) -> None:
-    """Refuse a bad `optim` value in one line naming it (the CLI calls this before building a model)."""
-    checks.require(checks.is_real(lr) and 0 < lr <= 1e6, f"optim.lr={lr!r} must be > 0 (and finite, <= 1e6)")
-    checks.require(checks.is_int(warmup_steps) and 0 <= warmup_steps < 2**31,
-                   f"optim.warmup_steps={warmup_steps!r} must be an integer >= 0")
-    checks.require(checks.is_real(weight_decay) and 0 <= weight_decay <= 1e6,
-                   f"optim.weight_decay={weight_decay!r} must be >= 0 (and finite, <= 1e6)")
-    checks.require(checks.is_real(clip_norm) and clip_norm > 0, f"optim.clip_norm={clip_norm!r} must be > 0 (and finite)")
-    for key, b in (("b1", b1), ("b2", b2)):
-        checks.require(checks.is_real(b) and 0 <= b < 1, f"optim.{key}={b!r} must be in [0, 1)")
+    """Refuse a bad `optim` value in one line naming it (AdamW is built before any model)."""
+    checks.real("optim.lr", lr, 0.0, 1e6, lo_open=True)
+    checks.integer("optim.warmup_steps", warmup_steps, 0, 2**31 - 1)
+    checks.real("optim.weight_decay", weight_decay, 0.0, 1e6)
+    checks.real("optim.clip_norm", clip_norm, 0.0, lo_open=True)
+    checks.real("optim.b1", b1, 0.0, 1.0, hi_open=True)
+    checks.real("optim.b2", b2, 0.0, 1.0, hi_open=True)
     checks.real("optim.final_fraction", final_fraction, 0.0, 1.0)
 
 
@@ -53,6 +54,26 @@ def make_optimizer(params: nnx.State, *, lr: float, warmup_steps: int, total_ste
         adamw(learning_rate=schedule(lr, warmup_steps, total_steps, final_fraction), b1=b1, b2=b2,
               weight_decay=weight_decay, mask=decay_mask(params)),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class AdamW:
+    """The `optim` group (configs/optim/adamw.yaml's `_target_`): its values, checked when built; called with the
+    parameters and the run's length, it is make_optimizer's optax chain."""
+
+    lr: float
+    warmup_steps: int
+    weight_decay: float
+    clip_norm: float
+    b1: float
+    b2: float
+    final_fraction: float = 0.1
+
+    def __post_init__(self):
+        check_options(**dataclasses.asdict(self))
+
+    def __call__(self, params: nnx.State, total_steps: int):
+        return make_optimizer(params, total_steps=total_steps, **dataclasses.asdict(self))
 
 
 def current_lr(opt_state) -> jax.Array:

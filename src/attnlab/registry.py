@@ -45,7 +45,7 @@ def options(group: str, name: str, **overrides) -> tuple[Any, dict[str, Any]]:
     unknown = sorted(set(overrides) - set(defaults))
     if unknown:
         raise ConfigError(
-            f"unknown option(s) {', '.join(unknown)} for {group} {name!r}; "
+            f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)} for {group}={name}; "
             f"allowed: {', '.join(sorted(defaults)) or '(none)'}"
         )
     return cls, {**defaults, **overrides}

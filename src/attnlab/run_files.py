@@ -103,8 +103,12 @@ def write_run_json(seeds: list[int], run_dirs: list[Path], resolved: dict, choic
 
 def write_results(seeds: list[int], run_dirs: list[Path], records: list[dict], run_dir: Path, resolved: dict,
                   *, print_summaries: bool) -> None:
-    """metrics.json per seed (and its summary on stdout); seeds.json in run_dir when several seeds ran."""
+    """metrics.json per seed (and its summary on stdout), diverged.json beside it for a seed whose record holds
+    a diagnosis (train.records.diagnose; kept out of metrics.json); seeds.json in run_dir when several seeds ran."""
     for d, rec in zip(run_dirs, records):
+        diagnosis = rec.pop("diagnosis", None)
+        if diagnosis is not None:
+            write_json(d / "diverged.json", diagnosis)
         write_json(d / "metrics.json", {**rec, "run_dir": str(d)})
         if print_summaries:
             print_summary({**rec, "run_dir": str(d)})

@@ -26,16 +26,29 @@ TENSORBOARD_URL = "http://127.0.0.1:6006/"  # TensorBoard's default port; it pri
 COLOR_BY_NORMALIZER = "?runColorGroup=regex:normalizer%3D(%5Cw%2B)"
 
 
-def swept_keys(sweep_dir: Path) -> set[str] | None:
-    """Keys this multirun sweeps (several values), from the multirun.yaml Hydra's sweeper writes first."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
+def multirun_config(sweep_dir: Path | str) -> Any:
+    """The sweep's multirun.yaml (Hydra's sweeper writes it before any job), None if it cannot be read: the one
+    place that reads it (swept keys, the resume command, the HParams domains, the report's expected jobs)."""
     try:
-        hydra_cfg = OmegaConf.load(Path(sweep_dir) / "multirun.yaml").hydra
+        return OmegaConf.load(Path(sweep_dir) / "multirun.yaml")
     except (OSError, ValueError):
         return None
-    args = list(hydra_cfg.overrides.task) + [f"{k}={v}" for k, v in (hydra_cfg.sweeper.get("params") or {}).items()]
-    return {o.key_or_group for o in OverridesParser.create().parse_overrides(args) if o.is_sweep_override()}
+
+
+def sweep_overrides(saved) -> list:
+    """The parsed overrides of a multirun.yaml as BasicSweeper expands them: the sweeper's params, then the
+    command line's."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    h = saved.hydra
+    args = [f"{k}={v}" for k, v in (h.sweeper.get("params") or {}).items()] + list(h.overrides.task)
+    return OverridesParser.create().parse_overrides(args)
+
+
+def swept_keys(sweep_dir: Path) -> set[str] | None:
+    """Keys this multirun sweeps (several values), from its multirun.yaml."""
+    saved = multirun_config(sweep_dir)
+    return None if saved is None else {o.key_or_group for o in sweep_overrides(saved) if o.is_sweep_override()}
 
 
 def _prog(argv0: str) -> list[str]:
@@ -50,7 +63,10 @@ def resume_command(sweep_dir: Path | str, argv0: str = "") -> str:
     are skipped, interrupted ones resume from their checkpoint, the rest run (cli.run).
     """
     sweep_dir = Path(sweep_dir).absolute()
-    hydra_cfg = OmegaConf.load(sweep_dir / "multirun.yaml").hydra
+    saved = multirun_config(sweep_dir)
+    if saved is None:
+        raise FileNotFoundError(f"no readable multirun.yaml in {sweep_dir}")
+    hydra_cfg = saved.hydra
     hydra_args = [o for o in hydra_cfg.overrides.hydra if not o.startswith(("hydra.mode=", "hydra.sweep.dir="))]
     return shlex.join([*_prog(argv0), "-m", *hydra_cfg.overrides.task, *hydra_args, f"hydra.sweep.dir={sweep_dir}"])
 

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-from omegaconf import OmegaConf
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
@@ -35,16 +34,12 @@ CHOICE_GROUPS = {"normalizer": "normalizer", "task": "task", "head": "head", "mo
 
 def sweep_values(sweep_dir: Path | str | None) -> dict[str, list[str]]:
     """{hparam name: the values it takes} of every key a multirun sweeps, from its multirun.yaml."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from attnlab.sweep import multirun_config, sweep_overrides
 
-    if sweep_dir is None:
+    saved = None if sweep_dir is None else multirun_config(sweep_dir)
+    if saved is None:
         return {}
-    try:
-        hydra_cfg = OmegaConf.load(Path(sweep_dir) / "multirun.yaml").hydra
-    except (OSError, ValueError):
-        return {}
-    args = list(hydra_cfg.overrides.task) + [f"{k}={v}" for k, v in (hydra_cfg.sweeper.get("params") or {}).items()]
-    overrides = OverridesParser.create().parse_overrides(args)
+    overrides = sweep_overrides(saved)
     return {ALIASES.get(o.key_or_group, o.key_or_group): list(o.sweep_string_iterator())
             for o in overrides if o.is_sweep_override() and not o.key_or_group.startswith("hydra")}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.checks import ConfigError
+from attnlab import checks
 
 SCALES = ("row", "log", "max")
 PANEL_INCHES, DPI = 2.6, 100  # ≥ 200 px per head panel
@@ -13,9 +13,7 @@ LOG_FLOOR = 1e-4  # weights below this share the bottom colour in log scale
 
 def check_scale(scale: str) -> str:
     """The trainer.attn_map_scale value, or a ValueError naming what is allowed."""
-    if scale not in SCALES:
-        raise ConfigError(f"trainer.attn_map_scale={scale!r} unknown; allowed: {', '.join(SCALES)}")
-    return scale
+    return checks.choice("trainer.attn_map_scale", scale, SCALES)
 
 
 def scaled(map_NTS: np.ndarray, scale: str) -> tuple[np.ndarray, float, float, str]:

@@ -38,10 +38,8 @@ def compatible(kind: str) -> list[str]:
 
 
 def check_compatible(name: str, task_kind: str, task_name: str = "task") -> None:
-    """Raise ValueError at configuration time when head `name` cannot serve the task."""
+    """A ConfigError at configuration time when head `name` cannot serve the task (cli.build calls it)."""
     head_kind = kind_of(name)
     if head_kind != task_kind:
-        raise ConfigError(
-            f"head {name!r} serves {head_kind}, task {task_name!r} is {task_kind}; "
-            f"heads for {task_kind}: {', '.join(compatible(task_kind))}"
-        )
+        raise ConfigError(f"head={name} serves {head_kind}, but task {task_name} is {task_kind}; "
+                          f"heads for {task_kind}: {', '.join(compatible(task_kind))}")

@@ -67,8 +67,7 @@ class KL(ScoreNormalizer):
 
     def __init__(self, *, num_heads, head_dim, rngs, prior="uniform", beta=None, learnable=True,
                  per_head=True, slope=0.1, max_distance=512, impl="auto", block_size=512):
-        if prior not in self.PRIORS:
-            raise checks.ConfigError(f"normalizer.prior={prior!r} unknown; allowed: {', '.join(self.PRIORS)}")
+        checks.choice("normalizer.prior", prior, self.PRIORS)
         checks.real("normalizer.slope", slope, 0, 1e6, lo_open=True)
         checks.integer("normalizer.max_distance", max_distance, 1, 2**20)
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)

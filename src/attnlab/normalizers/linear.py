@@ -37,8 +37,7 @@ class Linear(Normalizer):
 
     def __init__(self, *, num_heads, head_dim, rngs, feature_map="elu1", eps=1e-6, chunk_size=64,
                  num_features=64, impl="auto"):
-        if feature_map not in FEATURE_MAPS:
-            raise checks.ConfigError(f"normalizer.feature_map={feature_map!r} unknown; allowed: {', '.join(FEATURE_MAPS)}")
+        checks.choice("normalizer.feature_map", feature_map, FEATURE_MAPS)
         checks.real("normalizer.eps", eps, 0.0, 1e6)
         checks.integer("normalizer.chunk_size", chunk_size, 1, 2**20)
         checks.integer("normalizer.num_features", num_features, 1, 2**16)

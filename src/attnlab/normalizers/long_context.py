@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.checks import ConfigError
+from attnlab import checks
 
 
 # `impl: auto` goes blockwise (where cuDNN does not apply) once T·S reaches this (T = S = 1024;
@@ -16,9 +16,7 @@ STATS_ROWS = 128
 
 def check_block_size(block_size) -> int:
     """A validated `normalizer.block_size`."""
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ConfigError(f"normalizer.block_size={block_size!r} not allowed; allowed: an integer >= 1")
-    return block_size
+    return checks.integer("normalizer.block_size", block_size, 1)
 
 
 def skip_score_probe(T: int, S: int) -> bool:

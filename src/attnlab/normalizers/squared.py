@@ -26,8 +26,9 @@ class Squared(ScoreNormalizer):
         checks.integer("normalizer.power", power, 1, 64)  # |x|^p overflows float32 long before p = 64
         checks.real("normalizer.eps", eps, 0.0, 1e6)
         checks.boolean("normalizer.offset", offset)
-        if offset and power % 2:
-            raise checks.ConfigError(f"normalizer.offset needs an even power (got power={power}): odd Taylor polynomials go negative")
+        # odd Taylor polynomials go negative, so the offset form needs an even power
+        checks.require(not (offset and power % 2), f"normalizer.offset=true with normalizer.power={power} is invalid; "
+                                                   f"allowed: an even normalizer.power")
         if learnable and not offset:
             warnings.warn("squared attention without offset is scale-invariant: a learnable beta has no "
                           "effect (set normalizer.offset=true or normalizer.learnable=false)", stacklevel=2)

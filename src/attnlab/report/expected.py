@@ -6,7 +6,6 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from omegaconf import OmegaConf
 
 from attnlab.report.load import Run
 
@@ -17,18 +16,14 @@ def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
     """(job directory name, runs it holds) for every job the sweep defines, in launch order; None when the
     sweep's definition cannot be read (no multirun.yaml, or a sweep the basic sweeper does not expand)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    from attnlab.sweep import job_name
+    from attnlab.sweep import job_name, multirun_config, sweep_overrides
 
+    saved = multirun_config(sweep_dir)
     try:
-        saved = OmegaConf.load(Path(sweep_dir) / "multirun.yaml")
-        hydra_cfg = saved.hydra
-        # As BasicSweeper.sweep: the sweeper's params first, then the command line's overrides.
-        args = [f"{k}={v}" for k, v in (hydra_cfg.sweeper.get("params") or {}).items()] + list(hydra_cfg.overrides.task)
-        [jobs] = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(args), None)
-    except (OSError, ValueError, HydraException, AttributeError):
+        [jobs] = BasicSweeper.split_arguments(sweep_overrides(saved), None)
+    except (ValueError, HydraException, AttributeError):  # None (unreadable), or a sweep BasicSweeper cannot expand
         return None
     base_seeds = saved.get("trainer", {}).get("vmap_seeds", 1)
     out = []

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Callable
 
 import numpy as np
 
+from attnlab import checks
 from attnlab.checks import ConfigError
 
 SPLITS = ("train", "val", "test")
@@ -127,30 +129,20 @@ class Task:
 
 
 def check_int(name: str, value, lo: int, hi: int | None = INT32_MAX) -> int:
-    """An integer option inside [lo, hi], or a ValueError naming the option and the allowed range.
-
-    Every integer option ends up in an int32 array or a count of them, hence the default bound.
-    """
-    bad = isinstance(value, bool) or not isinstance(value, (int, np.integer))
-    if bad or value < lo or (hi is not None and value > hi):
-        allowed = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
-        raise ConfigError(f"option {name}={value!r} is invalid; allowed: {allowed}")
-    return int(value)
+    """`task.<name>`: an integer in [lo, hi] (checks.integer). Every integer option ends up in an int32 array or a
+    count of them, hence the default bound."""
+    return int(checks.integer(f"task.{name}", int(value) if isinstance(value, np.integer) else value, lo, hi))
 
 
 def check_float(name: str, value, lo: float, hi: float | None = 1e6, lo_open: bool = False) -> float:
-    """A finite real option inside [lo, hi] (or (lo, hi]), or a ValueError naming the option and the range.
+    """`task.<name>`: a finite number in [lo, hi] (or (lo, hi]; checks.real). The default bound keeps data in
+    float32 range (a noise scale of 1e30 squares to inf)."""
+    return checks.real(f"task.{name}", value, lo, math.inf if hi is None else hi, lo_open=lo_open)
 
-    The default bound keeps data in float32 range (a noise scale of 1e30 squares to inf).
-    """
-    bad = not isinstance(value, (int, float, np.floating)) or isinstance(value, bool) or not np.isfinite(value)
-    if not bad:
-        bad = value <= lo if lo_open else value < lo
-        bad = bad or (hi is not None and value > hi)
-    if bad:
-        rng = f"{'(' if lo_open else '['}{lo}, {hi if hi is not None else 'inf'}{']' if hi is not None else ')'}"
-        raise ConfigError(f"option {name}={value!r} is invalid; allowed: a number in {rng}")
-    return float(value)
+
+def split_sizes(n_train, n_val, n_test) -> dict[str, int]:
+    """{split: size} from the task.n_train / n_val / n_test options, each an integer >= 1."""
+    return {s: check_int(f"n_{s}", n, 1) for s, n in zip(SPLITS, (n_train, n_val, n_test))}
 
 
 def disjoint_splits(

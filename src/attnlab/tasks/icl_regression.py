@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits
+from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits, split_sizes
 
 
 def context_predictions(xs: np.ndarray, ys: np.ndarray, ridge: float) -> np.ndarray:
@@ -59,11 +59,7 @@ class ICLRegression(Task):
         self.seq_len = 2 * self.n_points
         self.input_dim, self.vocab_size, self.num_classes = self.dim + 1, None, None
         self.default_head = default_head
-        sizes = {
-            "train": check_int("n_train", n_train, 1),
-            "val": check_int("n_val", n_val, 1),
-            "test": check_int("n_test", n_test, 1),
-        }
+        sizes = split_sizes(n_train, n_val, n_test)
         self.options = dict(
             dim=dim, n_points=n_points, noise_std=noise_std, ridge=ridge, seed=seed,
             n_train=n_train, n_val=n_val, n_test=n_test, default_head=default_head,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.checks import ConfigError
-from attnlab.tasks.base import Split, Task, check_int, disjoint_splits, majority_accuracy
+from attnlab.tasks.base import Split, Task, check_int, disjoint_splits, majority_accuracy, split_sizes
 
 # The generator's alphabet (google-research/long-range-arena lra_benchmarks/data/listops.py), pad first.
 # LRA built its vocabulary from part of the validation split; we tokenise from the alphabet itself.
@@ -99,11 +99,7 @@ class ListOps(Task):
         self.min_length = check_int("min_length", min_length, 1, min(self.max_length, longest))
         self.vocab_size, self.input_dim, self.num_classes = len(VOCAB), None, 10
         self.default_head = default_head
-        sizes = {
-            "train": check_int("n_train", n_train, 1),
-            "val": check_int("n_val", n_val, 1),
-            "test": check_int("n_test", n_test, 1),
-        }
+        sizes = split_sizes(n_train, n_val, n_test)
         self.options = dict(
             max_depth=max_depth, max_args=max_args, min_length=min_length, max_length=max_length,
             seq_len=seq_len, seed=seed, n_train=n_train, n_val=n_val, n_test=n_test, default_head=default_head,

@@ -72,10 +72,10 @@ class LanguageModel(Task):
         for key, value in (("path", path), ("hf_dataset", hf_dataset), ("hf_config", hf_config),
                            ("hf_split", hf_split), ("hf_column", hf_column), ("hf_data_files", hf_data_files)):
             if value is not None and not (isinstance(value, str) and value):
-                raise ConfigError(f"option {key}={value!r} is invalid; allowed: a non-empty string"
+                raise ConfigError(f"task.{key}={value!r} is invalid; allowed: a non-empty string"
                                  + ("" if key in ("hf_split", "hf_column") else " or null"))
         if path is not None and hf_dataset is not None:
-            raise ConfigError(f"options path={path!r} and hf_dataset={hf_dataset!r} exclude each other; "
+            raise ConfigError(f"task.path={path!r} and task.hf_dataset={hf_dataset!r} exclude each other; "
                              "allowed: one or neither")
         fractions = {"test": check_float("test_fraction", test_fraction, 0.0, 0.5, lo_open=True),
                      "val": check_float("val_fraction", val_fraction, 0.0, 0.5, lo_open=True)}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.checks import ConfigError
-from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits
+from attnlab import checks
+from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits, split_sizes
 
 
 class MQAR(Task):
@@ -40,17 +40,11 @@ class MQAR(Task):
         # 2k context tokens plus k queries at even offsets need 4k positions (zoology asserts the same).
         self.num_kv_pairs = check_int("num_kv_pairs", num_kv_pairs, 1, min(self.seq_len // 4, self.vocab_size // 2 - 1))
         self.power_a = check_float("power_a", power_a, 0.0, lo_open=True)
-        if not isinstance(random_filler, bool):
-            raise ConfigError(f"option random_filler={random_filler!r} is invalid; allowed: true or false")
-        self.random_filler = random_filler
+        self.random_filler = checks.boolean("task.random_filler", random_filler)
         self.num_classes = self.vocab_size  # targets are token ids
         self.input_dim = None
         self.default_head = default_head
-        sizes = {
-            "train": check_int("n_train", n_train, 1),
-            "val": check_int("n_val", n_val, 1),
-            "test": check_int("n_test", n_test, 1),
-        }
+        sizes = split_sizes(n_train, n_val, n_test)
         self.options = dict(
             vocab_size=vocab_size, seq_len=seq_len, num_kv_pairs=num_kv_pairs, power_a=power_a,
             random_filler=random_filler, seed=seed, n_train=n_train, n_val=n_val, n_test=n_test,

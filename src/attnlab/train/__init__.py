@@ -19,7 +19,9 @@ from attnlab.groups import leaf_groups
 from attnlab.host_stream import HostStream
 from attnlab.progress import Phases
 from attnlab.steps import Net, probes_supported
-from attnlab.train.config import Diverged, LoopConfig, StopRequest, pad_split
+from attnlab.train.config import LoopConfig
+from attnlab.train.stopping import Diverged, StopRequest
+from attnlab.train.trees import pad_split
 from attnlab.train.evaluation import Evaluator, final_metrics
 from attnlab.train.logs import Logs
 from attnlab.train.loop import CompiledSteps, compile_steps, run_steps, save
@@ -90,7 +92,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
              "steps_per_sec": (steps_done - loop.start) / max(timing["train_loop"], 1e-9),
              "seeds_over_devices": placement.seed_parallel, "timing": timing}
     return seed_records(loop, cfg, logs, evaluator.baseline, finals, best_finals, steps_done=steps_done,
-                        run_dirs=run_dirs, data=data, hparams=hparams, declared=declared, timing=rates)
+                        data=data, hparams=hparams, declared=declared, timing=rates)
 
 
 def train_data(task, placement: Placement, state: dict | None = None, *, batch_size: int = 0, start: int = 0,

@@ -17,7 +17,8 @@ from attnlab.continuation import make_continuation, prompt_length
 from attnlab.heads.base import total, upcast
 from attnlab.steps import make_maps, over_seeds, scored
 from attnlab.summaries import eval_scalars
-from attnlab.train.config import LoopConfig, pad_split, prefixed
+from attnlab.train.config import LoopConfig
+from attnlab.train.trees import pad_split, prefixed
 
 
 @dataclasses.dataclass(frozen=True)

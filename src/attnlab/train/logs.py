@@ -11,7 +11,9 @@ import numpy as np
 
 from attnlab.progress import Progress
 from attnlab.summaries import Summaries, flatten_train_metrics, headline_metric
-from attnlab.train.config import Diverged, LoopConfig, divergence, seed_slice
+from attnlab.train.config import LoopConfig
+from attnlab.train.stopping import Diverged, divergence
+from attnlab.train.trees import seed_slice
 from attnlab.train.state import LoopState
 
 

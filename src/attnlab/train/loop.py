@@ -13,7 +13,8 @@ from attnlab.checkpoint import Checkpoints
 from attnlab.host_stream import HostStream
 from attnlab.progress import Phases
 from attnlab.steps import make_stats_step, make_train_step
-from attnlab.train.config import Diverged, LoopConfig, StopRequest
+from attnlab.train.config import LoopConfig
+from attnlab.train.stopping import Diverged, StopRequest
 from attnlab.train.evaluation import Evaluator, evaluate_step
 from attnlab.train.logs import Logs, flush
 from attnlab.train.state import LoopState, Placement

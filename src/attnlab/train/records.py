@@ -1,19 +1,19 @@
-"""The final phase: per-seed status, test scalars, HParams rows, diverged.json and the run records."""
+"""The final phase: per-seed status, test scalars, HParams rows and the run records (a diverged seed's
+diagnosis among them, which run_files writes as diverged.json)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from attnlab.host_stream import HostStream
-from attnlab.record import write_json
 from attnlab.steps import sample_batch, step_key
 from attnlab.summaries import eval_scalars
 from attnlab.tb_hparams import metric_list
-from attnlab.train.config import LoopConfig, divergence, prefixed, seed_slice
+from attnlab.train.config import LoopConfig
+from attnlab.train.stopping import divergence
+from attnlab.train.trees import prefixed, seed_slice
 from attnlab.train.logs import Logs
 from attnlab.train.state import LoopState
 
@@ -21,7 +21,7 @@ STATUSES = ("completed", "diverged", "failed")  # the HParams `status` column's 
 
 
 def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, finals: list[dict],
-                 best_finals: list[dict], *, steps_done: int, run_dirs: list[Path], data: dict,
+                 best_finals: list[dict], *, steps_done: int, data: dict,
                  hparams: list[dict] | None, declared: dict | None, timing: dict) -> list[dict]:
     """One record per seed; writes each seed's last TensorBoard entries and closes its writer.
 
@@ -32,7 +32,7 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
     first_bad = np.asarray(jax.device_get(loop.state["first_nonfinite"])) + 1
     records = []
     for i, summaries in enumerate(logs.summaries):
-        status, error, diverged = loop.status, loop.error, None
+        status, error, diverged, diagnosis = loop.status, loop.error, None, None
         reason = divergence(cfg, int(nonfinite[i]))
         bad_final = sorted(k for k, v in finals[i].items() if not np.isfinite(v))
         if reason is None and bad_final and status == "completed":
@@ -42,7 +42,7 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
             status, error = "diverged", f"at step {int(first_bad[i])}: {reason}"
             diverged = {"step": int(first_bad[i]), "reason": reason}
             if nonfinite[i] > 0:
-                diagnose(run_dirs[i], seed_slice(loop.state, i), data, cfg.batch_size, loop.last_scalars[i])
+                diagnosis = diagnose(seed_slice(loop.state, i), data, cfg.batch_size, loop.last_scalars[i])
         if status == "diverged":  # finite or absent: a NaN metric of a diverged run means nothing
             finals[i] = {k: v for k, v in finals[i].items() if np.isfinite(v)}
             best_finals[i] = {k: v for k, v in best_finals[i].items() if np.isfinite(v)}
@@ -65,18 +65,17 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
             "wall_time_s": timing["wall_time_s"], "compile_time_s": timing["compile_time_s"],
             "steps_per_sec": timing["steps_per_sec"], "vmapped_seeds": len(logs.summaries),
             "seeds_over_devices": timing["seeds_over_devices"], "timing": timing["timing"],
+            **({"diagnosis": diagnosis} if diagnosis else {}),
         })
     return records
 
 
-def diagnose(run_dir: Path, state, data, batch_size: int, last_scalars: dict) -> None:
-    """diverged.json: the first non-finite step, the last logged statistics, and that step's batch."""
+def diagnose(state, data, batch_size: int, last_scalars: dict) -> dict:
+    """What diverged.json holds: the first non-finite step, the last logged statistics, and that step's batch."""
     first = int(jax.device_get(state["first_nonfinite"]))
     bad = {**state, "step": jnp.int32(first)}
     if isinstance(data, HostStream):  # the host gathers that step's windows again, for this seed's key
         data = {"windows": data.windows(first, state["key"][None])[0]}
     batch = jax.device_get(sample_batch(data, step_key(bad), batch_size))
-    write_json(Path(run_dir) / "diverged.json", {
-        "first_nonfinite_step": first + 1, "last_logged": last_scalars,
-        "batch": {k: np.asarray(v).tolist() for k, v in batch.items()},
-    })
+    return {"first_nonfinite_step": first + 1, "last_logged": last_scalars,
+            "batch": {k: np.asarray(v).tolist() for k, v in batch.items()}}

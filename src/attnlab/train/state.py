@@ -13,7 +13,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 from attnlab.accelerator import seeds_over_devices
 from attnlab.checkpoint import CheckpointError, Checkpoints
-from attnlab.train.config import LoopConfig, stack
+from attnlab.train.config import LoopConfig
+from attnlab.train.trees import stack
 
 
 @dataclasses.dataclass

@@ -1,0 +1,93 @@
+"""One way from YAML to object: every group's keys are its `_target_`'s constructor arguments (cli._construct)."""
+
+from __future__ import annotations
+
+import inspect
+import shutil
+
+import pytest
+import yaml
+from cli_helpers import TINY_TASK
+from hydra import compose, initialize_config_dir
+from omegaconf import open_dict
+
+from attnlab import model, optim, registry
+from attnlab.checks import ConfigError
+from attnlab.cli import build, hparams_of
+from attnlab.train import LoopConfig
+
+
+def compose_tiny(*overrides, config_dir=registry.CONFIG_DIR):
+    with initialize_config_dir(str(config_dir), version_base="1.3"):
+        return compose("train", overrides=["model=tiny", *TINY_TASK["mqar"], "trainer.steps=2", *overrides])
+
+
+class GainTransformer(model.Transformer):
+    """A model with one new option: the "2 places" a new model option needs (this argument, one YAML key)."""
+
+    def __init__(self, *, gain: float = 1.0, **kwargs):
+        super().__init__(**kwargs)
+        self.gain = gain
+
+    # What adding `gain` to Transformer.__init__ itself would show (the signature _construct checks keys against).
+    _sig = inspect.signature(model.Transformer.__init__)
+    __init__.__signature__ = _sig.replace(parameters=[
+        *_sig.parameters.values(), inspect.Parameter("gain", inspect.Parameter.KEYWORD_ONLY, default=1.0)])
+
+
+def test_a_new_model_option_is_one_constructor_argument_and_one_yaml_key(monkeypatch, tmp_path):
+    monkeypatch.setattr(model, "GainTransformer", GainTransformer, raising=False)
+    configs = tmp_path / "configs"
+    shutil.copytree(registry.CONFIG_DIR, configs)
+    tiny = (configs / "model" / "tiny.yaml").read_text()
+    (configs / "model" / "gain.yaml").write_text(
+        tiny.replace("attnlab.model.Transformer", "attnlab.model.GainTransformer") + "gain: 1.0\n")  # the YAML line
+    monkeypatch.setattr(registry, "CONFIG_DIR", configs)
+    cfg = compose_tiny("model=gain", "model.layers=2", "model.gain=2.5", config_dir=configs)
+    _, nets, _, _ = build(cfg, "softmax_ce")
+    body = nets[0].body
+    assert isinstance(body, GainTransformer) and body.gain == 2.5 and len(body.blocks) == 2
+    flat = hparams_of(cfg, {})
+    assert flat["model.gain"] == 2.5 and not any("_target_" in k for k in flat)  # no _target_ column
+
+
+@pytest.mark.parametrize("group, name", [("model", "tiny"), ("optim", "adamw"), ("trainer", "default")])
+def test_an_unknown_key_is_refused_naming_it_and_listing_the_yaml_keys(group, name):
+    cfg = compose_tiny()
+    with open_dict(cfg):  # past the command line's own check (+model.bogus=1 is refused before Hydra runs)
+        cfg[group].bogus = 1
+    with pytest.raises(ConfigError) as info:
+        build(cfg, "softmax_ce")
+    yaml_keys = sorted(set(yaml.safe_load((registry.CONFIG_DIR / group / f"{name}.yaml").read_text())) - {"_target_"})
+    assert str(info.value) == f"unknown key(s) {group}.bogus; allowed: {', '.join(yaml_keys)}"
+
+
+@pytest.mark.parametrize("group, cls, read", [
+    ("model", model.Transformer, {"layer_normalizers"}),
+    ("optim", optim.AdamW, set()),
+    ("trainer", LoopConfig, {"vmap_seeds"}),
+])
+def test_every_yaml_key_is_a_constructor_argument_or_read_by_the_cli(group, cls, read):
+    args = set(inspect.signature(cls.__init__).parameters)
+    for name in registry.choices(group):
+        raw = registry.load(group, name)
+        assert registry.resolve_target(raw["_target_"]) is cls
+        assert set(raw) - {"_target_"} - read <= args, name
+
+
+@pytest.mark.parametrize("key, value", [
+    ("task.vocab_size", 3), ("task.power_a", 0.0), ("task.num_kv_pairs", 100), ("model.positional", "alibi"),
+    ("model.heads", 0), ("normalizer.block_size", 0), ("trainer.steps", 0), ("trainer.progress", "loud"),
+    ("trainer.resume", "maybe"), ("optim.lr", 0.0), ("optim.b2", 1.0), ("optim.warmup_steps", -1),
+])
+def test_every_group_refuses_a_value_in_one_format_naming_the_full_key(key, value):
+    cfg = compose_tiny(f"{key}={value}")
+    with pytest.raises(ConfigError) as info:
+        build(cfg, "softmax_ce")
+    assert str(info.value).startswith(f"{key}={value!r} is invalid; allowed: "), str(info.value)
+
+
+def test_the_task_receives_its_default_head_option():
+    cfg = compose_tiny("task.default_head=scores_mse")
+    task, _, _, _ = build(cfg, "softmax_ce")
+    assert task.default_head == "scores_mse" and task.options["default_head"] == "scores_mse"

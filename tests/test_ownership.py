@@ -1,0 +1,47 @@
+"""Each module owns one thing: run_files writes the run's files, sweep.py alone reads multirun.yaml, no module over 250 lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+import attnlab
+from attnlab import run_files, sweep, tb_hparams
+from attnlab.report.expected import expected_jobs
+
+MAX_LINES = 250
+
+
+def test_run_files_writes_diverged_json_from_the_records_diagnosis_and_keeps_it_out_of_metrics(tmp_path):
+    diagnosis = {"first_nonfinite_step": 3, "last_logged": {"train/loss": 2.5}, "batch": {"inputs": [[1, 2]]}}
+    records = [{"status": "diverged", "diverged": {"step": 3, "reason": "r"}, "diagnosis": diagnosis},
+               {"status": "completed"}]
+    dirs = [tmp_path / "seed0", tmp_path / "seed1"]
+    for d in dirs:
+        d.mkdir()
+    run_files.write_results([0, 1], dirs, records, tmp_path, {"seed": 0}, print_summaries=False)
+    assert json.loads((dirs[0] / "diverged.json").read_text()) == diagnosis
+    assert not (dirs[1] / "diverged.json").exists()
+    assert "diagnosis" not in json.loads((dirs[0] / "metrics.json").read_text())
+
+
+def test_multirun_yaml_is_read_in_one_place(monkeypatch, tmp_path):
+    """Every reader of a sweep's definition goes through sweep.multirun_config (none opens the file itself)."""
+    saved = OmegaConf.create({"hydra": {"overrides": {"task": ["normalizer=softmax,kl", "seed=0"], "hydra": []},
+                                        "sweeper": {"params": {"optim.lr": "0.1,0.2"}}},
+                              "trainer": {"vmap_seeds": 1}})
+    monkeypatch.setattr(sweep, "multirun_config", lambda _dir: saved)
+    nowhere = tmp_path / "no-such-sweep"  # no multirun.yaml on disk: only the patched reader knows the sweep
+    assert sweep.swept_keys(nowhere) == {"normalizer", "optim.lr"}
+    assert tb_hparams.sweep_values(nowhere) == {"normalizer": ["softmax", "kl"], "optim.lr": ["0.1", "0.2"]}
+    assert len(expected_jobs(nowhere)) == 4
+    assert "normalizer=softmax,kl" in sweep.resume_command(nowhere)
+
+
+def test_no_module_is_over_250_lines():
+    root = Path(attnlab.__file__).parent
+    long = {str(p.relative_to(root)): n for p in root.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, long
