@@ -215,6 +215,22 @@ def test_block_mean_matches_a_loop_over_blocks():
     assert one == 1 and np.array_equal(same, w_NTS[:, :256, :100])
 
 
+@pytest.mark.parametrize("shape, labels", [((2, 600, 515), None), ((2, 6, 6), list("ab␣↵cd"))])
+def test_a_kept_figure_drawn_again_equals_a_fresh_drawing(shape, labels):
+    """tb_images.Figures keeps each layer's figure and draws the next map into it: pixel for pixel what a
+    new figure draws, for block-mean maps and labelled small ones, in every scale."""
+    rng = np.random.default_rng(3)
+    maps = [rng.dirichlet(np.ones(shape[-1]) * 0.3, size=shape[:2]) for _ in range(3)]
+    kept = tb_images.Figures()
+    for scale in ("row", "log"):
+        for i, m in enumerate(maps):
+            got = kept.image(0, m, scale, f"layer 0, step {10 ** i}", labels)
+            want = tb_images.Figures().image(0, m, scale, f"layer 0, step {10 ** i}", labels)
+            assert got.shape == want.shape and np.array_equal(got, want), (scale, i)
+    fig = kept.figures[0][0]
+    assert fig.get_suptitle().startswith("layer 0, step 100")
+
+
 def test_images_and_histograms_are_drawn_in_the_background_and_land_in_the_event_file(tmp_path, monkeypatch):
     import threading
 

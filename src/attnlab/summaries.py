@@ -103,6 +103,7 @@ class Summaries:
         # purge_step drops events at or after it when a resumed run rewrites those steps.
         self.writer = SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=30)
         self.attn_map_scale = tb_images.check_scale(attn_map_scale)
+        self.figures = tb_images.Figures()  # drawn on self.background's one thread
         self.described: set[str] = set()
         self.main: set[str] = set()  # tags copied under MAIN (set by layout)
         self.labels: list[str] | None = None  # the probe's characters (tb_images.char_labels), set by probe_text
@@ -147,7 +148,7 @@ class Summaries:
 
     def attention_images(self, maps_LBNTS, step: int):
         """One RGB image per layer of the fixed probe example (the first validation example), drawn in the
-        background from ≤ 256×256 block means per head (tb_images.layer_image); a non-finite map is skipped."""
+        background from ≤ 256×256 block means per head (tb_images.Figures, one kept per layer); a non-finite map is skipped."""
         maps_LBNTS = np.asarray(maps_LBNTS, np.float32)
         labels = self.labels
 
@@ -155,8 +156,8 @@ class Summaries:
             for i, layer in enumerate(maps_LBNTS):
                 if not np.isfinite(layer[0]).all():
                     continue
-                image = tb_images.layer_image(layer[0], self.attn_map_scale,
-                                              f"layer {i}, step {step}, {self.attn_map_scale} scale", labels)
+                image = self.figures.image(i, layer[0], self.attn_map_scale,
+                                           f"layer {i}, step {step}, {self.attn_map_scale} scale", labels)
                 self.writer.add_image(f"attn_map/layer_{i}", image, step, dataformats="HWC")
 
         self.background.submit(draw)

@@ -95,13 +95,35 @@ def block_mean(map_NTS: np.ndarray, max_side: int = MAX_SIDE) -> tuple[np.ndarra
     return sums_NIJ / counts_IJ, f
 
 
-def layer_image(map_NTS: np.ndarray, scale: str, title: str, labels: list[str] | None = None) -> np.ndarray:
-    """One layer's heads as a uint8 RGB image, drawn from ≤ MAX_SIDE² block means (said in the title);
-    `labels` name the positions of a map small enough to be drawn whole."""
-    small_NIJ, f = block_mean(map_NTS)
-    if f > 1:
-        title, labels = title + f", {f}×{f} block means", None
-    return to_rgb(render(small_NIJ, scale, title, labels=labels))
+class Figures:
+    """One figure per layer, kept and drawn again with the next eval step's map: its layout is solved once
+    (constrained layout was ~60% of a drawing), and a redrawn figure's pixels equal a fresh figure's
+    (tests/test_tensorboard.py). Used from one thread (the writer's Background)."""
+
+    def __init__(self):
+        self.figures: dict = {}  # layer -> (figure, its images, its suptitle, what fixes its layout)
+
+    def image(self, layer: int, map_NTS: np.ndarray, scale: str, title: str,
+              labels: list[str] | None = None) -> np.ndarray:
+        """Layer `layer`'s heads as a uint8 RGB image, drawn from ≤ MAX_SIDE² block means (said in the
+        title); `labels` name the positions of a map small enough to be drawn whole."""
+        small_NIJ, f = block_mean(map_NTS)
+        if f > 1:
+            title, labels = title + f", {f}×{f} block means", None
+        layout = (small_NIJ.shape, scale, None if labels is None else tuple(labels))
+        kept = self.figures.get(layer)
+        if kept is None or kept[-1] != layout:
+            fig = render(small_NIJ, scale, title, labels=labels)
+            rgb = to_rgb(fig)
+            fig.set_layout_engine("none")  # keep the positions solved for this first drawing
+            # the suptitle is the figure's one text: set_text keeps where the layout put it (suptitle() would not)
+            self.figures[layer] = (fig, [ax.images[0] for ax in fig.axes if ax.images], fig.texts[-1], layout)
+            return rgb
+        fig, images, suptitle, _ = kept
+        for image, values_IJ in zip(images, scaled(small_NIJ, scale)[0]):
+            image.set_data(values_IJ)
+        suptitle.set_text(title)
+        return to_rgb(fig)
 
 
 class Background:
