@@ -106,7 +106,8 @@ def test_datasets_text_loader_works_offline(tmp_path, monkeypatch):
     ({"seq_len": 1}, "task.seq_len=1 is invalid"),
     ({"val_fraction": 0.7}, "task.val_fraction=0.7 is invalid"),
     ({"seq_len": 60000}, "fewer than seq_len + 1"),
-    ({"n_val": "many"}, "option n_val='many' is invalid; allowed: auto or an integer >= 1"),
+    ({"n_val": "many"}, "task.n_val='many' is invalid; allowed: auto or an integer >= 1"),
+    ({"n_test": 0}, "task.n_test=0 is invalid; allowed: auto or an integer >= 1"),
 ])
 def test_bad_options_fail_in_one_line(options, needle):
     with pytest.raises(ValueError) as e:

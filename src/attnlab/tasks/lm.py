@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from attnlab import checks
 from attnlab.checks import ConfigError
 from attnlab.tasks import corpus, text_cache
 from attnlab.tasks.base import INT32_MAX, SPLITS, Split, Task, check_float, check_int, majority_accuracy
@@ -41,9 +42,11 @@ EVAL_BYTES = 32_000  # n_val/n_test=auto: windows holding this many predicted by
 def eval_windows(name: str, n, seq_len: int):
     """n_val/n_test: an integer as given; auto -> ceil(EVAL_BYTES / seq_len), so an evaluation costs the same
     positions at any seq_len (500 windows of 1024 bytes would evaluate ~10x the training bytes of a short run)."""
-    if isinstance(n, str) and n != "auto":
-        raise ConfigError(f"option {name}={n!r} is invalid; allowed: auto or an integer >= 1")
-    return -(-EVAL_BYTES // seq_len) if n == "auto" else n
+    if n == "auto":
+        return -(-EVAL_BYTES // seq_len)
+    if not checks.is_int(n) or n < 1:
+        raise ConfigError(f"task.{name}={n!r} is invalid; allowed: auto or an integer >= 1")
+    return n
 
 
 class LanguageModel(Task):
@@ -164,7 +167,7 @@ class LanguageModel(Task):
 def check_device_text_bytes(value) -> int:
     """task.device_text_bytes: at most INT32_MAX, the largest text the device's int32 offsets index."""
     if isinstance(value, int) and not isinstance(value, bool) and value > INT32_MAX:
-        raise ConfigError(f"option device_text_bytes={value} is invalid; allowed: an integer in [0, {INT32_MAX}] "
+        raise ConfigError(f"task.device_text_bytes={value} is invalid; allowed: an integer in [0, {INT32_MAX}] "
                           "(window offsets on the device are int32); a larger text streams from the host by itself")
     return check_int("device_text_bytes", value, 0)
 
