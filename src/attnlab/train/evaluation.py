@@ -56,9 +56,7 @@ class Evaluator:
         args = {s: (params, rest, self.evals[s], self._mse(s), self._temperature(None)) for s in self.evals}
         programs = {s: self.programs[s].lower(*a).compile() for s, a in args.items()}
         probe = (params, rest, self.probe["inputs"], self.probe["valid"])
-        _, sample = programs["val"].output_shardings  # the fit takes the val sample where the program leaves it
-        sample = None if sample is None else [jax.ShapeDtypeStruct(o.shape, o.dtype, sharding=sh) for o, sh in
-                                              zip(jax.eval_shape(self.programs["val"], *args["val"])[1], sample)]
+        _, sample = programs["val"].out_info  # the fit takes the val sample as (and where) the program leaves it
         return dataclasses.replace(
             self, programs=programs, maps=self.maps.lower(*probe).compile(),
             sample=None if self.sample is None else self.sample.lower(*probe).compile(),
