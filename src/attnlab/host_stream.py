@@ -19,6 +19,12 @@ from attnlab.checks import ConfigError
 from attnlab.tasks.base import INT32_MAX
 
 
+def key_at(key_data, step):
+    """The PRNG key of state step `step` from a seed's raw key data: a function of the seed and the step only,
+    so a resumed run replays it (steps.step_key; the host path's offsets use the same)."""
+    return jax.random.fold_in(jax.random.wrap_key_data(key_data), step)
+
+
 def window_starts(key, batch_size: int, span: int):
     """batch_size window offsets, uniform in [0, span), from the step's key: the device path's formula.
 
@@ -47,7 +53,7 @@ def _draw_S(key_data_S2, step, *, batch_size: int, span: int):
     """Per seed: the key of step `step` (steps.step_key) and its offsets, or its wide bits past int32."""
 
     def one(key_data):
-        key = jax.random.fold_in(jax.random.wrap_key_data(key_data), step)
+        key = key_at(key_data, step)
         return window_starts(key, batch_size, span) if span <= INT32_MAX else wide_bits(key, batch_size)
 
     return jax.vmap(one)(key_data_S2)
@@ -80,11 +86,11 @@ class HostStream:
         self._it = None
 
     def windows(self, step: int, keys=None) -> np.ndarray:
-        """The (S, B, window) bytes of state step `step` for each seed key (default: the run's), as contiguous
-        slices of the map: a copy of S·B·window bytes."""
+        """The (S, B, window) bytes of state step `step` for each seed key (default: the run's), one gather
+        from a strided view of the map: a copy of S·B·window bytes, never of the text."""
         keys = self.keys if keys is None else np.asarray(jax.device_get(keys))
         starts_SB = host_starts(keys, step, self.batch_size, self.span)
-        return np.stack([np.stack([self.text[o:o + self.window] for o in row]) for row in starts_SB])
+        return np.lib.stride_tricks.sliding_window_view(self.text, self.window)[starts_SB]
 
     def spec(self) -> dict:
         """The step's data argument, abstract (to compile the step before any batch is read)."""

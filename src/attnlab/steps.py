@@ -11,7 +11,7 @@ import optax
 from flax import nnx
 
 from attnlab.groups import GROUPS
-from attnlab.host_stream import window_starts
+from attnlab.host_stream import key_at, window_starts
 from attnlab.normalizers import ScoreNormalizer
 from attnlab.normalizers.linear import Linear
 from attnlab.normalizers.long_context import skip_score_probe
@@ -49,7 +49,7 @@ def probes_supported(net: Net) -> bool:
 
 def step_key(state):
     """The step's PRNG key: a function of the seed and the step only, so a resumed run replays it."""
-    return jax.random.fold_in(jax.random.wrap_key_data(state["key"]), state["step"])
+    return key_at(state["key"], state["step"])
 
 
 def sample_batch(data, key, batch_size):
