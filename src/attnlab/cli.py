@@ -187,7 +187,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         print(f"attnlab: run diverged {r['error']} (record in {d / 'metrics.json'})", file=sys.stderr)
         sys.exit(EXIT_DIVERGED)
     if multirun and any(r["status"] == "interrupted" for r in records):  # one Ctrl-C/SIGTERM stops the sweep
-        sweep.interrupted(run_dir, HydraConfig.get().sweep.dir)
+        sweep.interrupted(run_dir, hc.sweep.dir)
     return {**records[0], "run_dir": str(run_dirs[0])}
 
 

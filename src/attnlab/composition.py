@@ -13,16 +13,12 @@ def no_unknown_keys(cfg) -> None:
     """Keys no YAML of the group has (the top level; model, optim, trainer, accelerator: one class per group),
     refused before Hydra runs, with a did-you-mean; groups whose choices build different classes (normalizer,
     head, task) refuse unknown keys when they are built, against the constructor (cli._construct)."""
-    import yaml
+    from attnlab import mistakes, registry
+    from attnlab.mistakes import did_you_mean
 
-    from attnlab import registry
-
-    groups = sorted(p.name for p in registry.CONFIG_DIR.iterdir() if p.is_dir() and p.name != "hydra")
-    top = set(yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())) - {"defaults"}
+    groups, top = mistakes.groups(), mistakes.top_keys()
     unknown = sorted(set(cfg) - top - set(groups))
     if unknown:
-        from attnlab.mistakes import did_you_mean
-
         raise ConfigError(f"unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0])}; allowed at the top level: "
                          f"{', '.join(sorted(top - {'hydra'}))} and the groups {', '.join(groups)}")
     for group in groups:
@@ -32,8 +28,6 @@ def no_unknown_keys(cfg) -> None:
         allowed = set().union(*yamls) - {"_target_"}
         unknown = sorted(set(cfg[group]) - allowed - {"_target_"})
         if unknown:
-            from attnlab.mistakes import did_you_mean
-
             raise ConfigError(f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}"
                              f"{did_you_mean(f'{group}.{unknown[0]}')}; allowed: {', '.join(sorted(allowed))}")
 
@@ -83,7 +77,7 @@ def compose_or_exit(argv: list[str], config_dir: str) -> None:
         mistake = mistakes.check_argv(argv)
         if mistake:
             raise ValueError(mistake)
-        if len(overrides) != len(argv) - argv.count("-m") - argv.count("--multirun"):
+        if len(overrides) != len(argv) - sum(a in mistakes.SWEEP_FLAGS for a in argv):
             return  # --help, --cfg, -cd ...: Hydra's own business
         mistake = mistakes.check_sweep(overrides, multirun)
         if mistake:

@@ -29,10 +29,14 @@ def groups() -> list[str]:
     return sorted(p.name for p in registry.CONFIG_DIR.iterdir() if p.is_dir() and p.name != "hydra")
 
 
+def top_keys() -> set[str]:
+    """The top-level keys of configs/train.yaml (hydra included, its defaults list not)."""
+    return set(yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())) - {"defaults"}
+
+
 def known_keys() -> list[str]:
     """Every dotted key a command line may set: top-level keys, groups, and each option of any choice."""
-    top = set(yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())) - {"defaults", "hydra"}
-    keys = top | set(groups())
+    keys = (top_keys() - {"hydra"}) | set(groups())
     for group in groups():
         for name in registry.choices(group):
             keys |= {f"{group}.{k}" for k in registry.load(group, name) if not k.startswith("_") and k != "defaults"}

@@ -102,7 +102,7 @@ def train_data(task, placement: Placement, state: dict | None = None, *, batch_s
     streams from the host (task.train_data == "host-stream"), a HostStream over the memory-mapped text
     that gathers steps start..stop − 1 at the offsets the device would draw from `state`'s seed keys."""
     stream = task.train_stream()
-    if getattr(task, "train_data", "device") == "host-stream":
+    if task.train_data == "host-stream":
         text = stream["text"]
         print(f"attnlab: train_data: host-stream (the training text, {len(text)} bytes, is over "
               f"task.device_text_bytes; memory-mapped from {getattr(text, 'filename', '?')})", file=sys.stderr)
