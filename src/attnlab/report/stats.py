@@ -60,6 +60,11 @@ def t_ci(x, level: float = CI_LEVEL) -> tuple[float, float]:
     return float(x.mean() - half), float(x.mean() + half)
 
 
+def _interval(x, n_boot: int, seed: int) -> tuple[float, float]:
+    """The interval of the mean: bootstrap from SMALL_N values, Student-t below (NaN below two)."""
+    return bootstrap_ci(x, n_boot, seed) if len(x) >= SMALL_N else t_ci(x)
+
+
 @dataclass
 class Stat:
     """One metric in one cell: seeds' mean ± std, a CI of the mean and the paired comparison to the baseline."""
@@ -93,7 +98,7 @@ def cell_stat(runs: list[Run], metric: str, which: str, n_boot: int, seed: int) 
     for s, v in vals:
         by_seed.setdefault(s, []).append(v)
     method = "bootstrap" if len(x) >= SMALL_N else "t" if len(x) >= 2 else "none"
-    lo, hi = clip(bootstrap_ci(x, n_boot, seed) if method == "bootstrap" else t_ci(x), metric)
+    lo, hi = clip(_interval(x, n_boot, seed), metric)
     return Stat(n=len(x), mean=float(x.mean()) if len(x) else math.nan,
                 std=float(x.std(ddof=1)) if len(x) > 1 else math.nan, ci_low=lo, ci_high=hi, ci_method=method,
                 by_seed={s: float(np.mean(v)) for s, v in by_seed.items()})
@@ -115,8 +120,7 @@ def compare(stat: Stat, base: Stat, metric: str = "", n_boot: int = 2000, seed: 
     stat.diff_mean = float(d.mean())
     if len(seeds) > 1:
         stat.diff_std = float(d.std(ddof=1))
-        # the same interval rule as a cell's mean: bootstrap from SMALL_N pairs, Student-t below
-        stat.diff_ci = clip(bootstrap_ci(d, n_boot, seed) if len(d) >= SMALL_N else t_ci(d), metric, diff=True)
+        stat.diff_ci = clip(_interval(d, n_boot, seed), metric, diff=True)  # the same rule as a cell's mean
     if len(seeds) >= MIN_PAIRS:
         res = stats.ttest_rel(x, y)
         # identical pairs make ttest_rel 0/0 = nan; no difference at all is p = 1
