@@ -17,6 +17,10 @@ RANGES = {"accuracy": (0.0, 1.0), "ece": (0.0, 1.0), "brier": (0.0, 2.0), "r2": 
           "bits_per_byte": (0.0, math.inf), "temperature": (0.0, math.inf)}
 
 
+def higher_is_better(metric: str) -> bool:
+    return metric.rsplit("/", 1)[-1] in HIGHER_IS_BETTER
+
+
 def metric_range(metric: str) -> tuple[float, float]:
     name = metric.rsplit("/", 1)[-1].removesuffix("_ts").removesuffix("_bigram")
     return RANGES.get(name, (-math.inf, math.inf))
@@ -133,7 +137,7 @@ def select_lr(runs: list[Run], metric: str, which: str) -> tuple[float | None, d
     by_lr: dict = {}
     for r in runs:
         by_lr.setdefault(r.config.get(LR), []).append(r)
-    sign = -1 if metric.rsplit("/", 1)[-1] in HIGHER_IS_BETTER else 1
+    sign = -1 if higher_is_better(metric) else 1
     scores = {}
     for lr, rs in by_lr.items():
         vals = [v for r in rs if (v := r.value(metric, which)) is not None]
