@@ -10,7 +10,7 @@ import numpy as np
 from attnlab.report.cells import Cell, Table
 from attnlab.report.stats import MIN_PAIRS, higher_is_better
 from attnlab.report.tables import num
-from attnlab.run_summary import HEADLINES, MAJORITY
+from attnlab.run_summary import HEADLINES, baseline_label
 
 # The task baselines of a metric, labelled; the headline order of run_summary (then the rest as found).
 TASK_BASELINES = dict(HEADLINES)
@@ -37,8 +37,7 @@ def task_baselines(table: Table, metric: str) -> str:
     for key, label in refs:
         values = [r.baseline[key] for r in runs if isinstance(r.baseline.get(key), (int, float))]
         if values:
-            name = MAJORITY.get(task, label) if key == "baseline/accuracy" else label
-            parts.append(f"{name} {num(float(np.mean(values)))}")
+            parts.append(f"{baseline_label(key, label, task)} {num(float(np.mean(values)))}")
     return "; task baselines: " + ", ".join(parts) if parts else ""
 
 
