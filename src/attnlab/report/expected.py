@@ -6,10 +6,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
-
+from attnlab.report.cells import STATUSES as FINISHED  # the outcomes; anything else has no result yet
 from attnlab.report.load import Run
-
-FINISHED = ("completed", "diverged", "failed")  # outcomes; anything else has no result yet
 
 
 def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
