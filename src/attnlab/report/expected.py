@@ -41,7 +41,12 @@ def progress(root: Path, runs: list[Run]) -> tuple[str, list[str]]:
     defines (plus runs outside any sweep); missing lists the jobs not started and the runs without an outcome."""
     root = Path(root)
     counts = Counter(r.status for r in runs)
-    by_path = {r.path.resolve(): r for r in runs}
+    paths = [r.path.resolve() for r in runs]
+    by_path = dict(zip(paths, runs))
+    in_job: dict[Path, list[tuple[Path, Run]]] = {}  # a job directory -> its runs: itself, or its seed*/ runs
+    for p, r in by_path.items():
+        for job in {p, p.parent}:
+            in_job.setdefault(job, []).append((p, r))
     expected, missing, seen = 0, [], set()
     for sweep in sweep_dirs(root):
         jobs = expected_jobs(sweep)
@@ -51,15 +56,16 @@ def progress(root: Path, runs: list[Run]) -> tuple[str, list[str]]:
             job = sweep / name
             expected += n_runs
             rel = _rel(job, root)
-            held = [r for p, r in by_path.items() if p == job.resolve() or p.parent == job.resolve()]
-            seen.update(r.path.resolve() for r in held)
+            found = in_job.get(job.resolve(), [])
+            seen.update(p for p, _ in found)
+            held = [r for _, r in found]
             if not held:
                 missing.append(f"{rel} (not started)")
                 continue
             missing += [f"{_rel(r.path, root)} ({r.status})" for r in held if r.status not in FINISHED]
             missing += [f"{rel} ({n_runs - len(held)} seed run(s) not written)"] if len(held) < n_runs else []
-    for r in runs:  # runs outside any readable sweep definition count as they are
-        if r.path.resolve() not in seen:
+    for p, r in zip(paths, runs):  # runs outside any readable sweep definition count as they are
+        if p not in seen:
             expected += 1
             if r.status not in FINISHED:
                 missing.append(f"{_rel(r.path, root)} ({r.status})")
