@@ -16,18 +16,18 @@ def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.errors import HydraException
 
-    from attnlab.sweep import job_name, multirun_config, sweep_overrides
+    from attnlab.sweep import _job_name, multirun_config, swept_keys, sweep_overrides
 
-    saved = multirun_config(sweep_dir)
+    saved = multirun_config(sweep_dir)  # read and parsed once for every job's name (not per job)
     try:
         [jobs] = BasicSweeper.split_arguments(sweep_overrides(saved), None)
     except (ValueError, HydraException, AttributeError):  # None (unreadable), or a sweep BasicSweeper cannot expand
         return None
-    base_seeds = saved.get("trainer", {}).get("vmap_seeds", 1)
+    base_seeds, swept = saved.get("trainer", {}).get("vmap_seeds", 1), swept_keys(sweep_dir, saved)
     out = []
     for num, overrides in enumerate(jobs):
         seeds = [o.split("=", 1)[1] for o in overrides if o.startswith("trainer.vmap_seeds=")]
-        out.append((job_name(num, str(sweep_dir), overrides), int(seeds[0]) if seeds else int(base_seeds)))
+        out.append((_job_name(num, overrides, swept), int(seeds[0]) if seeds else int(base_seeds)))
     return out
 
 
