@@ -251,6 +251,20 @@ def test_a_two_seed_sweep_report_has_no_p_value_and_no_bootstrap_interval(tmp_pa
         assert row["p"] == "nan"
 
 
+def test_paired_bootstrap_interval_uses_the_requested_n_boot_and_seed():
+    rng = np.random.default_rng(1)
+    base = 0.5 + 0.05 * rng.standard_normal(8)  # 8 pairs: at least SMALL_N, so the Δ interval is bootstrapped
+    other = base + 0.02 + 0.03 * rng.standard_normal(8)
+    runs = runs_of(list(base), None, "softmax") + runs_of(list(other), None, "kl")
+    d = other - base
+    got = {}
+    for seed in (3, 4):
+        table = summarize(runs, metrics=["test/accuracy"], baseline="normalizer=softmax", n_boot=500, seed=seed)
+        got[seed] = cell(table, normalizer="kl").stats["test/accuracy"].diff_ci
+        assert got[seed] == report.bootstrap_ci(d, 500, seed)  # Δ within ±1: nothing clipped
+    assert got[3] != got[4]
+
+
 def test_paired_p_value_is_ttest_rel_on_matched_seeds():
     rng = np.random.default_rng(0)
     base = dict(zip(range(5), 0.5 + 0.05 * rng.standard_normal(5)))

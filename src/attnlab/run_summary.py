@@ -40,12 +40,17 @@ def what_ran(record: dict[str, Any], run: dict[str, Any]) -> str:
     return "ran: " + " ".join(parts)
 
 
+def baseline_label(key: str, label: str, task: str | None) -> str:
+    """A task baseline's label; the accuracy baseline is named by the task (majority class, ...)."""
+    return MAJORITY.get(task, label) if key == "baseline/accuracy" else label
+
+
 def headline(record: dict[str, Any], task: str | None) -> str | None:
     """`headline: test/accuracy 0.842 (chance 0.0312)`: the task's main metric beside its baselines."""
     final, base = record.get("final", {}), record.get("baseline", {})
     for key, refs in HEADLINES:
         if key in final:
-            named = [(MAJORITY.get(task, label) if k == "baseline/accuracy" else label, base[k])
+            named = [(baseline_label(k, label, task), base[k])
                      for k, label in refs if k in base]
             against = ", ".join(f"{label} {value:.4g}" for label, value in named)
             return f"headline: {key} {final[key]:.4g}" + (f" (baselines: {against})" if against else "")

@@ -45,9 +45,9 @@ def sweep_overrides(saved) -> list:
     return OverridesParser.create().parse_overrides(args)
 
 
-def swept_keys(sweep_dir: Path) -> set[str] | None:
-    """Keys this multirun sweeps (several values), from its multirun.yaml."""
-    saved = multirun_config(sweep_dir)
+def swept_keys(sweep_dir: Path | None, saved: Any = None) -> set[str] | None:
+    """Keys this multirun sweeps (several values), from its multirun.yaml (`saved`: that file already read)."""
+    saved = multirun_config(sweep_dir) if saved is None else saved
     return None if saved is None else {o.key_or_group for o in sweep_overrides(saved) if o.is_sweep_override()}
 
 
@@ -83,6 +83,7 @@ def interrupted(run_dir: Path, sweep_dir: str) -> None:
 
 # The sweep and job running now: an interrupt between jobs (in Hydra's own code) still names them.
 _CURRENT: dict[str, str] = {}
+_PENDING: list[int] = []  # signals whose KeyboardInterrupt may have been swallowed (_interrupt)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -97,9 +98,6 @@ def _unraisable(info: Any) -> None:
     """Python's "Exception ignored in ..." report, except for a KeyboardInterrupt that _PENDING keeps."""
     if not (isinstance(info.exc_value, KeyboardInterrupt) and _PENDING):
         sys.__unraisablehook__(info)
-
-
-_PENDING: list[int] = []
 
 
 def catch_signals() -> None:
@@ -145,8 +143,12 @@ def interrupted_outside_a_job(multirun: bool, argv: list[str]) -> bool:
 
 
 def job_name(num: int, sweep_dir: str, overrides: list[str]) -> str:
-    """`<num>_<key=value,...>` of the keys the sweep varies, e.g. `3_normalizer=kl,seed=1` (hydra.sweep.subdir)."""
-    swept = swept_keys(Path(sweep_dir))
+    """The `attnlab_job` resolver of hydra.sweep.subdir: _job_name with the sweep's swept keys."""
+    return _job_name(num, overrides, swept_keys(Path(sweep_dir)))
+
+
+def _job_name(num: int, overrides: list[str], swept: set[str] | None) -> str:
+    """`<num>_<key=value,...>` of the swept keys (every override when None), e.g. `3_normalizer=kl,seed=1`."""
     parts = [o for o in overrides if swept is None or o.split("=", 1)[0].lstrip("+~") in swept]
     name = ",".join(parts).replace("/", "-")
     if len(name) > MAX_NAME:

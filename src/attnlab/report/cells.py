@@ -134,7 +134,7 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
         cell.stats = {m: stats.cell_stat(cell.runs, m, which, n_boot, seed) for m in metrics}
         table.cells.append(cell)
     if baseline:
-        _apply_baseline(table, baseline)
+        _apply_baseline(table, baseline, n_boot, seed)
     _completeness(table, runs)
     if any(c.near_chance(m) for c in table.cells for m in metrics):
         table.notes.append("≈chance: the cell's mean accuracy is within noise of the task's baseline (at or below the "
@@ -165,7 +165,7 @@ def expand(patterns: list[str], names: list[str], what: str = "metric") -> list[
     return list(out)
 
 
-def _apply_baseline(table: Table, spec: str) -> None:
+def _apply_baseline(table: Table, spec: str, n_boot: int, seed: int) -> None:
     key, sep, text = spec.partition("=")
     if not sep or key not in table.group_by:
         raise ValueError(f"baseline {spec!r} must be KEY=VALUE with KEY one of the group keys: "
@@ -180,7 +180,7 @@ def _apply_baseline(table: Table, spec: str) -> None:
                    and all(b.key[k] == v for k, v in c.key.items() if k != key)]
         if partner and not c.is_baseline:
             for m in table.metrics:
-                stats.compare(c.stats[m], partner[0].stats[m], m)
+                stats.compare(c.stats[m], partner[0].stats[m], m, n_boot, seed)
 
 
 def _completeness(table: Table, runs: list[Run]) -> None:

@@ -39,7 +39,7 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"at most N columns per Markdown/LaTeX table; a wider one is split, one table per metric "
                         f"group (default {MAX_COLUMNS})")
     p.add_argument("--out", metavar="DIR", help="output directory (default SWEEP_DIR/report)")
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of each CI")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of each CI (cells and paired Δs)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     return p
 

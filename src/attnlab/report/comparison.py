@@ -8,20 +8,12 @@ import math
 import numpy as np
 
 from attnlab.report.cells import Cell, Table
-from attnlab.report.stats import HIGHER_IS_BETTER, MIN_PAIRS
-from attnlab.run_summary import HEADLINES, MAJORITY
+from attnlab.report.stats import MIN_PAIRS, higher_is_better
+from attnlab.report.tables import num
+from attnlab.run_summary import HEADLINES, baseline_label
 
 # The task baselines of a metric, labelled; the headline order of run_summary (then the rest as found).
 TASK_BASELINES = dict(HEADLINES)
-
-
-def _g(x: float, sign: bool = False) -> str:
-    """3 significant figures; nan for a missing value."""
-    return "nan" if x is None or not math.isfinite(x) else f"{x:+.3g}" if sign else f"{x:.3g}"
-
-
-def higher_is_better(metric: str) -> bool:
-    return metric.rsplit("/", 1)[-1] in HIGHER_IS_BETTER
 
 
 def title(table: Table) -> str:
@@ -45,8 +37,7 @@ def task_baselines(table: Table, metric: str) -> str:
     for key, label in refs:
         values = [r.baseline[key] for r in runs if isinstance(r.baseline.get(key), (int, float))]
         if values:
-            name = MAJORITY.get(task, label) if key == "baseline/accuracy" else label
-            parts.append(f"{name} {_g(float(np.mean(values)))}")
+            parts.append(f"{baseline_label(key, label, task)} {num(float(np.mean(values)))}")
     return "; task baselines: " + ", ".join(parts) if parts else ""
 
 
@@ -68,16 +59,16 @@ def _line(table: Table, c: Cell, metric: str) -> str:
     s = c.stats[metric]
     if s.n == 0:
         return f"{c.label()}: no completed run"
-    value = _g(s.mean) + (f" [{_g(s.ci_low)}, {_g(s.ci_high)}]" if s.n > 1 else "") + f" (n={s.n})"
+    value = num(s.mean) + (f" [{num(s.ci_low)}, {num(s.ci_high)}]" if s.n > 1 else "") + f" (n={s.n})"
     if not table.baseline:
         return f"{c.label()}: {value}"
     if c.is_baseline:
         return f"{c.label()}: {value}, the baseline"
     if not s.n_pairs:
         return f"{c.label()}: {value}; Δ: no seed paired with the baseline"
-    delta = f"Δ {_g(s.diff_mean, True)}"
+    delta = f"Δ {num(s.diff_mean, True)}"
     if s.n_pairs > 1:
-        delta += f" [{_g(s.diff_ci[0], True)}, {_g(s.diff_ci[1], True)}]"
+        delta += f" [{num(s.diff_ci[0], True)}, {num(s.diff_ci[1], True)}]"
     delta += f", n={s.n_pairs} pair{'s' * (s.n_pairs > 1)}"
     delta += f", p={s.p:.3g}" if s.n_pairs >= MIN_PAIRS else f" (no test below {MIN_PAIRS} pairs)"
     return f"{c.label()}: {delta}; {value}"

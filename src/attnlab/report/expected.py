@@ -6,10 +6,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
-
+from attnlab.report.cells import STATUSES as FINISHED  # the outcomes; anything else has no result yet
 from attnlab.report.load import Run
-
-FINISHED = ("completed", "diverged", "failed")  # outcomes; anything else has no result yet
 
 
 def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
@@ -18,18 +16,18 @@ def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.errors import HydraException
 
-    from attnlab.sweep import job_name, multirun_config, sweep_overrides
+    from attnlab.sweep import _job_name, multirun_config, swept_keys, sweep_overrides
 
-    saved = multirun_config(sweep_dir)
+    saved = multirun_config(sweep_dir)  # read and parsed once for every job's name (not per job)
     try:
         [jobs] = BasicSweeper.split_arguments(sweep_overrides(saved), None)
     except (ValueError, HydraException, AttributeError):  # None (unreadable), or a sweep BasicSweeper cannot expand
         return None
-    base_seeds = saved.get("trainer", {}).get("vmap_seeds", 1)
+    base_seeds, swept = saved.get("trainer", {}).get("vmap_seeds", 1), swept_keys(sweep_dir, saved)
     out = []
     for num, overrides in enumerate(jobs):
         seeds = [o.split("=", 1)[1] for o in overrides if o.startswith("trainer.vmap_seeds=")]
-        out.append((job_name(num, str(sweep_dir), overrides), int(seeds[0]) if seeds else int(base_seeds)))
+        out.append((_job_name(num, overrides, swept), int(seeds[0]) if seeds else int(base_seeds)))
     return out
 
 
@@ -43,7 +41,12 @@ def progress(root: Path, runs: list[Run]) -> tuple[str, list[str]]:
     defines (plus runs outside any sweep); missing lists the jobs not started and the runs without an outcome."""
     root = Path(root)
     counts = Counter(r.status for r in runs)
-    by_path = {r.path.resolve(): r for r in runs}
+    paths = [r.path.resolve() for r in runs]
+    by_path = dict(zip(paths, runs))
+    in_job: dict[Path, list[tuple[Path, Run]]] = {}  # a job directory -> its runs: itself, or its seed*/ runs
+    for p, r in by_path.items():
+        for job in {p, p.parent}:
+            in_job.setdefault(job, []).append((p, r))
     expected, missing, seen = 0, [], set()
     for sweep in sweep_dirs(root):
         jobs = expected_jobs(sweep)
@@ -53,15 +56,16 @@ def progress(root: Path, runs: list[Run]) -> tuple[str, list[str]]:
             job = sweep / name
             expected += n_runs
             rel = _rel(job, root)
-            held = [r for p, r in by_path.items() if p == job.resolve() or p.parent == job.resolve()]
-            seen.update(r.path.resolve() for r in held)
+            found = in_job.get(job.resolve(), [])
+            seen.update(p for p, _ in found)
+            held = [r for _, r in found]
             if not held:
                 missing.append(f"{rel} (not started)")
                 continue
             missing += [f"{_rel(r.path, root)} ({r.status})" for r in held if r.status not in FINISHED]
             missing += [f"{rel} ({n_runs - len(held)} seed run(s) not written)"] if len(held) < n_runs else []
-    for r in runs:  # runs outside any readable sweep definition count as they are
-        if r.path.resolve() not in seen:
+    for p, r in zip(paths, runs):  # runs outside any readable sweep definition count as they are
+        if p not in seen:
             expected += 1
             if r.status not in FINISHED:
                 missing.append(f"{_rel(r.path, root)} ({r.status})")

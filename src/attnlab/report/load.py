@@ -78,8 +78,9 @@ def _json(path: Path):
         return "unreadable"
 
 
-def _read_run(path: Path) -> Run:
-    metrics, rec = _json(path / "metrics.json"), _json(path / "run.json")
+def _read_run(path: Path, metrics) -> Run:
+    """The run in `path`, given its metrics.json as _json read it."""
+    rec = _json(path / "run.json")
     if metrics is None:
         status = "incomplete"  # running, or killed before writing its record
     elif isinstance(metrics, dict):
@@ -108,10 +109,9 @@ def _read_run(path: Path) -> Run:
                baseline=metrics.get("baseline") or {})
 
 
-def _refused(path: Path) -> bool:
+def _refused(path: Path, metrics) -> bool:
     """A single command refused as bad input before it ran (what attnlab before issue 22 left in outputs/): no
-    run. A refused job of a sweep stays: it is a failed cell of the sweep's grid."""
-    metrics = _json(path / "metrics.json")
+    run. A refused job of a sweep stays: it is a failed cell of the sweep's grid. `metrics`: its metrics.json."""
     return (isinstance(metrics, dict) and str(metrics.get("error", "")).startswith("configuration:")
             and not (path / "run.json").exists() and not (path.parent / "multirun.yaml").exists())
 
@@ -128,8 +128,10 @@ def load_runs(sweep_dir) -> list[Run]:
             dirnames[:] = sorted(d for d in dirnames if d.startswith("seed"))
             continue
         if {"metrics.json", "run.json"} & set(filenames):  # a bare .hydra/ is a job that never started
-            if not _refused(Path(dirpath)):
-                runs.append(_read_run(Path(dirpath)))
+            path = Path(dirpath)
+            metrics = _json(path / "metrics.json")  # read once: both the refusal check and the run need it
+            if not _refused(path, metrics):
+                runs.append(_read_run(path, metrics))
             dirnames.clear()  # checkpoints and the like live below a run
         else:
             dirnames.sort()

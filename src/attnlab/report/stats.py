@@ -17,6 +17,10 @@ RANGES = {"accuracy": (0.0, 1.0), "ece": (0.0, 1.0), "brier": (0.0, 2.0), "r2": 
           "bits_per_byte": (0.0, math.inf), "temperature": (0.0, math.inf)}
 
 
+def higher_is_better(metric: str) -> bool:
+    return metric.rsplit("/", 1)[-1] in HIGHER_IS_BETTER
+
+
 def metric_range(metric: str) -> tuple[float, float]:
     name = metric.rsplit("/", 1)[-1].removesuffix("_ts").removesuffix("_bigram")
     return RANGES.get(name, (-math.inf, math.inf))
@@ -60,6 +64,11 @@ def t_ci(x, level: float = CI_LEVEL) -> tuple[float, float]:
     return float(x.mean() - half), float(x.mean() + half)
 
 
+def _interval(x, n_boot: int, seed: int) -> tuple[float, float]:
+    """The interval of the mean: bootstrap from SMALL_N values, Student-t below (NaN below two)."""
+    return bootstrap_ci(x, n_boot, seed) if len(x) >= SMALL_N else t_ci(x)
+
+
 @dataclass
 class Stat:
     """One metric in one cell: seeds' mean ± std, a CI of the mean and the paired comparison to the baseline."""
@@ -93,7 +102,7 @@ def cell_stat(runs: list[Run], metric: str, which: str, n_boot: int, seed: int) 
     for s, v in vals:
         by_seed.setdefault(s, []).append(v)
     method = "bootstrap" if len(x) >= SMALL_N else "t" if len(x) >= 2 else "none"
-    lo, hi = clip(bootstrap_ci(x, n_boot, seed) if method == "bootstrap" else t_ci(x), metric)
+    lo, hi = clip(_interval(x, n_boot, seed), metric)
     return Stat(n=len(x), mean=float(x.mean()) if len(x) else math.nan,
                 std=float(x.std(ddof=1)) if len(x) > 1 else math.nan, ci_low=lo, ci_high=hi, ci_method=method,
                 by_seed={s: float(np.mean(v)) for s, v in by_seed.items()})
@@ -115,8 +124,7 @@ def compare(stat: Stat, base: Stat, metric: str = "", n_boot: int = 2000, seed: 
     stat.diff_mean = float(d.mean())
     if len(seeds) > 1:
         stat.diff_std = float(d.std(ddof=1))
-        # the same interval rule as a cell's mean: bootstrap from SMALL_N pairs, Student-t below
-        stat.diff_ci = clip(bootstrap_ci(d, n_boot, seed) if len(d) >= SMALL_N else t_ci(d), metric, diff=True)
+        stat.diff_ci = clip(_interval(d, n_boot, seed), metric, diff=True)  # the same rule as a cell's mean
     if len(seeds) >= MIN_PAIRS:
         res = stats.ttest_rel(x, y)
         # identical pairs make ttest_rel 0/0 = nan; no difference at all is p = 1
@@ -129,7 +137,7 @@ def select_lr(runs: list[Run], metric: str, which: str) -> tuple[float | None, d
     by_lr: dict = {}
     for r in runs:
         by_lr.setdefault(r.config.get(LR), []).append(r)
-    sign = -1 if metric.rsplit("/", 1)[-1] in HIGHER_IS_BETTER else 1
+    sign = -1 if higher_is_better(metric) else 1
     scores = {}
     for lr, rs in by_lr.items():
         vals = [v for r in rs if (v := r.value(metric, which)) is not None]

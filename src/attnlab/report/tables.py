@@ -16,15 +16,16 @@ TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#
                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
 
 
-def _num(x: float) -> str:
-    return "nan" if x is None or not math.isfinite(x) else f"{x:.3g}"  # 3 significant figures throughout
+def num(x: float, sign: bool = False) -> str:
+    """3 significant figures throughout (an explicit + with `sign`); nan for a missing value."""
+    return "nan" if x is None or not math.isfinite(x) else f"{x:+.3g}" if sign else f"{x:.3g}"
 
 
 def _stat_text(cell: Cell, metric: str, pm: str) -> str:
     s, done = cell.stats[metric], cell.count("completed")
     if s.n == 0:
         return "–"
-    text = f"{_num(s.mean)} {pm} {_num(s.std)} [{_num(s.ci_low)}, {_num(s.ci_high)}]" if s.n > 1 else _num(s.mean)
+    text = f"{num(s.mean)} {pm} {num(s.std)} [{num(s.ci_low)}, {num(s.ci_high)}]" if s.n > 1 else num(s.mean)
     return (text + (f" (n={s.n})" if s.n != done else "") + (" low n" if s.low_n else "")
             + (" ≈chance" if cell.near_chance(metric) else ""))
 
@@ -87,7 +88,7 @@ def _explain(table: Table) -> list[str]:
                      "metrics stay unseen): each normalizer is compared at the rate that suits it. Rates at which "
                      "a run diverged or failed are taken only when no other rate is clean.")
         for c in table.cells:
-            scores = ", ".join(f"{lr}: {_num(v)}" for lr, v in sorted(c.lr_scores.items(), key=lambda kv: str(kv[0])))
+            scores = ", ".join(f"{lr}: {num(v)}" for lr, v in sorted(c.lr_scores.items(), key=lambda kv: str(kv[0])))
             lines.append(f"- {c.label()}: {LR}={c.lr} ({table.select_by} by rate: {scores})")
     return lines
 
