@@ -143,11 +143,11 @@ def interrupted_outside_a_job(multirun: bool, argv: list[str]) -> bool:
 
 
 def job_name(num: int, sweep_dir: str, overrides: list[str]) -> str:
-    """The `attnlab_job` resolver of hydra.sweep.subdir: _job_name with the sweep's swept keys."""
-    return _job_name(num, overrides, swept_keys(Path(sweep_dir)))
+    """The `attnlab_job` resolver of hydra.sweep.subdir: named_job with the sweep's swept keys."""
+    return named_job(num, overrides, swept_keys(Path(sweep_dir)))
 
 
-def _job_name(num: int, overrides: list[str], swept: set[str] | None) -> str:
+def named_job(num: int, overrides: list[str], swept: set[str] | None) -> str:
     """`<num>_<key=value,...>` of the swept keys (every override when None), e.g. `3_normalizer=kl,seed=1`."""
     parts = [o for o in overrides if swept is None or o.split("=", 1)[0].lstrip("+~") in swept]
     name = ",".join(parts).replace("/", "-")

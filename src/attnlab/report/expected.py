@@ -16,7 +16,7 @@ def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.errors import HydraException
 
-    from attnlab.sweep import _job_name, multirun_config, swept_keys, sweep_overrides
+    from attnlab.sweep import named_job, multirun_config, swept_keys, sweep_overrides
 
     saved = multirun_config(sweep_dir)  # read and parsed once for every job's name (not per job)
     try:
@@ -27,7 +27,7 @@ def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
     out = []
     for num, overrides in enumerate(jobs):
         seeds = [o.split("=", 1)[1] for o in overrides if o.startswith("trainer.vmap_seeds=")]
-        out.append((_job_name(num, overrides, swept), int(seeds[0]) if seeds else int(base_seeds)))
+        out.append((named_job(num, overrides, swept), int(seeds[0]) if seeds else int(base_seeds)))
     return out
 
 
