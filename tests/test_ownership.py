@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from attnlab import run_files, sweep, tb_hparams
 from attnlab.report.expected import expected_jobs
 
+
 def test_run_files_writes_diverged_json_from_the_records_diagnosis_and_keeps_it_out_of_metrics(tmp_path):
     diagnosis = {"first_nonfinite_step": 3, "last_logged": {"train/loss": 2.5}, "batch": {"inputs": [[1, 2]]}}
     records = [{"status": "diverged", "diverged": {"step": 3, "reason": "r"}, "diagnosis": diagnosis},
