@@ -208,8 +208,11 @@ def _train(cfg, task, nets, tx, loop, run_dirs: list[Path], checkpoint_dir: Path
                hparams=hparams, declared=declared)
 
 
-# The process id makes two launches in the same microsecond still land in different directories.
-OmegaConf.register_new_resolver("attnlab_pid", os.getpid, replace=True)
+# The process id makes two launches in the same microsecond still land in different directories. Cached like
+# Hydra's own `now`: Hydra copies the launching process's resolver cache into every job's config
+# (ConfigLoaderImpl.load_sweep_config), so joblib workers and submitit jobs resolve hydra.sweep.dir to the
+# directory the sweep printed, not to one named after their own process.
+OmegaConf.register_new_resolver("attnlab_pid", os.getpid, replace=True, use_cache=True)
 OmegaConf.register_new_resolver("attnlab_job", sweep.job_name, replace=True)
 
 
