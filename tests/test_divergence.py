@@ -16,7 +16,8 @@ from flax import nnx
 from tensorboard.plugins.hparams import metadata
 from test_configs import compose_train
 
-from attnlab.cli import EXIT_DIVERGED, build
+from attnlab import exits
+from attnlab.cli import build
 from attnlab.groups import leaf_groups
 
 from attnlab.steps import make_train_step
@@ -41,7 +42,7 @@ def test_huge_learning_rate_ends_diverged_with_finite_records_and_events(tmp_pat
     run_dir = tmp_path / "r"
     proc = run_cli(*RUN, f"optim.lr={lr}", f"hydra.run.dir={run_dir}", cwd=tmp_path, check=False)
     m = metrics(run_dir)
-    assert proc.returncode == EXIT_DIVERGED, proc.stderr[-2000:]
+    assert proc.returncode == exits.DIVERGED, proc.stderr[-2000:]
     assert m["status"] == "diverged" and 1 <= m["diverged"]["step"] <= m["steps"] < 40, m
     # the skipped share passed trainer.max_skipped=0.1 of 40 steps: stopped at the first logging step after
     assert m["nonfinite_steps"] > 4 and m["steps"] <= m["nonfinite_steps"] + m["diverged"]["step"] + 2

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
+import subprocess
+import sys
 
 import pytest
 from cli_helpers import TINY, TINY_TASK, metrics, run_cli
@@ -71,12 +74,42 @@ def test_changed_config_is_not_skipped(tmp_path):
     assert metrics(job)["status"] == "completed"
 
 
-def test_submitit_local_launcher_runs_the_sweep(tmp_path):
-    run_cli("-m", "hydra/launcher=local", "normalizer=softmax,kl", *TINY, *TINY_TASK["mqar"],
-            f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
-    for job in ("0_normalizer=softmax", "1_normalizer=kl"):
-        assert metrics(tmp_path / job)["status"] == "completed"
-    assert (tmp_path / ".submitit").is_dir()
+# Every launcher: in-process (basic), 2 joblib worker processes, submitit's local executor (the SLURM code path:
+# pickled jobs run by other processes). None pins hydra.sweep.dir: each must resolve the default one once.
+LAUNCHERS = {"basic": [], "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+             "submitit": ["hydra/launcher=submitit_local"]}
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothing_left_to_do(tmp_path, launcher):
+    """The jobs land in the one directory the sweep prints, named by the swept key only; the printed report
+    command reads them; the resume command skips the completed job and resumes the other from its checkpoint;
+    once report/ is written, the same command finds nothing left to do and exits 0."""
+    from attnlab.sweep import resume_command
+
+    proc = run_cli("-m", *LAUNCHERS[launcher], "normalizer=softmax,linear", *TINY, *TINY_TASK["mqar"], cwd=tmp_path)
+    [sweep] = (tmp_path / "multirun").iterdir()
+    printed = re.search(r"^  attnlab-report (.+)$", proc.stderr, re.M).group(1)
+    assert (tmp_path / printed).resolve() == sweep.resolve()
+    jobs = ["0_normalizer=softmax", "1_normalizer=linear"]
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir() and not p.name.startswith(".")) == jobs
+    assert [metrics(sweep / job)["steps"] for job in jobs] == [4, 4]
+    report = subprocess.run([sys.executable, "-m", "attnlab.report.cli", printed], cwd=tmp_path, capture_output=True,
+                            text=True, timeout=300)
+    assert report.returncode == 0 and "2 of 2 runs completed; none missing" in report.stdout, report.stderr[-2000:]
+    assert (sweep / "report" / "report.md").exists()
+
+    kept = (sweep / jobs[0] / "metrics.json").stat().st_mtime_ns
+    (sweep / jobs[1] / "metrics.json").unlink()  # job 1 lost its outcome; its checkpoint of step 4 remains
+    resume = shlex.split(resume_command(sweep, "__main__.py"))[3:]  # what an interrupted sweep prints
+    run_cli(*resume, cwd=tmp_path)
+    assert (sweep / jobs[0] / "metrics.json").stat().st_mtime_ns == kept  # skipped, not run again
+    resumed = metrics(sweep / jobs[1])
+    assert resumed["status"] == "completed" and resumed["resumed_from"] == 4
+
+    again = run_cli(*resume, cwd=tmp_path)  # report/ beside the jobs is no job
+    assert re.search(rf"^sweep {re.escape(str(sweep))}: nothing left to do, .*\(2 completed\)$", again.stderr, re.M)
+    assert "unfinished" not in again.stderr and "report" not in again.stderr.replace("attnlab-report", "")
 
 
 @pytest.mark.parametrize("devices", [1, 3])

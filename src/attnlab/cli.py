@@ -15,12 +15,10 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import chance, checks, composition, outdir, registry, sweep
+from attnlab import chance, checks, composition, exits, outdir, registry, sweep
 from attnlab.run_files import (compute_record, finished_with, hparams_of, record_failure, record_refused, write_results,
                                write_run_json)
 
-EXIT_CONFIG = 2
-EXIT_DIVERGED = 3  # a single run that diverged (a sweep goes on: divergence is one of its outcomes)
 ConfigError = checks.ConfigError  # bad input: one line, exit 2; any other exception is a failed run (a bug)
 _require = checks.require
 
@@ -161,7 +159,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         print(f"attnlab: error: {exc}", file=sys.stderr)
         if not multirun:  # a refused command leaves nothing behind (a refused sweep job is a failed cell)
             outdir.remove_created(run_dir)
-            sys.exit(EXIT_CONFIG)
+            sys.exit(exits.REFUSED)
         return record_refused(run_dir, record, exc)
     except Exception:  # not bad input: a bug while building the run, so a failed run with its traceback
         return _failed(run_dir, record, multirun)
@@ -185,9 +183,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if not multirun and any(r["status"] == "diverged" for r in records):
         d, r = next((d, r) for d, r in zip(run_dirs, records) if r["status"] == "diverged")
         print(f"attnlab: run diverged {r['error']} (record in {d / 'metrics.json'})", file=sys.stderr)
-        sys.exit(EXIT_DIVERGED)
-    if multirun and any(r["status"] == "interrupted" for r in records):  # one Ctrl-C/SIGTERM stops the sweep
+        sys.exit(exits.DIVERGED)
+    stopped = [r for r in records if r["status"] == "interrupted"]
+    if stopped and multirun:  # one Ctrl-C/SIGTERM stops the sweep
         sweep.interrupted(run_dir, hc.sweep.dir)
+    if stopped:  # the summary above ends with the resume command
+        print(f"attnlab: run {stopped[0]['error']}; checkpoint saved in {run_dir / 'checkpoints'}", file=sys.stderr)
+        sys.exit(exits.INTERRUPTED)
     return {**records[0], "run_dir": str(run_dirs[0])}
 
 
@@ -195,7 +197,7 @@ def _failed(run_dir: Path, record: dict[str, Any], multirun: bool) -> dict[str, 
     """The exception being handled as a failed run (run_files.record_failure); a single run exits 1."""
     record_failure(run_dir, record)
     if not multirun:
-        sys.exit(1)
+        sys.exit(exits.FAILED)
     return record
 
 
@@ -221,6 +223,8 @@ def _hydra_train(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
     if hc.mode == RunMode.MULTIRUN:  # a Ctrl-C/SIGTERM from here on ends with the resume command (train_main)
         sweep.job_started(hc.runtime.output_dir, hc.sweep.dir)
+    else:
+        sweep.RUN["run_dir"] = hc.runtime.output_dir
     run(cfg)
     sweep.check_pending()  # a signal whose KeyboardInterrupt was swallowed stops the sweep after its job
 
@@ -232,8 +236,7 @@ def train_main() -> None:
     try:
         _hydra_train()
     except KeyboardInterrupt:  # outside the step loop (start-up, compile, between jobs): no checkpoint to save
-        if not sweep.interrupted_outside_a_job(multirun, sys.argv):
-            raise
+        sweep.interrupted_outside_a_job(multirun, sys.argv)
 
 
 def report_main() -> None:

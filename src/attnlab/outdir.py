@@ -11,7 +11,8 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-EXIT_CONFIG = 2
+from attnlab import exits
+
 # Run directory -> its topmost ancestor that did not exist before Hydra made it in this process: a refused
 # run removes its own (remove_created), never one the user pointed at (hydra.run.dir=<a run> trainer.resume=true).
 CREATED: dict[Path, Path] = {}
@@ -58,7 +59,7 @@ def check(key: str, path: Any) -> None:
     if reason:
         print(f"attnlab: error: {key}={path} cannot be created or written: {reason}; "
               f"allowed: a directory path you can write to", file=sys.stderr)
-        sys.exit(EXIT_CONFIG)
+        sys.exit(exits.REFUSED)
 
 
 class OutputDirCheck(Callback):

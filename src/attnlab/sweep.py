@@ -14,10 +14,12 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from hydra.experimental.callback import Callback
 from omegaconf import OmegaConf
+
+from attnlab import exits
 
 MAX_NAME = 120  # characters of swept values in a job directory name; longer ones end in a hash
 HEADLINE = ("test/accuracy", "test/r2", "test/mse", "test/loss")  # the first one a job has sums it up
@@ -71,18 +73,20 @@ def resume_command(sweep_dir: Path | str, argv0: str = "") -> str:
     return shlex.join([*_prog(argv0), "-m", *hydra_cfg.overrides.task, *hydra_args, f"hydra.sweep.dir={sweep_dir}"])
 
 
-def interrupted(run_dir: Path, sweep_dir: str) -> None:
+def interrupted(run_dir: Path, sweep_dir: str) -> NoReturn:
     """End a sweep stopped by a signal with the command that resumes it."""
     try:
         command = resume_command(sweep_dir, sys.argv[0])
     except (OSError, ValueError, AttributeError):  # no multirun.yaml yet: this command with the dir pinned
         args = [a for a in sys.argv[1:] if not a.startswith("hydra.sweep.dir=")]
         command = shlex.join([*_prog(sys.argv[0]), *args, f"hydra.sweep.dir={Path(sweep_dir).absolute()}"])
-    sys.exit(f"attnlab: sweep interrupted at {run_dir}; resume it with:\n  {command}")
+    print(f"attnlab: sweep interrupted at {run_dir}; resume it with:\n  {command}", file=sys.stderr, flush=True)
+    sys.exit(exits.INTERRUPTED)
 
 
 # The sweep and job running now: an interrupt between jobs (in Hydra's own code) still names them.
 _CURRENT: dict[str, str] = {}
+RUN: dict[str, str] = {}  # a single run's directory, once Hydra made it: an interrupt outside its steps names it
 _PENDING: list[int] = []  # signals whose KeyboardInterrupt may have been swallowed (_interrupt)
 
 
@@ -116,11 +120,10 @@ def check_pending() -> None:
 
 
 def multirun_argv(args: list[str]) -> bool:
-    """Whether the command line asks for a sweep; if so SIGTERM is an interrupt from here on (Hydra's set-up)."""
-    multirun = any(a in ("-m", "--multirun") for a in args)
-    if multirun:
-        catch_signals()
-    return multirun
+    """Whether the command line asks for a sweep; SIGTERM is an interrupt from here on (Hydra's set-up), for a
+    single run as for a sweep."""
+    catch_signals()
+    return any(a in ("-m", "--multirun") for a in args)
 
 
 def job_started(run_dir: str, sweep_dir: str) -> None:
@@ -130,16 +133,21 @@ def job_started(run_dir: str, sweep_dir: str) -> None:
     check_pending()
 
 
-def interrupted_outside_a_job(multirun: bool, argv: list[str]) -> bool:
-    """End a sweep interrupted outside the step loop (a job's start-up or compile, Hydra's code between jobs)
-    with its resume command; False when no sweep is running (a single run's KeyboardInterrupt is re-raised)."""
+def interrupted_outside_a_job(multirun: bool, argv: list[str]) -> NoReturn:
+    """End a run or sweep interrupted outside the step loop (start-up, compile, final metrics, Hydra's code
+    between jobs) with the command that continues it; exit code exits.INTERRUPTED."""
     if _CURRENT:  # a job of this process ran, or the sweep started (launchers running jobs elsewhere)
         interrupted(Path(_CURRENT.get("run_dir", _CURRENT["sweep_dir"])), _CURRENT["sweep_dir"])
-    if not multirun:
-        return False
-    # Before Hydra set the sweep up, so nothing ran: the same command is the one that resumes it.
-    command = shlex.join([*_prog(argv[0]), *argv[1:]])
-    sys.exit(f"attnlab: sweep interrupted before it started; resume it with:\n  {command}")
+    run_dir = Path(RUN["run_dir"]) if RUN.get("run_dir") and not multirun else None
+    if run_dir is not None and (run_dir / "checkpoints").is_dir() and any((run_dir / "checkpoints").iterdir()):
+        keep = [a for a in argv[1:] if not a.startswith(("hydra.run.dir=", "trainer.resume="))]
+        what = "run interrupted outside its steps"
+        command = shlex.join([*_prog(argv[0]), *keep, "trainer.resume=true", f"hydra.run.dir={run_dir.absolute()}"])
+    else:  # nothing was saved: the same command is the one that continues it
+        what = "sweep interrupted before it started" if multirun else "run interrupted before its first checkpoint"
+        command = shlex.join([*_prog(argv[0]), *argv[1:]])
+    print(f"attnlab: {what}; resume it with:\n  {command}", file=sys.stderr, flush=True)
+    sys.exit(exits.INTERRUPTED)
 
 
 def job_name(num: int, sweep_dir: str, overrides: list[str]) -> str:
@@ -161,10 +169,36 @@ def job_runs(job: Path) -> list[Path]:
     return sorted(job.glob("seed*/")) if (job / "seeds.json").exists() else [job]
 
 
+# What Hydra writes into a job's directory before the job runs (.hydra/), and what a run writes: a directory
+# holding none of them is no job (report/, logs, .submitit/ ...), whatever attnlab or a launcher put it there for.
+JOB_MARKERS = (".hydra", "run.json", "metrics.json", "seeds.json")
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """The job directories of a sweep."""
+    return sorted(p for p in Path(sweep_dir).iterdir()
+                  if p.is_dir() and any((p / marker).exists() for marker in JOB_MARKERS))
+
+
 def statuses(sweep_dir: Path) -> list[tuple[str, Path]]:
-    """(status, run dir) of every job directory under a sweep; 'unfinished' when it left no record."""
-    jobs = sorted(p for p in Path(sweep_dir).iterdir() if p.is_dir() and not p.name.startswith("."))
-    return [(_record(run).get("status", "unfinished"), run) for job in jobs for run in job_runs(job)]
+    """(status, run dir) of every run of a sweep's jobs: its record's status, `refused` for a job whose
+    configuration was refused, `unfinished` when it left no record."""
+    return [(_status(_record(run)), run) for job in job_dirs(sweep_dir) for run in job_runs(job)]
+
+
+def _status(record: dict) -> str:
+    if record.get("status") == "failed" and str(record.get("error", "")).startswith("configuration:"):
+        return "refused"  # run_files.record_refused
+    return record.get("status", "unfinished")
+
+
+def finished_runs(sweep_dir: Path) -> dict[Path, int]:
+    """Run directory -> its metrics.json's mtime (ns), for the runs of a sweep whose outcome is final."""
+    from attnlab.run_files import FINISHED
+
+    if not Path(sweep_dir).is_dir():
+        return {}
+    return {run: (run / "metrics.json").stat().st_mtime_ns for status, run in statuses(sweep_dir) if status in FINISHED}
 
 
 def _record(run: Path) -> dict:
@@ -202,11 +236,12 @@ def next_steps(sweep_dir: str, color_by_normalizer: bool) -> list[str]:
 
 
 class SweepSummary(Callback):
-    """A line per finished job; at the end, the counts, the runs that did not complete and the commands to run
-    next; exits non-zero only if a job failed."""
+    """A line per finished job; at the end, the counts (or that nothing was left to do), the runs that did not
+    complete and the commands to run next; the exit code of the sweep's outcome (attnlab.exits)."""
 
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         _CURRENT["sweep_dir"] = str(config.hydra.sweep.dir)  # where an interrupt before any job resumes
+        self._finished_before = finished_runs(Path(str(config.hydra.sweep.dir)))  # a re-run skips these
 
     def on_job_start(self, config: Any, **kwargs: Any) -> None:
         self._start = time.perf_counter()
@@ -221,8 +256,11 @@ class SweepSummary(Callback):
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         sweep_dir = config.hydra.sweep.dir
         runs = statuses(Path(sweep_dir))
-        counts = Counter(s for s, _ in runs)
-        print(f"sweep {sweep_dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())), file=sys.stderr)
+        counts = ", ".join(f"{n} {s}" for s, n in sorted(Counter(s for s, _ in runs).items())) or "no job ran"
+        finished = finished_runs(Path(sweep_dir))
+        if runs and len(finished) == len(runs) and finished == getattr(self, "_finished_before", None):
+            counts = f"nothing left to do, every job had already finished with this config ({counts})"
+        print(f"sweep {sweep_dir}: {counts}", file=sys.stderr)
         for status, run in runs:
             if status != "completed":
                 print(f"  {status:10s} {run}", file=sys.stderr)
@@ -231,8 +269,9 @@ class SweepSummary(Callback):
         if threading.current_thread() is threading.main_thread():  # nothing left to stop: a late signal
             for sig in (signal.SIGINT, signal.SIGTERM):  # raised in JAX's atexit clean-up (the soak found it)
                 signal.signal(sig, signal.SIG_IGN)
-        if counts.get("failed") or counts.get("unfinished"):
-            sys.exit(1)
+        code = exits.of_sweep(s for s, _ in runs)
+        if code != exits.COMPLETED:
+            sys.exit(code)
 
 
 def limit_threads(launcher_target: str, n_jobs: int | None) -> None:

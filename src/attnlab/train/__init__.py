@@ -75,15 +75,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
             save(loop, logs, cfg, ckpt, steps_done)
         ckpt.close()
 
-    head, rest = nets[0].head, loop.state["rest"]
-    with phases("final_metrics", "final metrics (last parameters)"):
-        finals = final_metrics(evaluator, loop.state["params"], rest, head, phases)
-    if all(b.get("step") == steps_done for b in loop.best):  # the best parameters are the last ones
-        best_finals = finals
-        phases.note(f"final metrics (best parameters): the last ones (best val loss at step {steps_done})")
-    else:
-        with phases("final_metrics", "final metrics (best parameters)"):
-            best_finals = final_metrics(evaluator, loop.best_params, rest, head, phases)
+    finals, best_finals = _final_metrics(loop, evaluator, nets[0].head, steps_done, phases)
     with phases("images", "images: waiting for the TensorBoard images and histograms"):
         for s in logs.summaries:
             s.wait()
@@ -93,6 +85,22 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
              "seeds_over_devices": placement.seed_parallel, "timing": timing}
     return seed_records(loop, cfg, logs, evaluator.baseline, finals, best_finals, steps_done=steps_done,
                         data=data, hparams=hparams, declared=declared, timing=rates)
+
+
+def _final_metrics(loop: LoopState, evaluator: Evaluator, head, steps_done: int,
+                   phases: Phases) -> tuple[list[dict], list[dict]]:
+    """Per seed, the final metrics of the last and of the best parameters; none for an interrupted run (its
+    resumed run computes them: evaluating parameters that are not the run's result would only delay the stop)."""
+    if loop.status == "interrupted":
+        return [{} for _ in loop.best], [{} for _ in loop.best]
+    rest = loop.state["rest"]
+    with phases("final_metrics", "final metrics (last parameters)"):
+        finals = final_metrics(evaluator, loop.state["params"], rest, head, phases)
+    if all(b.get("step") == steps_done for b in loop.best):  # the best parameters are the last ones
+        phases.note(f"final metrics (best parameters): the last ones (best val loss at step {steps_done})")
+        return finals, finals
+    with phases("final_metrics", "final metrics (best parameters)"):
+        return finals, final_metrics(evaluator, loop.best_params, rest, head, phases)
 
 
 def train_data(task, placement: Placement, state: dict | None = None, *, batch_size: int = 0, start: int = 0,

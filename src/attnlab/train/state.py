@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from typing import Any
 
 import jax
@@ -76,6 +77,9 @@ def initial_loop(nets, tx, cfg: LoopConfig, ckpt: Checkpoints, placement: Placem
         _, saved, meta = restored
         state, best, best_params = saved["train"], meta["best"], saved["best_params"]
     start = int(state["step"][0])
+    if restored is not None:
+        print(f"attnlab: resumed from step {start} of {cfg.steps} (checkpoint {ckpt.directory / str(restored[0])})",
+              file=sys.stderr, flush=True)
     state = jax.device_put(state, placement.per_seed)
     # A real copy: the step donates (and so deletes) the state's own buffers.
     best_params = jax.tree.map(jnp.copy, jax.device_put(best_params, placement.per_seed))
