@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from cli_helpers import CACHE, TINY, TINY_TASK, metrics, run_cli, scalar_curve
 
+from attnlab import exits
 from attnlab.train import LoopConfig
 
 
@@ -91,14 +92,19 @@ def test_an_interrupted_run_prints_the_command_that_resumes_it(tmp_path):
             proc.send_signal(signal.SIGTERM)
             break
     out = proc.communicate(timeout=300)[0]
-    assert metrics(run_dir)["status"] == "interrupted"
+    assert proc.returncode == exits.INTERRUPTED, out[-3000:]
+    stopped = metrics(run_dir)
+    assert stopped["status"] == "interrupted" and stopped["final"] == {} and stopped["best"] == {}
+    assert "final metrics" not in out and "headline:" not in out, out[-3000:]  # no metrics of an unfinished run
     resume = [line.split("resume: ", 1)[1] for line in out.splitlines() if line.startswith("resume: ")]
     assert len(resume) == 1, out
     argv = shlex.split(resume[0])
     assert argv[0] == "attnlab-train" and f"hydra.run.dir={run_dir}" in argv and "trainer.resume=true" in argv
-    run_cli(*argv[1:], cwd=tmp_path)  # the printed command, as printed, finishes the run
+    resumed = run_cli(*argv[1:], cwd=tmp_path)  # the printed command, as printed, finishes the run
     done = metrics(run_dir)
     assert done["status"] == "completed" and done["steps"] == 40 and done["resumed_from"] >= 6
+    assert (f"attnlab: resumed from step {stopped['steps']} of 40 (checkpoint {run_dir / 'checkpoints'}/"
+            f"{stopped['steps']})") in resumed.stderr
 
 
 def test_attention_statistic_tags_carry_their_definition(tmp_path):

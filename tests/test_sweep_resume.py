@@ -17,6 +17,7 @@ import pytest
 from cli_helpers import TINY, TINY_TASK, events, metrics
 from omegaconf import OmegaConf
 
+from attnlab import exits
 from attnlab.run_files import finished_with
 from attnlab.sweep import resume_command
 
@@ -47,7 +48,7 @@ def test_sigint_mid_job_then_the_printed_command_completes_every_job_once(tmp_pa
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     err = proc.communicate(timeout=300)[1]
-    assert proc.returncode != 0 and "Traceback" not in err, err[-3000:]
+    assert proc.returncode == exits.INTERRUPTED and "Traceback" not in err, err[-3000:]
     first = {job: metrics(sweep / job) for job in ("0_seed=0", "1_seed=1")}
     assert not (sweep / "2_seed=2").exists()  # never started
     assert first["0_seed=0"]["status"] == "completed"

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 from cli_helpers import TINY, TINY_TASK, events, metrics
 
+from attnlab import exits
+
 STEPS = 60
 JOBS = ["0_seed=0", "1_seed=1", "2_seed=2"]
 SWEEP = ["-m", "seed=0,1,2", *TINY, *TINY_TASK["mqar"], f"trainer.steps={STEPS}", "trainer.log_every=10",
@@ -118,7 +120,7 @@ def test_sigterm_to_the_group_as_the_sweep_starts_prints_the_resume_command(tmp_
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGTERM)
     out = proc.communicate(timeout=ATTEMPT_TIMEOUT_S)[0]
-    assert proc.returncode == 1 and "Traceback" not in out, out[-3000:]
+    assert proc.returncode == exits.INTERRUPTED and "Traceback" not in out, out[-3000:]
     command = shlex.split(re.search(r"resume it with:\n\s+(.+)", out).group(1))
     assert command[command.index("-m", 2) + 1:][:len(SWEEP) - 1] == SWEEP[1:], command  # the sweep's own overrides
     assert not any((sweep / job / "metrics.json").exists() for job in JOBS)  # nothing ran
