@@ -94,7 +94,7 @@ def test_an_interrupted_run_prints_the_command_that_resumes_it(tmp_path):
     out = proc.communicate(timeout=300)[0]
     assert proc.returncode == exits.INTERRUPTED, out[-3000:]
     stopped = metrics(run_dir)
-    assert stopped["status"] == "interrupted" and stopped["final"] == {} and stopped["best"] == {}
+    assert stopped["status"] == "interrupted" and stopped["final"] == {}  # best: the val evaluations it made
     assert "final metrics" not in out and "headline:" not in out, out[-3000:]  # no metrics of an unfinished run
     resume = [line.split("resume: ", 1)[1] for line in out.splitlines() if line.startswith("resume: ")]
     assert len(resume) == 1, out
