@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attnlab import checks
 
@@ -115,6 +116,21 @@ def seeds_over_devices(num_seeds: int, device_count: int) -> bool:
     """Whether vmapped seeds are sharded over the devices (each trains its own seeds, no all-reduce) rather
     than every seed's batch being split; on CPU a seed's step barely uses a second thread (BENCHMARKS.md)."""
     return num_seeds > 1 and device_count > 1 and num_seeds % device_count == 0
+
+
+def put(tree, sharding):
+    """jax.device_put, also onto a sharding that spans processes (accelerator.distributed): every process holds
+    the same host values (built from the same seeds), so each places the shards of its own devices from them."""
+    if sharding.is_fully_addressable:
+        return jax.device_put(tree, sharding)
+
+    def place(x):
+        if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):  # typed keys (nnx Rngs): as their data
+            return jax.random.wrap_key_data(place(jax.random.key_data(x)), impl=jax.random.key_impl(x))
+        host = np.asarray(x)
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    return jax.tree.map(place, tree)
 
 
 def data_mesh():

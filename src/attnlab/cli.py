@@ -6,6 +6,7 @@ import functools
 import inspect
 import os
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -168,18 +169,23 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     try:
         if multirun:
             loop = type(loop)(**{**loop.__dict__, "progress": "none"})
-        write_run_json(seeds, run_dirs, resolved, choices, list(hc.overrides.task), task, compute)
+        writer = _writes_files()
+        if writer:
+            write_run_json(seeds, run_dirs, resolved, choices, list(hc.overrides.task), task, compute)
         from attnlab import tb_hparams
 
         hparams = [{**hparams_of(cfg, choices), "seed": str(seed)} for seed in seeds]
         swept = tb_hparams.sweep_values(hc.sweep.dir if multirun else None)
         declared = tb_hparams.declare(hparams[0], swept, seeds)
-        records = _train(cfg, task, nets, tx, loop, run_dirs, run_dir, hparams, declared)
+        with tempfile.TemporaryDirectory(prefix="attnlab-follower-") as scratch:
+            log_dirs = run_dirs if writer else [Path(scratch) / d.name for d in run_dirs]
+            records = _train(cfg, task, nets, tx, loop, log_dirs, run_dir, hparams, declared)
     except Exception:  # a failed run records why and lets a sweep go on
         return _failed(run_dir, record, multirun)
     for r in records:  # is each test accuracy distinguishable from the task's baseline? (attnlab.chance)
         r["chance"] = chance.flags(r.get("final", {}), r.get("baseline", {}), chance.scored_targets(task))
-    write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
+    if writer:
+        write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
     if not multirun and any(r["status"] == "diverged" for r in records):
         d, r = next((d, r) for d, r in zip(run_dirs, records) if r["status"] == "diverged")
         print(f"attnlab: run diverged {r['error']} (record in {d / 'metrics.json'})", file=sys.stderr)
@@ -191,6 +197,16 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         print(f"attnlab: run {stopped[0]['error']}; checkpoint saved in {run_dir / 'checkpoints'}", file=sys.stderr)
         sys.exit(exits.INTERRUPTED)
     return {**records[0], "run_dir": str(run_dirs[0])}
+
+
+def _writes_files() -> bool:
+    """Whether this process writes the run's files (run.json, TensorBoard, metrics.json): process 0 of a run
+    that spans processes (accelerator.distributed), as SLURM's task 0. The others run the same programs (each
+    step is one SPMD program over every process's devices) and log to a scratch directory they delete;
+    checkpoints are orbax's, which writes each array once from the processes together."""
+    import jax
+
+    return jax.process_index() == 0
 
 
 def _failed(run_dir: Path, record: dict[str, Any], multirun: bool) -> dict[str, Any]:

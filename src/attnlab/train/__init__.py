@@ -14,6 +14,7 @@ from typing import Any, Callable
 import jax
 from flax import nnx
 
+from attnlab.accelerator import put
 from attnlab.checkpoint import Checkpoints
 from attnlab.groups import leaf_groups
 from attnlab.host_stream import HostStream
@@ -116,4 +117,4 @@ def train_data(task, placement: Placement, state: dict | None = None, *, batch_s
               f"task.device_text_bytes; memory-mapped from {getattr(text, 'filename', '?')})", file=sys.stderr)
         return HostStream(stream["text"], len(stream["window_W"]), state["key"], batch_size, placement.per_seed,
                           start=start, stop=stop)
-    return jax.device_put(pad_split(task.splits["train"], 1) if stream is None else stream, placement.replicated)
+    return put(pad_split(task.splits["train"], 1) if stream is None else stream, placement.replicated)

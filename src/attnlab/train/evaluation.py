@@ -13,6 +13,7 @@ import numpy as np
 from flax import nnx
 
 from attnlab import calibration
+from attnlab.accelerator import put
 from attnlab.continuation import make_continuation, prompt_length
 from attnlab.heads.base import total, upcast
 from attnlab.steps import make_maps, over_seeds, scored
@@ -40,7 +41,7 @@ class Evaluator:
 
     @classmethod
     def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated, head) -> "Evaluator":
-        evals = {s: jax.device_put(pad_split(task.splits[s], cfg.eval_batch_size), replicated)
+        evals = {s: put(pad_split(task.splits[s], cfg.eval_batch_size), replicated)
                  for s in ("val", "test")}
         evaluate = make_evaluate(graphdef, head, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds,
                                  scored_k=task.scored_positions())
@@ -68,8 +69,7 @@ class Evaluator:
 
     def _temperature(self, temperature):
         """Per-seed temperatures placed as the programs expect (ones: no temperature scaling)."""
-        return jax.device_put(jnp.ones(self.num_seeds, jnp.float32) if temperature is None else temperature,
-                              self.replicated)
+        return put(jnp.ones(self.num_seeds, jnp.float32) if temperature is None else temperature, self.replicated)
 
     def run(self, params, rest, split: str, temperature=None) -> tuple[list[dict[str, float]], Any]:
         """Per-seed metrics dicts (with the task's derived metrics) and the stacked calibration sample

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from attnlab.accelerator import seeds_over_devices
+from attnlab.accelerator import put, seeds_over_devices
 from attnlab.checkpoint import CheckpointError, Checkpoints
 from attnlab.train.config import LoopConfig
 from attnlab.train.trees import stack
@@ -80,8 +80,8 @@ def initial_loop(nets, tx, cfg: LoopConfig, ckpt: Checkpoints, placement: Placem
     if restored is not None:
         print(f"attnlab: resumed from step {start} of {cfg.steps} (checkpoint {ckpt.directory / str(restored[0])})",
               file=sys.stderr, flush=True)
-    state = jax.device_put(state, placement.per_seed)
+    state = put(state, placement.per_seed)
     # A real copy: the step donates (and so deletes) the state's own buffers.
-    best_params = jax.tree.map(jnp.copy, jax.device_put(best_params, placement.per_seed))
+    best_params = jax.tree.map(jnp.copy, put(best_params, placement.per_seed))
     return LoopState(state=state, best=best, best_params=best_params, start=start,
                      last_scalars=[{} for _ in range(S)])
