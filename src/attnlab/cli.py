@@ -7,6 +7,7 @@ import inspect
 import os
 import sys
 import tempfile
+import traceback
 import warnings
 from pathlib import Path
 from typing import Any
@@ -206,12 +207,16 @@ def _writes_files() -> bool:
     checkpoints are orbax's, which writes each array once from the processes together."""
     import jax
 
-    return jax.process_index() == 0
+    return not jax.distributed.is_initialized() or jax.process_index() == 0
 
 
 def _failed(run_dir: Path, record: dict[str, Any], multirun: bool) -> dict[str, Any]:
-    """The exception being handled as a failed run (run_files.record_failure); a single run exits 1."""
-    record_failure(run_dir, record)
+    """The exception being handled as a failed run (run_files.record_failure; another process than the writer
+    prints its traceback); a single run exits 1."""
+    if _writes_files():
+        record_failure(run_dir, record)
+    else:
+        traceback.print_exc()
     if not multirun:
         sys.exit(exits.FAILED)
     return record

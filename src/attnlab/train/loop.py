@@ -58,12 +58,13 @@ def run_steps(loop: LoopState, steps: CompiledSteps, data: dict, cfg: LoopConfig
                         loop.best_params = evaluate_step(step, loop.state, loop.best, loop.best_params, evaluator,
                                                          logs.summaries, metrics if log_now else None,
                                                          logs.loss_is_nll, phases=phases)
-                if stop.signal is not None:
+                stopped_by = stop.agreed()
+                if stopped_by is not None:
                     jax.block_until_ready(loop.state)
                     with phases("checkpoints"):
                         save(loop, logs, cfg, ckpt, step)
                     loop.status = "interrupted"
-                    loop.error = f"stopped by signal {signal.Signals(stop.signal).name} at step {step}"
+                    loop.error = f"stopped by signal {signal.Signals(stopped_by).name} at step {step}"
                     break
                 if cfg.checkpoint_every and step % cfg.checkpoint_every == 0 and step < cfg.steps:
                     jax.block_until_ready(loop.state)

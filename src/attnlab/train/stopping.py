@@ -6,6 +6,10 @@ import signal
 import threading
 from typing import TYPE_CHECKING
 
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
 if TYPE_CHECKING:
     from attnlab.train.config import LoopConfig
 
@@ -45,6 +49,16 @@ class StopRequest:
 
     def _handle(self, signum, frame):
         self.signal = signum
+
+    def agreed(self) -> int | None:
+        """The signal every process of the run stops for, at the same step: in a run that spans processes
+        (accelerator.distributed) a signal may reach one process only, or each at another step (SLURM signals
+        every task), and a process that stopped alone would leave the others waiting in the next step's
+        all-reduce. So each step the processes exchange their flags; one process alone reads its own."""
+        if jax.process_count() == 1:
+            return self.signal
+        flags = multihost_utils.process_allgather(np.int32(self.signal or 0))
+        return int(np.max(flags)) or None
 
     def __exit__(self, *exc):
         for sig, handler in self._old.items():
