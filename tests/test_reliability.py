@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli, scalar_curve
 
+from attnlab import exits
+
 RUN = [*TINY, *TINY_TASK["mqar"], "trainer.steps=40", "trainer.log_every=2", "trainer.eval_every=10",
        "trainer.progress=lines"]
 
@@ -116,7 +118,7 @@ def test_sweep_with_refused_draws_completes_the_others(tmp_path):
     """heads=0 and dropout=1.5 are refused in their own job (one line each); the valid draws still train."""
     proc = run_cli("-m", "model.heads=0,2", "model.dropout=1.5,0.0", *TINY, *TINY_TASK["mqar"],
                    f"hydra.sweep.dir={tmp_path}", cwd=tmp_path, check=False)
-    assert proc.returncode == 1, proc.stderr  # the summary exits non-zero because something failed
+    assert proc.returncode == exits.REFUSED, proc.stderr  # two jobs refused, none failed
     status = {p.name: metrics(p) for p in tmp_path.iterdir() if (p / "metrics.json").exists()}
     assert len(status) == 4, sorted(status)
     for name, m in status.items():
@@ -126,7 +128,7 @@ def test_sweep_with_refused_draws_completes_the_others(tmp_path):
             assert m["error"].startswith("configuration: model.") and "allowed" in m["error"], m["error"]
         else:
             assert m["steps"] == 4 and np.isfinite(m["final"]["test/loss"])
-    assert "1 completed, 3 failed" in proc.stderr and "Traceback" not in proc.stderr
+    assert "1 completed, 3 refused" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def _progress(sweep_dir) -> set[str]:
