@@ -109,7 +109,7 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
     causal = task.granularity == "token" if model.get("causal") is None else bool(model["causal"])
     _require(not (task.granularity == "token" and not causal),
-             "model.causal=false with a per-token task lets each position see its own target; use causal=true or null")
+             "model.causal=false with a per-token task lets each position see its own target; use model.causal=true or model.causal=null")
     head_cfg = node("head") if cfg.get("head") else registry.load("head", head_name)
 
     def make_net(seed: int) -> Net:

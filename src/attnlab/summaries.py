@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import numpy as np
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.plugins.scalar.metadata import create_summary_metadata
 from tensorboardX import SummaryWriter
 from tensorboardX.proto.summary_pb2 import Summary as XSummary
 
@@ -117,10 +119,21 @@ class Summaries:
                 continue
             first = tag not in self.described
             self.described.add(tag)
-            self.writer.add_scalar(tag, v, step, summary_description=description(tag) if first else "")
+            self._scalar(tag, v, step, description(tag) if first else None)
             if tag in self.main:
-                self.writer.add_scalar(f"{MAIN}/{tag.replace('/', '_')}", v, step,
-                                       summary_description=f"a copy of {tag}, first in Time Series" if first else "")
+                self._scalar(f"{MAIN}/{tag.replace('/', '_')}", v, step,
+                             f"a copy of {tag}, first in Time Series" if first else None)
+
+    def _scalar(self, tag: str, value: float, step: int, described: str | None):
+        """One scalar; `described` (a tag's first event) adds its description under the scalars plugin's
+        metadata. tensorboardX's add_scalar(summary_description=...) writes metadata naming no plugin, which
+        TensorBoard's EventAccumulator warns about once per tag and run ("oddly not associated with a plugin")."""
+        if described is None:
+            self.writer.add_scalar(tag, value, step)
+            return
+        pb = Summary(value=[Summary.Value(tag=tag, simple_value=float(value),
+                                          metadata=create_summary_metadata(display_name="", description=described))])
+        self.writer.file_writer.add_summary(XSummary.FromString(pb.SerializeToString()), step)
 
     def histogram(self, tag: str, values, step: int):
         values = np.asarray(values, np.float64).ravel()
