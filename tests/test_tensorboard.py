@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
 import socket
@@ -335,3 +336,41 @@ def test_hparams_tab_in_headless_chromium_opens_on_the_swept_columns(sweep_dir, 
             browser.close()
         board.kill()
         board.wait()
+
+
+def _report(sweep, out):
+    """`attnlab-report SWEEP --out OUT` in a fresh interpreter, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "attnlab.report.cli", str(sweep), "--out", str(out)],
+                          capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
+
+
+def test_a_report_on_healthy_runs_prints_the_report_and_nothing_on_stderr(sweep_dir, tmp_path):
+    proc = _report(sweep_dir, tmp_path / "report")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.startswith("# ") and "4 of 4 runs completed" in proc.stdout, proc.stdout[:300]
+
+
+def test_a_report_says_on_stderr_what_it_could_not_read(sweep_dir, tmp_path):
+    broken = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, broken, ignore=shutil.ignore_patterns("report"))
+    (no_events, bad_json) = sorted(runs(broken).values())[:2]
+    for f in no_events.glob("events.out.tfevents.*"):
+        f.unlink()
+    (bad_json / "metrics.json").write_text('{"status": "compl')
+    proc = _report(broken, tmp_path / "report")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert f"attnlab-report: warning: {no_events} has no TensorBoard event file; its curves are left out" in lines
+    assert (f"attnlab-report: warning: {bad_json / 'metrics.json'} does not parse as JSON; the run counts as "
+            "unreadable") in lines
+    assert len(lines) == 2, lines
+
+
+def test_described_scalars_carry_the_scalars_plugin_so_readers_do_not_warn(sweep_dir):
+    acc = events(runs(sweep_dir)[("softmax", "0")])
+    for tag in ("attn_entropy/layer_0", "train/loss", "0_main/val_loss"):
+        meta = acc.SummaryMetadata(tag)
+        assert meta.plugin_data.plugin_name == "scalars", tag
+        assert meta.summary_description, tag
+    assert "H / log n" in acc.SummaryMetadata("attn_entropy/layer_0").summary_description
