@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab import chance, checks, composition, outdir, registry, sweep
 from attnlab.run_files import (compute_record, finished_with, hparams_of, record_failure, record_refused, write_results,
                                write_run_json)
+from attnlab.run_summary import smaller_lr
 
 EXIT_CONFIG = 2
 EXIT_DIVERGED = 3  # a single run that diverged (a sweep goes on: divergence is one of its outcomes)
@@ -184,7 +185,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
     if not multirun and any(r["status"] == "diverged" for r in records):
         d, r = next((d, r) for d, r in zip(run_dirs, records) if r["status"] == "diverged")
-        print(f"attnlab: run diverged {r['error']} (record in {d / 'metrics.json'})", file=sys.stderr)
+        print(f"attnlab: run diverged {r['error']}; {smaller_lr({'config': resolved})} (record in {d / 'metrics.json'})", file=sys.stderr)
         sys.exit(EXIT_DIVERGED)
     if multirun and any(r["status"] == "interrupted" for r in records):  # one Ctrl-C/SIGTERM stops the sweep
         sweep.interrupted(run_dir, hc.sweep.dir)

@@ -40,6 +40,16 @@ class Cell:
         s = self.stats.get(metric)
         return bool(limits) and s is not None and s.n > 0 and s.mean <= max(limits)
 
+    def below_chance(self, metric: str) -> bool:
+        """Whether the cell's mean is below the 2.5% point of the baseline's binomial (attnlab.chance): worse than
+        guessing. Records written before that point was kept give it from their baseline and n."""
+        from attnlab.chance import lower_threshold
+
+        flags = [r.chance[metric] for r in self.runs if r.status == "completed" and metric in r.chance]
+        limits = [f["lower"] if "lower" in f else lower_threshold(f["baseline"], f["n"]) for f in flags]
+        s = self.stats.get(metric)
+        return bool(limits) and s is not None and s.n > 0 and s.mean < min(limits)
+
 
 @dataclass
 class Table:
@@ -139,7 +149,10 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
     if baseline:
         _apply_baseline(table, baseline, n_boot, seed)
     _completeness(table, runs)
-    if any(c.near_chance(m) for c in table.cells for m in metrics):
+    if any(c.below_chance(m) for c in table.cells for m in metrics):
+        table.notes.append("below chance: the cell's mean accuracy is below the 2.5% point of Binomial(n, baseline)/n "
+                           "over the n test targets: worse than guessing, not merely at chance (attnlab.chance).")
+    if any(c.near_chance(m) and not c.below_chance(m) for c in table.cells for m in metrics):
         table.notes.append("≈chance: the cell's mean accuracy is within noise of the task's baseline (at or below the "
                            "97.5% point of Binomial(n, baseline)/n over the n test targets; attnlab.chance).")
     drift = [k for k in drifted_keys(runs) if k not in group_by]

@@ -27,7 +27,7 @@ def _stat_text(cell: Cell, metric: str, pm: str) -> str:
         return "–"
     text = f"{num(s.mean)} {pm} {num(s.std)} [{num(s.ci_low)}, {num(s.ci_high)}]" if s.n > 1 else num(s.mean)
     return (text + (f" (n={s.n})" if s.n != done else "") + (" low n" if s.low_n else "")
-            + (" ≈chance" if cell.near_chance(metric) else ""))
+            + (" below chance" if cell.below_chance(metric) else " ≈chance" if cell.near_chance(metric) else ""))
 
 
 def _diff_text(cell: Cell, metric: str) -> str:
