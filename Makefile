@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow test-numerics bench clean
+.PHONY: run test test-slow test-numerics bench clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,7 +15,13 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	JAX_PLATFORMS=cpu $(VENV)/bin/attnlab-train accelerator=cpu
 
-test: $(STAMP)
+# The real-browser tests (tests/test_tensorboard.py) need Debian's chromium: installed here when absent (CI runs
+# as root with the package index reachable); where it cannot be, make test stops and says so, never skips them.
+chromium:
+	@command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium) || \
+	  { echo "make test: the headless-browser tests need chromium; install it: apt-get install -y chromium" >&2; exit 1; }
+
+test: $(STAMP) chromium
 	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 -q --durations=15
 
 test-slow: $(STAMP)

@@ -19,10 +19,9 @@ COLOUR = "runColorGroup=regex:normalizer%3D(%5Cw%2B)"  # regex:normalizer=(\w+),
 VIEWS = {  # name: (URL query and fragment, text to wait for, seconds to settle, viewport, clip x, y, w, h)
     "tb_hparams": (f"?{COLOUR}#hparams", "Trial ID", 3, (1700, 480), None),
     "tb_custom_scalars": (f"?{COLOUR}#custom_scalars", "layer 0", 6, (1200, 760), None),
-    "tb_timeseries": (f"?{COLOUR}&tagFilter=attn_entropy/layer_%5Cd%24#timeseries", "Time Series", 8, (1600, 760),
-                      (0, 64, 1200, 600)),
-    "tb_attn_map": (f"?{COLOUR}&tagFilter=attn_map/layer_0#timeseries", "Time Series", 8, (1600, 760),
-                  (335, 170, 480, 330)),
+    "tb_timeseries": (f"?smoothing=0&{COLOUR}#timeseries", "Time Series", 8, (1600, 760), (0, 64, 1200, 600)),
+    "tb_attn_map": (f"?smoothing=0&{COLOUR}&tagFilter=attn_map/layer_0/#timeseries", "Time Series", 8, (1600, 760),
+                    (335, 170, 1000, 420)),
 }
 
 

@@ -37,7 +37,17 @@ CLI_ONLY = [
     ["normalizer=bogus"], ["model.foo=1"], ["trainer.stepz=3"], ["trainer.resume=true"],
     ["trainer.batch_size=6", "accelerator.devices=4"], ["accelerator.platform=quantum"],
     ["hydra.run.dir={blocker}/out"], ["compile_cache={blocker}/cache"],
+    ["normalizer=softmax", "normalizer.prior=recency"], ["task=lm", "task.path={short_text}", "task.seq_len=64"],
 ]
+
+
+def cases(scratch: Path) -> list[list[str]]:
+    """Every case, the CLI-only ones pointed at files made in `scratch` (a regular file, a 520-byte text)."""
+    blocker, short_text = scratch / "a_file", scratch / "short.txt"
+    blocker.write_text("not a directory")
+    short_text.write_text("hello world. " * 40)
+    return [*(o for o, _ in BAD), *([*f] for f in FIXED),
+            *([o.format(blocker=blocker, short_text=short_text) for o in c] for c in CLI_ONLY)]
 
 
 def command_line(case: list[str], run_dir: Path) -> list[str]:
@@ -87,14 +97,12 @@ def refused_in(exit_: SystemExit) -> str:
 
 def main() -> None:
     scratch = tempfile.TemporaryDirectory()
-    blocker = Path(scratch.name) / "a_file"
-    blocker.write_text("not a directory")
-    cases = [*(o for o, _ in BAD), *([*f] for f in FIXED), *([o.format(blocker=blocker) for o in c] for c in CLI_ONLY)]
+    all_cases = cases(Path(scratch.name))
     print("| case | exit | the line | raised in |\n|---|---|---|---|")
     counts = {"one line and exit 2": 0, "raised in a component": 0, "in cli.py": 0, "by Hydra's composition": 0,
               "not refused": 0}
     start_wall, start_cpu = time.perf_counter(), time.process_time()
-    for i, case in enumerate(cases):
+    for i, case in enumerate(all_cases):
         argv = command_line(case, Path(scratch.name) / f"r{i}")
         code, lines, where = through_the_entry(argv)
         counts["one line and exit 2"] += code == 2 and len(lines) == 1
@@ -103,7 +111,7 @@ def main() -> None:
         line = lines[0].removeprefix("attnlab: error: ") if len(lines) == 1 else f"{len(lines)} lines"
         print(f"| `{' '.join(case)}` | {code} | {line.replace('|', '∣')} | {where} |")
     wall, cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
-    print(f"\n{len(cases)} cases: " + ", ".join(f"{n} {what}" for what, n in counts.items())
+    print(f"\n{len(all_cases)} cases: " + ", ".join(f"{n} {what}" for what, n in counts.items())
           + f"; {wall:.0f} s wall, {cpu:.0f} s CPU")
     scratch.cleanup()
 

@@ -289,7 +289,7 @@ B, N, H = 2, 3, 5
 # fails the reference tests until REFS has an entry for it).
 VARIANTS = {
     "softmax": {"default": {}, "beta0.7-shared": {"beta": 0.7, "per_head": False}},
-    "kl": {"uniform": {}, "recency": {"prior": "recency", "slope": 0.3},
+    "kl": {"uniform": {"prior": "uniform"}, "recency": {"prior": "recency", "slope": 0.3},
            "learned": {"prior": "learned", "max_distance": 4}},
     "softmax1": {"default": {}},
     "sigmoid": {"default": {}, "bias-1.5": {"bias": -1.5}},

@@ -49,6 +49,8 @@ def test_huge_learning_rate_ends_diverged_with_finite_records_and_events(tmp_pat
     assert finite_tree(m) and all(np.isfinite(v) for v in m["final"].values())
     lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("attnlab: run diverged")]
     assert len(lines) == 1 and f"at step {m['diverged']['step']}:" in lines[0] and "max_skipped" in lines[0]
+    hint = f"try a smaller learning rate, e.g. optim.lr={float(lr) / 10:.3g} (this run: optim.lr={float(lr):.3g})"
+    assert hint in lines[0] and hint in proc.stdout  # the summary's diverged line says it too
     assert "Traceback" not in proc.stderr and "NaN or Inf" not in proc.stderr
     assert "status: diverged" in proc.stdout
     acc = events(run_dir)  # TensorBoard's own reader: no NaN/Inf scalar or histogram bucket was written

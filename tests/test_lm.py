@@ -105,7 +105,7 @@ def test_datasets_text_loader_works_offline(tmp_path, monkeypatch):
     ({"path": ""}, "task.path='' is invalid"),
     ({"seq_len": 1}, "task.seq_len=1 is invalid"),
     ({"val_fraction": 0.7}, "task.val_fraction=0.7 is invalid"),
-    ({"seq_len": 60000}, "fewer than seq_len + 1"),
+    ({"seq_len": 60000}, "fewer than task.seq_len + 1"),
     ({"n_val": "many"}, "task.n_val='many' is invalid; allowed: auto or an integer >= 1"),
     ({"n_test": 0}, "task.n_test=0 is invalid; allowed: auto or an integer >= 1"),
 ])

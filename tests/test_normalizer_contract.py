@@ -106,7 +106,7 @@ def test_construction_refuses_an_option_the_config_lacks():
         cli._construct("normalizer", node, _partial=True)
     made = cli._construct("normalizer", registry.load("normalizer", "kl"), _partial=True)(num_heads=2, head_dim=4,
                                                                                           rngs=None)
-    assert isinstance(made, nz.KL) and made.prior == "uniform"
+    assert isinstance(made, nz.KL) and made.prior == "recency"
 
 
 class _NoScores(nz.Normalizer):

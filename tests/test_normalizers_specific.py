@@ -29,6 +29,17 @@ def test_kl_with_uniform_prior_equals_softmax(kind):
         np.testing.assert_allclose(np.asarray(kl(q, k, v, mask)[0]), np.asarray(sm(q, k, v, mask)[0]), atol=1e-6)
 
 
+def test_kl_by_default_is_an_ablation_of_softmax_with_the_recency_prior():
+    """The YAML default and the constructor's agree on recency, whose weights are not softmax's."""
+    T, S, mask, _ = _mask("causal_pad")
+    q, k, _ = R.qkv(41, T, S)
+    default, recency = _build("kl", {}), _build("kl", {"prior": "recency"})
+    assert default.inner.prior == "recency" and nz.KL(num_heads=1, head_dim=4, rngs=None).prior == "recency"
+    w = np.asarray(default.weights(q, k, mask))
+    np.testing.assert_array_equal(w, np.asarray(recency.weights(q, k, mask)))
+    assert np.abs(w - np.asarray(_build("softmax", {}).weights(q, k, mask))).max() > 1e-2
+
+
 def _objective(p, z, logu, beta):
     """⟨π,z⟩ − (1/β)·KL(π‖u) in float64."""
     nzp = p > 0

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import re
 import shutil
 import socket
@@ -15,6 +17,7 @@ import urllib.request
 import numpy as np
 import pytest
 import yaml
+from chromium_pipe import DEEP_TEXT_JS
 from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli
 from matplotlib import colormaps
 from omegaconf import OmegaConf
@@ -166,13 +169,14 @@ def test_attention_map_images_are_rgb_labelled_and_readable(sweep_dir):
     shapes = set()
     for run_dir in runs(sweep_dir).values():
         acc = events(run_dir)
-        assert sorted(t for t in acc.Tags()["images"]) == ["attn_map/layer_0", "attn_map/layer_1"]
-        for tag in ("attn_map/layer_0", "attn_map/layer_1"):
+        cards = [f"attn_map/layer_{i}/head_{h}" for i in range(2) for h in range(2)]  # one card per head
+        assert sorted(t for t in acc.Tags()["images"]) == cards
+        for tag in cards:
             imgs = acc.Images(tag)
             assert [e.step for e in imgs] == EVAL_STEPS
             png = Image.open(io.BytesIO(imgs[-1].encoded_image_string))
             assert png.mode == "RGB" and (png.width, png.height) == (imgs[-1].width, imgs[-1].height)
-            assert png.height >= 200 and png.width >= 2 * 200  # two heads of at least 200 px
+            assert png.height >= 200 and 200 <= png.width < 2 * 200  # one head of at least 200 px
             shapes.add(png.size)
     assert len(shapes) == 1  # every run's map has the same layout
 
@@ -238,9 +242,9 @@ def test_images_and_histograms_are_drawn_in_the_background_and_land_in_the_event
 
     drawn, render = [], tb_images.render
 
-    def spy(values_NTS, scale, title, labels=None):
+    def spy(values_NTS, scale, title, labels=None, first_head=0):
         drawn.append((values_NTS.shape, title, threading.current_thread() is threading.main_thread()))
-        return render(values_NTS, scale, title, labels=labels)
+        return render(values_NTS, scale, title, labels=labels, first_head=first_head)
 
     monkeypatch.setattr(tb_images, "render", spy)
     rng = np.random.default_rng(2)
@@ -249,11 +253,12 @@ def test_images_and_histograms_are_drawn_in_the_background_and_land_in_the_event
     s.attention_images(maps_LBNTS, 7)
     s.histogram("hist/beta", [1.0, 2.0, 3.0], 7)
     s.close()
-    assert drawn == [((2, 256, 256), f"layer {i}, step 7, row scale, 4×4 block means", False) for i in range(2)]
+    assert drawn == [((1, 256, 256), f"layer {i} head {h}, step 7, row scale, 4×4 block means", False)
+                     for i in range(2) for h in range(2)]
     acc = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "histograms": 0})
     acc.Reload()
-    assert sorted(acc.Tags()["images"]) == ["attn_map/layer_0", "attn_map/layer_1"]
-    assert [e.step for e in acc.Images("attn_map/layer_1")] == [7]
+    assert sorted(acc.Tags()["images"]) == [f"attn_map/layer_{i}/head_{h}" for i in range(2) for h in range(2)]
+    assert [e.step for e in acc.Images("attn_map/layer_1/head_1")] == [7]
     hist = acc.Histograms("hist/beta")
     assert [e.step for e in hist] == [7] and hist[0].histogram_value.num == 3
 
@@ -302,15 +307,30 @@ def _free_port() -> int:
 
 
 # ~8 s beside the sweep fixture (TensorBoard start, page load): not marked slow.
-@pytest.mark.skipif(shutil.which("chromium") is None,
-                    reason="no `chromium` on PATH (Debian: apt-get install -y chromium) for the headless browser test")
-def test_hparams_tab_in_headless_chromium_opens_on_the_swept_columns(sweep_dir, tmp_path):
+# The value of the settings pane's smoothing input (a number field beside its slider), through shadow roots.
+SMOOTHING_JS = r"""(() => { let found = null;
+  const walk = (n) => { if (found !== null) return; if (n.shadowRoot) walk(n.shadowRoot);
+    if (n.tagName === 'INPUT' && (n.closest && n.closest('.smoothing, [class*=smoothing]'))) { found = n.value; return; }
+    for (const c of n.children || []) walk(c); };
+  walk(document); return found; })()"""
+
+
+def _chromium():
+    """The headless browser; a failure, never a skip, where `chromium` is missing (`make test` installs it)."""
+    if shutil.which("chromium") is None:
+        pytest.fail("no `chromium` on PATH for the headless-browser tests: `make test` installs Debian's package "
+                    "(apt-get update && apt-get install -y chromium)")
     from chromium_pipe import Chromium
 
+    return Chromium(width=1400, height=2400)  # tall: Time Series draws only the cards in view
+
+
+@contextlib.contextmanager
+def _tensorboard(logdir):
+    """A TensorBoard server on a free local port, answering; yields its port."""
     port = _free_port()
-    board = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(sweep_dir), "--host",
+    board = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host",
                               "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    browser = None
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -320,18 +340,91 @@ def test_hparams_tab_in_headless_chromium_opens_on_the_swept_columns(sweep_dir, 
             except OSError:
                 assert time.monotonic() < deadline, "tensorboard did not answer in 60 s"
                 time.sleep(1)
-        browser = Chromium()
+        yield port
+    finally:
+        board.kill()
+        board.wait()
+
+
+@contextlib.contextmanager
+def _browser():
+    browser = _chromium()
+    try:
+        yield browser
+    finally:
+        browser.close()
+
+
+def test_hparams_tab_in_headless_chromium_opens_on_the_swept_columns(sweep_dir, tmp_path):
+    with _tensorboard(sweep_dir) as port, _browser() as browser:
         page = browser.open(f"http://127.0.0.1:{port}/#hparams")
         texts = browser.wait_for_text(page, "Trial ID")
         browser.screenshot(page, tmp_path / "hparams.png")
-        leaves = [t for _, t in texts]
-        assert "Trial ID" in leaves, leaves[:80]
-        # The table header: Trial ID, Show Metrics, then the hparam columns shown by default.
-        header = leaves[leaves.index("Trial ID") + 2:]
-        assert header[:2] == ["normalizer", "seed"], header[:8]
-        assert header[2:4] == ["head", "model"], header[:8]
-    finally:
-        if browser is not None:
-            browser.close()
-        board.kill()
-        board.wait()
+    leaves = [t for _, t in texts]
+    assert "Trial ID" in leaves, leaves[:80]
+    # The table header: Trial ID, Show Metrics, then the hparam columns shown by default. TensorBoard 2.21 lists
+    # them by name, not in the declared order: the five ticked ones (the swept normalizer, the vmapped seed, the
+    # top-level choices), and no other option.
+    header = leaves[leaves.index("Trial ID") + 2:]
+    assert header[:5] == ["head", "model", "normalizer", "seed", "task"], header[:8]
+    assert not any("." in h for h in header[:8]), header[:8]
+
+
+# The README's URL: smoothing off, runs coloured by normalizer, Time Series.
+README_URL = "?smoothing=0&runColorGroup=regex:normalizer%3D(%5Cw%2B)#timeseries"
+
+
+def test_time_series_opens_on_attention_entropy_unsmoothed_with_a_card_per_head(sweep_dir, tmp_path):
+    with _tensorboard(sweep_dir) as port, _browser() as browser:
+        page = browser.open(f"http://127.0.0.1:{port}/{README_URL}")
+        texts = browser.wait_for_text(page, "0_main/attn_entropy_layer_1")
+        time.sleep(2)
+        texts = browser.evaluate(page, DEEP_TEXT_JS) or texts
+        smoothing = browser.evaluate(page, SMOOTHING_JS)
+        browser.screenshot(page, tmp_path / "timeseries.png")
+        images = browser.open(f"http://127.0.0.1:{port}/?tagFilter=attn_map#timeseries")
+        image_texts = browser.wait_for_text(images, "attn_map/layer_1/head_1")
+    leaves = [t for _, t in texts]
+    # no filter typed: the first group holds the entropy of each layer beside the losses
+    for tag in ("attn_entropy_layer_0", "attn_entropy_layer_1", "train_loss", "val_loss"):
+        assert f"0_main/{tag}" in leaves, [t for t in leaves if "/" in t][:20]
+    assert smoothing == "0", smoothing  # the smoothing input of the settings pane reads the URL's 0
+    assert {f"attn_map/layer_{i}/head_{h}" for i in range(2) for h in range(2)} <= {t for _, t in image_texts}
+
+
+def _report(sweep, out):
+    """`attnlab-report SWEEP --out OUT` in a fresh interpreter, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "attnlab.report.cli", str(sweep), "--out", str(out)],
+                          capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
+
+
+def test_a_report_on_healthy_runs_prints_the_report_and_nothing_on_stderr(sweep_dir, tmp_path):
+    proc = _report(sweep_dir, tmp_path / "report")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.startswith("# ") and "4 of 4 runs completed" in proc.stdout, proc.stdout[:300]
+
+
+def test_a_report_says_on_stderr_what_it_could_not_read(sweep_dir, tmp_path):
+    broken = tmp_path / "sweep"
+    shutil.copytree(sweep_dir, broken, ignore=shutil.ignore_patterns("report"))
+    (no_events, bad_json) = sorted(runs(broken).values())[:2]
+    for f in no_events.glob("events.out.tfevents.*"):
+        f.unlink()
+    (bad_json / "metrics.json").write_text('{"status": "compl')
+    proc = _report(broken, tmp_path / "report")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert f"attnlab-report: warning: {no_events} has no TensorBoard event file; its curves are left out" in lines
+    assert (f"attnlab-report: warning: {bad_json / 'metrics.json'} does not parse as JSON; the run counts as "
+            "unreadable") in lines
+    assert len(lines) == 2, lines
+
+
+def test_described_scalars_carry_the_scalars_plugin_so_readers_do_not_warn(sweep_dir):
+    acc = events(runs(sweep_dir)[("softmax", "0")])
+    for tag in ("attn_entropy/layer_0", "train/loss", "0_main/val_loss"):
+        meta = acc.SummaryMetadata(tag)
+        assert meta.plugin_data.plugin_name == "scalars", tag
+        assert meta.summary_description, tag
+    assert "H / log n" in acc.SummaryMetadata("attn_entropy/layer_0").summary_description

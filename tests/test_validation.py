@@ -45,7 +45,7 @@ BAD = [
     (["model.positional=alibi"], ["positional='alibi'", "learned, sinusoidal, rope, none"]),
     (["task.seq_len=640", "task.vocab_size=1024", "model.max_len=512"], ["640", "max_len=512"]),
     (["task.num_kv_pairs=100"], ["num_kv_pairs", "100"]),
-    (["model.causal=false"], ["model.causal=false", "causal=true or null"]),
+    (["model.causal=false"], ["model.causal=false", "model.causal=true or model.causal=null"]),
     (["+normalizer.temperature=2"], ["normalizer.temperature", "allowed"]),
     (["normalizer.impl=flash"], ["normalizer.impl='flash'", "auto, cudnn, xla, blockwise, dense"]),
     (["normalizer=relu", "normalizer.impl=xla"], ["normalizer.impl='xla'", "auto, blockwise, dense"]),

@@ -29,20 +29,32 @@ def threshold(p0: float, n: int) -> float:
     return float(stats.binom.ppf(LEVEL, n, p0)) / n
 
 
+def lower_threshold(p0: float, n: int) -> float:
+    """The accuracy at the 1 − LEVEL percentile of Binomial(n, p0)/n: below it, a result is worse than guessing
+    (the model learnt to avoid the answer, or a bug), not merely at chance."""
+    return float(stats.binom.ppf(1 - LEVEL, n, p0)) / n
+
+
 def flags(final: dict[str, float], baseline: dict[str, float], n: int) -> dict[str, dict]:
     """{test/<metric>: {baseline, n, threshold, within_noise}} for each accuracy metric the run has."""
     p0 = baseline.get("baseline/accuracy")
     if p0 is None or not n or not 0 <= p0 <= 1:
         return {}
-    limit = threshold(p0, n)
+    limit, lower = threshold(p0, n), lower_threshold(p0, n)
     out = {}
     for metric in METRICS:
         value = final.get(f"test/{metric}")
         if isinstance(value, (int, float)) and math.isfinite(value):
-            out[f"test/{metric}"] = {"baseline": p0, "n": n, "threshold": limit, "within_noise": value <= limit}
+            out[f"test/{metric}"] = {"baseline": p0, "n": n, "threshold": limit, "within_noise": value <= limit,
+                                     "lower": lower, "below": value < lower}
     return out
 
 
 def describe(flag: dict) -> str:
-    """How the run summary marks a flagged metric."""
-    return f"≈chance (<= {flag['threshold']:.4f}: {LEVEL:.1%} point of Binomial(n={flag['n']}, baseline)/n)"
+    """How the run summary marks a flagged metric ('' when it is not flagged)."""
+    if flag.get("below"):
+        return (f"below chance (< {flag['lower']:.4f}: {1 - LEVEL:.1%} point of Binomial(n={flag['n']}, "
+                f"baseline)/n)")
+    if flag.get("within_noise"):
+        return f"≈chance (<= {flag['threshold']:.4f}: {LEVEL:.1%} point of Binomial(n={flag['n']}, baseline)/n)"
+    return ""

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from attnlab import chance, checks, composition, exits, outdir, registry, sweep
 from attnlab.run_files import (compute_record, finished_with, hparams_of, record_failure, record_refused, write_results,
                                write_run_json)
+from attnlab.run_summary import smaller_lr
 
 ConfigError = checks.ConfigError  # bad input: one line, exit 2; any other exception is a failed run (a bug)
 _require = checks.require
@@ -109,7 +110,7 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
     causal = task.granularity == "token" if model.get("causal") is None else bool(model["causal"])
     _require(not (task.granularity == "token" and not causal),
-             "model.causal=false with a per-token task lets each position see its own target; use causal=true or null")
+             "model.causal=false with a per-token task lets each position see its own target; use model.causal=true or model.causal=null")
     head_cfg = node("head") if cfg.get("head") else registry.load("head", head_name)
 
     def make_net(seed: int) -> Net:
@@ -189,7 +190,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
     if not multirun and any(r["status"] == "diverged" for r in records):
         d, r = next((d, r) for d, r in zip(run_dirs, records) if r["status"] == "diverged")
-        print(f"attnlab: run diverged {r['error']} (record in {d / 'metrics.json'})", file=sys.stderr)
+        print(f"attnlab: run diverged {r['error']}; {smaller_lr({'config': resolved})} (record in {d / 'metrics.json'})",
+              file=sys.stderr)
         sys.exit(exits.DIVERGED)
     stopped = [r for r in records if r["status"] == "interrupted"]
     if stopped and multirun:  # one Ctrl-C/SIGTERM stops the sweep

@@ -73,6 +73,7 @@ def compose_or_exit(argv: list[str], config_dir: str) -> None:
 
     overrides = [a for a in argv if not a.startswith("-")]
     multirun = any(a in mistakes.SWEEP_FLAGS for a in argv)
+    override_list = overrides  # the single-run command line being composed, for the message's suggestions
     try:
         mistake = mistakes.check_argv(argv)
         if mistake:
@@ -88,5 +89,5 @@ def compose_or_exit(argv: list[str], config_dir: str) -> None:
             for override_list in lists:
                 no_unknown_keys(compose("train", overrides=override_list))  # `+steps=1` too, before any directory
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        print(f"attnlab: error: {mistakes.explain(str(exc)) or one_line(exc)}", file=sys.stderr)
+        print(f"attnlab: error: {mistakes.explain(str(exc), override_list) or one_line(exc)}", file=sys.stderr)
         sys.exit(2)

@@ -34,19 +34,49 @@ def top_keys() -> set[str]:
     return set(yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())) - {"defaults"}
 
 
-def known_keys() -> list[str]:
-    """Every dotted key a command line may set: top-level keys, groups, and each option of any choice."""
+def _options(group: str, name: str) -> set[str]:
+    return {k for k in registry.load(group, name) if not k.startswith("_") and k != "defaults"}
+
+
+def chosen(overrides: list[str] | None) -> dict[str, str | None]:
+    """The choice of each group a command line composes: train.yaml's defaults, then its `group=choice` overrides."""
+    defaults = yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())["defaults"]
+    out = {g: c for d in defaults if isinstance(d, dict) for g, c in d.items()}
+    for o in overrides or []:
+        key, _, value = o.partition("=")
+        if key.lstrip("+~") in out and value and "," not in value:
+            out[key.lstrip("+~")] = value
+    return out
+
+
+def known_keys(overrides: list[str] | None = None) -> list[str]:
+    """Every dotted key a command line may set: top-level keys, groups, and each option of any choice;
+    given the command line's overrides, only the options of the choices it composes."""
     keys = (top_keys() - {"hydra"}) | set(groups())
+    picked = chosen(overrides) if overrides is not None else {}
     for group in groups():
-        for name in registry.choices(group):
-            keys |= {f"{group}.{k}" for k in registry.load(group, name) if not k.startswith("_") and k != "defaults"}
+        names = [picked[group]] if picked.get(group) in registry.choices(group) else registry.choices(group)
+        if group in picked and picked[group] is None:
+            names = []  # head: null, the task's default head: its options are not known before the task
+        for name in names:
+            keys |= {f"{group}.{k}" for k in _options(group, name)}
     return sorted(keys)
 
 
-def did_you_mean(key: str) -> str:
-    """' (did you mean trainer.steps?)' for a key that exists elsewhere or nearly; '' when nothing is close."""
+def owners(key: str, overrides: list[str] | None) -> list[str]:
+    """The other choices of `key`'s group that have it as an option (normalizer.prior → [kl])."""
+    group, _, leaf = key.lstrip("+~").partition(".")
+    if group not in groups() or not leaf:
+        return []
+    mine = chosen(overrides).get(group)
+    return [n for n in registry.choices(group) if n != mine and leaf in _options(group, n)]
+
+
+def did_you_mean(key: str, overrides: list[str] | None = None) -> str:
+    """' (did you mean trainer.steps?)' for a key that exists elsewhere or nearly; '' when nothing is close.
+    Given the command line's overrides, only keys its composed config has are suggested."""
     key = key.lstrip("+~")
-    keys = known_keys()
+    keys = known_keys(overrides)
     leaf = key.rsplit(".", 1)[-1]
     if SYNONYMS.get(leaf) in keys:
         return f" (did you mean {SYNONYMS[leaf]}?)"
@@ -100,14 +130,22 @@ def check_sweep(overrides: list[str], multirun: bool) -> str | None:
             f"for a list value use brackets, e.g. model.layer_normalizers=[softmax,linear]")
 
 
-def explain(message: str) -> str | None:
-    """Hydra's composition errors rewritten: unknown key or choice, with what the user probably meant."""
+def explain(message: str, overrides: list[str] | None = None) -> str | None:
+    """Hydra's composition errors rewritten: unknown key or choice, with what the user probably meant.
+    `overrides`: the command line that failed, whose choices decide which options exist."""
     m = re.search(r"Could not override '([^']+)'", message)
     if m:
         key = m.group(1)
         group = key.split(".", 1)[0]
-        allowed = [k for k in known_keys() if k.startswith(group + ".")] if "." in key else []
-        hint = did_you_mean(key)
+        elsewhere = owners(key, overrides)
+        if elsewhere:
+            mine = chosen(overrides).get(group)
+            value = next((o.partition("=")[2] for o in overrides or [] if o.split("=", 1)[0].lstrip("+~") == key),
+                         "...")
+            return (f"{key} is an option of {' and '.join(f'{group}={n}' for n in elsewhere)}, not of {group}={mine}; "
+                    f"e.g. {group}={elsewhere[0]} {key}={value}")
+        allowed = [k for k in known_keys(overrides) if k.startswith(group + ".")] if "." in key else []
+        hint = did_you_mean(key, overrides)
         tail = f"; allowed in {group}: {', '.join(k.split('.', 1)[1] for k in allowed)}" if allowed and not hint else ""
         return f"{key} is not a key of the config{hint}{tail}"
     m = re.search(r"Could not find '([^']+)/([^'/]+)'", message)

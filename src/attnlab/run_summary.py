@@ -57,6 +57,14 @@ def headline(record: dict[str, Any], task: str | None) -> str | None:
     return None
 
 
+def smaller_lr(run: dict[str, Any]) -> str:
+    """What to try after a divergence: a learning rate ten times smaller than the run's (run.json's config)."""
+    lr = run.get("config", {}).get("optim", {}).get("lr")
+    if not isinstance(lr, (int, float)):
+        return "try a smaller optim.lr"
+    return f"try a smaller learning rate, e.g. optim.lr={lr / 10:.3g} (this run: optim.lr={lr:.3g})"
+
+
 def resume_command(record: dict[str, Any], run: dict[str, Any]) -> str:
     """The command that continues an interrupted run from its checkpoint (the run's own overrides kept)."""
     run_dir = Path(record["run_dir"])

@@ -1,10 +1,10 @@
 """TensorBoard event writing with tensorboardX (no TensorFlow); tags grouped by what they measure.
 
-Scalar tags: 0_main/ (copies of train/loss, val/loss and the val headline metric, so Time Series opens on
-them), train/, val/, test/, baseline_val/, baseline_test/, opt/, perf/, grad_norm/ (global,
+Scalar tags: 0_main/ (copies of train/loss, val/loss, the val headline metric and attn_entropy/layer_i, so Time
+Series opens on them), train/, val/, test/, baseline_val/, baseline_test/, opt/, perf/, grad_norm/ (global,
 layer_i, group/*, beta where the model has a β), score_grad/layer_i[/head_h] (the gradient at each
 layer's attention scores; the layer tag is the norm over heads), attn_<stat>/layer_i (mean over
-heads; sorts before its per-head cards) and attn_<stat>/layer_i/head_h. Images: attn_map/layer_i.
+heads; sorts before its per-head cards) and attn_<stat>/layer_i/head_h. Images: attn_map/layer_i/head_h.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import numpy as np
+from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.plugins.scalar.metadata import create_summary_metadata
 from tensorboardX import SummaryWriter
 from tensorboardX.proto.summary_pb2 import Summary as XSummary
 
@@ -117,10 +119,21 @@ class Summaries:
                 continue
             first = tag not in self.described
             self.described.add(tag)
-            self.writer.add_scalar(tag, v, step, summary_description=description(tag) if first else "")
+            self._scalar(tag, v, step, description(tag) if first else None)
             if tag in self.main:
-                self.writer.add_scalar(f"{MAIN}/{tag.replace('/', '_')}", v, step,
-                                       summary_description=f"a copy of {tag}, first in Time Series" if first else "")
+                self._scalar(f"{MAIN}/{tag.replace('/', '_')}", v, step,
+                             f"a copy of {tag}, first in Time Series" if first else None)
+
+    def _scalar(self, tag: str, value: float, step: int, described: str | None):
+        """One scalar; `described` (a tag's first event) adds its description under the scalars plugin's
+        metadata. tensorboardX's add_scalar(summary_description=...) writes metadata naming no plugin, which
+        TensorBoard's EventAccumulator warns about once per tag and run ("oddly not associated with a plugin")."""
+        if described is None:
+            self.writer.add_scalar(tag, value, step)
+            return
+        pb = Summary(value=[Summary.Value(tag=tag, simple_value=float(value),
+                                          metadata=create_summary_metadata(display_name="", description=described))])
+        self.writer.file_writer.add_summary(XSummary.FromString(pb.SerializeToString()), step)
 
     def histogram(self, tag: str, values, step: int):
         values = np.asarray(values, np.float64).ravel()
@@ -131,7 +144,9 @@ class Summaries:
     def layout(self, num_layers: int, headline: str = "accuracy"):
         """The custom-scalars layout, and which tags get a first-group copy in Time Series."""
         self.writer.add_custom_scalars(custom_scalars_layout(num_layers, headline))
-        self.main = {"train/loss", "val/loss", f"val/{headline}"}
+        # attention entropy, the statistic the normalizers are compared on, beside the losses: Time Series
+        # sorts its groups by name and shows attn_beta/ before attn_entropy/, below the fold
+        self.main = {"train/loss", "val/loss", f"val/{headline}", *(f"attn_entropy/layer_{i}" for i in range(num_layers))}
 
     def probe_text(self, task, tokens_T, step: int = 0):
         """The probe example as text (`probe/text`), for a task that can decode tokens (the lm task)."""
@@ -152,13 +167,15 @@ class Summaries:
         maps_LBNTS = np.asarray(maps_LBNTS, np.float32)
         labels = self.labels
 
-        def draw():
+        def draw():  # one card per head: a layer's heads side by side are unreadable at card size
             for i, layer in enumerate(maps_LBNTS):
                 if not np.isfinite(layer[0]).all():
                     continue
-                image = self.figures.image(i, layer[0], self.attn_map_scale,
-                                           f"layer {i}, step {step}, {self.attn_map_scale} scale", labels)
-                self.writer.add_image(f"attn_map/layer_{i}", image, step, dataformats="HWC")
+                for h in range(layer.shape[1]):
+                    image = self.figures.image((i, h), layer[0, h:h + 1], self.attn_map_scale,
+                                               f"layer {i} head {h}, step {step}, {self.attn_map_scale} scale", labels,
+                                               first_head=h)
+                    self.writer.add_image(f"attn_map/layer_{i}/head_{h}", image, step, dataformats="HWC")
 
         self.background.submit(draw)
 

@@ -42,9 +42,9 @@ def char_labels(task, tokens_T) -> list[str] | None:
     return [visible.get(c, c) for c in (task.decode(np.asarray([t])) for t in tokens_T)]
 
 
-def render(map_NTS: np.ndarray, scale: str, title: str, labels: list[str] | None = None):
-    """A matplotlib Figure: heads side by side, titled `head h`, queries down, keys across, one colour bar;
-    `labels` (one per position) name the query and key ticks."""
+def render(map_NTS: np.ndarray, scale: str, title: str, labels: list[str] | None = None, first_head: int = 0):
+    """A matplotlib Figure: heads side by side, titled `head h` (from `first_head`), queries down, keys across,
+    one colour bar; `labels` (one per position) name the query and key ticks."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
@@ -54,7 +54,7 @@ def render(map_NTS: np.ndarray, scale: str, title: str, labels: list[str] | None
     axes = fig.subplots(1, n, squeeze=False)[0]
     for h, (ax, v_TS) in enumerate(zip(axes, values_NTS)):
         image = ax.imshow(v_TS, cmap="viridis", vmin=lo, vmax=hi, interpolation="nearest", aspect="equal")
-        ax.set_title(f"head {h}", fontsize=9)
+        ax.set_title(f"head {first_head + h}", fontsize=9)
         ax.set_xlabel("key", fontsize=8)
         ax.tick_params(labelsize=7)
         if labels is not None and len(labels) == v_TS.shape[-1] == v_TS.shape[0]:
@@ -101,19 +101,20 @@ class Figures:
     (tests/test_tensorboard.py). Used from one thread (the writer's Background)."""
 
     def __init__(self):
-        self.figures: dict = {}  # layer -> (figure, its images, its suptitle, what fixes its layout)
+        self.figures: dict = {}  # (layer, head) -> (figure, its images, its suptitle, what fixes its layout)
 
-    def image(self, layer: int, map_NTS: np.ndarray, scale: str, title: str,
-              labels: list[str] | None = None) -> np.ndarray:
-        """Layer `layer`'s heads as a uint8 RGB image, drawn from ≤ MAX_SIDE² block means (said in the
-        title); `labels` name the positions of a map small enough to be drawn whole."""
+    def image(self, layer, map_NTS: np.ndarray, scale: str, title: str,
+              labels: list[str] | None = None, first_head: int = 0) -> np.ndarray:
+        """The heads of `map_NTS` (from `first_head`; `layer` keys the kept figure) as a uint8 RGB image, drawn
+        from ≤ MAX_SIDE² block means (said in the title); `labels` name the positions of a map small enough to
+        be drawn whole."""
         small_NIJ, f = block_mean(map_NTS)
         if f > 1:
             title, labels = title + f", {f}×{f} block means", None
         layout = (small_NIJ.shape, scale, None if labels is None else tuple(labels))
         kept = self.figures.get(layer)
         if kept is None or kept[-1] != layout:
-            fig = render(small_NIJ, scale, title, labels=labels)
+            fig = render(small_NIJ, scale, title, labels=labels, first_head=first_head)
             rgb = to_rgb(fig)
             fig.set_layout_engine("none")  # keep the positions solved for this first drawing
             # the suptitle is the figure's one text: set_text keeps where the layout put it (suptitle() would not)

@@ -58,14 +58,15 @@ class Softmax(ScoreNormalizer):
 class KL(ScoreNormalizer):
     """π = argmax_π Σπz − (1/β)·KL(π‖u) = softmax(βz + log u) (seed 002).
 
-    prior: `uniform` (exactly masked softmax), `recency` (log u ∝ −λ_h·|distance|, λ_h = exp(θ)
-    learnable per head, initial `slope`) or `learned` (a per-head table over relative distance,
-    clipped at ±(max_distance − 1), initialised uniform). u is normalised over the admissible keys.
+    prior: `recency` (the default, so that kl is an ablation of softmax: log u ∝ −λ_h·|distance|,
+    λ_h = exp(θ) learnable per head, initial `slope`), `uniform` (exactly masked softmax) or `learned`
+    (a per-head table over relative distance, clipped at ±(max_distance − 1), initialised uniform).
+    u is normalised over the admissible keys.
     """
 
     PRIORS = ("uniform", "recency", "learned")
 
-    def __init__(self, *, num_heads, head_dim, rngs, prior="uniform", beta=None, learnable=True,
+    def __init__(self, *, num_heads, head_dim, rngs, prior="recency", beta=None, learnable=True,
                  per_head=True, slope=0.1, max_distance=512, impl="auto", block_size=512):
         checks.choice("normalizer.prior", prior, self.PRIORS)
         checks.real("normalizer.slope", slope, 0, 1e6, lo_open=True)

@@ -9,8 +9,13 @@ the paired t-test p-value is reported next to it.
 Small n: below SMALL_N (5) values a cell's interval is the Student-t one, marked "low n" (none for one
 value), not the bootstrap's; below MIN_PAIRS (3) pairs the differences are reported without a p-value.
 
+The report opens with a verdict (verdict.py): per headline metric, the cells that differ from the baseline
+(--baseline, else normalizer=softmax when the sweep has it) by a paired t-test with Holm's correction over every
+cell and metric tested, those indistinguishable from it, and those identical to it (every seed, every metric
+equal to float32 tolerance: one computation, never shown as Δ 0).
+
 Modules, one concern each: load (run directories and TensorBoard scalars → records), stats (one metric
-over seeds: intervals, paired comparison, lr selection), cells (grouping runs into cells: `summarize`),
+over seeds: intervals, paired comparison, lr selection), cells (grouping runs into cells: `summarize`), verdict (the opening conclusion),
 tables (Markdown, LaTeX, CSV), plots (learning curves), write (a report directory), cli (`attnlab-report`).
 """
 

@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"at most N columns per Markdown/LaTeX table; a wider one is split, one table per metric "
                         f"group (default {MAX_COLUMNS})")
     p.add_argument("--out", metavar="DIR", help="output directory (default SWEEP_DIR/report)")
+    p.add_argument("--alpha", type=float, default=0.05, metavar="LEVEL",
+                   help="family-wise level of the verdict's Holm-corrected tests (default 0.05)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of each CI (cells and paired Δs)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     return p
@@ -70,6 +72,9 @@ def cli(argv: Iterable[str] | None = None) -> int:
         print(f"attnlab-report: error: no runs under {root} (no metrics.json, run.json or .hydra/ found)",
               file=sys.stderr)
         return 2
+    if not 0 < args.alpha < 1:
+        print(f"attnlab-report: error: --alpha {args.alpha}; allowed: a level in (0, 1)", file=sys.stderr)
+        return 2
     if args.columns < 1:
         print(f"attnlab-report: error: --columns {args.columns}; allowed: an integer >= 1", file=sys.stderr)
         return 2
@@ -79,6 +84,7 @@ def cli(argv: Iterable[str] | None = None) -> int:
                           args.select_by, args.n_boot, args.seed)
         curves, log_y = _curves(table, args.curves, args.log_y, cache)
         table.progress, table.missing_runs = expected.progress(root, runs)
+        table.alpha = args.alpha
     except ValueError as exc:
         print(f"attnlab-report: error: {exc}", file=sys.stderr)
         return 2

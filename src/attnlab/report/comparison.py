@@ -66,6 +66,8 @@ def _line(table: Table, c: Cell, metric: str) -> str:
         return f"{c.label()}: {value}, the baseline"
     if not s.n_pairs:
         return f"{c.label()}: {value}; Δ: no seed paired with the baseline"
+    if c.identical:
+        return f"{c.label()}: identical to the baseline (every seed, every metric); {value}"
     delta = f"Δ {num(s.diff_mean, True)}"
     if s.n_pairs > 1:
         delta += f" [{num(s.diff_ci[0], True)}, {num(s.diff_ci[1], True)}]"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import re
@@ -10,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger(__name__)  # unconfigured: Python's last-resort handler writes warnings to stderr
 LR = "optim.lr"
 SEED = "seed"
 MISSING = "<missing>"
@@ -81,6 +83,10 @@ def _json(path: Path):
 def _read_run(path: Path, metrics) -> Run:
     """The run in `path`, given its metrics.json as _json read it."""
     rec = _json(path / "run.json")
+    for name, content, then in (("metrics.json", metrics, "the run counts as unreadable"),
+                                ("run.json", rec, "its config is read from .hydra/ where there is one")):
+        if content == "unreadable":
+            log.warning("attnlab-report: warning: %s does not parse as JSON; %s", path / name, then)
     if metrics is None:
         status = "incomplete"  # running, or killed before writing its record
     elif isinstance(metrics, dict):
@@ -207,11 +213,29 @@ def same_value(v, text: str) -> bool:
     return v == p or str(v) == text
 
 
+class _PluginlessDescription(logging.Filter):
+    """Drops EventAccumulator's "summary with tag ... oddly not associated with a plugin" warning, one per tag and
+    run of an event file written before summaries.Summaries gave each description the scalars plugin: tensorboardX's
+    add_scalar(summary_description=...) writes such metadata. Every other warning of the reader passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "oddly not associated with a plugin" not in str(record.msg)
+
+
 def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
     """{tag: {step: value}} of a run, read with TensorBoard's own EventAccumulator (every scalar kept)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util import tb_logging
 
+    if not any(Path(run_dir).glob("events.out.tfevents.*")):
+        log.warning("attnlab-report: warning: %s has no TensorBoard event file; its curves are left out", run_dir)
+        return {}
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 1, "images": 1, "tensors": 1})
-    acc.Reload()
+    quiet = _PluginlessDescription()
+    tb_logging.get_logger().addFilter(quiet)
+    try:
+        acc.Reload()
+    finally:
+        tb_logging.get_logger().removeFilter(quiet)
     # A step written twice (a resumed run) keeps its last value.
     return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags().get("scalars", [])}

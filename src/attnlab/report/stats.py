@@ -108,9 +108,10 @@ def cell_stat(runs: list[Run], metric: str, which: str, n_boot: int, seed: int) 
                 by_seed={s: float(np.mean(v)) for s, v in by_seed.items()})
 
 
-def compare(stat: Stat, base: Stat, metric: str = "", n_boot: int = 2000, seed: int = 0) -> None:
+def compare(stat: Stat, base: Stat, metric: str = "", n_boot: int = 2000, seed: int = 0, test: bool = True) -> None:
     """Paired differences of a cell to its baseline cell on the seeds both completed; a paired t-test
-    (scipy.stats.ttest_rel) only from MIN_PAIRS pairs."""
+    (scipy.stats.ttest_rel) only from MIN_PAIRS pairs. `test=False`, for a cell identical to its baseline, gives
+    p = 1 without a test: its float-rounding differences are no effect, which a t-test could call significant."""
     from scipy import stats
 
     seeds = sorted(set(stat.by_seed) & set(base.by_seed), key=sort_key)
@@ -125,7 +126,9 @@ def compare(stat: Stat, base: Stat, metric: str = "", n_boot: int = 2000, seed: 
     if len(seeds) > 1:
         stat.diff_std = float(d.std(ddof=1))
         stat.diff_ci = clip(_interval(d, n_boot, seed), metric, diff=True)  # the same rule as a cell's mean
-    if len(seeds) >= MIN_PAIRS:
+    if len(seeds) >= MIN_PAIRS and not test:  # one computation: no difference to test
+        stat.t, stat.p, stat.within_noise = 0.0, 1.0, True
+    elif len(seeds) >= MIN_PAIRS:
         res = stats.ttest_rel(x, y)
         # identical pairs make ttest_rel 0/0 = nan; no difference at all is p = 1
         stat.t, stat.p = (0.0, 1.0) if not d.any() else (float(res.statistic), float(res.pvalue))

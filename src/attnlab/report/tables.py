@@ -27,7 +27,7 @@ def _stat_text(cell: Cell, metric: str, pm: str) -> str:
         return "–"
     text = f"{num(s.mean)} {pm} {num(s.std)} [{num(s.ci_low)}, {num(s.ci_high)}]" if s.n > 1 else num(s.mean)
     return (text + (f" (n={s.n})" if s.n != done else "") + (" low n" if s.low_n else "")
-            + (" ≈chance" if cell.near_chance(metric) else ""))
+            + (" below chance" if cell.below_chance(metric) else " ≈chance" if cell.near_chance(metric) else ""))
 
 
 def _diff_text(cell: Cell, metric: str) -> str:
@@ -36,6 +36,8 @@ def _diff_text(cell: Cell, metric: str) -> str:
         return "baseline"
     if s.n_pairs == 0:
         return "no paired seeds"
+    if cell.identical:
+        return "identical"
     if s.n_pairs < MIN_PAIRS:  # no test: the differences themselves, seed by seed
         each = ", ".join(f"{d:+.3g}" for d in s.diffs.values())
         return f"{s.diff_mean:+.3g} ({s.n_pairs} pair{'s' * (s.n_pairs > 1)}: {each}; no test)"
@@ -98,8 +100,10 @@ def to_markdown(table: Table, images: Iterable[Path] = (), notes: Iterable[str] 
     """The report as Markdown: explanation, table(s) (see metric_chunks), completeness, notes, curve images."""
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
     from attnlab.report.comparison import comparison, title
+    from attnlab.report.verdict import verdict
 
-    out = [title(table), "", *([table.progress, ""] if table.progress else []), *comparison(table), "", f"## Tables ({table.which} parameters)", "", *_explain(table)]
+    out = [title(table), "", *([table.progress, ""] if table.progress else []), *verdict(table), "",
+           *comparison(table), "", f"## Tables ({table.which} parameters)", "", *_explain(table)]
     chunks = metric_chunks(table, max_columns)
     for i, metrics in enumerate(chunks):
         header, rows = display(table, metrics=metrics)

@@ -108,11 +108,7 @@ class LanguageModel(Task):
             self.documents = {s: np.zeros(0, np.int64) for s in SPLITS}
             self.text = {s: np.frombuffer(ranges[s], np.uint8) for s in SPLITS}
             self.corpus["split"] = "contiguous byte ranges (train | val | test)"
-        for s, text in self.text.items():
-            if len(text) < self.seq_len + 1:
-                raise ConfigError(f"the {s} split holds {len(text)} bytes ({self.corpus['split']}), fewer "
-                                 f"than seq_len + 1 = {self.seq_len + 1}; use more text, a larger {s}_fraction "
-                                 f"or a smaller seq_len")
+        self._check_split_lengths(fractions)
         self.corpus = {**self.corpus, "split_bytes": {s: int(len(t)) for s, t in self.text.items()}}
         self.splits, seen = {}, set()
         for s in ("test", "val", "train"):  # test first: it does not change with n_train
@@ -129,6 +125,23 @@ class LanguageModel(Task):
         self._entropy = {"bits_per_byte": unigram_entropy_bits(train),
                          "bits_per_byte_bigram": bigram_entropy_bits(train)}
 
+    def _check_split_lengths(self, fractions: dict[str, float]):
+        """Each split must hold one window of seq_len + 1 bytes; the fix names keys that exist and values that work."""
+        short = [s for s, text in self.text.items() if len(text) < self.seq_len + 1]
+        if not short:
+            return
+        s = short[0]
+        longest = min(len(t) for t in self.text.values()) - 1
+        fixes = ["use more text (task.path)"]
+        if longest >= 2:
+            fixes.append(f"task.seq_len={longest} or smaller")
+        if s == "train":  # the train split is what val and test leave
+            fixes.append(f"smaller task.val_fraction and task.test_fraction (now {fractions['val']} and {fractions['test']})")
+        elif fractions[s] < 0.5:
+            fixes.append(f"a larger task.{s}_fraction (now {fractions[s]}, at most 0.5)")
+        raise ConfigError(f"the {s} split holds {len(self.text[s])} bytes ({self.corpus['split']}), fewer than "
+                          f"task.seq_len + 1 = {self.seq_len + 1}; " + ", or ".join(fixes))
+
     def _windows(self, text_U8, n: int, rng, seen: set, max_rounds: int = 50) -> np.ndarray:
         """n windows of seq_len + 1 bytes at uniform random offsets, none with the inputs of an earlier split."""
         view = np.lib.stride_tricks.sliding_window_view(text_U8, self.seq_len + 1)
@@ -140,7 +153,8 @@ class LanguageModel(Task):
             if len(kept) == n:
                 break
         if len(kept) < n:
-            raise ConfigError(f"could not draw {n} windows unseen in other splits; use more text or a smaller seq_len")
+            raise ConfigError(f"could not draw {n} windows unseen in other splits; use more text (task.path) or a "
+                              f"smaller task.seq_len (now {self.seq_len})")
         seen.update(w[:-1].tobytes() for w in kept)
         return np.stack(kept)
 
