@@ -140,7 +140,7 @@ def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int =
         xf = x.astype(jnp.float32)
         mean = xf.mean(-1, keepdims=True)
         y = (xf - mean) * jax.lax.rsqrt(jnp.square(xf - mean).mean(-1, keepdims=True) + 1e-6)
-        return (y * p["scale"] + p["bias"]).astype(jnp.bfloat16)
+        return (y * p["scale"][None, None] + p["bias"][None, None]).astype(jnp.bfloat16)
 
     def loss_fn(p, inputs_BT, targets_BT):
         p16 = jax.tree.map(lambda a: a.astype(jnp.bfloat16), p)
@@ -151,7 +151,7 @@ def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int =
             q, kk = (rope(a, pos_T).transpose(0, 2, 1, 3) for a in (q, kk))
             o = jax.nn.dot_product_attention(q, kk, v.transpose(0, 2, 1, 3), is_causal=True, implementation=impl)
             x = x + o.reshape(B, T, D) @ blk["out"]
-            x = x + jax.nn.gelu(norm(x, blk["ln2"]) @ blk["fc1"] + blk["b1"]) @ blk["fc2"] + blk["b2"]
+            x = x + jax.nn.gelu(norm(x, blk["ln2"]) @ blk["fc1"] + blk["b1"][None, None]) @ blk["fc2"] + blk["b2"][None, None]
         logits = (norm(x, p16["ln_f"]) @ p16["head"]).astype(jnp.float32)
         return jnp.mean(jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, targets_BT[..., None], -1)[..., 0])
 

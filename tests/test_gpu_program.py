@@ -1,0 +1,118 @@
+"""The GPU program of the train steps, compiled for an H100 without a GPU (scripts/gpu_program.py).
+
+Needs the CUDA plugin of the installed jax: `make test-gpu-program` builds that environment and runs
+`pytest -m gpu_program`. The model is model=base cut to 2 layers at B=2, T=1024 (T·S at the blockwise
+threshold, two key blocks): the structure of the full-size program at a compile cost 2 cores can pay;
+the full sizes are the script's table in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import gpu_program as gp  # noqa: E402
+
+from attnlab import registry  # noqa: E402
+from attnlab.normalizers.long_context import AUTO_MIN_TS  # noqa: E402
+
+pytestmark = pytest.mark.gpu_program
+
+B, T, LAYERS = 2, 1024, 2
+EXTRA = (f"model.layers={LAYERS}",)
+FUSED = ("softmax", "kl")  # the normalizers cuDNN flash attention computes
+DENSE_ONLY = ("entmax",)  # no blockwise form (normalizers/entmax.py): dense at every length
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    with gp.on_target("h100") as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def programs(mesh):
+    """name -> Program (compiled once per module): 'reference', '<normalizer>/plain', '<normalizer>/stats'."""
+    cache = {}
+
+    def get(key: str, seeds: int = 1, extra: tuple = ()):
+        if (key, seeds, extra) not in cache:
+            if key == "reference":
+                compiled = gp.reference_program(mesh, B, T, gp.run_overrides("base", B, T, "softmax", 1, EXTRA))
+                cache[key, seeds, extra] = {"plain": gp.Program.of(compiled, T)}
+            else:
+                p = gp.attnlab_programs(mesh, gp.run_overrides("base", B, T, key, seeds, EXTRA + extra))
+                cache[key, seeds, extra] = {"plain": gp.Program.of(p["plain"], T), "stats": gp.Program.of(p["stats"], T),
+                                            "impl": p["impl"]}
+        return cache[key, seeds, extra]
+
+    return get
+
+
+def test_kernel_count_multiplies_a_loop_body_by_its_trip_count(mesh):
+    """Kernels grow by the body's kernels per extra iteration: 3 more trips add 3× what 1 more adds."""
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    x = jax.ShapeDtypeStruct((64, 64), jax.numpy.float32, sharding=sharding)
+
+    def kernels(n):
+        def f(x):
+            body = lambda i, y: jax.numpy.sort(y @ y, axis=0) + jax.numpy.cumsum(y, axis=1)  # noqa: E731
+            return jax.lax.fori_loop(0, n, body, x)
+
+        return gp.Program.of(jax.jit(f).lower(x).compile(), 64).kernels
+
+    k3, k4, k6 = kernels(3), kernels(4), kernels(6)
+    assert k4 > k3 and k6 - k3 == 3 * (k4 - k3)
+
+
+def test_a_dense_softmax_shows_its_txt_buffers(programs):
+    """The detector's positive control: impl=dense materialises B×N×T×T scores."""
+    plain = programs("softmax", extra=("normalizer.impl=dense",))["plain"]
+    assert plain.txt_buffers > 0 and plain.txt_largest >= B * 8 * T * T * 2
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_softmax_and_kl_run_cudnn_flash_attention_forward_and_backward(programs, name):
+    p = programs(name)
+    assert p["impl"] == ["cudnn"]
+    calls = p["plain"].custom_calls
+    assert calls["__cudnn$fmhaSoftmax"] == LAYERS and calls["__cudnn$fmhaSoftmaxBackward"] == LAYERS
+    assert p["plain"].fmha == {(True, "PADDING_CAUSAL")}  # flash, key lengths + causal: no mask or bias tensor
+
+
+@pytest.mark.parametrize("name", registry.choices("normalizer"))
+def test_no_txt_buffer_at_the_blockwise_threshold(programs, name):
+    """At T·S = AUTO_MIN_TS no normalizer's plain or logging step materialises a T×T array, except one
+    with no form but the dense one (entmax: its threshold τ needs every score of a row), which says so."""
+    assert T * T >= AUTO_MIN_TS
+    p = programs(name)
+    if name in DENSE_ONLY:
+        assert p["impl"] == ["dense"] and p["plain"].txt_buffers > 0
+    else:
+        assert (p["plain"].txt_buffers, p["stats"].txt_buffers) == (0, 0), p["impl"]
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_vmapped_seeds_compile_for_the_gpu(programs, name):
+    """trainer.vmap_seeds=2 with cuDNN attention compiles (the studies vmap their seeds), still on cuDNN."""
+    p = programs(name, seeds=2)
+    assert p["plain"].custom_calls["__cudnn$fmhaSoftmaxBackward"] >= LAYERS and p["plain"].txt_buffers == 0
+
+
+def test_plain_softmax_step_within_1_1x_of_the_reference(programs):
+    """The issue's target for the plain step: ≤ 1.1× the hand-written step's kernels, bytes and peak."""
+    ref, plain = programs("reference")["plain"], programs("softmax")["plain"]
+    ratios = {"kernels": plain.kernels / ref.kernels, "bytes": plain.gbytes / ref.gbytes, "peak": plain.peak / ref.peak}
+    assert max(ratios.values()) <= 1.1, ratios
+
+
+def test_logging_softmax_step_within_1_5x_of_the_plain_step(programs):
+    """The logging step (statistics program + plain step) ≤ 1.5× the plain step's kernels and bytes."""
+    p = programs("softmax")
+    logging = p["stats"] + p["plain"]
+    ratios = {"kernels": logging.kernels / p["plain"].kernels, "bytes": logging.gbytes / p["plain"].gbytes}
+    assert max(ratios.values()) <= 1.5, ratios
