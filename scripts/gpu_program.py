@@ -128,19 +128,22 @@ class Instruction:
     attrs: str
 
 
-def hlo_computations(text: str) -> tuple[dict[str, list[Instruction]], str]:
-    """({computation name: instructions}, entry name) of an HLO module's text."""
-    comps, entry, current = {}, None, None
+def hlo_computations(text: str) -> tuple[dict[str, list[Instruction]], dict[str, list[str]], str]:
+    """({computation: instructions}, {computation: its lines}, entry name) of an HLO module's text."""
+    comps, blocks, entry, current = {}, {}, None, None
     for line in text.splitlines():
         head = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
         if head and not line.startswith(" "):
-            current = comps.setdefault(head.group(2), [])
-            entry = head.group(2) if head.group(1) else entry
-        elif line.startswith("}"):
-            current = None
-        elif current is not None and " = " in line:
-            current.append(parse_instruction(line))
-    return comps, entry
+            current = head.group(2)
+            comps[current], blocks[current] = [], [line.removeprefix("ENTRY ")]
+            entry = current if head.group(1) else entry
+        elif current is not None:
+            blocks[current].append(line)
+            if line.startswith("}"):
+                current = None
+            elif " = " in line:
+                comps[current].append(parse_instruction(line))
+    return comps, blocks, entry
 
 
 def parse_instruction(line: str) -> Instruction:
@@ -170,30 +173,34 @@ def trip_count(ins: Instruction) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def executed(comps: dict, entry: str):
-    """(instruction, times per step) for every instruction outside fusions, loop bodies × trip counts
-    (a condition runs once more than its body; a conditional counts its costliest branch)."""
-    unknown_trips = []
+def control_children(ins: Instruction) -> list[tuple[str, int]]:
+    """(computation, runs per run of `ins`) that a control-flow instruction runs: a loop's body n times and
+    its condition n + 1 (n: XLA's known trip count, else 1), a call's computation once; a conditional,
+    each branch once (an upper bound: one runs)."""
+    if ins.opcode == "while":
+        n = trip_count(ins) or 1
+        return [(called(ins, "body")[0], n), (called(ins, "condition")[0], n + 1)]
+    if ins.opcode == "call":
+        return [(called(ins, "to_apply")[0], 1)]
+    if ins.opcode == "conditional":
+        branches = called(ins, "branch_computations") or called(ins, "true_computation") + called(
+            ins, "false_computation")
+        return [(b, 1) for b in branches]
+    return []
+
+
+def executed(comps: dict, entry: str) -> list[tuple[str, Instruction | None, int]]:
+    """(computation, instruction, times per step) for every instruction outside fusions, and (computation,
+    None, times) once per run of a computation: loop bodies × trip counts (control_children)."""
 
     def walk(name: str, times: int):
+        yield name, None, times
         for ins in comps[name]:
-            yield ins, times
-            if ins.opcode == "while":
-                n = trip_count(ins)
-                if n is None:
-                    unknown_trips.append(ins.name)
-                n = 1 if n is None else n
-                yield from walk(called(ins, "body")[0], times * n)
-                yield from walk(called(ins, "condition")[0], times * (n + 1))
-            elif ins.opcode == "call":
-                yield from walk(called(ins, "to_apply")[0], times)
-            elif ins.opcode == "conditional":
-                branches = called(ins, "branch_computations") or called(ins, "true_computation") + called(
-                    ins, "false_computation")
-                costliest = max(branches, key=lambda b: sum(t for _, t in walk(b, 1)))
-                yield from walk(costliest, times)
+            yield name, ins, times
+            for child, n in control_children(ins):
+                yield from walk(child, times * n)
 
-    return list(walk(entry, 1)), unknown_trips
+    return list(walk(entry, 1))
 
 
 def array_dims(shape: str) -> list[tuple[str, list[int]]]:
@@ -222,10 +229,14 @@ class Program:
     @classmethod
     def of(cls, compiled, T: int) -> "Program":
         text = compiled.as_text()
-        comps, entry = hlo_computations(text)
-        runs, unknown = executed(comps, entry)
-        calls, fmha, txt = Counter(), set(), []
-        for ins, times in runs:
+        comps, blocks, entry = hlo_computations(text)
+        runs = executed(comps, entry)
+        loops = LoopCost(text, comps, blocks, entry)
+        calls, fmha, txt, cost = Counter(), set(), [], np.zeros(2)
+        for comp, ins, times in runs:
+            if ins is None:
+                cost += times * loops.own(comp)
+                continue
             if ins.opcode == "custom-call":
                 target = re.search(r'custom_call_target="([^"]+)"', ins.attrs).group(1)
                 calls[target] += times
@@ -233,13 +244,14 @@ class Program:
                     flash = re.search(r'"is_flash_attention":\s*(\w+)', ins.attrs)
                     mask = re.search(r'"mask_type":\s*"(\w+)"', ins.attrs)
                     fmha.add((flash is not None and flash.group(1) == "true", mask.group(1) if mask else "?"))
+                    cost += times * fmha_cost(ins)
             if ins.opcode not in ("bitcast", "get-tuple-element", "tuple"):
                 txt += [np.prod(d) * DTYPE_BYTES.get(t, 4) for t, d in array_dims(ins.shape) if d.count(T) >= 2]
-        cost = hlo_cost(text)
-        return cls(kernels=sum(t for ins, t in runs if ins.opcode not in NO_KERNEL), unknown_trips=len(unknown),
-                   custom_calls=calls, fmha=fmha, txt_buffers=len(txt), txt_largest=int(max(txt, default=0)),
-                   gflop=cost.get("flops", 0) / 1e9 if cost else None,
-                   gbytes=cost.get("bytes accessed", 0) / 1e9 if cost else None, peak=peak_bytes(compiled))
+        unknown = sum(1 for _, ins, _ in runs if ins is not None and ins.opcode == "while" and trip_count(ins) is None)
+        return cls(kernels=sum(t for _, ins, t in runs if ins is not None and ins.opcode not in NO_KERNEL),
+                   unknown_trips=unknown, custom_calls=calls, fmha=fmha, txt_buffers=len(txt),
+                   txt_largest=int(max(txt, default=0)), gflop=cost[0] / 1e9, gbytes=cost[1] / 1e9,
+                   peak=peak_bytes(compiled))
 
     def attention_calls(self) -> str:
         names = {k.removeprefix("__cudnn$"): v for k, v in self.custom_calls.items() if k.startswith("__cudnn$fmha")}
@@ -256,17 +268,69 @@ class Program:
                        else max(self.peak, other.peak))
 
 
-def hlo_cost(text: str) -> dict | None:
-    """XLA's HLO cost analysis of an optimized module's text (a compile-only executable has none of its own)."""
+def xla_cost(text: str) -> np.ndarray:
+    """[flops, bytes accessed] by XLA's HLO cost analysis of a module's text (the CPU client's analysis,
+    which reads any backend's HLO); a cuDNN custom call, unknown to it, counts about nothing."""
     from jax._src import xla_bridge
     from jax._src.lib import _jax
 
     import jaxlib._hlo as hlo
 
-    try:
-        return _jax.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), hlo.hlo_module_from_text(text))
-    except Exception:  # noqa: BLE001 - a jax without this binding: the table says "–"
-        return None
+    cost = _jax.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), hlo.hlo_module_from_text(text))
+    return np.array([cost.get("flops", 0.0), cost.get("bytes accessed", 0.0)])
+
+
+class LoopCost:
+    """XLA's HLO cost analysis with each loop body counted once per trip (on a whole module it counts a body
+    once): each computation the program runs is analysed as the entry of a module of its own, and its own
+    cost is that less the computations it runs (control_children)."""
+
+    def __init__(self, text: str, comps: dict, blocks: dict, entry: str):
+        self.text, self.comps, self.blocks, self.entry = text, comps, blocks, entry
+        self.cache: dict[str, np.ndarray] = {}
+
+    def rooted(self, name: str) -> np.ndarray:
+        """The analysis of a module whose entry is `name`: what it runs counted once each."""
+        if name not in self.cache:
+            self.cache[name] = xla_cost(self.text if name == self.entry else self.module_of(name))
+        return self.cache[name]
+
+    def module_of(self, name: str) -> str:
+        """`name` as the entry of a module holding the computations it calls, in their original order."""
+        need, todo = set(), [name]
+        while todo:
+            for ref in re.findall(r"%([\w.\-]+)", "\n".join(self.blocks[todo.pop()][1:])):
+                if ref in self.blocks and ref not in need and ref != name:
+                    need.add(ref)
+                    todo.append(ref)
+        parts = ["\n".join(self.blocks[c]) for c in self.blocks if c in need]
+        return "HloModule part\n\n" + "\n\n".join(parts + ["ENTRY " + "\n".join(self.blocks[name])]) + "\n"
+
+    def own(self, name: str) -> np.ndarray:
+        children = [c for ins in self.comps[name] for c, _ in control_children(ins)]
+        return self.rooted(name) - sum((self.rooted(c) for c in children), np.zeros(2))
+
+
+def braced(attrs: str, key: str) -> str:
+    """The text of `key={...}` in an instruction's attributes, nested braces (layouts) included."""
+    start = attrs.index(key + "{") + len(key)
+    depth = 0
+    for i in range(start, len(attrs)):
+        depth += {"{": 1, "}": -1}.get(attrs[i], 0)
+        if depth == 0:
+            return attrs[start + 1: i]
+    raise ValueError(f"unbalanced {key} in an HLO instruction")
+
+
+def fmha_cost(ins: Instruction) -> np.ndarray:
+    """[flops, bytes] of a cuDNN attention call, a model: 4·B·N·T·S·H matmul FLOPs forward (halved when
+    causal), 2.5× that backward (FlashAttention-2's count, Dao 2023); bytes: its operands and results."""
+    operands = array_dims(braced(ins.attrs, "operand_layout_constraints="))
+    (_, q), (_, k) = operands[0], operands[1]  # (B, T, N, H) and (B, S, N, H)
+    flops = 4 * q[0] * q[2] * q[1] * k[1] * q[3] * (0.5 if "CAUSAL" in ins.attrs else 1.0)
+    flops *= 2.5 if "Backward" in ins.attrs.split("custom_call_target=")[1][:40] else 1.0
+    nbytes = sum(np.prod(d) * DTYPE_BYTES.get(t, 4) for t, d in operands + array_dims(ins.shape))
+    return np.array([flops, nbytes])
 
 
 # --- the table ---------------------------------------------------------------------------------
