@@ -6,8 +6,8 @@ import sys
 from pathlib import Path
 
 import jax
-import pytest
 import jax.numpy as jnp
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import bench_common as bc  # noqa: E402
@@ -60,7 +60,7 @@ def test_bench_gpu_mfu_is_the_issues_formula():
     assert abs(bench_gpu.mfu(n, 1, 1000, 1.0, 1000.0) - 1.0) < 1e-12
 
 
-@pytest.mark.slow  # two compiles and an lm task: ~40 s on an idle 2-core machine
+@pytest.mark.slow  # two compiles and an lm task: 122 s on the shared 2-core machine under load
 def test_bench_gpu_times_the_step_a_run_trains_with(tmp_path):
     """bench_gpu's attnlab step is the run's: the run's matmul precision (bfloat16: the platform default,
     not the suite's pinned "highest"), batches drawn from the lm text stream, and the same first-step
