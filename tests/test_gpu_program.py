@@ -1,9 +1,11 @@
 """The GPU program of the train steps, compiled for an H100 without a GPU (scripts/gpu_program.py).
 
 Needs the CUDA plugin of the installed jax: `make test-gpu-program` builds that environment and runs
-`pytest -m gpu_program`. The model is model=base cut to 2 layers at B=2, T=1024 (T·S at the blockwise
-threshold, two key blocks): the structure of the full-size program at a compile cost 2 cores can pay;
-the full sizes are the script's table in BENCHMARKS.md.
+`pytest -m gpu_program`. The structure tests use model=base cut to 2 layers at B=2, T=1024 (T·S at the
+blockwise threshold, two key blocks): the full-size program's structure at a compile cost 2 cores can
+pay. The ratio targets hold at a size, not in general (the statistics program's share grows with B and
+the layers), so they are tested at the issue's size, model=base at B=32, T=1024; the B=4, T=8192 figures
+are the script's table in BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ pytestmark = pytest.mark.gpu_program
 
 B, T, LAYERS = 2, 1024, 2
 EXTRA = (f"model.layers={LAYERS}",)
+FULL_B = 32  # model=base, all 8 layers, at T
 FUSED = ("softmax", "kl")  # the normalizers cuDNN flash attention computes
 DENSE_ONLY = ("entmax",)  # no blockwise form (normalizers/entmax.py): dense at every length
 
@@ -36,19 +39,22 @@ def mesh():
 
 @pytest.fixture(scope="module")
 def programs(mesh):
-    """name -> Program (compiled once per module): 'reference', '<normalizer>/plain', '<normalizer>/stats'."""
+    """(name, seeds, extra overrides, full size) -> {"plain", "stats": Program, "impl"}, compiled once per
+    module; name "reference" is the hand-written step."""
     cache = {}
 
-    def get(key: str, seeds: int = 1, extra: tuple = ()):
-        if (key, seeds, extra) not in cache:
+    def get(key: str, seeds: int = 1, extra: tuple = (), full: bool = False):
+        if (key, seeds, extra, full) not in cache:
+            batch, base = (FULL_B, ()) if full else (B, EXTRA)
+            overrides = gp.run_overrides("base", batch, T, "softmax" if key == "reference" else key, seeds,
+                                         base + extra)
             if key == "reference":
-                compiled = gp.reference_program(mesh, B, T, gp.run_overrides("base", B, T, "softmax", 1, EXTRA))
-                cache[key, seeds, extra] = {"plain": gp.Program.of(compiled, T)}
+                cache[key, seeds, extra, full] = {"plain": gp.Program.of(gp.reference_program(mesh, batch, T, overrides), T)}
             else:
-                p = gp.attnlab_programs(mesh, gp.run_overrides("base", B, T, key, seeds, EXTRA + extra))
-                cache[key, seeds, extra] = {"plain": gp.Program.of(p["plain"], T), "stats": gp.Program.of(p["stats"], T),
-                                            "impl": p["impl"]}
-        return cache[key, seeds, extra]
+                p = gp.attnlab_programs(mesh, overrides)
+                cache[key, seeds, extra, full] = {"plain": gp.Program.of(p["plain"], T),
+                                                  "stats": gp.Program.of(p["stats"], T), "impl": p["impl"]}
+        return cache[key, seeds, extra, full]
 
     return get
 
@@ -105,14 +111,14 @@ def test_vmapped_seeds_compile_for_the_gpu(programs, name):
 
 def test_plain_softmax_step_within_1_1x_of_the_reference(programs):
     """The issue's target for the plain step: ≤ 1.1× the hand-written step's kernels, bytes and peak."""
-    ref, plain = programs("reference")["plain"], programs("softmax")["plain"]
+    ref, plain = programs("reference", full=True)["plain"], programs("softmax", full=True)["plain"]
     ratios = {"kernels": plain.kernels / ref.kernels, "bytes": plain.gbytes / ref.gbytes, "peak": plain.peak / ref.peak}
     assert max(ratios.values()) <= 1.1, ratios
 
 
 def test_logging_softmax_step_within_1_5x_of_the_plain_step(programs):
     """The logging step (statistics program + plain step) ≤ 1.5× the plain step's kernels and bytes."""
-    p = programs("softmax")
+    p = programs("softmax", full=True)
     logging = p["stats"] + p["plain"]
     ratios = {"kernels": logging.kernels / p["plain"].kernels, "bytes": logging.gbytes / p["plain"].gbytes}
     assert max(ratios.values()) <= 1.5, ratios
