@@ -10,7 +10,8 @@ the hand-written reference step is scripts/bench_gpu.py's. Per program:
   custom calls   cuDNN flash attention forward/backward (__cudnn$fmha...), cuBLAS GEMMs, ...
   T×T buffers    outputs of top-level instructions with two dimensions equal to T (materialised scores)
   kernels        kernel-launching instructions outside fusions, loop bodies times their trip counts
-  GFLOP, GB      XLA's HLO cost analysis of the optimized module (flops, bytes accessed)
+  GFLOP, GB      XLA's HLO cost analysis of the optimized module (flops, bytes accessed), each loop body
+                 counted per trip, and a labelled model for cuDNN's attention calls (fmha_cost)
   peak MiB       XLA's memory analysis (temp + arguments + outputs − aliased)
 
 Reliable without a GPU: the attention path, T×T buffers, kernel counts, bytes and peak memory. Not here:
@@ -41,6 +42,18 @@ TARGETS = {"h100": "h100_sxm.txtpb", "a100": "a100_sxm_80.txtpb"}
 TARGET_DIR = Path(__file__).resolve().parent / "gpu_targets"
 SECTION = "## GPU program, deviceless (scripts/gpu_program.py)"
 # Instructions that launch no kernel: buffer plumbing, control flow (its computations are counted instead).
+HEADER = """\
+Deviceless XLA:GPU compile for {target} (scripts/gpu_targets/{file}), JAX {jax}, by `{cmd}`
+(JAX_PLATFORMS=cpu, the CUDA plugin installed): **not a measurement of time**, no GPU ran anything.
+model=base task=lm bfloat16, each program built as `attnlab-train` builds it. Columns: the attention path
+the run picks; cuDNN attention calls (flash or not, mask type); instructions with a T×T output; kernels
+launched per step (instructions outside fusions, loop bodies × trip counts; "≥": a loop whose trip count
+depends on an outer loop, the causal key blocks, counted once per outer step); GFLOP and GB accessed by
+XLA's HLO cost analysis of the optimized module with each loop body counted per trip, plus a model for
+the cuDNN attention calls the analysis cannot see (4·B·N·T·S·H FLOPs forward, halved when causal, 2.5×
+backward; bytes: their operands and results); XLA's peak memory. Ratios: a plain step to the hand-written
+reference (of one seed, also for vmapped seeds); a logging step (statistics program, then the plain
+step; peak: the larger) to its plain step. FAILED rows: the program did not compile, with the error."""
 NO_KERNEL = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "conditional", "call",
              "after-all", "add-dependency", "opt-barrier", "partition-id", "replica-id", "domain"}
 
@@ -380,7 +393,7 @@ def table_lines(target: str, B: int, T: int, rows: list) -> list[str]:
     out = []
     for label, plain, logging, impl in rows:
         if plain is None:
-            out.append([f"B={B} T={T}", label, "plain", impl] + ["—"] * 8)
+            out.append([f"B={B} T={T}", label, "plain", impl] + ["—"] * 7)
             continue
         for kind, prog, base in (("plain", plain, ref), ("logging", logging, plain)):
             if prog is None:
@@ -410,11 +423,9 @@ def main(argv=None) -> int:
 
     names = registry.choices("normalizer") if args.normalizers == "all" else args.normalizers.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
-    lines = [SECTION, "", f"Deviceless XLA:GPU compile for {args.target} ({TARGETS[args.target]}), JAX {jax.__version__}: "
-             "not a measurement of time. Ratios: a plain step to the hand-written reference (one seed's step, also for "
-             "vmapped seeds), a logging step (statistics program + plain step; peak: the larger of the two) to the "
-             "plain step. Kernels: launches outside fusions, loop bodies × trip counts; ≥: a loop whose trip count "
-             "depends on an outer loop (causal blockwise key blocks) counted once per outer step.", ""]
+    lines = [SECTION, "", *HEADER.format(target=args.target, file=TARGETS[args.target], jax=jax.__version__,
+                                         cmd=" ".join(["python scripts/gpu_program.py", *(argv or sys.argv[1:])])
+                                         ).splitlines(), ""]
     for shape in args.shapes.split(","):
         B, T = (int(x) for x in shape.lower().split("x"))
         lines += table_lines(args.target, B, T, rows_for(args.target, B, T, names, seeds, args.model, tuple(args.override))) + [""]
