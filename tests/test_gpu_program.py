@@ -122,3 +122,12 @@ def test_logging_softmax_step_within_1_5x_of_the_plain_step(programs):
     logging = p["stats"] + p["plain"]
     ratios = {"kernels": logging.kernels / p["plain"].kernels, "bytes": logging.gbytes / p["plain"].gbytes}
     assert max(ratios.values()) <= 1.5, ratios
+
+
+def test_the_a100_target_compiles_softmax_on_cudnn_flash_attention():
+    """The second target (Ampere, compute capability 8.0): head dim 64 is within cuDNN's pre-Hopper limit."""
+    assert gp.compute_capability(gp.target_config("a100")) == (8, 0)
+    with gp.on_target("a100") as a100:
+        p = gp.attnlab_programs(a100, gp.run_overrides("base", B, T, "softmax", 1, EXTRA))
+    plain = gp.Program.of(p["plain"], T)
+    assert p["impl"] == ["cudnn"] and plain.fmha == {(True, "PADDING_CAUSAL")} and plain.txt_buffers == 0
