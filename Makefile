@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow test-numerics bench clean chromium
+.PHONY: run test test-slow test-numerics test-newest test-gpu-program bench clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,9 +31,40 @@ test-slow: $(STAMP)
 test-numerics: $(STAMP)
 	$(PY) -m pytest -q -m numerics
 
+# The other end of the pins: Python 3.12 with the newest releases they admit (jax 0.12), the default suite.
+# python3.12 from PATH, else pyenv's newest 3.12 (a pyenv shim answers only for the selected version).
+PYTHON_NEWEST ?= $(firstword $(foreach p,python3.12 $(sort $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python)),\
+	$(shell $(p) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null && echo $(p))))
+NEWEST := .venv-newest
+
+$(NEWEST)/.installed: pyproject.toml
+	@test -n "$(PYTHON_NEWEST)" || { echo "test-newest: no Python 3.12 found (set PYTHON_NEWEST=...)"; exit 2; }
+	test -x $(NEWEST)/bin/python || $(PYTHON_NEWEST) -m venv $(NEWEST)
+	$(NEWEST)/bin/python -m pip install --quiet --upgrade pip
+	$(NEWEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[test]'
+	touch $@
+
+test-newest: $(NEWEST)/.installed chromium
+	$(NEWEST)/bin/python -c 'import jax, flax, sys; print(f"test-newest: Python {sys.version.split()[0]}, jax {jax.__version__}, flax {flax.__version__}")'
+	JAX_PLATFORMS=cpu $(NEWEST)/bin/python -m pytest -n 2 -q --durations=15
+
+# The train steps compiled for an H100 without a GPU (pytest -m gpu_program, scripts/gpu_program.py), in an
+# environment of their own with the CUDA plugin of the jax installed there (about 3.2 GB of wheels).
+GPU_PROGRAM := .venv-gpu
+
+$(GPU_PROGRAM)/.installed: pyproject.toml
+	test -x $(GPU_PROGRAM)/bin/python || $(PYTHON) -m venv $(GPU_PROGRAM)
+	$(GPU_PROGRAM)/bin/python -m pip install --quiet --upgrade pip
+	$(GPU_PROGRAM)/bin/python -m pip install --quiet -e '.[test]'
+	$(GPU_PROGRAM)/bin/python -m pip install --quiet "jax[cuda12]==$$($(GPU_PROGRAM)/bin/python -c 'import jax; print(jax.__version__)')"
+	touch $@
+
+test-gpu-program: $(GPU_PROGRAM)/.installed
+	JAX_PLATFORMS=cpu $(GPU_PROGRAM)/bin/python -m pytest -n 0 -q -m gpu_program --durations=10
+
 bench: $(STAMP)
 	JAX_PLATFORMS=cpu $(PY) scripts/bench_attention.py
 	JAX_PLATFORMS=cpu $(PY) scripts/bench_train.py
 
 clean:
-	rm -rf $(VENV) outputs multirun
+	rm -rf $(VENV) $(NEWEST) $(GPU_PROGRAM) outputs multirun

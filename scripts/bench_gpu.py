@@ -1,18 +1,24 @@
 #!/usr/bin/env python
-"""attnlab's compiled train step against a hand-written JAX step of the same model on a GPU (issue 26).
+"""attnlab's compiled train step against a hand-written JAX step of the same model on a GPU.
 
 model=base (d 512, 8 heads, 8 layers, RoPE), task=lm, bfloat16 compute, at B=32 T=1024 (every
-normalizer) and B=4 T=8192 (softmax, or every normalizer with --long-all). Per row: ms per step (the
-median of --steps calls after two warm-up calls), MFU = (6·params + 12·L·T·d)·tokens/s / --peak-tflops
-(989: H100 SXM bf16 dense), XLA's compiled peak memory, and the logging step (statistics program +
-train step, as the loop runs it). The hand-written step: plain jnp, float32 parameters cast to
-bfloat16, jax.nn.dot_product_attention(implementation='cudnn', is_causal=True), optax AdamW.
-Also attnlab softmax in float32 (the goal: bf16 faster). Without a GPU it says so and exits 0.
+normalizer) and B=4 T=8192 (softmax, or every normalizer with --long-all). The attnlab steps are what
+`attnlab-train` runs: built by cli.build, with the run's matmul precision, drawing each step's batch from
+the lm text stream on device (train.train_data), compiled by train.loop.compile_steps. Per row: ms per
+step (the median of --steps calls after two warm-up calls), MFU = (6·params + 12·L·T·d)·tokens/s /
+--peak-tflops (989: H100 SXM bf16 dense), XLA's compiled peak memory, and the logging step (statistics
+program + train step, as the loop runs it). The hand-written step: plain jnp, float32 parameters cast to
+bfloat16, jax.nn.dot_product_attention(implementation='cudnn', is_causal=True), optax AdamW, fixed
+random batches. Also attnlab softmax in float32 (the goal: bf16 faster). Without a GPU it says so and
+exits 0; --cpu-check runs it anyway (e.g. `--cpu-check --model small --shapes 2x64 --normalizers softmax`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
+import io
 import math
 import sys
 from pathlib import Path
@@ -41,46 +47,85 @@ def timed_ms(fn, state, data, steps: int) -> tuple[float, object]:
     return 1e3 * med(times), state
 
 
-def attnlab_steps(normalizer: str, B: int, T: int, dtype: str):
-    """(compiled plain step, logging step, state, data, param count, cfg) built as the CLI builds them."""
+def compose(overrides: list[str]):
+    """The run's composed config for `overrides` (the train.yaml defaults otherwise)."""
     import hydra
-    from flax import nnx
 
     from attnlab import registry
+
+    with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
+        return hydra.compose("train", overrides=overrides)
+
+
+def attnlab_run(overrides: list[str], mesh=None) -> dict:
+    """The compiled steps of `attnlab-train <overrides>`, built as the CLI builds them: cli.build, the run's
+    matmul precision (run_files.compute_record), the data train.fit draws batches from (for task=lm the
+    text stream, sampled on device at each step) and train.loop.compile_steps.
+
+    Keys: steps (train.loop.CompiledSteps: plain, and the logging step as the loop calls it), statistics
+    (the logging step's statistics program), state, data, n_params, impl (per layer), cfg. With `mesh` (a
+    compile-only GPU topology, scripts/gpu_program.py) state and data are ShapeDtypeStructs on it.
+    """
+    from flax import nnx
+
+    from attnlab.accelerator import data_mesh
     from attnlab.cli import build
     from attnlab.groups import leaf_groups
-    from attnlab.steps import make_stats_step, make_train_step, probes_supported
-    from attnlab.train import pad_split
-    from attnlab.train.state import fresh_state
+    from attnlab.run_files import compute_record
+    from attnlab.steps import probes_supported
+    from attnlab.train import train_data
+    from attnlab.train.loop import compile_steps
+    from attnlab.train.state import Placement, fresh_state
 
-    overrides = ["model=base", "task=lm", f"task.seq_len={T}", f"trainer.batch_size={B}", f"normalizer={normalizer}",
-                 f"accelerator.dtype={dtype}", "task.n_train=256", "task.n_val=8", "task.n_test=8"]
-    with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
-        cfg = hydra.compose("train", overrides=overrides)
-    task, nets, tx, _ = build(cfg, cfg.task.default_head)
-    net = nets[0]
+    cfg = compose(overrides)
+    task, nets, tx, loop = build(cfg, cfg.task.default_head)
+    with contextlib.redirect_stderr(io.StringIO()):  # the run's header line
+        impl = compute_record(cfg.accelerator, nets[0], task.seq_len)["attention_impl"]
+    net, S = nets[0], len(nets)
     graphdef, params, _ = nnx.split(net, nnx.Param, ...)
     groups, layers = leaf_groups(params)
-    state = fresh_state([net], tx, seed=0)
-    data = jax.device_put(pad_split(task.splits["train"], 1))
-    shape = dict(num_layers=len(net.body.blocks), num_heads=net.body.blocks[0].attn.num_heads, batch_size=B,
-                 batch_sharding=None)
-    plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **shape).lower(state, data).compile()
-    stats = make_stats_step(graphdef, probe_scores=probes_supported(net), **shape).lower(state, data).compile()
-
-    def logging_step(state, data):
-        extra = stats(state, data)
-        return plain(state, data)[0], extra
-
-    n_params = sum(x.size for x in jax.tree.leaves(params))
-    return plain, logging_step, state, data, n_params, net.body.attention_impl(T)
+    placement = Placement.of(mesh if mesh is not None else data_mesh(), S)
+    state, data = fresh_state(nets, tx, cfg.seed), train_data(task, Placement.of(data_mesh(), S))
+    if mesh is None:
+        state = jax.device_put(state, placement.per_seed)
+    else:
+        state, data = abstract(state, placement.per_seed), abstract(data, placement.replicated)
+    steps = compile_steps(graphdef, tx, state, data, loop, placement, groups=groups, layers=layers,
+                          num_layers=len(net.body.blocks), num_heads=net.body.blocks[0].attn.num_heads,
+                          probe_scores=probes_supported(net), num_seeds=S, scored_k=task.scored_positions())
+    return {"steps": steps, "statistics": statistics_program(steps), "state": state, "data": data, "cfg": cfg,
+            "n_params": sum(x.size for x in jax.tree.leaves(params)), "impl": impl}
 
 
-def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int = 8, impl: str = "cudnn"):
-    """(compiled step, state, data, param count): the same model in plain jnp, cuDNN attention (`impl`)."""
+def statistics_program(steps):
+    """The compiled statistics program inside a CompiledSteps' logging step (compile_steps keeps it there)."""
+    found = inspect.getclosurevars(steps.stats).nonlocals.get("statistics")
+    if found is None:
+        raise RuntimeError("train.loop.compile_steps no longer holds its statistics program as `statistics`")
+    return found
+
+
+def abstract(tree, sharding):
+    """Each array of `tree` as a ShapeDtypeStruct placed by `sharding`."""
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=sharding), tree)
+
+
+def reference_dims(cfg) -> dict:
+    """The hand-written step's sizes for a run's config: the same model (model=base: d 512, 8 heads, 8 layers)."""
+    m = cfg.model
+    return {"D": m.d_model, "N": m.heads, "L": m.layers, "mlp_ratio": m.mlp_ratio}
+
+
+def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int = 8, mlp_ratio: int = 4,
+                impl: str = "cudnn"):
+    """(jitted step, state, data, param count): the same model in plain jnp, bfloat16 with the platform's
+    default matmul precision (a bf16 run's), cuDNN attention (`impl`)."""
     import optax
 
+    from attnlab.accelerator import apply_matmul_precision
     from attnlab.attention import rope
+
+    apply_matmul_precision(None, jnp.bfloat16)
 
     H = D // N
     k = iter(jax.random.split(jax.random.key(0), 4 * L + 2))
@@ -88,14 +133,14 @@ def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int =
     ln = lambda: {"scale": jnp.ones((D,)), "bias": jnp.zeros((D,))}  # noqa: E731
     params = {"embed": jax.random.normal(next(k), (V, D)) * 0.02, "ln_f": ln(), "head": dense(D, V),
               "blocks": [{"ln1": ln(), "ln2": ln(), "qkv": dense(D, 3 * D), "out": dense(D, D),
-                          "fc1": dense(D, 4 * D), "b1": jnp.zeros((4 * D,)), "fc2": dense(4 * D, D),
+                          "fc1": dense(D, mlp_ratio * D), "b1": jnp.zeros((mlp_ratio * D,)), "fc2": dense(mlp_ratio * D, D),
                           "b2": jnp.zeros((D,))} for _ in range(L)]}
 
     def norm(x, p):
         xf = x.astype(jnp.float32)
         mean = xf.mean(-1, keepdims=True)
         y = (xf - mean) * jax.lax.rsqrt(jnp.square(xf - mean).mean(-1, keepdims=True) + 1e-6)
-        return (y * p["scale"] + p["bias"]).astype(jnp.bfloat16)
+        return (y * p["scale"][None, None] + p["bias"][None, None]).astype(jnp.bfloat16)
 
     def loss_fn(p, inputs_BT, targets_BT):
         p16 = jax.tree.map(lambda a: a.astype(jnp.bfloat16), p)
@@ -106,7 +151,7 @@ def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int =
             q, kk = (rope(a, pos_T).transpose(0, 2, 1, 3) for a in (q, kk))
             o = jax.nn.dot_product_attention(q, kk, v.transpose(0, 2, 1, 3), is_causal=True, implementation=impl)
             x = x + o.reshape(B, T, D) @ blk["out"]
-            x = x + jax.nn.gelu(norm(x, blk["ln2"]) @ blk["fc1"] + blk["b1"]) @ blk["fc2"] + blk["b2"]
+            x = x + jax.nn.gelu(norm(x, blk["ln2"]) @ blk["fc1"] + blk["b1"][None, None]) @ blk["fc2"] + blk["b2"][None, None]
         logits = (norm(x, p16["ln_f"]) @ p16["head"]).astype(jnp.float32)
         return jnp.mean(jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, targets_BT[..., None], -1)[..., 0])
 
@@ -122,8 +167,7 @@ def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int =
     data = {"inputs": jnp.asarray(rng.integers(1, V, (B, T)), jnp.int32),
             "targets": jnp.asarray(rng.integers(0, V, (B, T)), jnp.int32)}
     state = (params, tx.init(params))
-    return jax.jit(step, donate_argnums=0).lower(state, data).compile(), state, data, \
-        sum(x.size for x in jax.tree.leaves(params))
+    return jax.jit(step, donate_argnums=0), state, data, sum(x.size for x in jax.tree.leaves(params))
 
 
 def mfu(n_params: int, B: int, T: int, ms: float, peak_tflops: float, L: int = 8, D: int = 512) -> float:
@@ -131,36 +175,66 @@ def mfu(n_params: int, B: int, T: int, ms: float, peak_tflops: float, L: int = 8
     return (6 * n_params + 12 * L * T * D) * B * T / (ms / 1e3) / (peak_tflops * 1e12)
 
 
-def main() -> int:
+def run_overrides(name: str, B: int, T: int, dtype: str, model: str) -> list[str]:
+    """The `attnlab-train` overrides of one row: model, task=lm at seq_len T, batch B, normalizer, dtype."""
+    return [f"model={model}", "task=lm", f"task.seq_len={T}", f"trainer.batch_size={B}", f"normalizer={name}",
+            f"accelerator.dtype={dtype}", "task.n_train=64", "task.n_val=8", "task.n_test=8"]
+
+
+def reference_row(B: int, T: int, model: str, steps: int, peak_tflops: float, on_gpu: bool) -> list:
+    """The hand-written step's row (cuDNN attention on a GPU, XLA's elsewhere)."""
+    dims = reference_dims(compose(run_overrides("softmax", B, T, "bfloat16", model)))
+    impl = "cudnn" if on_gpu else "xla"
+    step, state, data, n = handwritten(B, T, **dims, impl=impl)
+    step = step.lower(state, data).compile()
+    ms, _ = timed_ms(step, state, data, steps)
+    return [f"B={B} T={T}", f"hand-written ({impl})", impl, f"{ms:.1f}",
+            f"{100 * mfu(n, B, T, ms, peak_tflops, dims['L'], dims['D']):.1f}%", mib(peak_bytes(step)), "—"]
+
+
+def attnlab_row(name: str, dtype: str, B: int, T: int, model: str, steps: int, peak_tflops: float) -> list:
+    """One attnlab row: its plain step and its logging step, timed as the loop calls them."""
+    run = attnlab_run(run_overrides(name, B, T, dtype, model))
+    plain, logging, state, data = run["steps"].plain, run["steps"].stats, run["state"], run["data"]
+    m = run["cfg"].model
+    ms, state = timed_ms(lambda s, d: plain(s, d)[0], state, data, steps)
+    ms_log, _ = timed_ms(lambda s, d: logging(s, d)[0], state, data, max(steps // 4, 3))
+    return [f"B={B} T={T}", f"attnlab {name} {dtype}", "/".join(sorted(set(run["impl"]))), f"{ms:.1f}",
+            f"{100 * mfu(run['n_params'], B, T, ms, peak_tflops, m.layers, m.d_model):.1f}%", mib(peak_bytes(plain)),
+            f"{ms_log:.1f}"]
+
+
+def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--steps", type=int, default=20, help="timed steps per row (median)")
     p.add_argument("--peak-tflops", type=float, default=989.0)
     p.add_argument("--long-all", action="store_true", help="every normalizer at B=4 T=8192 too")
+    p.add_argument("--shapes", default="32x1024,4x8192", help="BxT, comma-separated (the first: every normalizer)")
+    p.add_argument("--normalizers", default="all", help="comma-separated names, or all")
+    p.add_argument("--model", default="base", help="the model config of every row (the reference follows its sizes)")
+    p.add_argument("--cpu-check", action="store_true",
+                   help="run on whatever JAX sees, e.g. a CPU at a tiny --shapes/--model: a check that the script runs")
     p.add_argument("--write", action="store_true", help="write the table into BENCHMARKS.md")
-    args = p.parse_args()
-    if jax.default_backend() != "gpu":
+    args = p.parse_args(argv)
+    on_gpu = jax.default_backend() == "gpu"
+    if not on_gpu and not args.cpu_check:
         print(f"bench_gpu: no GPU (JAX {jax.__version__} sees {jax.default_backend()}); nothing measured")
         return 0
     from attnlab import registry
 
+    names = registry.choices("normalizer") if args.normalizers == "all" else args.normalizers.split(",")
     rows, lines = [], []
-    for B, T in ((32, 1024), (4, 8192)):
-        names = registry.choices("normalizer") if T == 1024 or args.long_all else ["softmax"]
-        step, state, data, n = handwritten(B, T)
-        ms, _ = timed_ms(step, state, data, args.steps)
-        rows.append([f"B={B} T={T}", "hand-written (cuDNN)", "cudnn", f"{ms:.1f}", f"{100 * mfu(n, B, T, ms, args.peak_tflops):.1f}%",
-                     mib(peak_bytes(step)), "—"])
-        variants = [(n, "bfloat16") for n in names] + ([("softmax", "float32")] if T == 1024 else [])
-        for name, dtype in variants:
+    for i, shape in enumerate(args.shapes.split(",")):
+        B, T = (int(x) for x in shape.lower().split("x"))
+        rows.append(reference_row(B, T, args.model, args.steps, args.peak_tflops, on_gpu))
+        print(" | ".join(rows[-1]), flush=True)
+        variants = [(n, "bfloat16") for n in (names if i == 0 or args.long_all else ["softmax"])]
+        for name, dtype in variants + ([("softmax", "float32")] if i == 0 else []):
             try:
-                plain, logging_step, state, data, n, impls = attnlab_steps(name, B, T, dtype)
-                ms, state = timed_ms(lambda s, d: plain(s, d)[0], state, data, args.steps)
-                ms_log, _ = timed_ms(lambda s, d: logging_step(s, d)[0], state, data, max(args.steps // 4, 3))
-                rows.append([f"B={B} T={T}", f"attnlab {name} {dtype}", impls[0], f"{ms:.1f}",
-                             f"{100 * mfu(n, B, T, ms, args.peak_tflops):.1f}%", mib(peak_bytes(plain)), f"{ms_log:.1f}"])
+                rows.append(attnlab_row(name, dtype, B, T, args.model, args.steps, args.peak_tflops))
             except Exception as exc:  # noqa: BLE001 - e.g. out of memory: the row says so, the others still run
-                rows.append([f"B={B} T={T}", f"attnlab {name} {dtype}", "—", f"failed: {type(exc).__name__}",
-                             "—", "—", "—"])
+                rows.append([f"B={B} T={T}", f"attnlab {name} {dtype}", "—", f"failed: {type(exc).__name__}: "
+                             f"{str(exc).splitlines()[0][:100]}", "—", "—", "—"])
             print(" | ".join(rows[-1]), flush=True)
     lines += [SECTION, "", f"Device: {jax.devices()[0].device_kind}, JAX {jax.__version__}; median of {args.steps} "
               f"steps; MFU against {args.peak_tflops:g} TFLOP/s.", ""]

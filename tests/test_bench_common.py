@@ -7,6 +7,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import bench_common as bc  # noqa: E402
@@ -57,3 +58,42 @@ def test_bench_gpu_mfu_is_the_issues_formula():
     # 1e9 FLOP per token (6·params + 12·L·T·d with params = 1e9/6 − 2·L·T·d), 1e3 tokens in 1 ms: 1e15 FLOP/s
     n = (1e9 - 12 * 8 * 1000 * 512) / 6
     assert abs(bench_gpu.mfu(n, 1, 1000, 1.0, 1000.0) - 1.0) < 1e-12
+
+
+@pytest.mark.slow  # two compiles and an lm task: 122 s on the shared 2-core machine under load
+def test_bench_gpu_times_the_step_a_run_trains_with(tmp_path):
+    """bench_gpu's attnlab step is the run's: the run's matmul precision (bfloat16: the platform default,
+    not the suite's pinned "highest"), batches drawn from the lm text stream, and the same first-step
+    loss and parameters as the step train.fit compiles for `attnlab-train` with the same overrides."""
+    import numpy as np
+
+    import bench_gpu
+    from attnlab import cli
+    from attnlab.accelerator import data_mesh
+    from attnlab.train import fit
+
+    overrides = bench_gpu.run_overrides("softmax", 2, 32, "bfloat16", "tiny") + ["accelerator=cpu"]
+    run = bench_gpu.attnlab_run(overrides)
+    assert jax.config.jax_default_matmul_precision == "default"
+    assert set(run["data"]) == {"text", "window_W"}  # the stream, not the fixed split's windows
+    bench_state, bench_metrics = run["steps"].plain(run["state"], run["data"])
+
+    cfg = bench_gpu.compose(overrides + ["trainer.progress=none"])
+    task, nets, tx, loop = cli.build(cfg, cfg.task.default_head)
+    got = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(steps, state, data):
+        got["state"], got["metrics"] = steps.plain(state, data)
+        raise Stop
+
+    try:
+        fit(nets, task, tx, loop, mesh=data_mesh(), run_dirs=[tmp_path / "run"], checkpoint_dir=tmp_path / "ckpt",
+            on_compiled=capture)
+    except Stop:
+        pass
+    assert float(bench_metrics["loss"][0]) == float(got["metrics"]["loss"][0])
+    for a, b in zip(jax.tree.leaves(bench_state["params"]), jax.tree.leaves(got["state"]["params"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

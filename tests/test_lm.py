@@ -184,3 +184,31 @@ def test_auto_eval_windows_hold_the_same_bytes_at_any_seq_len(seq_len):
         assert lm.splits[s].inputs.shape == (expected, seq_len) and lm.splits[s].weights.sum() >= 32000
     assert lm.splits["train"].inputs.shape[0] == 10
     assert tasks.make("lm", seq_len=1024, n_train=10, n_val=7).splits["val"].inputs.shape[0] == 7
+
+
+def test_default_corpus_is_the_pinned_pydoc_topics_under_every_python():
+    """The shipped text is CPython 3.11.7's topics, by content: its hash is the pinned one (on 3.11.7 it is
+    what pydoc_data holds; on 3.12.1 pydoc_data differs and the corpus does not)."""
+    import hashlib
+    import platform
+
+    docs, ident = corpus.pydoc_topics()
+    joined = b"\n\n".join(docs)
+    assert hashlib.sha256(joined).hexdigest() == corpus.PYDOC_TOPICS_SHA256 == ident["sha256"]
+    assert ident["bytes"] == sum(map(len, docs)) == 466117 and ident["documents"] == 79 and ident["python"] == "3.11.7"
+    if platform.python_version() == "3.11.7":
+        from pydoc_data.topics import topics
+
+        assert docs == [topics[n].encode("utf-8") for n in sorted(topics)]
+
+
+def test_a_damaged_default_corpus_is_refused(tmp_path):
+    import gzip
+
+    payload = json.loads(gzip.decompress(corpus.PYDOC_TOPICS.read_bytes()))
+    name = sorted(payload["topics"])[0]
+    payload["topics"][name] = payload["topics"][name].replace("e", "E", 1)
+    damaged = tmp_path / "pydoc_topics.json.gz"
+    damaged.write_bytes(gzip.compress(json.dumps(payload).encode()))
+    with pytest.raises(RuntimeError, match="has sha256 .*not the pinned .*reinstall attnlab"):
+        corpus.pydoc_topics(damaged)

@@ -18,7 +18,7 @@ MATMUL_PRECISIONS = (None, "default", "high", "highest")
 # float32 means float32: GPUs otherwise run float32 matmuls as TF32 (rel. error ~3e-4, issue 26);
 # bfloat16 compute is low precision by choice, so its matmuls keep the platform default.
 MATMUL_RULE = {"float32": "highest", "bfloat16": "default"}
-# How to get the JAX wheels of each platform, for the pinned jax 0.10.x (its extras cuda12, cuda13, tpu).
+# How to get the JAX wheels of each platform for the installed jax (its extras cuda12, cuda13, tpu).
 INSTALL = {
     "gpu": "pip install 'attnlab[cuda]' (CUDA 12 wheels, = jax[cuda12]; 'attnlab[cuda13]' for CUDA 13)",
     "tpu": "pip install 'jax[tpu]==%s' on a Cloud TPU VM" % jax.__version__,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import glob
+import gzip
 import hashlib
+import json
 import os
 import re
 import sys
@@ -15,22 +17,34 @@ SEPARATOR = b"\n\n"  # between the documents of one split (what a paragraph spli
 
 
 def identity(source: str, docs: list[bytes], **extra) -> dict:
-    """Source, Python version, size in bytes, sha256 of the documents joined in order, and their number."""
+    """Source, Python version (of the text's source: this interpreter unless `extra` names another), size in
+    bytes, sha256 of the documents joined in order, and their number."""
     digest = hashlib.sha256(SEPARATOR.join(docs)).hexdigest()
     return {"source": source, "python": sys.version.split()[0], "bytes": sum(map(len, docs)),
             "sha256": digest, "documents": len(docs), **extra}
 
 
-def pydoc_topics() -> tuple[list[bytes], dict]:
-    """CPython's documentation topics (pydoc_data.topics, the text behind `help('TOPIC')`), one per document.
+# The default corpus is CPython 3.11.7's pydoc topics, shipped as package data: each Python release rewrites
+# them (3.12.1's are 493,344 bytes against 466,117), and the same command must train on the same bytes under
+# every Python. The hash is of the documents joined by SEPARATOR, as `identity` computes it.
+PYDOC_TOPICS = Path(__file__).with_name("data") / "pydoc_topics.json.gz"
+PYDOC_TOPICS_SHA256 = "71f2ff5d99bdc1f9c48c5c2353ad138201c5ca1c377e0226857ef8fa89b8bcee"
 
-    Real English written by CPython's documentation authors, shipped with every Python: no download.
-    Its content differs between Python versions, hence the version and hash in the identity.
+
+def pydoc_topics(path: Path = PYDOC_TOPICS) -> tuple[list[bytes], dict]:
+    """CPython 3.11.7's documentation topics (pydoc_data.topics, the text behind `help('TOPIC')`), one per
+    document, from the copy attnlab ships; a copy whose content is not the pinned one is refused.
+
+    Real English written by CPython's documentation authors: no download, and the same bytes on every Python.
     """
-    from pydoc_data.topics import topics
-
-    docs = [topics[name].encode("utf-8") for name in sorted(topics)]
-    return docs, identity("pydoc_data.topics", docs)
+    with gzip.open(path, "rb") as f:
+        shipped = json.loads(f.read().decode("utf-8"))
+    docs = [shipped["topics"][name].encode("utf-8") for name in sorted(shipped["topics"])]
+    ident = identity("pydoc_data.topics", docs, python=shipped["python"])
+    if ident["sha256"] != PYDOC_TOPICS_SHA256:
+        raise RuntimeError(f"the default lm corpus {path} has sha256 {ident['sha256']}, not the pinned "
+                           f"{PYDOC_TOPICS_SHA256}: a damaged install; reinstall attnlab")
+    return docs, ident
 
 
 def _paragraphs(text: bytes) -> list[bytes]:

@@ -1,0 +1,133 @@
+"""The GPU program of the train steps, compiled for an H100 without a GPU (scripts/gpu_program.py).
+
+Needs the CUDA plugin of the installed jax: `make test-gpu-program` builds that environment and runs
+`pytest -m gpu_program`. The structure tests use model=base cut to 2 layers at B=2, T=1024 (T·S at the
+blockwise threshold, two key blocks): the full-size program's structure at a compile cost 2 cores can
+pay. The ratio targets hold at a size, not in general (the statistics program's share grows with B and
+the layers), so they are tested at the issue's size, model=base at B=32, T=1024; the B=4, T=8192 figures
+are the script's table in BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import gpu_program as gp  # noqa: E402
+
+from attnlab import registry  # noqa: E402
+from attnlab.normalizers.long_context import AUTO_MIN_TS  # noqa: E402
+
+pytestmark = pytest.mark.gpu_program
+
+B, T, LAYERS = 2, 1024, 2
+EXTRA = (f"model.layers={LAYERS}",)
+FULL_B = 32  # model=base, all 8 layers, at T
+FUSED = ("softmax", "kl")  # the normalizers cuDNN flash attention computes
+DENSE_ONLY = ("entmax",)  # no blockwise form (normalizers/entmax.py): dense at every length
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    with gp.on_target("h100") as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def programs(mesh):
+    """(name, seeds, extra overrides, full size) -> {"plain", "stats": Program, "impl"}, compiled once per
+    module; name "reference" is the hand-written step."""
+    cache = {}
+
+    def get(key: str, seeds: int = 1, extra: tuple = (), full: bool = False):
+        if (key, seeds, extra, full) not in cache:
+            batch, base = (FULL_B, ()) if full else (B, EXTRA)
+            overrides = gp.run_overrides("base", batch, T, "softmax" if key == "reference" else key, seeds,
+                                         base + extra)
+            if key == "reference":
+                cache[key, seeds, extra, full] = {"plain": gp.Program.of(gp.reference_program(mesh, batch, T, overrides), T)}
+            else:
+                p = gp.attnlab_programs(mesh, overrides)
+                cache[key, seeds, extra, full] = {"plain": gp.Program.of(p["plain"], T),
+                                                  "stats": gp.Program.of(p["stats"], T), "impl": p["impl"]}
+        return cache[key, seeds, extra, full]
+
+    return get
+
+
+def test_kernel_count_multiplies_a_loop_body_by_its_trip_count(mesh):
+    """Kernels grow by the body's kernels per extra iteration: 3 more trips add 3× what 1 more adds."""
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    x = jax.ShapeDtypeStruct((64, 64), jax.numpy.float32, sharding=sharding)
+
+    def kernels(n):
+        def f(x):
+            body = lambda i, y: jax.numpy.sort(y @ y, axis=0) + jax.numpy.cumsum(y, axis=1)  # noqa: E731
+            return jax.lax.fori_loop(0, n, body, x)
+
+        return gp.Program.of(jax.jit(f).lower(x).compile(), 64).kernels
+
+    k3, k4, k6 = kernels(3), kernels(4), kernels(6)
+    assert k4 > k3 and k6 - k3 == 3 * (k4 - k3)
+
+
+def test_a_dense_softmax_shows_its_txt_buffers(programs):
+    """The detector's positive control: impl=dense materialises B×N×T×T scores."""
+    plain = programs("softmax", extra=("normalizer.impl=dense",))["plain"]
+    assert plain.txt_buffers > 0 and plain.txt_largest >= B * 8 * T * T * 2
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_softmax_and_kl_run_cudnn_flash_attention_forward_and_backward(programs, name):
+    p = programs(name)
+    assert p["impl"] == ["cudnn"]
+    calls = p["plain"].custom_calls
+    assert calls["__cudnn$fmhaSoftmax"] == LAYERS and calls["__cudnn$fmhaSoftmaxBackward"] == LAYERS
+    assert p["plain"].fmha == {(True, "PADDING_CAUSAL")}  # flash, key lengths + causal: no mask or bias tensor
+
+
+@pytest.mark.parametrize("name", registry.choices("normalizer"))
+def test_no_txt_buffer_at_the_blockwise_threshold(programs, name):
+    """At T·S = AUTO_MIN_TS no normalizer's plain or logging step materialises a T×T array, except one
+    with no form but the dense one (entmax: its threshold τ needs every score of a row), which says so."""
+    assert T * T >= AUTO_MIN_TS
+    p = programs(name)
+    if name in DENSE_ONLY:
+        assert p["impl"] == ["dense"] and p["plain"].txt_buffers > 0
+    else:
+        assert (p["plain"].txt_buffers, p["stats"].txt_buffers) == (0, 0), p["impl"]
+
+
+@pytest.mark.parametrize("name", FUSED)
+def test_vmapped_seeds_compile_for_the_gpu(programs, name):
+    """trainer.vmap_seeds=2 with cuDNN attention compiles (the studies vmap their seeds), still on cuDNN."""
+    p = programs(name, seeds=2)
+    assert p["plain"].custom_calls["__cudnn$fmhaSoftmaxBackward"] >= LAYERS and p["plain"].txt_buffers == 0
+
+
+def test_plain_softmax_step_within_1_1x_of_the_reference(programs):
+    """The issue's target for the plain step: ≤ 1.1× the hand-written step's kernels, bytes and peak."""
+    ref, plain = programs("reference", full=True)["plain"], programs("softmax", full=True)["plain"]
+    ratios = {"kernels": plain.kernels / ref.kernels, "bytes": plain.gbytes / ref.gbytes, "peak": plain.peak / ref.peak}
+    assert max(ratios.values()) <= 1.1, ratios
+
+
+def test_logging_softmax_step_within_1_5x_of_the_plain_step(programs):
+    """The logging step (statistics program + plain step) ≤ 1.5× the plain step's kernels and bytes."""
+    p = programs("softmax", full=True)
+    logging = p["stats"] + p["plain"]
+    ratios = {"kernels": logging.kernels / p["plain"].kernels, "bytes": logging.gbytes / p["plain"].gbytes}
+    assert max(ratios.values()) <= 1.5, ratios
+
+
+def test_the_a100_target_compiles_softmax_on_cudnn_flash_attention():
+    """The second target (Ampere, compute capability 8.0): head dim 64 is within cuDNN's pre-Hopper limit."""
+    assert gp.compute_capability(gp.target_config("a100")) == (8, 0)
+    with gp.on_target("a100") as a100:
+        p = gp.attnlab_programs(a100, gp.run_overrides("base", B, T, "softmax", 1, EXTRA))
+    plain = gp.Program.of(p["plain"], T)
+    assert p["impl"] == ["cudnn"] and plain.fmha == {(True, "PADDING_CAUSAL")} and plain.txt_buffers == 0
