@@ -267,6 +267,24 @@ def ref_entmax(q, k, m, module, **opts):
     return rowwise(lambda r, *_: entmax_np(r, float(opts["alpha"])), x, m), x, {"beta": _beta_N(opts, H, N)}
 
 
+def ref_ssmax(q, k, m, module, **opts):
+    """softmax((s·log n + b)·βz) over the n admissible keys of each row (Nakanishi 2025), s and b per head."""
+    N, H = q.shape[2], q.shape[3]
+    beta = beta_of(opts, H)
+    s_N = np.broadcast_to(np.asarray(opts["s"], np.float64), (N,))
+    b_N = np.broadcast_to(np.asarray(opts.get("b", 0.0), np.float64), (N,))
+    z = scores(q, k)
+    B, _, T, S = z.shape
+    x, eff = np.zeros_like(z), np.zeros((B, N, T))
+    for b, n, t in np.ndindex(B, N, T):
+        eff[b, n, t] = beta * (s_N[n] * math.log(max(m[b, t].sum(), 1)) + b_N[n])
+        x[b, n, t] = eff[b, n, t] * z[b, n, t]
+    extras = {"s": s_N.copy(), "beta": row_mean(eff, m)}
+    if opts["bias"]:
+        extras["bias"] = b_N.copy()
+    return rowwise(lambda r, *_: softmax_np(r), x, m), x, extras
+
+
 # name -> (reference, how a row with admissible keys sums: "one" | "at_most_one" | "free")
 REFS = {
     "softmax": (ref_softmax, "one"),
@@ -277,6 +295,7 @@ REFS = {
     "squared": (ref_squared, "one"),  # Σf/(Σf + eps) ∈ [1 − eps/min_denominator, 1]
     "linear": (ref_linear, "one"),
     "entmax": (ref_entmax, "one"),
+    "ssmax": (ref_ssmax, "one"),
 }
 
 
@@ -300,6 +319,7 @@ VARIANTS = {
     # covered by test_linear_attention_forms_agree)
     "linear": {"elu1": {}, "relu": {"feature_map": "relu"}, "favor": {"feature_map": "favor", "num_features": 5}},
     "entmax": {"alpha1.5": {"alpha": 1.5}, "alpha2": {"alpha": 2.0}, "alpha1.3": {"alpha": 1.3}},
+    "ssmax": {"default": {}, "s1.5-bias": {"s": 1.5, "bias": True, "beta": 0.6}},
 }
 
 
