@@ -285,6 +285,26 @@ def ref_ssmax(q, k, m, module, **opts):
     return rowwise(lambda r, *_: softmax_np(r), x, m), x, extras
 
 
+def ref_stickbreaking(q, k, m, module, **opts):
+    """A_ij = σ(x_ij)·∏_{k admissible, j<k} (1 − σ(x_ik)), x = βz, as a plain product over the row's keys
+    (the query's own position left out unless attend_current)."""
+    N, H = q.shape[2], q.shape[3]
+    x = beta_of(opts, H) * scores(q, k)
+    S, T = x.shape[-1], x.shape[-2]
+    sig = lambda r: 1 / (1 + np.exp(-r))  # noqa: E731
+
+    def row(r, b, n, t, idx):
+        keep = np.ones(idx.size, bool) if opts["attend_current"] else idx != t + (S - T)
+        w = np.zeros(idx.size)
+        for a in np.flatnonzero(keep):
+            later = [c for c in np.flatnonzero(keep) if idx[c] > idx[a]]
+            w[a] = sig(r[a]) * np.prod([1 - sig(r[c]) for c in later])
+        return w
+
+    w = rowwise(row, x, m)
+    return w, x, {"beta": _beta_N(opts, H, N), "leftover": row_mean(1 - w.sum(-1), m)}
+
+
 # name -> (reference, how a row with admissible keys sums: "one" | "at_most_one" | "free")
 REFS = {
     "softmax": (ref_softmax, "one"),
@@ -296,6 +316,7 @@ REFS = {
     "linear": (ref_linear, "one"),
     "entmax": (ref_entmax, "one"),
     "ssmax": (ref_ssmax, "one"),
+    "stickbreaking": (ref_stickbreaking, "at_most_one"),
 }
 
 
@@ -320,7 +341,11 @@ VARIANTS = {
     "linear": {"elu1": {}, "relu": {"feature_map": "relu"}, "favor": {"feature_map": "favor", "num_features": 5}},
     "entmax": {"alpha1.5": {"alpha": 1.5}, "alpha2": {"alpha": 2.0}, "alpha1.3": {"alpha": 1.3}},
     "ssmax": {"default": {}, "s1.5-bias": {"s": 1.5, "bias": True, "beta": 0.6}},
+    "stickbreaking": {"default": {}, "attend_current-beta1": {"attend_current": True, "beta": 1.0}},
 }
+
+# Normalizers that refuse a bidirectional mask: their reference cases run on the causal mask settings only.
+CAUSAL_ONLY = ("stickbreaking",)
 
 
 def cases():

@@ -110,6 +110,12 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     causal = task.granularity == "token" if model.get("causal") is None else bool(model["causal"])
     _require(not (task.granularity == "token" and not causal),
              "model.causal=false with a per-token task lets each position see its own target; use causal=true or null")
+    causal_only = sorted({m.func.__name__.lower() for m in make_normalizer if getattr(m.func, "causal_only", False)})
+    setting = "null" if model.get("causal") is None else str(model["causal"]).lower()
+    _require(causal or not causal_only,
+             f"normalizer={','.join(causal_only)} needs causal attention, but task={type(task).__name__} is a "
+             f"per-{task.granularity} task, bidirectional with model.causal={setting}; allowed: a per-token task "
+             f"(e.g. task=mqar, task=lm) with model.causal=null or true")
     head_cfg = node("head") if cfg.get("head") else registry.load("head", head_name)
 
     def make_net(seed: int) -> Net:
