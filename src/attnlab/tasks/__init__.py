@@ -8,9 +8,10 @@ from attnlab.tasks.digits import Digits
 from attnlab.tasks.icl_regression import ICLRegression
 from attnlab.tasks.listops import ListOps
 from attnlab.tasks.lm import LanguageModel
+from attnlab.tasks.max_retrieval import MaxRetrieval
 from attnlab.tasks.mqar import MQAR
 
-__all__ = ["Task", "Split", "make", "MQAR", "ListOps", "ICLRegression", "Digits", "LanguageModel"]
+__all__ = ["Task", "Split", "make", "MQAR", "ListOps", "ICLRegression", "Digits", "LanguageModel", "MaxRetrieval"]
 
 
 def make(name: str, **options) -> Task:
