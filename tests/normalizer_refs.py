@@ -137,10 +137,35 @@ def _beta_N(opts, H, N):
     return np.full(N, beta_of(opts, H))
 
 
+# Veličković et al. 2024 (arXiv 2410.01104), their code: β' = polyval([-0.037, 0.481, -2.3, 4.917, -1.791], H)
+POLY_FIT = (-0.037, 0.481, -2.3, 4.917, -1.791)
+
+
+def adaptive_beta_np(x):
+    """β' of one row of softmax logits: max(poly(H), 1) where H = −Σp log(p + 1e−9) > 0.5, else 1."""
+    p = softmax_np(x)
+    h = -np.sum(p * np.log(p + 1e-9))
+    return max(float(np.polyval(POLY_FIT, h)), 1.0) if h > 0.5 else 1.0
+
+
+def tempered(x, m, extras, adaptive):
+    """(weights, logits, extras) of softmax over the admissible keys of x, with the adaptive temperature
+    unless `adaptive` is off (then β' = 1 and no adaptive_beta is reported)."""
+    if adaptive == "off":
+        return rowwise(lambda r, *_: softmax_np(r), x, m), x, extras
+    B, N, T, _ = x.shape
+    beta = np.ones((B, N, T))
+    for b, n, t in np.ndindex(B, N, T):
+        if m[b, t].any():
+            beta[b, n, t] = adaptive_beta_np(x[b, n, t, m[b, t]])
+    xt = beta[..., None] * x
+    return rowwise(lambda r, *_: softmax_np(r), xt, m), xt, {**extras, "adaptive_beta": row_mean(beta, m)}
+
+
 def ref_softmax(q, k, m, module, **opts):
     N, H = q.shape[2], q.shape[3]
     x = beta_of(opts, H) * scores(q, k)
-    return rowwise(lambda r, *_: softmax_np(r), x, m), x, {"beta": _beta_N(opts, H, N)}
+    return tempered(x, m, {"beta": _beta_N(opts, H, N)}, opts["adaptive_temperature"])
 
 
 def kl_log_prior(m_BTS, N, prior, slope=0.1, table_NK=None, max_distance=512):
@@ -189,6 +214,8 @@ def ref_kl(q, k, m, module, table_NK=None, **opts):
                     kl[b, n, t] = np.sum(np.where(p > 0, p * (np.log(np.where(p > 0, p, 1)) - lu), 0))
                     obj[b, n, t] = p @ z[b, n, t, idx] - kl[b, n, t] / beta
     extras = {"beta": _beta_N(opts, H, N), "kl_prior": row_mean(kl, m), "objective": row_mean(obj, m)}
+    if opts["adaptive_temperature"] != "off":  # the temperature acts on π's logits βz + log u; KL stays π's
+        return tempered(np.where(m[:, None], beta * z + logu, 0.0), m, extras, opts["adaptive_temperature"])
     return w, beta * z, extras
 
 
@@ -328,9 +355,12 @@ B, N, H = 2, 3, 5
 # Option variants per normalizer; a normalizer missing here runs with its YAML defaults (and
 # fails the reference tests until REFS has an entry for it).
 VARIANTS = {
-    "softmax": {"default": {}, "beta0.7-shared": {"beta": 0.7, "per_head": False}},
+    "softmax": {"default": {}, "beta0.7-shared": {"beta": 0.7, "per_head": False},
+                "adaptive-eval": {"adaptive_temperature": "eval"},
+                "adaptive-train-beta2": {"adaptive_temperature": "train", "beta": 2.0, "per_head": False}},
     "kl": {"uniform": {}, "recency": {"prior": "recency", "slope": 0.3},
-           "learned": {"prior": "learned", "max_distance": 4}},
+           "learned": {"prior": "learned", "max_distance": 4},
+           "recency-adaptive": {"prior": "recency", "slope": 0.3, "adaptive_temperature": "eval"}},
     "softmax1": {"default": {}},
     "sigmoid": {"default": {}, "bias-1.5": {"bias": -1.5}},
     "relu": {"default": {}},

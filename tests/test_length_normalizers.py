@@ -30,7 +30,8 @@ def spike_row(n, pad=0):
 def max_weight(name, n, pad=0, **opts):
     norm = R.nz.build(name, num_heads=1, head_dim=4, beta=1.0, **opts)
     z, m = spike_row(n, pad)
-    w = np.asarray(norm.normalize(z, m)[0])
+    adapts = getattr(norm, "adaptive", "off") != "off"
+    w = np.asarray((norm.tempered if adapts else norm.normalize)(z, m)[0])  # with adaptive temperature: at evaluation
     assert (w[..., n:] == 0).all()
     return float(w.max())
 
@@ -206,3 +207,105 @@ def test_stickbreaking_is_refused_for_bidirectional_models_naming_the_task():
         build("model.layers=2", "model.layer_normalizers=[softmax,stickbreaking]")
     _, nets, _, _ = build("normalizer=stickbreaking", "model.causal=true")  # a causal per-sequence model is allowed
     assert nets[0].body.causal
+
+
+def paper_row_entropy(n):
+    """H (nats, with the paper's +1e−9 in the log) of softmax on −2s with one +3, and its largest weight."""
+    top = 1 / (1 + (n - 1) * math.exp(-5))
+    rest = top * math.exp(-5)
+    return -top * math.log(top + 1e-9) - (n - 1) * rest * math.log(rest + 1e-9), top
+
+
+def test_adaptive_temperature_on_the_papers_row_follows_the_polynomial():
+    """Veličković et al. 2024's rule β' = max(poly(H), 1) where H > 0.5: on −2s with one +3 it leaves a sharp row
+    (n = 10, H ≈ 0.34) alone, sharpens n = 100 (H ≈ 2.5, β' ≈ 2.2: 0.60 → 0.998), and does nothing at n = 1000,
+    where H ≈ 6.4 lies past the fitted range and poly(H) < 1."""
+    poly = lambda h: sum(a * h ** (4 - i) for i, a in enumerate(R.POLY_FIT))  # noqa: E731
+    for n in (10, 100, 1000):
+        h, top = paper_row_entropy(n)
+        beta = max(poly(h), 1.0) if h > 0.5 else 1.0
+        got = max_weight("softmax", n, pad=2, adaptive_temperature="eval")
+        assert got == pytest.approx(1 / (1 + (n - 1) * math.exp(-5 * beta)), rel=1e-4), n
+    assert paper_row_entropy(10)[0] < 0.5 and max_weight("softmax", 10, adaptive_temperature="eval") == pytest.approx(
+        max_weight("softmax", 10), rel=1e-6)
+    assert round(max_weight("softmax", 100), 2) == 0.60 and max_weight("softmax", 100, adaptive_temperature="eval") > 0.99
+    assert poly(paper_row_entropy(1000)[0]) < 1
+    assert max_weight("softmax", 1000, adaptive_temperature="train") == pytest.approx(max_weight("softmax", 1000))
+
+
+def test_softmax_disperses_within_the_papers_bound():
+    """Veličković et al. 2024, Lemma 2.1: logits within a spread δ give every softmax weight ≤ e^δ/(e^δ + n − 1),
+    so the largest weight goes to 0 as n grows (δ = 4 here; the bound is attained by one key at the top)."""
+    rng = np.random.default_rng(46)
+    for n in (16, 256, 4096):
+        z = rng.uniform(-2, 2, size=(1, 1, 1, n)).astype(np.float32)
+        z[..., 0], z[..., 1:] = 2.0, np.clip(z[..., 1:], -2, 2)
+        norm = R.nz.build("softmax", num_heads=1, head_dim=4, beta=1.0)
+        w = np.asarray(norm.normalize(jnp.asarray(z), jnp.ones((1, 1, 1, n), bool))[0])
+        bound = math.exp(4) / (math.exp(4) + n - 1)
+        assert w.max() <= bound * (1 + 1e-5)
+        z_tight = np.full_like(z, -2.0)
+        z_tight[..., 0] = 2.0
+        w_tight = np.asarray(norm.normalize(jnp.asarray(z_tight), jnp.ones((1, 1, 1, n), bool))[0])
+        assert w_tight.max() == pytest.approx(bound, rel=1e-5)
+
+
+@pytest.mark.parametrize("name,opts", [("softmax", {}), ("kl", {"prior": "recency", "slope": 0.3})])
+def test_adaptive_temperature_applies_at_evaluation_or_also_in_training(name, opts):
+    T, S, mask, m = R.make_mask("causal_pad")
+    q, k, v = R.qkv(47, T, S)
+    plain = R.build(name, opts)
+    eval_only = R.build(name, {**opts, "adaptive_temperature": "eval"})
+    always = R.build(name, {**opts, "adaptive_temperature": "train"})
+    assert not plain.mode_dependent and eval_only.mode_dependent and always.mode_dependent
+    w_ref, _, extras = R.REFS[name][0](q, k, m, None, **R.options(name, **opts, adaptive_temperature="eval"))
+    assert extras["adaptive_beta"].max() > 1.2  # some rows were sharpened
+    out_plain = np.asarray(plain(q, k, v, mask)[0])
+    out_adapted = np.einsum("bnts,bsnh->btnh", w_ref, v.astype(np.float64))
+    np.testing.assert_allclose(np.asarray(eval_only(q, k, v, mask, training=True)[0]), out_plain, atol=1e-6)
+    for norm, training in [(eval_only, False), (always, True), (always, False)]:
+        out, stats = norm(q, k, v, mask, training=training, with_stats=True)
+        np.testing.assert_allclose(np.asarray(out), out_adapted, atol=ATOL, rtol=RTOL)
+        np.testing.assert_allclose(np.asarray(stats["adaptive_beta"]), extras["adaptive_beta"], atol=ATOL, rtol=RTOL)
+    assert "adaptive_beta" not in eval_only(q, k, v, mask, training=True, with_stats=True)[1]
+    assert np.abs(out_adapted - out_plain).max() > 1e-2
+
+
+@pytest.mark.parametrize("mode,differs", [("off", False), ("eval", True), ("train", False)])
+def test_the_model_passes_training_to_the_normalizer(mode, differs):
+    """Evaluation (deterministic) and training forwards of one model differ exactly when the temperature
+    adapts at evaluation only (dropout 0, so nothing else differs)."""
+    from cli_helpers import TINY_TASK
+    from test_configs import compose_train
+
+    from attnlab.cli import build
+
+    cfg = compose_train("model=tiny", "task=mqar", f"normalizer.adaptive_temperature={mode}", "normalizer.beta=0.1",
+                        *TINY_TASK["mqar"])
+    task, (net,), _, _ = build(cfg, "softmax_ce")
+    split = task.splits["test"]
+    evaluated = np.asarray(net.body(split.inputs[:8], split.valid[:8])[0])
+    trained = np.asarray(net.body(split.inputs[:8], split.valid[:8], deterministic=False,
+                                  rngs=nnx.Rngs(dropout=0))[0])
+    assert (np.abs(evaluated - trained).max() > 1e-4) == differs
+
+
+def test_adaptive_temperature_gradient_matches_finite_differences_of_the_reference():
+    """Training through it (mode train): d(Σ c·w)/dz, β' differentiated too (no stop-gradient, as in the paper's code)."""
+    T, S, mask, m = R.make_mask("pad")
+    q, k, _ = R.qkv(48, T, S)
+    norm = R.build("softmax", {"adaptive_temperature": "train", "beta": 0.8})
+    z = R.scores(q, k).astype(np.float32)
+    c = np.random.default_rng(49).normal(size=z.shape)
+    m_B1TS = mask.matrix_B1TS(T, S)
+    gz = np.asarray(jax.grad(lambda z: jnp.sum(norm.inner.tempered(z, m_B1TS)[0] * c))(jnp.asarray(z)))
+    for b, n, t in [(0, 0, 2), (1, 2, 5)]:
+        idx = np.flatnonzero(m[b, t])
+
+        def row_loss(r, b=b, n=n, t=t, idx=idx):
+            x = 0.8 * r
+            return float(R.softmax_np(R.adaptive_beta_np(x) * x) @ c[b, n, t, idx])
+
+        assert R.adaptive_beta_np(0.8 * z[b, n, t, idx].astype(np.float64)) > 1  # the polynomial branch
+        np.testing.assert_allclose(gz[b, n, t, idx], finite_difference(row_loss, z[b, n, t, idx]), rtol=1e-3, atol=1e-4)
+        assert (gz[b, n, t, ~m[b, t]] == 0).all()
