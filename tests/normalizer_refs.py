@@ -356,8 +356,7 @@ B, N, H = 2, 3, 5
 # fails the reference tests until REFS has an entry for it).
 VARIANTS = {
     "softmax": {"default": {}, "beta0.7-shared": {"beta": 0.7, "per_head": False},
-                "adaptive-eval": {"adaptive_temperature": "eval"},
-                "adaptive-train-beta2": {"adaptive_temperature": "train", "beta": 2.0, "per_head": False}},
+                "adaptive-eval": {"adaptive_temperature": "eval"}},
     "kl": {"uniform": {}, "recency": {"prior": "recency", "slope": 0.3},
            "learned": {"prior": "learned", "max_distance": 4},
            "recency-adaptive": {"prior": "recency", "slope": 0.3, "adaptive_temperature": "eval"}},
