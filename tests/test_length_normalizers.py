@@ -2,6 +2,7 @@
 away from their initial values against the float64 references, and gradients against finite differences."""
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -330,3 +331,18 @@ def test_stickbreaking_at_length_goes_blockwise_with_statistics_on_sampled_rows(
     m = R.admissible(R.B, T, T, causal=True)
     w = R.ref_stickbreaking(q, k, m, None, **R.options("stickbreaking"))[0][:, :, rows]
     np.testing.assert_allclose(np.asarray(stats["leftover"]), (1 - w.sum(-1)).mean((0, 2)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name,opts,said", [
+    ("ssmax", {"s": float("nan")}, "normalizer.s=nan"), ("ssmax", {"bias": 1}, "normalizer.bias=1"),
+    ("ssmax", {"beta": 0.0}, "normalizer.beta=0.0"),
+    ("softmax", {"adaptive_temperature": True}, "normalizer.adaptive_temperature=True"),
+    ("kl", {"adaptive_temperature": "sometimes"}, "normalizer.adaptive_temperature='sometimes'"),
+    ("stickbreaking", {"attend_current": "yes"}, "normalizer.attend_current='yes'"),
+    ("stickbreaking", {"impl": "cudnn"}, "normalizer.impl='cudnn'"),
+])
+def test_bad_options_are_refused_naming_the_option_and_what_is_allowed(name, opts, said):
+    from attnlab.checks import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"^{re.escape(said)} is invalid; allowed: "):
+        R.nz.build(name, num_heads=2, head_dim=4, **opts)
