@@ -91,9 +91,10 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     import jax
     from flax import nnx
 
-    from attnlab import heads
+    from attnlab import heads, tasks
     from attnlab.accelerator import compute_dtype, matmul_precision
     from attnlab.steps import Net
+    from attnlab.tasks.lengths import check_positions
 
     def node(group):
         return OmegaConf.to_container(cfg[group], resolve=True)
@@ -103,9 +104,11 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     validate(cfg, jax.device_count())
     dtype = compute_dtype(cfg.accelerator.dtype)
     matmul_precision(cfg.accelerator.get("matmul_precision"), dtype)  # refuses a bad value before anything is built
-    task = _construct("task", node("task"))
+    task_node = node("task")
+    task = tasks.with_test_lengths(_construct("task", task_node, read=("test_lengths",)), task_node.get("test_lengths"))
     heads.check_compatible(head_name, task.kind, type(task).__name__)
     model = node("model")
+    check_positions(task, model.get("positional"), model.get("max_len"))
     make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
     causal = task.granularity == "token" if model.get("causal") is None else bool(model["causal"])
     _require(not (task.granularity == "token" and not causal),

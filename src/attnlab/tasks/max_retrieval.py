@@ -21,6 +21,7 @@ class MaxRetrieval(Task):
 
     kind = "classification"
     granularity = "token"
+    length_option = "n_items"  # task.test_lengths sets it
 
     def __init__(
         self,
