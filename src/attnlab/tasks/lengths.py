@@ -8,6 +8,13 @@ from attnlab.checks import ConfigError
 
 # What a length means, per task: the option test_lengths sets (MQAR: the same pairs in a longer context).
 LENGTH_OPTIONS = "mqar and lm (seq_len), icl_regression (n_points), max_retrieval (n_items)"
+LENGTH_PREFIX = "test_len/"  # a length's split: its metrics are test_len/<T>/<metric> (metrics.json, TensorBoard)
+
+
+def split_name(length: int) -> str:
+    return f"{LENGTH_PREFIX}{length}"
+
+
 # Position tables that stop at model.max_len (model.Transformer.embed_inputs).
 TABLE_POSITIONALS = ("learned", "sinusoidal")
 
