@@ -70,6 +70,8 @@ def draw(table: Table, metric: str, lengths: list[int], per_cell: list[dict]):
             ax.fill_between(band, [stats[t].ci_low for t in band], [stats[t].ci_high for t in band],
                             color=line.get_color(), alpha=0.2, linewidth=0)
     ax.set_xscale("log", base=2)
+    ax.set_xticks(lengths, [str(t) for t in lengths])
+    ax.minorticks_off()
     ax.set(title=f"test {metric} against length (mean over seeds, 95% CI band)", xlabel="test length",
            ylabel=f"test {metric}")
     ax.legend(fontsize="small")
