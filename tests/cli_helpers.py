@@ -28,6 +28,7 @@ TINY_TASK = {
                 "task.n_train=200", "task.n_val=40", "task.n_test=40"],
     "digits": [],
     "lm": ["task.seq_len=16", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
+    "max_retrieval": ["task.n_items=7", "task.min_items=3", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
 }
 
 

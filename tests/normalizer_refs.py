@@ -137,10 +137,35 @@ def _beta_N(opts, H, N):
     return np.full(N, beta_of(opts, H))
 
 
+# Veličković et al. 2024 (arXiv 2410.01104), their code: β' = polyval([-0.037, 0.481, -2.3, 4.917, -1.791], H)
+POLY_FIT = (-0.037, 0.481, -2.3, 4.917, -1.791)
+
+
+def adaptive_beta_np(x):
+    """β' of one row of softmax logits: max(poly(H), 1) where H = −Σp log(p + 1e−9) > 0.5, else 1."""
+    p = softmax_np(x)
+    h = -np.sum(p * np.log(p + 1e-9))
+    return max(float(np.polyval(POLY_FIT, h)), 1.0) if h > 0.5 else 1.0
+
+
+def tempered(x, m, extras, adaptive):
+    """(weights, logits, extras) of softmax over the admissible keys of x, with the adaptive temperature
+    unless `adaptive` is off (then β' = 1 and no adaptive_beta is reported)."""
+    if adaptive == "off":
+        return rowwise(lambda r, *_: softmax_np(r), x, m), x, extras
+    B, N, T, _ = x.shape
+    beta = np.ones((B, N, T))
+    for b, n, t in np.ndindex(B, N, T):
+        if m[b, t].any():
+            beta[b, n, t] = adaptive_beta_np(x[b, n, t, m[b, t]])
+    xt = beta[..., None] * x
+    return rowwise(lambda r, *_: softmax_np(r), xt, m), xt, {**extras, "adaptive_beta": row_mean(beta, m)}
+
+
 def ref_softmax(q, k, m, module, **opts):
     N, H = q.shape[2], q.shape[3]
     x = beta_of(opts, H) * scores(q, k)
-    return rowwise(lambda r, *_: softmax_np(r), x, m), x, {"beta": _beta_N(opts, H, N)}
+    return tempered(x, m, {"beta": _beta_N(opts, H, N)}, opts["adaptive_temperature"])
 
 
 def kl_log_prior(m_BTS, N, prior, slope=0.1, table_NK=None, max_distance=512):
@@ -189,6 +214,8 @@ def ref_kl(q, k, m, module, table_NK=None, **opts):
                     kl[b, n, t] = np.sum(np.where(p > 0, p * (np.log(np.where(p > 0, p, 1)) - lu), 0))
                     obj[b, n, t] = p @ z[b, n, t, idx] - kl[b, n, t] / beta
     extras = {"beta": _beta_N(opts, H, N), "kl_prior": row_mean(kl, m), "objective": row_mean(obj, m)}
+    if opts["adaptive_temperature"] != "off":  # the temperature acts on π's logits βz + log u; KL stays π's
+        return tempered(np.where(m[:, None], beta * z + logu, 0.0), m, extras, opts["adaptive_temperature"])
     return w, beta * z, extras
 
 
@@ -267,6 +294,44 @@ def ref_entmax(q, k, m, module, **opts):
     return rowwise(lambda r, *_: entmax_np(r, float(opts["alpha"])), x, m), x, {"beta": _beta_N(opts, H, N)}
 
 
+def ref_ssmax(q, k, m, module, **opts):
+    """softmax((s·log n + b)·βz) over the n admissible keys of each row (Nakanishi 2025), s and b per head."""
+    N, H = q.shape[2], q.shape[3]
+    beta = beta_of(opts, H)
+    s_N = np.broadcast_to(np.asarray(opts["s"], np.float64), (N,))
+    b_N = np.broadcast_to(np.asarray(opts.get("b", 0.0), np.float64), (N,))
+    z = scores(q, k)
+    B, _, T, S = z.shape
+    x, eff = np.zeros_like(z), np.zeros((B, N, T))
+    for b, n, t in np.ndindex(B, N, T):
+        eff[b, n, t] = beta * (s_N[n] * math.log(max(m[b, t].sum(), 1)) + b_N[n])
+        x[b, n, t] = eff[b, n, t] * z[b, n, t]
+    extras = {"s": s_N.copy(), "beta": row_mean(eff, m)}
+    if opts["bias"]:
+        extras["bias"] = b_N.copy()
+    return rowwise(lambda r, *_: softmax_np(r), x, m), x, extras
+
+
+def ref_stickbreaking(q, k, m, module, **opts):
+    """A_ij = σ(x_ij)·∏_{k admissible, j<k} (1 − σ(x_ik)), x = βz, as a plain product over the row's keys
+    (the query's own position left out unless attend_current)."""
+    N, H = q.shape[2], q.shape[3]
+    x = beta_of(opts, H) * scores(q, k)
+    S, T = x.shape[-1], x.shape[-2]
+    sig = lambda r: 1 / (1 + np.exp(-r))  # noqa: E731
+
+    def row(r, b, n, t, idx):
+        keep = np.ones(idx.size, bool) if opts["attend_current"] else idx != t + (S - T)
+        w = np.zeros(idx.size)
+        for a in np.flatnonzero(keep):
+            later = [c for c in np.flatnonzero(keep) if idx[c] > idx[a]]
+            w[a] = sig(r[a]) * np.prod([1 - sig(r[c]) for c in later])
+        return w
+
+    w = rowwise(row, x, m)
+    return w, x, {"beta": _beta_N(opts, H, N), "leftover": row_mean(1 - w.sum(-1), m)}
+
+
 # name -> (reference, how a row with admissible keys sums: "one" | "at_most_one" | "free")
 REFS = {
     "softmax": (ref_softmax, "one"),
@@ -277,6 +342,8 @@ REFS = {
     "squared": (ref_squared, "one"),  # Σf/(Σf + eps) ∈ [1 − eps/min_denominator, 1]
     "linear": (ref_linear, "one"),
     "entmax": (ref_entmax, "one"),
+    "ssmax": (ref_ssmax, "one"),
+    "stickbreaking": (ref_stickbreaking, "at_most_one"),
 }
 
 
@@ -288,9 +355,11 @@ B, N, H = 2, 3, 5
 # Option variants per normalizer; a normalizer missing here runs with its YAML defaults (and
 # fails the reference tests until REFS has an entry for it).
 VARIANTS = {
-    "softmax": {"default": {}, "beta0.7-shared": {"beta": 0.7, "per_head": False}},
+    "softmax": {"default": {}, "beta0.7-shared": {"beta": 0.7, "per_head": False},
+                "adaptive-eval": {"adaptive_temperature": "eval"}},
     "kl": {"uniform": {"prior": "uniform"}, "recency": {"prior": "recency", "slope": 0.3},
-           "learned": {"prior": "learned", "max_distance": 4}},
+           "learned": {"prior": "learned", "max_distance": 4},
+           "recency-adaptive": {"prior": "recency", "slope": 0.3, "adaptive_temperature": "eval"}},
     "softmax1": {"default": {}},
     "sigmoid": {"default": {}, "bias-1.5": {"bias": -1.5}},
     "relu": {"default": {}},
@@ -300,7 +369,12 @@ VARIANTS = {
     # covered by test_linear_attention_forms_agree)
     "linear": {"elu1": {}, "relu": {"feature_map": "relu"}, "favor": {"feature_map": "favor", "num_features": 5}},
     "entmax": {"alpha1.5": {"alpha": 1.5}, "alpha2": {"alpha": 2.0}, "alpha1.3": {"alpha": 1.3}},
+    "ssmax": {"default": {}, "s1.5-bias": {"s": 1.5, "bias": True, "beta": 0.6}},
+    "stickbreaking": {"default": {}, "attend_current-beta1": {"attend_current": True, "beta": 1.0}},
 }
+
+# Normalizers that refuse a bidirectional mask: their reference cases run on the causal mask settings only.
+CAUSAL_ONLY = ("stickbreaking",)
 
 
 def cases():

@@ -24,6 +24,10 @@ CASES = {
     "squared": ("squared", {}),
     "squared_eps0": ("squared", {"eps": 0.0}),
     "squared_offset": ("squared", {"offset": True, "learnable": True}),
+    "ssmax": ("ssmax", {}),
+    "ssmax_bias": ("ssmax", {"bias": True, "s": 0.8}),
+    "stickbreaking": ("stickbreaking", {}),
+    "stickbreaking_current": ("stickbreaking", {"attend_current": True, "beta": 0.9}),
 }
 
 
@@ -76,11 +80,12 @@ SCENARIOS = {
 # normalizers whose code it exercises (the admissible count n of sigmoid/relu under windows, the
 # sum form of squared...); the full matrix is marked slow.
 FAST = {"causal_padded_T_ne_S": [c for c in CASES if c != "kl_uniform"],
-        "causal_window": ["softmax1", "sigmoid", "relu", "kl_recency"],
-        "bidirectional_window_dense": ["softmax", "sigmoid", "squared"],
+        "causal_window": ["softmax1", "sigmoid", "relu", "kl_recency", "ssmax_bias", "stickbreaking_current"],
+        "bidirectional_window_dense": ["softmax", "sigmoid", "squared", "ssmax"],
         "bidirectional": ["kl_learned", "relu", "squared_eps0"]}
+CAUSAL_ONLY = ("stickbreaking", "stickbreaking_current")  # refused under the bidirectional scenarios
 PAIRS = [pytest.param(c, sc, marks=() if c in FAST[sc] else pytest.mark.slow, id=f"{c}-{sc}")
-         for sc in SCENARIOS for c in CASES]
+         for sc in SCENARIOS for c in CASES if c not in CAUSAL_ONLY or sc.startswith("causal")]
 
 
 @pytest.mark.parametrize("case,scenario", PAIRS)

@@ -77,7 +77,7 @@ def test_complete_subclasses_are_accepted():
         def normalize(self, z_BNTS, m_B1TS):
             return super().normalize(2 * z_BNTS, m_B1TS)
 
-    assert Positional.normalize_rows is nz.KL.normalize_rows and Tempered.weights is nz.ScoreNormalizer.weights
+    assert Positional.normalize_rows is nz.KL.normalize_rows and Tempered.weights is nz.Softmax.weights
 
 
 class _Scaled(nz.Softmax):

@@ -10,6 +10,7 @@ from flax import nnx
 import normalizer_refs as R
 from attnlab import normalizers as nz
 from attnlab import registry
+from attnlab.checks import ConfigError
 
 pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
 
@@ -49,6 +50,12 @@ def test_matches_reference(case, kind):
     T, S, mask, m = _mask(kind)
     q, k, v = R.qkv(7, T, S)
     norm = _build(name, opts)
+    if name in R.CAUSAL_ONLY and not mask.causal:
+        with pytest.raises(ConfigError, match="needs causal attention.*allowed: a causal mask"):
+            norm(q, k, v, mask)
+        with pytest.raises(ConfigError, match="needs causal attention"):
+            norm.weights(q, k, mask)
+        return
     w_ref, logits_ref, extras_ref = _reference(name, opts, q, k, m, norm)
     out_ref = np.einsum("bnts,bsnh->btnh", w_ref, v.astype(np.float64))
 
@@ -128,13 +135,18 @@ def test_attend_and_attention_weights_helpers(name):
     q, k, v = R.qkv(9, T, S)
     dense = jnp.asarray(m)
     norm = _build(name, {})
-    out, stats = nz.attend(name, q, k, v, dense)
-    w = nz.attention_weights(name, q, k, dense)
-    mask = nz.Mask(dense_BTS=dense)
+    causal = name in R.CAUSAL_ONLY
+    if causal:  # a bidirectional mask is refused; a causal dense one is taken
+        with pytest.raises(ConfigError, match="needs causal attention"):
+            nz.attend(name, q, k, v, dense)
+        dense = dense & jnp.asarray(R.admissible(R.B, T, S, causal=True))
+    out, stats = nz.attend(name, q, k, v, dense, causal=causal)
+    w = nz.attention_weights(name, q, k, dense, causal=causal)
+    mask = nz.Mask(dense_BTS=dense, causal=causal)
     np.testing.assert_allclose(np.asarray(out), np.asarray(norm(q, k, v, mask)[0]), atol=1e-6)
     np.testing.assert_allclose(np.asarray(w), np.asarray(norm.weights(q, k, mask)), atol=1e-6)
     assert set(nz.CORE_STATS) <= set(stats)
-    assert nz.attend(name, q, k, v, dense, with_stats=False)[1] == {}
+    assert nz.attend(name, q, k, v, dense, causal=causal, with_stats=False)[1] == {}
     # causal=True via the helper equals an explicit causal Mask
     Tc, Sc, _, _ = _mask("causal_cross")
     qc, kc, vc = R.qkv(10, Tc, Sc)

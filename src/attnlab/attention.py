@@ -96,9 +96,11 @@ class MultiHeadAttention(nnx.Module):
         q, k, _ = self.heads(x_BTD, mask)
         return self.normalizer.weights(q, k, mask)
 
-    def __call__(self, x_BTD, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
+    def __call__(self, x_BTD, mask: Mask, *, with_stats=False, score_probe_BNTS=None, training=False):
         B, T, _ = x_BTD.shape
         q, k, v = self.heads(x_BTD, mask)
         kwargs = {} if score_probe_BNTS is None else {"score_probe_BNTS": score_probe_BNTS}
+        if self.normalizer.mode_dependent:
+            kwargs["training"] = training
         o_BNTH, stats = self.normalizer(q, k, v, mask, with_stats=with_stats, **kwargs)
         return self.out(o_BNTH.transpose(0, 2, 1, 3).reshape(B, T, -1)), stats

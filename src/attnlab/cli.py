@@ -92,9 +92,10 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     import jax
     from flax import nnx
 
-    from attnlab import heads
+    from attnlab import heads, tasks
     from attnlab.accelerator import compute_dtype, matmul_precision
     from attnlab.steps import Net
+    from attnlab.tasks.lengths import check_positions
 
     def node(group):
         return OmegaConf.to_container(cfg[group], resolve=True)
@@ -104,13 +105,21 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     validate(cfg, jax.device_count())
     dtype = compute_dtype(cfg.accelerator.dtype)
     matmul_precision(cfg.accelerator.get("matmul_precision"), dtype)  # refuses a bad value before anything is built
-    task = _construct("task", node("task"))
+    task_node = node("task")
+    task = tasks.with_test_lengths(_construct("task", task_node, read=("test_lengths",)), task_node.get("test_lengths"))
     heads.check_compatible(head_name, task.kind, type(task).__name__)
     model = node("model")
+    check_positions(task, model.get("positional"), model.get("max_len"))
     make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
     causal = task.granularity == "token" if model.get("causal") is None else bool(model["causal"])
     _require(not (task.granularity == "token" and not causal),
              "model.causal=false with a per-token task lets each position see its own target; use model.causal=true or model.causal=null")
+    causal_only = sorted({m.func.__name__.lower() for m in make_normalizer if getattr(m.func, "causal_only", False)})
+    setting = "null" if model.get("causal") is None else str(model["causal"]).lower()
+    _require(causal or not causal_only,
+             f"normalizer={','.join(causal_only)} needs causal attention, but task={type(task).__name__} is a "
+             f"per-{task.granularity} task, bidirectional with model.causal={setting}; allowed: a per-token task "
+             f"(e.g. task=mqar, task=lm) with model.causal=null or true")
     head_cfg = node("head") if cfg.get("head") else registry.load("head", head_name)
 
     def make_net(seed: int) -> Net:

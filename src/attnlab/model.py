@@ -80,7 +80,8 @@ class Block(nnx.Module):
         declare("mlp", self.fc1, self.fc2)
 
     def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic, rngs):
-        a_BTD, stats = self.attn(self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS)
+        a_BTD, stats = self.attn(self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS,
+                                 training=not deterministic)
         x_BTD = x_BTD + self.drop(a_BTD, deterministic=deterministic, rngs=rngs)
         h = self.fc2(gelu(self.fc1(self.ln2(x_BTD))))
         return x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs), stats

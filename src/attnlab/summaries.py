@@ -39,6 +39,8 @@ DESCRIPTIONS = {
     "grad_norm/": "gradient norm before clipping (global, per layer, per module group)",
     "opt/lr": "learning rate of the update at this step, read from the optimizer state",
     "train/loss": "training loss of this step's batch",
+    "test_len/": "a final metric on the test split rebuilt at length T (task.test_lengths), every other task option "
+                 "unchanged; attn_* as in training, mean over heads",
 }
 
 

@@ -13,11 +13,13 @@ from .entmax import Entmax, entmax
 from .exponential import KL, ReLU, Sigmoid, Softmax, Softmax1, masked_softmax
 from .linear import Linear
 from .mask import Mask, as_mask
+from .scalable import SSMax
 from .squared import Squared
+from .stickbreaking import StickBreaking
 
 __all__ = [
     "CORE_STATS", "KL", "Entmax", "FixedFeatures", "InverseTemperature", "Linear", "Mask", "Normalizer",
-    "NormalizerParam", "ReLU", "ScoreNormalizer", "Sigmoid", "Softmax", "Softmax1", "Squared",
+    "NormalizerParam", "ReLU", "SSMax", "ScoreNormalizer", "Sigmoid", "Softmax", "Softmax1", "Squared", "StickBreaking",
     "as_mask", "attend", "attention_weights", "build", "core_stats", "entmax", "masked_softmax",
 ]
 

@@ -93,7 +93,13 @@ class Normalizer(nnx.Module):
     `attention_weights` take jax.nn.dot_product_attention's (B,T,N,H) and transpose at that boundary.
     A concrete subclass that leaves a member unimplemented is refused when it is defined
     (contract.check_members); a base class declared `abstract=True` (ScoreNormalizer) is exempt.
+
+    A normalizer whose output differs between training and evaluation (softmax's adaptive
+    temperature) sets `mode_dependent`; attention then passes `training=` (not deterministic) to
+    its `__call__`. `weights` describes it at evaluation.
     """
+
+    mode_dependent = False
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -207,13 +213,13 @@ class ScoreNormalizer(Normalizer, abstract=True):
                 return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats)
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, with_stats, score_probe_BNTS)
 
-    def _dense(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool, score_probe_BNTS):
-        """(out, stats) of the explicit T×S form."""
+    def _dense(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool, score_probe_BNTS, normalize=None):
+        """(out, stats) of the explicit T×S form, by `normalize` (default: self.normalize)."""
         m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
         z_BNTS = self._scores(q_BNTH, k_BNSH)
         if score_probe_BNTS is not None:
             z_BNTS = z_BNTS + score_probe_BNTS
-        att_BNTS, logits_BNTS, extras = self.normalize(z_BNTS, m_B1TS)
+        att_BNTS, logits_BNTS, extras = (normalize or self.normalize)(z_BNTS, m_B1TS)
         out_BNTH = jnp.einsum("bnts,bnsh->bnth", att_BNTS.astype(v_BNSH.dtype), v_BNSH)
         if not with_stats:
             return out_BNTH, {}

@@ -35,6 +35,9 @@ class BlockForm:
     eps: float = 0.0
     sink: bool = False
     divide_by_count: bool = False
+    # Builds the custom-VJP block function itself, make(form, geometry), for a normalizer that is not
+    # g(x)/D (stick-breaking: stickbreaking.py); None: the one below.
+    make: Callable | None = None
 
 
 def admissible_count_B1T(mask: Mask, T: int, S: int) -> jax.Array:
@@ -65,7 +68,7 @@ def attention(form: BlockForm, q_BNTH, k_BNSH, v_BNSH, mask: Mask, block_size: i
     geo = _Geometry(T, S, Q, K, Tp, Sp, Mask(causal=mask.causal, window=mask.window))
     pad_t = ((0, 0), (0, 0), (0, Tp - T), (0, 0))
     pad_s = ((0, 0), (0, 0), (0, Sp - S), (0, 0))
-    fn = _make_attention(form, geo)
+    fn = (form.make or _make_attention)(form, geo)
     dense = None if dense_BTS is None else jnp.pad(dense_BTS, ((0, 0), (0, Tp - T), (0, Sp - S)))
     out_BNTH = fn(form.params, jnp.pad(q_BNTH, pad_t), jnp.pad(k_BNSH, pad_s), jnp.pad(v_BNSH, pad_s),
                   jnp.pad(kv_BS, ((0, 0), (0, Sp - S))), dense, jnp.pad(n_B1T, ((0, 0), (0, 0), (0, Tp - T))))

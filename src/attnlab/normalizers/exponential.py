@@ -27,7 +27,66 @@ def row_mean_N(x_BNT, m_B1TS):
     return jnp.where(ok, x_BNT, 0.0).sum((0, 2)) / jnp.maximum(ok.sum((0, 2)), 1)
 
 
-class Softmax(ScoreNormalizer):
+# Adaptive temperature (Veličković et al. 2024, "softmax is not enough (for sharp out-of-distribution)",
+# arXiv 2410.01104, their reference code): β' = poly(H) of the row's Shannon entropy H (nats), a degree-4
+# fit of the inverse temperature that restores sharpness (coefficients a4 … a0), applied only where
+# H > 0.5 and never below 1 (it only sharpens); no stop-gradient, as in their code.
+ADAPTIVE_MODES = ("off", "eval", "train")
+ADAPTIVE_POLY = (-0.037, 0.481, -2.3, 4.917, -1.791)
+ADAPTIVE_MIN_ENTROPY = 0.5
+
+
+def adaptive_inverse_temperature(logits_BNTS, m_B1TS):
+    """β' (B,N,T,1) of each row from the entropy of softmax(logits) over its admissible keys."""
+    p = masked_softmax(logits_BNTS, m_B1TS)
+    h_BNT1 = -jnp.sum(p * jnp.log(p + 1e-9), -1, keepdims=True)  # the paper's +1e-9 inside the log
+    poly = 0.0
+    for a in ADAPTIVE_POLY:  # Horner
+        poly = poly * h_BNT1 + a
+    return jnp.where(h_BNT1 > ADAPTIVE_MIN_ENTROPY, jnp.maximum(poly, 1.0), 1.0)
+
+
+class AdaptiveTemperature:
+    """`adaptive_temperature`: off | eval (the paper: at inference only) | train (in training too).
+
+    Mixed into a softmax-family normalizer that implements `softmax_logits(z, m)` (what its softmax
+    acts on); where it applies, the weights are softmax(β'·x) with β' from `adaptive_inverse_temperature`,
+    by the dense form (the entropy needs the whole row first), and `adaptive_beta` (the row mean of β')
+    is logged. `weights` describes the normalizer at evaluation.
+    """
+
+    def set_adaptive(self, mode):
+        self.adaptive = checks.choice("normalizer.adaptive_temperature", mode, ADAPTIVE_MODES)
+
+    @property
+    def mode_dependent(self) -> bool:
+        return self.adaptive != "off"
+
+    def adapts(self, training: bool) -> bool:
+        return self.adaptive == "train" or (self.adaptive == "eval" and not training)
+
+    def tempered(self, z_BNTS, m_B1TS):
+        """(weights, logits, extras) with the adaptive temperature applied to every row."""
+        _, _, extras = self.normalize(z_BNTS, m_B1TS)
+        x_BNTS = self.softmax_logits(z_BNTS, m_B1TS)
+        beta_BNT1 = adaptive_inverse_temperature(x_BNTS, m_B1TS)
+        x_BNTS = beta_BNT1 * x_BNTS
+        extras = {**extras, "adaptive_beta": row_mean_N(beta_BNT1[..., 0], m_B1TS)}
+        return masked_softmax(x_BNTS, m_B1TS), x_BNTS, extras
+
+    def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask, *, with_stats=False, score_probe_BNTS=None, training=False):
+        if not self.adapts(training):
+            return super().__call__(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=with_stats,
+                                    score_probe_BNTS=score_probe_BNTS)
+        return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, with_stats, score_probe_BNTS, normalize=self.tempered)
+
+    def weights(self, q_BNTH, k_BNSH, mask):
+        if not self.adapts(False):
+            return super().weights(q_BNTH, k_BNSH, mask)
+        return self.tempered(self._scores(q_BNTH, k_BNSH), mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2]))[0]
+
+
+class Softmax(AdaptiveTemperature, ScoreNormalizer):
     """softmax(β·q·kᵀ) over admissible keys; β = 1/√H by default is standard scaled attention.
 
     Plain steps run `impl` (normalizers/impl.py): cuDNN / XLA flash attention, blockwise, or the
@@ -35,9 +94,13 @@ class Softmax(ScoreNormalizer):
     """
 
     def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, impl="auto",
-                 block_size=512):
+                 block_size=512, adaptive_temperature="off"):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.set_impl(impl, block_size, head_dim)
+        self.set_adaptive(adaptive_temperature)
+
+    def softmax_logits(self, z_BNTS, m_B1TS):
+        return self.beta()[None, :, None, None] * z_BNTS
 
     def capability(self):
         return Capability(fused=True, blockwise=True)
@@ -55,7 +118,7 @@ class Softmax(ScoreNormalizer):
         return masked_softmax(logits_BNTS, m_B1TS), logits_BNTS, {"beta": beta_N}
 
 
-class KL(ScoreNormalizer):
+class KL(AdaptiveTemperature, ScoreNormalizer):
     """π = argmax_π Σπz − (1/β)·KL(π‖u) = softmax(βz + log u) (seed 002).
 
     prior: `recency` (the default, so that kl is an ablation of softmax: log u ∝ −λ_h·|distance|,
@@ -67,13 +130,14 @@ class KL(ScoreNormalizer):
     PRIORS = ("uniform", "recency", "learned")
 
     def __init__(self, *, num_heads, head_dim, rngs, prior="recency", beta=None, learnable=True,
-                 per_head=True, slope=0.1, max_distance=512, impl="auto", block_size=512):
+                 per_head=True, slope=0.1, max_distance=512, impl="auto", block_size=512, adaptive_temperature="off"):
         checks.choice("normalizer.prior", prior, self.PRIORS)
         checks.real("normalizer.slope", slope, 0, 1e6, lo_open=True)
         checks.integer("normalizer.max_distance", max_distance, 1, 2**20)
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.prior, self.max_distance = prior, int(max_distance)
         self.set_impl(impl, block_size, head_dim)
+        self.set_adaptive(adaptive_temperature)
         if prior == "recency":
             self.log_slope = NormalizerParam(jnp.full((num_heads,), jnp.log(slope), jnp.float32))
         if prior == "learned":
@@ -109,6 +173,11 @@ class KL(ScoreNormalizer):
 
     def normalize_rows(self, z_BNRS, m_B1RS, q_pos_R):
         return self.normalize(z_BNRS, m_B1RS, q_pos_R)
+
+    def softmax_logits(self, z_BNTS, m_B1TS):
+        """βz + log u on admissible keys (0 elsewhere): what π's softmax acts on."""
+        bz_BNTS = self.beta()[None, :, None, None] * z_BNTS
+        return jnp.where(m_B1TS, bz_BNTS + self.log_prior(m_B1TS), 0.0)
 
     def log_prior(self, m_B1TS, q_pos_T=None):
         """log u over admissible keys (normalised per row), -inf elsewhere."""

@@ -6,14 +6,15 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Iterable
 
-from attnlab.report import plots
+from attnlab.report import lengths, plots
 from attnlab.report.cells import Table
 from attnlab.report.tables import MAX_COLUMNS, to_latex, to_markdown, write_csv
 
 
 def write_report(table: Table, out_dir, curves: Iterable[str] = ("val/loss", "train/loss"),
                  log_y: Iterable[str] = (), cache: dict | None = None, max_columns: int = MAX_COLUMNS) -> list[Path]:
-    """report.md, report.tex, report.csv and curve_<tag>.png in `out_dir`; returns the files written.
+    """report.md, report.tex, report.csv, curve_<tag>.png (and the length section's files, report.lengths) in
+    `out_dir`; returns the files written.
 
     `curves` are scalar tags (a tag no run logged gets a note); `log_y` holds fnmatch patterns (e.g.
     "grad_norm/*") of the curves drawn on a log y axis; `cache` maps run paths to their read scalars.
@@ -27,7 +28,8 @@ def write_report(table: Table, out_dir, curves: Iterable[str] = ("val/loss", "tr
             images.append(path)
         else:
             notes.append(f"No run logged the scalar {tag}; no curve drawn.")
-    (out / "report.md").write_text(to_markdown(table, images, notes, max_columns))
+    length_lines, length_files = lengths.section(table, out)  # task.test_lengths: nothing without them
+    (out / "report.md").write_text(to_markdown(table, images, notes, max_columns) + "\n".join(length_lines))
     (out / "report.tex").write_text(to_latex(table, max_columns))
     write_csv(table, out / "report.csv")
-    return [out / "report.md", out / "report.tex", out / "report.csv", *images]
+    return [out / "report.md", out / "report.tex", out / "report.csv", *images, *length_files]

@@ -6,14 +6,22 @@ from attnlab import registry
 from attnlab.tasks.base import Split, Task
 from attnlab.tasks.digits import Digits
 from attnlab.tasks.icl_regression import ICLRegression
+from attnlab.tasks.lengths import length_tasks
 from attnlab.tasks.listops import ListOps
 from attnlab.tasks.lm import LanguageModel
+from attnlab.tasks.max_retrieval import MaxRetrieval
 from attnlab.tasks.mqar import MQAR
 
-__all__ = ["Task", "Split", "make", "MQAR", "ListOps", "ICLRegression", "Digits", "LanguageModel"]
+__all__ = ["Task", "Split", "make", "MQAR", "ListOps", "ICLRegression", "Digits", "LanguageModel", "MaxRetrieval"]
 
 
 def make(name: str, **options) -> Task:
     """Build task `name` from configs/task/<name>.yaml, with options overriding its defaults."""
     cls, opts = registry.options("task", name, **options)
-    return cls(**opts)
+    return with_test_lengths(cls(**{k: v for k, v in opts.items() if k != "test_lengths"}), opts.get("test_lengths"))
+
+
+def with_test_lengths(task: Task, test_lengths) -> Task:
+    """The task with `at_lengths`, its rebuilds at each of task.test_lengths (tasks.lengths)."""
+    task.at_lengths = length_tasks(task, test_lengths)
+    return task

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 from typing import Callable
 
 import numpy as np
@@ -102,6 +103,10 @@ class Task:
     splits: dict[str, Split]
     options: dict
     train_data = "device"  # or "host-stream": the training text is memory-mapped and gathered on the host (lm)
+    # task.test_lengths (tasks.lengths): the option a length sets, or None and why the task has none.
+    length_option: str | None = None
+    no_length_reason = "it has no length option"
+    at_lengths: dict = types.MappingProxyType({})  # length -> the task rebuilt at it (tasks.lengths.length_tasks)
 
     def baseline(self, split: str) -> dict[str, float]:
         """Reference scores on a split (chance/majority accuracy, or reference and zero-predictor MSE)."""

@@ -37,6 +37,7 @@ class ICLRegression(Task):
 
     kind = "regression"
     granularity = "token"
+    length_option = "n_points"  # task.test_lengths sets it
 
     def __init__(
         self,

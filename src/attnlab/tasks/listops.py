@@ -77,6 +77,7 @@ class ListOps(Task):
 
     kind = "classification"
     granularity = "sequence"
+    no_length_reason = "its expressions' lengths follow max_depth and max_args, so a longer seq_len only adds padding"
 
     def __init__(
         self,

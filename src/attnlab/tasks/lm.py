@@ -65,6 +65,7 @@ class LanguageModel(Task):
 
     kind = "classification"
     granularity = "token"
+    length_option = "seq_len"  # task.test_lengths sets it
 
     def __init__(self, seq_len: int = 64, path: str | None = None, hf_dataset: str | None = None,
                  hf_config: str | None = None, hf_split: str = "train", hf_column: str = "text",

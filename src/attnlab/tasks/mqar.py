@@ -21,6 +21,7 @@ class MQAR(Task):
 
     kind = "classification"
     granularity = "token"
+    length_option = "seq_len"  # task.test_lengths sets it
 
     def __init__(
         self,

@@ -18,6 +18,7 @@ from attnlab.continuation import make_continuation, prompt_length
 from attnlab.heads.base import total, upcast
 from attnlab.steps import make_maps, over_seeds, scored
 from attnlab.summaries import eval_scalars
+from attnlab.tasks.lengths import LENGTH_PREFIX, split_name
 from attnlab.train.config import LoopConfig
 from attnlab.train.trees import pad_split, prefixed
 
@@ -45,8 +46,15 @@ class Evaluator:
                  for s in ("val", "test")}
         evaluate = make_evaluate(graphdef, head, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds,
                                  scored_k=task.scored_positions())
-        return cls(programs={s: evaluate for s in evals}, maps=make_maps(graphdef, num_seeds=num_seeds), task=task,
-                   evals=evals, baseline={s: task.baseline(s) for s in ("val", "test")},
+        programs, baseline = {s: evaluate for s in evals}, {s: task.baseline(s) for s in ("val", "test")}
+        for length, at in task.at_lengths.items():  # task.test_lengths: one more program per length
+            name, rows = split_name(length), length_batch(cfg.eval_batch_size, task.seq_len, at.seq_len)
+            evals[name] = jax.device_put(pad_split(at.splits["test"], rows), replicated)
+            programs[name] = make_evaluate(graphdef, head, eval_batch_size=rows, num_seeds=num_seeds,
+                                           scored_k=at.scored_positions(), attention_stats=True)
+            baseline[name] = at.baseline("test")
+        return cls(programs=programs, maps=make_maps(graphdef, num_seeds=num_seeds), task=task,
+                   evals=evals, baseline=baseline,
                    probe={k: evals["val"][k][:1] for k in ("inputs", "valid")}, num_seeds=num_seeds,
                    replicated=replicated, fit=_fit,
                    sample=make_continuation(graphdef, seq_len=task.seq_len, num_seeds=num_seeds)
@@ -62,6 +70,11 @@ class Evaluator:
             self, programs=programs, maps=self.maps.lower(*probe).compile(),
             sample=None if self.sample is None else self.sample.lower(*probe).compile(),
             fit=self.fit if sample is None else self.fit.lower(*sample[:3]).compile())
+
+    @property
+    def length_splits(self) -> list[str]:
+        """The test splits at task.test_lengths, in length order (test_len/<T>)."""
+        return [s for s in self.evals if s.startswith(LENGTH_PREFIX)]
 
     def _mse(self, split: str):
         mse = self.baseline[split].get("mse")
@@ -95,8 +108,15 @@ def _untimed(name: str, message: str | None = None):
     return contextlib.nullcontext()
 
 
+def length_batch(eval_batch_size: int, train_len: int, length: int) -> int:
+    """Rows per eval batch at a test length: beyond the training length, as many as keep a batch's attention
+    matrices (rows × length², materialised for the statistics) the size of the training length's."""
+    return eval_batch_size if length <= train_len else max(1, eval_batch_size * train_len**2 // length**2)
+
+
 def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
-                  max_positions: int = calibration.CALIBRATION_POSITIONS, scored_k: int | None = None):
+                  max_positions: int = calibration.CALIBRATION_POSITIONS, scored_k: int | None = None,
+                  attention_stats: bool = False):
     """Jitted (params, rest, split, baseline_mse, temperature) -> (metrics, calibration sample or None), over seeds.
 
     One lax.scan over the split's eval batches carries the head's metric sums (Head.metric_sums) and,
@@ -104,6 +124,8 @@ def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
     logits in split order (calibration.calibration_sample of the whole split, without keeping its
     outputs): no per-batch host round-trip, and no (N, T, C) array of the whole split. A classification
     head's sums also hold those of softmax(logits / temperature) (the *_ts metrics).
+    `attention_stats` adds each layer's attention entropy and max weight (normalizers.core_stats, mean over
+    heads) as attn_entropy/layer_i and attn_max_weight/layer_i: per-batch means weighted by real examples.
     """
     classify = head.kind == "classification"
 
@@ -113,7 +135,7 @@ def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
         n = min(max_positions, split["weights"].size)
 
         def batch(carry, b):
-            sums, (outs, y, w) = _one_batch(net, b, temperature, scored_k)
+            sums, (outs, y, w) = _one_batch(net, b, temperature, scored_k, attention_stats)
             carry = {**carry, "sums": jax.tree.map(jnp.add, carry["sums"], sums)}
             if classify:  # append this batch's weighted positions after those already kept; the rest drop
                 z, y, wk, count = calibration.calibration_sample(net.head.logits(outs), y, w, n)
@@ -123,7 +145,8 @@ def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
                 carry["count"] = jnp.minimum(carry["count"] + count, n)
             return carry, None
 
-        sums, (outs, _, _) = jax.eval_shape(functools.partial(_one_batch, net, t=temperature, k=scored_k),
+        sums, (outs, _, _) = jax.eval_shape(functools.partial(_one_batch, net, t=temperature, k=scored_k,
+                                                              attention_stats=attention_stats),
                                             jax.tree.map(lambda a: a[0], chunks))
         carry = {"sums": jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), sums)}
         if classify:
@@ -133,19 +156,33 @@ def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
             carry.update(count=jnp.int32(0), sample=buffers)
         carry, _ = jax.lax.scan(batch, carry, chunks)
         sums = dict(carry["sums"])
+        attn = _attention_means(sums.pop("attn")) if attention_stats else {}
         w = jnp.maximum(sums["weight"], 1)
         ts = {"ece_ts": jnp.abs(sums.pop("ece_gap_ts")).sum() / w, "nll_ts": sums.pop("nll_ts") / w,
               "accuracy_ts": sums.pop("accuracy_ts") / w} if classify else {}
-        metrics = {"loss": sums.pop("loss") / w, **net.head.metrics_from_sums(sums, baseline_mse=baseline_mse), **ts}
+        metrics = {"loss": sums.pop("loss") / w, **net.head.metrics_from_sums(sums, baseline_mse=baseline_mse), **ts,
+                   **attn}
         return metrics, ((*carry["sample"], carry["count"]) if classify else None)
 
     return jax.jit(over_seeds(evaluate, num_seeds, (0, 0, None, None, 0)))
 
 
-def _one_batch(net, b, t, k):
+ATTENTION_STATS = ("entropy", "max_weight")  # per test length (make_evaluate's attention_stats)
+
+
+def _attention_means(attn: dict) -> dict:
+    """{attn_<stat>/layer_i: mean over heads} from the example-weighted (L, N) sums and the example count."""
+    examples = jnp.maximum(attn["examples"], 1)
+    return {f"attn_{stat}/layer_{i}": attn[stat][i].mean() / examples
+            for stat in ATTENTION_STATS for i in range(attn[stat].shape[0])}
+
+
+def _one_batch(net, b, t, k, attention_stats=False):
     """One eval batch's metric sums (the loss's, and at temperature t the *_ts ones) and the head outputs,
-    targets and weights they came from (at the k scored positions per example: steps.scored)."""
-    outs, y, w = scored(net.body(b["inputs"], b["valid"])[0], b, k)
+    targets and weights they came from (at the k scored positions per example: steps.scored);
+    with `attention_stats`, sums["attn"] holds the layers' statistics times the batch's real examples."""
+    feats, stats = net.body(b["inputs"], b["valid"], with_stats=attention_stats)
+    outs, y, w = scored(feats, b, k)
     outs = net.head(outs)
     sums = net.head.metric_sums(outs, y, w)
     w_up = upcast(w)
@@ -156,6 +193,9 @@ def _one_batch(net, b, t, k):
         sums.update(nll_ts=total(calibration.nll(z, y_c, w_up), w_up),
                     accuracy_ts=total(calibration.accuracy(z, y_c, w_up), w_up),
                     ece_gap_ts=calibration.ece_gaps(jax.nn.softmax(z, axis=-1), y_c, w_up, net.head.ece_bins))
+    if attention_stats:
+        examples = b["valid"].any(1).sum().astype(jnp.float32)  # padding rows (pad_split) have no valid token
+        sums["attn"] = {**{s: stats[s] * examples for s in ATTENTION_STATS}, "examples": examples}
     return sums, (outs, y, w)
 
 
@@ -207,7 +247,7 @@ def final_metrics(evaluator: Evaluator, params, rest, head, phases=None) -> list
 
     def announce(split):
         hit = evaluator.last.get(split)
-        fresh = hit is None or hit[0] is not params or split == "test"
+        fresh = hit is None or hit[0] is not params or split == "test" or split.startswith(LENGTH_PREFIX)
         return f"  {split} split ({evaluator.evals[split]['targets'].shape[0]} examples, padded)" if fresh else None
 
     with phase("final_metrics", announce("val")):
@@ -219,6 +259,11 @@ def final_metrics(evaluator: Evaluator, params, rest, head, phases=None) -> list
     with phase("final_metrics", announce("test")):
         tests, _ = evaluator.run(params, rest, "test", temperature)
     out = [{**prefixed("val", v), **prefixed("test", t)} for v, t in zip(vals, tests)]
+    for split in evaluator.length_splits:  # task.test_lengths, at the test split's temperature
+        with phase("final_metrics", announce(split)):
+            at_length, _ = evaluator.run(params, rest, split, temperature)
+        for record, metrics in zip(out, at_length):
+            record.update(prefixed(split, metrics))
     if classify:
         t_S, count_S = jax.device_get((temperature, sample[3]))
         for i in range(evaluator.num_seeds):

@@ -10,6 +10,7 @@ import numpy as np
 from attnlab.host_stream import HostStream
 from attnlab.steps import sample_batch, step_key
 from attnlab.summaries import eval_scalars
+from attnlab.tasks.lengths import LENGTH_PREFIX
 from attnlab.tb_hparams import metric_list
 from attnlab.train.config import LoopConfig
 from attnlab.train.stopping import divergence
@@ -34,7 +35,8 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
     for i, summaries in enumerate(logs.summaries):
         status, error, diverged, diagnosis = loop.status, loop.error, None, None
         reason = divergence(cfg, int(nonfinite[i]))
-        bad_final = sorted(k for k, v in finals[i].items() if not np.isfinite(v))
+        # A length never trained on (task.test_lengths) may overflow without the training having diverged.
+        bad_final = sorted(k for k, v in finals[i].items() if not np.isfinite(v) and not k.startswith(LENGTH_PREFIX))
         if reason is None and bad_final and status == "completed":
             reason = f"non-finite final metric(s) {', '.join(bad_final)}"
             first_bad[i] = first_bad[i] if nonfinite[i] else steps_done
@@ -49,7 +51,7 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
         if status == "completed":
             tests = {k.split("/", 1)[1]: v for k, v in finals[i].items() if k.startswith("test/")}
             summaries.scalars(steps_done, {**eval_scalars("test", tests, logs.loss_is_nll),
-                                           **prefixed("baseline_test", baseline["test"])})
+                                           **prefixed("baseline_test", baseline["test"]), **length_scalars(finals[i])})
         if hparams is not None and status != "interrupted":  # a resumed run writes them when it ends
             logged = {*finals[i], "train/nonfinite_steps"}
             # status as a column too: TensorBoard's session status has no "diverged" (only success/failure).
@@ -60,7 +62,9 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
         records.append({
             "status": status, "error": error, "diverged": diverged, "final": finals[i],
             "best": {**best, **best_finals[i]} if "step" in best else {},
-            "baseline": {**prefixed("baseline", baseline["test"]), **prefixed("baseline_val", baseline["val"])},
+            "baseline": {**prefixed("baseline", baseline["test"]), **prefixed("baseline_val", baseline["val"]),
+                         **{k: v for s, b in baseline.items() if s.startswith(LENGTH_PREFIX)
+                            for k, v in prefixed(f"baseline_{s}", b).items()}},
             "steps": steps_done, "resumed_from": loop.start or None, "nonfinite_steps": int(nonfinite[i]),
             "wall_time_s": timing["wall_time_s"], "compile_time_s": timing["compile_time_s"],
             "steps_per_sec": timing["steps_per_sec"], "vmapped_seeds": len(logs.summaries),
@@ -68,6 +72,11 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
             **({"diagnosis": diagnosis} if diagnosis else {}),
         })
     return records
+
+
+def length_scalars(final: dict) -> dict[str, float]:
+    """The test_len/<T>/<metric> entries of a final record (task.test_lengths)."""
+    return {k: v for k, v in final.items() if k.startswith(LENGTH_PREFIX)}
 
 
 def diagnose(state, data, batch_size: int, last_scalars: dict) -> dict:

@@ -1,0 +1,65 @@
+"""Scalable-Softmax (Nakanishi 2025, "Scalable-Softmax Is Superior for Attention", arXiv 2501.19399).
+
+softmax(s·log n·x) over the n admissible keys of a row, x = βz the scaled scores as for softmax: the
+base of the exponential grows with n (n^{s·x}), so a row's largest weight need not fade as n grows
+(softmax's does: a row of −2s with one +3 keeps 0.94 at n = 10, 0.13 at n = 1000).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax.numpy as jnp
+
+from attnlab import checks
+
+from .base import FixedFeatures, NormalizerParam, ScoreNormalizer
+from .blockwise import BlockForm
+from .exponential import masked_softmax, row_mean_N
+
+
+class SSMax(ScoreNormalizer):
+    """softmax((s_h·log n + b_h)·βz) over admissible keys; s_h learnable per head, b_h (option `bias`) too.
+
+    n is the admissible-key count of the row (causal rows: their position + 1, less padding). The
+    paper's bias form (its Eq. with (s·log n + b)) adds b_h, initialised at 0. Statistics: `s` per head,
+    and `beta` the row mean of the effective inverse temperature β(s log n + b), comparable to softmax's β.
+    """
+
+    def __init__(self, *, num_heads, head_dim, rngs, s=0.43, learnable=True, bias=False, beta=None,
+                 impl="auto", block_size=512):
+        s = checks.real("normalizer.s", s, -1e6, 1e6)
+        checks.boolean("normalizer.learnable", learnable)
+        self.scale = 1.0 / math.sqrt(head_dim) if beta is None else checks.real("normalizer.beta", beta, 0, 1e6,
+                                                                                lo_open=True)
+        self.has_bias = checks.boolean("normalizer.bias", bias)
+        s_N = jnp.full((num_heads,), s, jnp.float32)
+        self.s = NormalizerParam(s_N) if learnable else FixedFeatures(s_N)
+        if self.has_bias:
+            self.b = NormalizerParam(jnp.zeros((num_heads,), jnp.float32))
+        self.set_impl(impl, block_size, head_dim)
+
+    def params(self) -> dict:
+        """s_N and b_N (zeros without `bias`): what the blockwise form differentiates."""
+        s_N = self.s[...]
+        return {"s": s_N, "b": self.b[...] if self.has_bias else jnp.zeros_like(s_N)}
+
+    def inverse_temperature(self, p, n_B1T1):
+        """β(s log n + b), (B,N,T,1): the factor on z of each row."""
+        log_n = jnp.log(jnp.maximum(n_B1T1, 1.0))
+        return self.scale * (p["s"][None, :, None, None] * log_n + p["b"][None, :, None, None])
+
+    def block_form(self):
+        def logits(p, z, q_pos, k_pos, n):
+            return self.inverse_temperature(p, n) * z
+
+        return BlockForm("exp", self.params(), logits)
+
+    def normalize(self, z_BNTS, m_B1TS):
+        p = self.params()
+        beta_BNT1 = self.inverse_temperature(p, m_B1TS.sum(-1, keepdims=True).astype(jnp.float32))
+        logits_BNTS = beta_BNT1 * z_BNTS
+        extras = {"s": p["s"], "beta": row_mean_N(beta_BNT1[..., 0], m_B1TS)}
+        if self.has_bias:
+            extras["bias"] = p["b"]
+        return masked_softmax(logits_BNTS, m_B1TS), logits_BNTS, extras
