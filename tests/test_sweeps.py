@@ -79,7 +79,8 @@ def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothin
     if launcher != "submitit":  # (submitit's jobs print their lines to .submitit/<job>/*.err)
         for job in jobs:  # printed by the process that ran the job, its headline metric read back from its record
             acc = metrics(sweep / job)["final"]["test/accuracy"]
-            assert re.search(rf"^job {re.escape(job)}: completed  test/accuracy {acc:.4f}  \d+\.\ds$", proc.stderr, re.M)
+            line = rf"^job {re.escape(job)}: completed  test/accuracy {acc:.4f}  \d+\.\ds$"
+            assert re.search(line, proc.stderr, re.M)
         assert [p for p in sweep.rglob("*") if p.is_file() and p.stat().st_size == 0] == []  # no empty cli.log
     assert proc.stderr.rstrip().splitlines()[-4:] == [
         "next:", f"  attnlab-report {printed}", f"  tensorboard --logdir {printed} --host 127.0.0.1",

@@ -125,7 +125,7 @@ def put(tree, sharding):
         return jax.device_put(tree, sharding)
 
     def place(x):
-        if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):  # typed keys (nnx Rngs): as their data
+        if jax.dtypes.issubdtype(getattr(x, "dtype", None), jax.dtypes.prng_key):  # nnx Rngs' typed keys: their data
             return jax.random.wrap_key_data(place(jax.random.key_data(x)), impl=jax.random.key_impl(x))
         host = np.asarray(x)
         return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
