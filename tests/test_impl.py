@@ -221,3 +221,21 @@ def test_vmapped_seeds_lower_to_cudnn_attention_for_cuda():
         jax.export.DisabledSafetyCheck.custom_call("ALL")])(q, k, v, jnp.ones((2, 3), F32))
     calls = re.findall(r"__cudnn\$fmha\w+", exported.mlir_module())
     assert sorted(set(calls)) == ["__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"], calls
+
+
+def test_statistics_at_length_keep_the_fused_output_and_the_sampled_row_statistics():
+    """A logging step at length on the fused path: the output is the plain step's (XLA here, cuDNN's flash
+    kernel on a GPU; not blockwise loops) and the statistics are those of the sampled rows, as blockwise."""
+    rng = np.random.default_rng(4)
+    q, k, v = (jnp.asarray(rng.normal(size=(1, 3, LONG, 8)), jnp.float32) for _ in range(3))
+    mask = Mask(causal=True)
+    fused, block = (nz.build("softmax", num_heads=3, head_dim=8, impl=i) for i in ("xla", "blockwise"))
+    assert fused.implementation(LONG, LONG, mask, F32) == "xla"
+    out, stats = jax.jit(lambda q, k, v: fused(q, k, v, mask, with_stats=True))(q, k, v)
+    plain, _ = jax.jit(lambda q, k, v: fused(q, k, v, mask))(q, k, v)
+    np.testing.assert_array_equal(out, plain)
+    out_b, stats_b = jax.jit(lambda q, k, v: block(q, k, v, mask, with_stats=True))(q, k, v)
+    np.testing.assert_allclose(out, out_b, atol=1e-5)
+    assert set(stats) == set(stats_b)
+    for name in stats:
+        np.testing.assert_array_equal(stats[name], stats_b[name], err_msg=name)
