@@ -168,3 +168,74 @@ def test_xla_path_in_bfloat16_keeps_beta_gradient_close_to_float32():
     np.testing.assert_allclose(np.asarray(out16, np.float32), out32, atol=5e-2)
     beta16, beta32 = (np.asarray(jax.tree.leaves(g[0])[0], np.float32) for g in (g16, g32))
     np.testing.assert_allclose(beta16, beta32, rtol=5e-2, atol=5e-2)
+
+
+def seeds_out_and_grads(impl_, q_VBNTH, k_VBNSH, v_VBNSH, beta_VN, mask, mask_axis):
+    """vmap over a leading seed axis of (out, d/dq, d/dk, d/dv, dβ) of sum(out · cos) through fused_attention."""
+    from attnlab.normalizers.fused import fused_attention
+
+    ct = jnp.cos(jnp.arange(q_VBNTH[0].size, dtype=jnp.float32).reshape(q_VBNTH[0].shape))
+
+    def loss(q, k, v, beta, mask):
+        out = fused_attention(q, k, v, mask, beta, impl_)
+        return jnp.sum(out.astype(jnp.float32) * ct), out
+
+    grad = jax.value_and_grad(loss, (0, 1, 2, 3), has_aux=True)
+    return jax.jit(jax.vmap(grad, in_axes=(0, 0, 0, 0, mask_axis)))(q_VBNTH, k_VBNSH, v_VBNSH, beta_VN, mask)
+
+
+@pytest.mark.parametrize("scenario", ["causal_padded", "causal_window"])
+@pytest.mark.parametrize("per_seed_mask", [False, True])
+def test_vmapped_seeds_of_the_fused_path_equal_each_seed_alone(scenario, per_seed_mask):
+    """trainer.vmap_seeds: two seeds' queries, keys, values and β vmapped over key lengths shared by the seeds
+    (the lm stream's all-valid batch) or one set per seed give each seed's output and gradients alone, up to
+    float32 rounding (XLA's CPU dot with a seed batch axis sums in another order); a seed attending with
+    the other seed's lengths would differ by O(1)."""
+    T, S, lengths, causal, window = SCENARIOS[scenario]
+    rng = np.random.default_rng(11)
+    q, k, v = (jnp.asarray(rng.normal(size=(2, 3, 3, T, 8)), jnp.float32) for _ in range(3))
+    beta_VN = jnp.asarray([[0.3, 0.5, 0.9], [1.1, 0.7, 0.2]], jnp.float32)
+    masks = [lengths_mask(lengths, S, causal=causal, window=window),
+             lengths_mask(lengths[::-1], S, causal=causal, window=window)]
+    mask = jax.tree.map(lambda *m: jnp.stack(m), *masks) if per_seed_mask else masks[0]
+    (_, out), grads = seeds_out_and_grads("xla", q, k, v, beta_VN, mask, 0 if per_seed_mask else None)
+    for seed in range(2):
+        one = jax.tree.map(lambda x: x[seed:seed + 1], (q, k, v, beta_VN))
+        (_, out1), grads1 = seeds_out_and_grads("xla", *one, masks[seed if per_seed_mask else 0], None)
+        np.testing.assert_allclose(out[seed], out1[0], rtol=1e-5, atol=1e-6)
+        for a, b in zip(grads, grads1):
+            np.testing.assert_allclose(a[seed], b[0], rtol=1e-5, atol=1e-5)
+    assert not np.array_equal(out[0], out[1])  # the seeds differ
+
+
+@pytest.mark.gpu_program
+def test_vmapped_seeds_lower_to_cudnn_attention_for_cuda():
+    """Seeds vmapped over shared key lengths (jax 0.10's cuDNN batching rule once failed: "cannot reshape")
+    lower for CUDA, deviceless, to cuDNN flash attention forward and backward, per-seed lengths as operands."""
+    pytest.importorskip("jax_cuda12_plugin", reason="needs the CUDA plugin (make test-gpu-program)")
+    T, S, lengths, causal, window = SCENARIOS["causal_padded"]
+    q, k, v = (jnp.ones((2, 3, 3, 16, 64), BF16) for _ in range(3))
+    mask = lengths_mask(lengths, 16, causal=True)
+    fn = jax.jit(lambda *a: seeds_out_and_grads("cudnn", *a, mask, None))
+    exported = jax.export.export(fn, platforms=["cuda"], disabled_checks=[
+        jax.export.DisabledSafetyCheck.custom_call("ALL")])(q, k, v, jnp.ones((2, 3), F32))
+    calls = re.findall(r"__cudnn\$fmha\w+", exported.mlir_module())
+    assert sorted(set(calls)) == ["__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"], calls
+
+
+def test_statistics_at_length_keep_the_fused_output_and_the_sampled_row_statistics():
+    """A logging step at length on the fused path: the output is the plain step's (XLA here, cuDNN's flash
+    kernel on a GPU; not blockwise loops) and the statistics are those of the sampled rows, as blockwise."""
+    rng = np.random.default_rng(4)
+    q, k, v = (jnp.asarray(rng.normal(size=(1, 3, LONG, 8)), jnp.float32) for _ in range(3))
+    mask = Mask(causal=True)
+    fused, block = (nz.build("softmax", num_heads=3, head_dim=8, impl=i) for i in ("xla", "blockwise"))
+    assert fused.implementation(LONG, LONG, mask, F32) == "xla"
+    out, stats = jax.jit(lambda q, k, v: fused(q, k, v, mask, with_stats=True))(q, k, v)
+    plain, _ = jax.jit(lambda q, k, v: fused(q, k, v, mask))(q, k, v)
+    np.testing.assert_array_equal(out, plain)
+    out_b, stats_b = jax.jit(lambda q, k, v: block(q, k, v, mask, with_stats=True))(q, k, v)
+    np.testing.assert_allclose(out, out_b, atol=1e-5)
+    assert set(stats) == set(stats_b)
+    for name in stats:
+        np.testing.assert_array_equal(stats[name], stats_b[name], err_msg=name)

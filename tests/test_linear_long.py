@@ -113,3 +113,54 @@ def test_chunked_training_step_builds_no_T_by_S_array():
     txs = B * N * T * T * 4
     assert peak(_linear()) < txs / 4  # the statistics rows: a few B×N×128×T arrays
     assert peak(_linear(impl="parallel")) > txs
+
+
+def _chunked_out_and_grads(q, k, v, valid, **opts):
+    norm = _linear(chunk_size=16, **opts)
+    mask = nz.Mask(key_valid_BS=valid, causal=True, right_padded=True)
+
+    def loss(q, k, v):
+        out = norm(q, k, v, mask)[0]
+        return jnp.sum(out.astype(jnp.float32) * jnp.cos(jnp.arange(out.size).reshape(out.shape))), out
+
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))(q, k, v)
+    return out, grads
+
+
+def test_chunked_in_bfloat16_tracks_the_float32_forms_forward_and_backward():
+    """bfloat16 compute: the chunk matmuls take bfloat16 operands with float32 accumulation; output and
+    gradients stay within bfloat16 rounding of the float32 parallel form on the same (rounded) inputs."""
+    T = 77
+    q, k, v = (x.astype(jnp.bfloat16) for x in _qkv(5, T))
+    valid = jnp.arange(T)[None] < jnp.array([T, T - 9])[:, None]
+    out16, g16 = _chunked_out_and_grads(q, k, v, valid)
+    out32, g32 = _chunked_out_and_grads(*(x.astype(jnp.float32) for x in (q, k, v)), valid, impl="parallel")
+    assert out16.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(out16, np.float32), out32, atol=3e-2, rtol=3e-2)
+    for a, b in zip(g16, g32):
+        scale = np.abs(np.asarray(b)).max()
+        np.testing.assert_allclose(np.asarray(a, np.float32), b, atol=3e-2 * scale)
+
+
+def test_chunked_matmuls_are_tensor_core_shaped():
+    """In bfloat16 the four chunk matmuls (φ(K)ᵀV, the intra-chunk weights, weights·V, φ(Q)·state) take
+    bfloat16 operands, and no array carries H + 1 columns (a ones column on v for the denominator)."""
+    T = 64
+    q, k, v = (x.astype(jnp.bfloat16) for x in _qkv(6, T))
+    norm = _linear(chunk_size=16)
+    mask = nz.Mask(causal=True)
+    assert norm.implementation(T, T, mask) == "chunked"
+    jaxpr = jax.make_jaxpr(lambda q, k, v: norm(q, k, v, mask)[0])(q, k, v)
+
+    def eqns(jaxpr):
+        for eqn in jaxpr.eqns:
+            yield eqn
+            for sub in jax.core.jaxprs_in_params(eqn.params):
+                yield from eqns(sub)
+
+    dots = [e for e in eqns(jaxpr.jaxpr) if e.primitive.name == "dot_general"]
+    bf16_dots = [e for e in dots if all(x.aval.dtype == jnp.bfloat16 for x in e.invars)]
+    assert len(bf16_dots) == 4, [[x.aval for x in e.invars] for e in dots]
+    assert all(e.params["preferred_element_type"] in (jnp.float32, jnp.bfloat16) for e in bf16_dots)
+    shapes = [v.aval.shape for e in eqns(jaxpr.jaxpr) for v in e.outvars if hasattr(v.aval, "shape")]
+    assert not any(s and s[-1] == H + 1 for s in shapes)

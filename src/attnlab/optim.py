@@ -23,6 +23,20 @@ def decay_mask(params: nnx.State):
     return jax.tree.unflatten(jax.tree.structure(params), flags)
 
 
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArgs:
+    """optax.clip_by_global_norm (the same state and arithmetic) that takes the norm as `grad_norm=` when
+    the step has computed it already: a second reduction of every gradient leaf is a kernel per leaf on a GPU."""
+
+    def update(updates, state, params=None, *, grad_norm=None, **extra_args):
+        del params, extra_args
+        g_norm = optax.tree.norm(updates) if grad_norm is None else grad_norm
+        trigger = g_norm < max_norm
+        return jax.tree.map(lambda t: jax.lax.select(trigger, t, (t / g_norm.astype(t.dtype)) * max_norm),
+                            updates), state
+
+    return optax.GradientTransformationExtraArgs(lambda params: optax.ClipByGlobalNormState(), update)
+
+
 def schedule(lr: float, warmup_steps: int, total_steps: int, final_fraction: float = 0.1):
     """Linear warmup to lr, then cosine decay to final_fraction·lr."""
     return optax.warmup_cosine_decay_schedule(
@@ -50,7 +64,7 @@ def make_optimizer(params: nnx.State, *, lr: float, warmup_steps: int, total_ste
     # opt/lr is the one applied (current_lr), not a schedule rebuilt elsewhere.
     adamw = optax.inject_hyperparams(optax.adamw, static_args=("b1", "b2", "weight_decay", "mask"))
     return optax.chain(
-        optax.clip_by_global_norm(clip_norm),
+        clip_by_global_norm(clip_norm),
         adamw(learning_rate=schedule(lr, warmup_steps, total_steps, final_fraction), b1=b1, b2=b2,
               weight_decay=weight_decay, mask=decay_mask(params)),
     )

@@ -7,6 +7,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -26,15 +27,44 @@ class Net(nnx.Module):
 
 
 def grad_norms(grads, groups, layers, num_layers) -> dict[str, jax.Array]:
-    """Global, per-layer, per-group and β gradient norms from one pass over the leaves."""
-    sq = [jnp.sum(jnp.square(g.astype(jnp.float32))) for g in jax.tree.leaves(grads)]
-    out = {"global": jnp.sqrt(sum(sq))}
-    for name in GROUPS:
-        out[f"group/{name}"] = jnp.sqrt(sum((s for s, g in zip(sq, groups) if g.endswith(name)), jnp.zeros(())))
-    out["beta"] = jnp.sqrt(sum((s for s, g in zip(sq, groups) if g.startswith("beta:")), jnp.zeros(())))
-    out["layer"] = jnp.stack([jnp.sqrt(sum((s for s, l in zip(sq, layers) if l == i), jnp.zeros(())))
-                              for i in range(num_layers)])
+    """Global, per-layer, per-group and β gradient norms from one reduction over every leaf."""
+    sq_leaf = leaf_sums(jax.tree.leaves(grads), lambda g: jnp.square(g.astype(jnp.float32)))
+    parts = {"global": [True] * len(groups)}
+    parts.update({f"group/{name}": [g.endswith(name) for g in groups] for name in GROUPS})
+    parts["beta"] = [g.startswith("beta:") for g in groups]
+    parts.update({f"layer/{i}": [l == i for l in layers] for i in range(num_layers)})
+    # One masked row sum for every norm: a (norms, leaves) selection, not a reduction per norm.
+    norm_K = jnp.sqrt(jnp.where(np.array(list(parts.values())), sq_leaf[None, :], 0.0).sum(-1))
+    out = {name: norm_K[k] for k, name in enumerate(parts) if not name.startswith("layer/")}
+    out["layer"] = norm_K[len(parts) - num_layers:]
     return out
+
+
+# Leaves are summed as rows of this many elements: wide enough for a GPU row reduction, small enough
+# that padding the many small leaves (biases, scales, β) costs nothing.
+SUM_ROW = 1024
+
+
+def leaf_sums(leaves, fn) -> jax.Array:
+    """(leaves,) Σ fn(leaf) of each leaf, by one row reduction over all of them and one sorted segment sum.
+
+    A reduction per leaf is a kernel per leaf on a GPU; here every leaf is ravelled into zero-padded
+    rows of SUM_ROW (fn(0) must be 0), the rows are concatenated and summed, and the row sums are added
+    up by leaf.
+    """
+    rows, leaf_of_row = [], []
+    for i, leaf in enumerate(leaves):
+        flat = fn(leaf).ravel()
+        n_rows = -(-flat.size // SUM_ROW)
+        rows.append(jnp.pad(flat, (0, n_rows * SUM_ROW - flat.size)).reshape(n_rows, SUM_ROW))
+        leaf_of_row += [i] * n_rows
+    row_sums = jnp.concatenate(rows).sum(-1)
+    return jax.ops.segment_sum(row_sums, np.array(leaf_of_row), num_segments=len(leaves), indices_are_sorted=True)
+
+
+def all_finite(leaves) -> jax.Array:
+    """Whether every element of every leaf is finite: one reduction over their concatenation."""
+    return jnp.all(jnp.isfinite(jnp.concatenate([leaf.ravel() for leaf in leaves])))
 
 
 def probes_per_layer(net: Net) -> list[bool]:
@@ -141,6 +171,7 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
     seeds (data_axis None) or, from the host stream, one batch of windows per seed (data_axis 0).
     """
     sample = batch_sampler(batch_size, batch_sharding)
+    tx = optax.with_extra_args_support(tx)  # any optax transformation; attnlab's clip reads grad_norm=
 
     def step(state, data):
         key = step_key(state)
@@ -148,20 +179,25 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
         loss_fn = loss_of_batch(graphdef, state, batch, key, with_stats=False, scored_k=scored_k)
         (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"], None)
         norms = grad_norms(grads, groups, layers, num_layers)
-        updates, opt_state = tx.update(grads, state["opt_state"], state["params"])
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"], grad_norm=norms["global"])
         params = optax.apply_updates(state["params"], updates)
         # A non-finite step leaves parameters and optimizer state untouched and is counted; the
         # host reads the count on logging steps (no per-step sync) and applies the policy. The updated
         # parameters are checked too: a finite gradient times a huge learning rate can overflow them.
-        params_ok = jnp.all(jnp.stack([jnp.all(jnp.isfinite(p)) for p in jax.tree.leaves(params)]))
-        ok = jnp.isfinite(loss) & jnp.isfinite(norms["global"]) & params_ok
+        # They are checked on a second evaluation of the update, behind an optimization barrier so XLA
+        # keeps it apart: the kept update then fuses with the keep/revert select, one kernel per leaf
+        # writing parameters and moments, as an unguarded optax step (else the select is a pass of its own).
+        checked = jax.lax.optimization_barrier((grads, state["opt_state"], state["params"]))
+        check_updates, _ = tx.update(*checked, grad_norm=norms["global"])
+        new_ok = all_finite(jax.tree.leaves(optax.apply_updates(checked[2], check_updates)))
+        ok = jnp.isfinite(loss) & jnp.isfinite(norms["global"]) & new_ok
         keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(ok, new, old))
         first_bad = jnp.where((state["first_nonfinite"] < 0) & ~ok, state["step"], state["first_nonfinite"])
         new_state = {"params": keep(params, state["params"]), "rest": state["rest"],
                      "opt_state": keep(opt_state, state["opt_state"]),
                      "step": state["step"] + 1, "key": state["key"], "nonfinite": state["nonfinite"] + (~ok),
                      "first_nonfinite": first_bad}
-        # The group/layer norms reuse the squares of the global norm: a few scalar adds, read on logging steps only.
+        # The group/layer norms come from the leaf sums of the global norm, read on logging steps only.
         metrics: dict[str, Any] = {"loss": loss, "grad_norm/global": norms["global"], "nonfinite": new_state["nonfinite"],
                                    "grad_norm": norms, "first_nonfinite": first_bad,
                                    "lr": current_lr(opt_state)}

@@ -180,17 +180,21 @@ class ScoreNormalizer(Normalizer, abstract=True):
 
     def _blockwise_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool):
         """(out, stats) by blockwise attention; statistics on evenly spaced query rows (long_context)."""
-        from . import blockwise, long_context
+        from . import blockwise
 
         out_BNTH = blockwise.attention(self.block_form(), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size)
-        if not with_stats:
-            return out_BNTH, {}
+        return out_BNTH, (self._row_stats(q_BNTH, k_BNSH, mask) if with_stats else {})
+
+    def _row_stats(self, q_BNTH, k_BNSH, mask: Mask):
+        """Statistics on long_context.stats_rows evenly spaced query rows: no T×S array at length."""
+        from . import long_context
+
         T, S = q_BNTH.shape[2], k_BNSH.shape[2]
         rows_R = long_context.stats_rows(T)
         m_B1RS = mask.matrix_B1TS(T, S, rows_R)
         att_BNRS, logits_BNRS, extras = self.normalize_rows(self._scores(q_BNTH[:, :, rows_R], k_BNSH), m_B1RS,
                                                             jnp.asarray(rows_R) + (S - T))
-        return out_BNTH, {**core_stats(att_BNRS, logits_BNRS, m_B1RS), **extras}
+        return {**core_stats(att_BNRS, logits_BNRS, m_B1RS), **extras}
 
     def _scores(self, q_BNTH, k_BNSH):
         # Normalizer math in float32 even under bfloat16 compute (softmax-in-fp32 practice).
@@ -207,10 +211,11 @@ class ScoreNormalizer(Normalizer, abstract=True):
         if score_probe_BNTS is None and self.capability().blockwise and mask.dense_BNTS is None:
             from .long_context import AUTO_MIN_TS
 
-            # Statistics at length: blockwise, on sampled rows, wherever the plain step keeps no T×S matrix.
+            # Statistics at length, on sampled rows, wherever the plain step keeps no T×S matrix; the
+            # output by the plain step's own path (cuDNN's flash kernel, not blockwise loops, on a GPU).
             path = self.implementation(T, S, mask, q_BNTH.dtype)
             if path == "blockwise" or (path in ("cudnn", "xla") and T * S >= AUTO_MIN_TS):
-                return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats)
+                return self.plain_call(q_BNTH, k_BNSH, v_BNSH, mask), self._row_stats(q_BNTH, k_BNSH, mask)
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, with_stats, score_probe_BNTS)
 
     def _dense(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool, score_probe_BNTS, normalize=None):

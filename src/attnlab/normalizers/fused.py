@@ -23,16 +23,19 @@ def fused_attention(q_BNTH, k_BNSH, v_BNSH, mask: Mask, beta_N, implementation: 
     S = k_BNSH.shape[2]
     # The product in float32, so dβ = Σ dq·q is reduced in float32 under bfloat16 compute (one fused op).
     q = (q_BNTH.astype(jnp.float32) * beta_N[None, :, None, None]).astype(q_BNTH.dtype)
-    lengths_B = None
+    lengths_B = query_lengths_B = None
     if mask.key_valid_BS is not None:
         lengths_B = jnp.broadcast_to(mask.key_valid_BS, (B, S)).astype(jnp.int32).sum(-1)
+        lengths_B = batched_like(lengths_B, jax.lax.stop_gradient(q))
+        if implementation == "cudnn":  # cuDNN takes query lengths with key lengths (every query counts here)
+            query_lengths_B = batched_like(jnp.full((B,), T, jnp.int32), jax.lax.stop_gradient(q))
     window = None
     if mask.window is not None:  # (left, right) keys beside the diagonal: p − s < w, and |p − s| < w without causal
         window = (mask.window - 1, 0 if mask.causal else mask.window - 1)
     btnh = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
     out_BTNH = jax.nn.dot_product_attention(btnh(q), btnh(k_BNSH), btnh(v_BNSH), scale=1.0, is_causal=mask.causal,
-                                            key_value_seq_lengths=lengths_B, local_window_size=window,
-                                            implementation=implementation)
+                                            query_seq_lengths=query_lengths_B, key_value_seq_lengths=lengths_B,
+                                            local_window_size=window, implementation=implementation)
     out_BNTH = btnh(out_BTNH)
     # The kernel makes a row with no admissible key uniform over all keys (its masked logits are a large
     # finite negative, not −inf); the dense form makes it zero. Such rows: no valid key at all, or (with a
@@ -42,6 +45,30 @@ def fused_attention(q_BNTH, k_BNSH, v_BNSH, mask: Mask, beta_N, implementation: 
         return out_BNTH
     # `where`, not a product: whatever the kernel leaves in a row with no key (NaN included) must not pass.
     return jnp.where(row_ok_BT[:, None, :, None], out_BNTH, jnp.zeros((), out_BNTH.dtype))
+
+
+@jax.custom_batching.custom_vmap
+def batched_like(lengths_B, q):
+    """`lengths_B` (sequence lengths) itself; under vmap, batched whenever `q` is.
+
+    jax 0.10's batching rule for cuDNN attention (jax/_src/cudnn/fused_attention_stablehlo.py,
+    _dot_product_attention_fwd_batcher) folds the vmapped axis into the batch of every operand, so
+    lengths shared by vmapped queries (seeds vmapped over one batch) fail to reshape. Copying them
+    per vmapped index gives every operand the same batching; it adds no work (lengths are B integers).
+    `q` must come through stop_gradient: a custom_vmap function has no reverse-mode rule, and with a
+    zero tangent autodiff never asks for one.
+    """
+    del q
+    return lengths_B
+
+
+@batched_like.def_vmap
+def _batched_like_rule(axis_size, in_batched, lengths_B, q):
+    """Broadcast the lengths over the vmapped axis when the queries are batched and they are not."""
+    lengths_batched, q_batched = in_batched
+    if q_batched and not lengths_batched:
+        return jnp.broadcast_to(lengths_B, (axis_size, *lengths_B.shape)), True
+    return lengths_B, lengths_batched
 
 
 def empty_rows_ok(lengths_B, window: int | None, T: int, B: int):

@@ -21,7 +21,8 @@ class Linear(Normalizer):
     """Kernelised attention in four agreeing forms (`implementation` names the one a step takes):
 
     - `chunked` (causal, T = S): O(T) — within a chunk of `chunk_size` the masked quadratic form,
-      across chunks an exclusive prefix sum of φ(K)ᵀV (flash-linear-attention, naive chunk form);
+      across chunks an exclusive prefix sum of φ(K)ᵀV (flash-linear-attention's chunk form), its matmuls
+      in the compute dtype with float32 accumulation;
       the backward keeps one F×H state per chunk, never one per position;
     - `bidirectional` (no causal mask): φ(Q)(φ(K)ᵀV) / φ(Q)·Σφ(K), O(T);
     - `parallel`: the masked quadratic form, O(T²) — forced by an arbitrary dense mask, a sliding
@@ -99,7 +100,7 @@ class Linear(Normalizer):
             # The probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
             num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)
         elif path == "chunked":
-            num, den = self._chunked(qf, kf, v)
+            num, den = self._chunked(qf, kf, v_BNSH)  # in the compute dtype: its matmuls take bfloat16
         else:
             num = jnp.einsum("bntf,bnfh->bnth", qf, jnp.einsum("bnsf,bnsh->bnfh", kf, v))
             den = jnp.einsum("bntf,bnf->bnt", qf, kf.sum(2))[..., None]
@@ -125,26 +126,36 @@ class Linear(Normalizer):
         return jnp.einsum("bnts,bnsh->bnth", a_BNTS, v), a_BNTS.sum(-1)[..., None]
 
     def _chunked(self, qf_BNTF, kf_BNTF, v_BNTH):
+        """(numerator, denominator) by flash-linear-attention's chunk scheme (fla/ops/linear_attn, chunk):
+        within a chunk the masked quadratic form, across chunks the state φ(K)ᵀV entering each chunk.
+
+        The matmuls take the compute dtype (bfloat16 operands on tensor cores) and accumulate in float32;
+        like fla, the intra-chunk weights and the state are rounded to it before meeting v and q. The
+        denominator is computed beside, in float32, from the same weights and Σφ(k) (no column of ones on
+        v: its H + 1 columns fit no tensor-core tile). The states come from a prefix sum over chunks,
+        log-depth, not a scan of T/C serial steps.
+        """
         B, N, T, F = qf_BNTF.shape
         C = min(self.chunk_size, T)
         pad = -T % C  # padded positions have φ(k) = 0, so they add nothing; their rows are dropped.
         K = (T + pad) // C
-        # A ones column on v carries the denominator: o[..., :H] is the numerator, o[..., H] the denominator.
-        v1 = jnp.concatenate([v_BNTH, jnp.ones(v_BNTH.shape[:-1] + (1,), v_BNTH.dtype)], -1)
+        dtype, acc = v_BNTH.dtype, {"preferred_element_type": jnp.float32}
 
         def blocks(x):  # (B,N,T,X) -> (B,N,K,C,X): every einsum batches over (b, n, k)
             return jnp.pad(x, ((0, 0), (0, 0), (0, pad), (0, 0))).reshape(B, N, K, C, -1)
 
-        qf, kf, v = blocks(qf_BNTF), blocks(kf_BNTF), blocks(v1)
-        kv_BNKFX = jnp.einsum("bnkcf,bnkcx->bnkfx", kf, v)
-        # Exclusive prefix over chunks (the state entering each chunk), by a scan: cumsum − x loses
-        # precision on long sequences (measured 1.6× faster too; BENCHMARKS.md).
-        _, s = jax.lax.scan(lambda c, x: (c + x, c), jnp.zeros_like(kv_BNKFX[:, :, 0]), jnp.moveaxis(kv_BNKFX, 2, 0))
-        s_BNKFX = jnp.moveaxis(s, 0, 2)
-        a_BNKCC = jnp.einsum("bnkcf,bnkdf->bnkcd", qf, kf) * jnp.tril(jnp.ones((1, 1, 1, C, C)))
-        o = jnp.einsum("bnkcd,bnkdx->bnkcx", a_BNKCC, v) + jnp.einsum("bnkcf,bnkfx->bnkcx", qf, s_BNKFX)
-        o = o.reshape(B, N, K * C, -1)[:, :, :T]
-        return o[..., :-1], o[..., -1:]
+        kf32 = blocks(kf_BNTF)
+        qf, kf, v = blocks(qf_BNTF.astype(dtype)), kf32.astype(dtype), blocks(v_BNTH)
+        s_BNKFH = _exclusive_cumsum(jnp.einsum("bnkcf,bnkch->bnkfh", kf, v, **acc), axis=2)
+        z_BNKF = _exclusive_cumsum(kf32.sum(3), axis=2)
+        # The weights leave their matmul rounded to the compute dtype (accumulated in float32 within it),
+        # and the denominator sums those same weights: numerator and denominator see one set of weights.
+        a_BNKCC = jnp.einsum("bnkcf,bnkdf->bnkcd", qf, kf, preferred_element_type=dtype)
+        a_BNKCC = jnp.where(jnp.tril(jnp.ones((C, C), bool)), a_BNKCC, jnp.zeros((), dtype))
+        num = (jnp.einsum("bnkcd,bnkdh->bnkch", a_BNKCC, v, **acc)
+               + jnp.einsum("bnkcf,bnkfh->bnkch", qf, s_BNKFH.astype(dtype), **acc))
+        den = a_BNKCC.astype(jnp.float32).sum(-1) + jnp.einsum("bnkcf,bnkf->bnkc", qf.astype(jnp.float32), z_BNKF)
+        return num.reshape(B, N, K * C, -1)[:, :, :T], den.reshape(B, N, K * C, 1)[:, :, :T]
 
     def init_state(self, batch: int, num_heads: int, head_dim: int, value_dim: int | None = None):
         """Empty recurrent state (S_BNFH, z_BNF) for `step`."""
@@ -162,6 +173,14 @@ class Linear(Normalizer):
         z_BNF = z_BNF + kf
         out = _divide(jnp.einsum("bnf,bnfh->bnh", qf, s_BNFH), jnp.einsum("bnf,bnf->bn", qf, z_BNF)[..., None] + self.eps)
         return (s_BNFH, z_BNF), out.astype(v_BNH.dtype)
+
+
+def _exclusive_cumsum(x, axis: int):
+    """Σ of the entries before each along `axis`: the cumulative sum shifted one place (cumsum − x would
+    lose precision on long sequences). XLA:GPU makes jnp.cumsum a log-depth scan: fewer kernels and bytes
+    than jax.lax.associative_scan (measured, deviceless H100), where a lax.scan is T/C serial steps."""
+    before = jax.lax.slice_in_dim(jnp.cumsum(x, axis), 0, x.shape[axis] - 1, axis=axis)
+    return jnp.concatenate([jax.lax.slice_in_dim(jnp.zeros_like(x), 0, 1, axis=axis), before], axis)
 
 
 def _divide(num, den):
