@@ -120,7 +120,8 @@ def test_the_shortest_seq_len_a_short_corpus_suggests_builds_the_task(tmp_path):
 
 def test_the_checker_catches_a_suggestion_that_does_not_work():
     assert check_line(["normalizer=softmax", "normalizer.prior=recency"],
-                      "normalizer.prior is not a key of the config (did you mean normalizer.prior or normalizer.power?)")
+                      "normalizer.prior is not a key of the config "
+                      "(did you mean normalizer.prior or normalizer.power?)")
     assert check_line(["task=lm"], "the val split is short; use a larger val_fraction or a smaller seq_len")
     assert check_line(["model.causal=false"], "use model.causal=true") == []
 

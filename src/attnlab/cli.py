@@ -185,7 +185,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
     if not multirun and any(r["status"] == "diverged" for r in records):
         d, r = next((d, r) for d, r in zip(run_dirs, records) if r["status"] == "diverged")
-        print(f"attnlab: run diverged {r['error']}; {smaller_lr({'config': resolved})} (record in {d / 'metrics.json'})", file=sys.stderr)
+        print(f"attnlab: run diverged {r['error']}; {smaller_lr({'config': resolved})} "
+              f"(record in {d / 'metrics.json'})", file=sys.stderr)
         sys.exit(EXIT_DIVERGED)
     if multirun and any(r["status"] == "interrupted" for r in records):  # one Ctrl-C/SIGTERM stops the sweep
         sweep.interrupted(run_dir, hc.sweep.dir)
