@@ -111,7 +111,7 @@ def test_tensorboard_reader_finds_per_layer_head_tags_and_hparams(default_run):
         assert tag in tags, tag
     assert [s for s, _ in scalar_curve(run_dir, "train/loss")] == [2, 4]
     assert {"hist/beta", "hist/entropy"} <= set(acc.Tags()["histograms"])
-    assert "attn_map/layer_0" in acc.Tags()["images"]
+    assert {"attn_map/layer_0/head_0", "attn_map/layer_0/head_1"} <= set(acc.Tags()["images"])
     hp = acc.PluginTagToContent("hparams")
     assert "_hparams_/session_start_info" in hp
     from tensorboard.plugins.hparams import plugin_data_pb2

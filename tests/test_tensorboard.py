@@ -377,19 +377,24 @@ README_URL = "?smoothing=0&runColorGroup=regex:normalizer%3D(%5Cw%2B)#timeseries
 def test_time_series_opens_on_attention_entropy_unsmoothed_with_a_card_per_head(sweep_dir, tmp_path):
     with _tensorboard(sweep_dir) as port, _browser() as browser:
         page = browser.open(f"http://127.0.0.1:{port}/{README_URL}")
-        texts = browser.wait_for_text(page, "0_main/attn_entropy_layer_1")
+        browser.wait_for_text(page, "/attn_entropy_layer_1")  # a card title: the group's name, then the rest
         time.sleep(2)
-        texts = browser.evaluate(page, DEEP_TEXT_JS) or texts
+        leaves = [t for _, t in browser.evaluate(page, DEEP_TEXT_JS)]
         smoothing = browser.evaluate(page, SMOOTHING_JS)
         browser.screenshot(page, tmp_path / "timeseries.png")
         images = browser.open(f"http://127.0.0.1:{port}/?tagFilter=attn_map#timeseries")
-        image_texts = browser.wait_for_text(images, "attn_map/layer_1/head_1")
-    leaves = [t for _, t in texts]
-    # no filter typed: the first group holds the entropy of each layer beside the losses
-    for tag in ("attn_entropy_layer_0", "attn_entropy_layer_1", "train_loss", "val_loss"):
-        assert f"0_main/{tag}" in leaves, [t for t in leaves if "/" in t][:20]
-    assert smoothing == "0", smoothing  # the smoothing input of the settings pane reads the URL's 0
-    assert {f"attn_map/layer_{i}/head_{h}" for i in range(2) for h in range(2)} <= {t for _, t in image_texts}
+        browser.wait_for_text(images, "/head_1")
+        image_leaves = [t for _, t in browser.evaluate(images, DEEP_TEXT_JS)]
+    # no filter typed: the first group, 0_main, opens on each layer's entropy beside the losses
+    titles = [t for t in leaves if t.startswith("/")]
+    assert "0_main" in leaves and leaves.index("0_main") < leaves.index("/attn_entropy_layer_0"), titles[:8]
+    assert titles[:5] == ["/attn_entropy_layer_0", "/attn_entropy_layer_1", "/train_loss", "/val_accuracy",
+                          "/val_loss"], titles[:8]
+    assert smoothing == "0", smoothing  # the settings pane's smoothing field reads the URL's 0 (default 0.6)
+    cards = {(a, b) for a, b in zip(image_leaves, image_leaves[1:]) if a.startswith("attn_map/")}
+    expected = {(f"attn_map/layer_{i}", f"/head_{h}") for i in range(2) for h in range(2)}
+    assert "16 cards" in image_leaves  # 4 runs × 2 layers × 2 heads, one image card each (paged, 12 a page)
+    assert {("attn_map/layer_0", "/head_0"), ("attn_map/layer_0", "/head_1")} <= cards <= expected, sorted(cards)
 
 
 def _report(sweep, out):

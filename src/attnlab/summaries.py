@@ -148,7 +148,8 @@ class Summaries:
         self.writer.add_custom_scalars(custom_scalars_layout(num_layers, headline))
         # attention entropy, the statistic the normalizers are compared on, beside the losses: Time Series
         # sorts its groups by name and shows attn_beta/ before attn_entropy/, below the fold
-        self.main = {"train/loss", "val/loss", f"val/{headline}", *(f"attn_entropy/layer_{i}" for i in range(num_layers))}
+        self.main = {"train/loss", "val/loss", f"val/{headline}",
+                     *(f"attn_entropy/layer_{i}" for i in range(num_layers))}
 
     def probe_text(self, task, tokens_T, step: int = 0):
         """The probe example as text (`probe/text`), for a task that can decode tokens (the lm task)."""
@@ -164,8 +165,9 @@ class Summaries:
                              step)
 
     def attention_images(self, maps_LBNTS, step: int):
-        """One RGB image per layer of the fixed probe example (the first validation example), drawn in the
-        background from ≤ 256×256 block means per head (tb_images.Figures, one kept per layer); a non-finite map is skipped."""
+        """One RGB image per layer and head of the fixed probe example (the first validation example), drawn in
+        the background from ≤ 256×256 block means (tb_images.Figures, one kept per head); a non-finite map is
+        skipped."""
         maps_LBNTS = np.asarray(maps_LBNTS, np.float32)
         labels = self.labels
 

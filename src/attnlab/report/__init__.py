@@ -15,8 +15,8 @@ cell and metric tested, those indistinguishable from it, and those identical to 
 equal to float32 tolerance: one computation, never shown as Δ 0).
 
 Modules, one concern each: load (run directories and TensorBoard scalars → records), stats (one metric
-over seeds: intervals, paired comparison, lr selection), cells (grouping runs into cells: `summarize`), verdict (the opening conclusion),
-tables (Markdown, LaTeX, CSV), plots (learning curves), write (a report directory), cli (`attnlab-report`).
+over seeds: intervals, paired comparison, lr selection), cells (grouping runs into cells: `summarize`),
+verdict (the opening conclusion), tables (Markdown, LaTeX, CSV), plots (learning curves), write (a report directory), cli (`attnlab-report`).
 """
 
 from attnlab.report.cells import STATUSES, Cell, Table, default_metrics, summarize

@@ -137,7 +137,8 @@ class LanguageModel(Task):
         if longest >= 2:
             fixes.append(f"task.seq_len={longest} or smaller")
         if s == "train":  # the train split is what val and test leave
-            fixes.append(f"smaller task.val_fraction and task.test_fraction (now {fractions['val']} and {fractions['test']})")
+            fixes.append(f"smaller task.val_fraction and task.test_fraction "
+                         f"(now {fractions['val']} and {fractions['test']})")
         elif fractions[s] < 0.5:
             fixes.append(f"a larger task.{s}_fraction (now {fractions[s]}, at most 0.5)")
         raise ConfigError(f"the {s} split holds {len(self.text[s])} bytes ({self.corpus['split']}), fewer than "
