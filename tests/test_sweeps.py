@@ -84,7 +84,7 @@ def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothin
         assert [p for p in sweep.rglob("*") if p.is_file() and p.stat().st_size == 0] == []  # no empty cli.log
     assert proc.stderr.rstrip().splitlines()[-4:] == [
         "next:", f"  attnlab-report {printed}", f"  tensorboard --logdir {printed} --host 127.0.0.1",
-        "  then open http://127.0.0.1:6006/?runColorGroup=regex:normalizer%3D(%5Cw%2B)"]
+        "  then open http://127.0.0.1:6006/?smoothing=0&runColorGroup=regex:normalizer%3D(%5Cw%2B)#timeseries"]
     report = subprocess.run([sys.executable, "-m", "attnlab.report.cli", printed], cwd=tmp_path, capture_output=True,
                             text=True, timeout=300)
     assert report.returncode == 0 and "2 of 2 runs completed; none missing" in report.stdout, report.stderr[-2000:]

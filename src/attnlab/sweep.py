@@ -24,8 +24,10 @@ from attnlab import exits
 MAX_NAME = 120  # characters of swept values in a job directory name; longer ones end in a hash
 HEADLINE = ("test/accuracy", "test/r2", "test/mse", "test/loss")  # the first one a job has sums it up
 TENSORBOARD_URL = "http://127.0.0.1:6006/"  # TensorBoard's default port; it prints the one it took
+# Smoothing off: a val curve has a handful of points, and the default 0.6 never reaches the last values.
+SMOOTHING_OFF = "?smoothing=0"
 # One colour per normalizer (job names hold it); URL-encoded, since a bare "+" in a query reads as a space.
-COLOR_BY_NORMALIZER = "?runColorGroup=regex:normalizer%3D(%5Cw%2B)"
+COLOR_BY_NORMALIZER = "&runColorGroup=regex:normalizer%3D(%5Cw%2B)"
 
 
 def multirun_config(sweep_dir: Path | str) -> Any:
@@ -231,7 +233,7 @@ def job_line(job: Path, wall_s: float) -> str:
 def next_steps(sweep_dir: str, color_by_normalizer: bool) -> list[str]:
     """The commands that read a sweep: the report and TensorBoard, with the URL that colours by normalizer."""
     d = shlex.quote(str(sweep_dir))
-    url = TENSORBOARD_URL + (COLOR_BY_NORMALIZER if color_by_normalizer else "")
+    url = TENSORBOARD_URL + SMOOTHING_OFF + (COLOR_BY_NORMALIZER if color_by_normalizer else "") + "#timeseries"
     return ["next:", f"  attnlab-report {d}", f"  tensorboard --logdir {d} --host 127.0.0.1", f"  then open {url}"]
 
 
