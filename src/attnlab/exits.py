@@ -1,4 +1,5 @@
-"""The exit codes of attnlab-train, one per outcome, for a single run and a sweep alike (README: Exit codes).
+"""The exit codes of attnlab-train, one per outcome, for a single run and a sweep alike (README: Exit codes);
+attnlab-report exits with REFUSED on bad input.
 
 A sweep exits with its most urgent job outcome: interrupted, then failed, refused, diverged; 0 when every job
 completed (also when a re-run found nothing left to do).
