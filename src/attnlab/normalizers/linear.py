@@ -35,6 +35,8 @@ class Linear(Normalizer):
     (elu1 as in the paper). eps is added to the denominator (1e-6 as in idiap/fast-transformers).
     """
 
+    exposes_scores = True  # the kernel matrix φ(Q)φ(K)ᵀ, in the parallel form
+
     def __init__(self, *, num_heads, head_dim, rngs, feature_map="elu1", eps=1e-6, chunk_size=64,
                  num_features=64, impl="auto"):
         checks.choice("normalizer.feature_map", feature_map, FEATURE_MAPS)
