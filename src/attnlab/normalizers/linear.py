@@ -18,15 +18,14 @@ IMPLS = ("auto", "chunked", "parallel")
 
 
 class Linear(Normalizer):
-    """Kernelised attention in four agreeing forms (`implementation` names the one a step takes):
+    """Kernelised attention in three agreeing forms (`implementation` names the one a step takes):
 
     - `chunked` (causal, T = S): O(T) — within a chunk of `chunk_size` the masked quadratic form,
       across chunks an exclusive prefix sum of φ(K)ᵀV (flash-linear-attention, naive chunk form);
       the backward keeps one F×H state per chunk, never one per position;
     - `bidirectional` (no causal mask): φ(Q)(φ(K)ᵀV) / φ(Q)·Σφ(K), O(T);
     - `parallel`: the masked quadratic form, O(T²) — forced by an arbitrary dense mask, a sliding
-      window, causal T ≠ S or a score probe;
-    - `step`: the recurrent single-token form for decoding, S_t = S_{t−1} + φ(k_t)v_tᵀ.
+      window, causal T ≠ S or a score probe.
 
     `impl`: auto (chunked once T exceeds one chunk, bidirectional without a causal mask),
     chunked (the O(T) form whenever the mask allows) or parallel. Statistics at T·S ≥
@@ -147,23 +146,6 @@ class Linear(Normalizer):
         o = jnp.einsum("bnkcd,bnkdx->bnkcx", a_BNKCC, v) + jnp.einsum("bnkcf,bnkfx->bnkcx", qf, s_BNKFX)
         o = o.reshape(B, N, K * C, -1)[:, :, :T]
         return o[..., :-1], o[..., -1:]
-
-    def init_state(self, batch: int, num_heads: int, head_dim: int, value_dim: int | None = None):
-        """Empty recurrent state (S_BNFH, z_BNF) for `step`."""
-        F = self.omega.shape[0] if self.feature_map == "favor" else head_dim
-        return (jnp.zeros((batch, num_heads, F, value_dim or head_dim)), jnp.zeros((batch, num_heads, F)))
-
-    def step(self, state, q_BNH, k_BNH, v_BNH, valid_B=None):
-        """One decoding step: add (k, v) to the state unless padding, then read it with q."""
-        s_BNFH, z_BNF = state
-        qf = self.phi(q_BNH[:, :, None], True)[:, :, 0]
-        kf = self.phi(k_BNH[:, :, None], False)[:, :, 0]
-        if valid_B is not None:
-            kf = kf * valid_B[:, None, None]
-        s_BNFH = s_BNFH + jnp.einsum("bnf,bnh->bnfh", kf, v_BNH.astype(jnp.float32))
-        z_BNF = z_BNF + kf
-        out = _divide(jnp.einsum("bnf,bnfh->bnh", qf, s_BNFH), jnp.einsum("bnf,bnf->bn", qf, z_BNF)[..., None] + self.eps)
-        return (s_BNFH, z_BNF), out.astype(v_BNH.dtype)
 
 
 def _divide(num, den):
