@@ -26,7 +26,7 @@ def test_run_files_writes_diverged_json_from_the_records_diagnosis_and_keeps_it_
 
 
 def test_multirun_yaml_is_read_in_one_place(monkeypatch, tmp_path):
-    """Every reader of a sweep's definition goes through sweep.definition.multirun_config (none opens the file itself)."""
+    """Every reader of a sweep's definition goes through sweep.definition.multirun_config (none opens it itself)."""
     saved = OmegaConf.create({"hydra": {"overrides": {"task": ["normalizer=softmax,kl", "seed=0"], "hydra": []},
                                         "sweeper": {"params": {"optim.lr": "0.1,0.2"}}},
                               "trainer": {"vmap_seeds": 1}})
