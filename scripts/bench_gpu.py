@@ -59,7 +59,7 @@ def compose(overrides: list[str]):
 
 def attnlab_run(overrides: list[str], mesh=None) -> dict:
     """The compiled steps of `attnlab-train <overrides>`, built as the CLI builds them: cli.build, the run's
-    matmul precision (run_files.compute_record), the data train.fit draws batches from (for task=lm the
+    matmul precision (accelerator.apply_matmul_precision), the data train.fit draws batches from (for task=lm the
     text stream, sampled on device at each step) and train.loop.compile_steps.
 
     Keys: steps (train.loop.CompiledSteps: plain, and the logging step as the loop calls it), statistics
@@ -68,10 +68,10 @@ def attnlab_run(overrides: list[str], mesh=None) -> dict:
     """
     from flax import nnx
 
-    from attnlab.accelerator import data_mesh
+    from attnlab.accelerator import apply_matmul_precision, data_mesh
     from attnlab.cli import build
     from attnlab.groups import leaf_groups
-    from attnlab.run_files import compute_record
+    from attnlab.run.files import compute_record
     from attnlab.steps import probes_supported
     from attnlab.train import train_data
     from attnlab.train.loop import compile_steps
@@ -80,7 +80,8 @@ def attnlab_run(overrides: list[str], mesh=None) -> dict:
     cfg = compose(overrides)
     task, nets, tx, loop = build(cfg, cfg.task.default_head)
     with contextlib.redirect_stderr(io.StringIO()):  # the run's header line
-        impl = compute_record(cfg.accelerator, nets[0], task.seq_len)["attention_impl"]
+        precision = apply_matmul_precision(cfg.accelerator.get("matmul_precision"), nets[0].body.dtype)
+        impl = compute_record(nets[0], task.seq_len, precision)["attention_impl"]
     net, S = nets[0], len(nets)
     graphdef, params, _ = nnx.split(net, nnx.Param, ...)
     groups, layers = leaf_groups(params)

@@ -1,4 +1,4 @@
-"""Gradient-norm groups declared at construction (attnlab.groups) against the old path-based rule."""
+"""Gradient-norm groups tagged at construction (attnlab.groups) against the old path-based rule."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from test_configs import compose_train
 
 from attnlab import heads, registry
 from attnlab.cli import build
-from attnlab.groups import GROUPS, declare, leaf_groups
+from attnlab.groups import GROUPS, leaf_groups, tag
 from attnlab.model import Transformer
 from attnlab.normalizers import NormalizerParam, build as build_normalizer
 from attnlab.steps import Net
@@ -48,7 +48,7 @@ def path_groups_ref(params) -> tuple[list[str], list[int]]:
      "model.qk_norm=true"),
     ("model=tiny", "normalizer=kl", "normalizer.prior=recency", "model.positional=rope"),
 ])
-def test_declared_groups_match_the_path_rule(overrides):
+def test_tagged_groups_match_the_path_rule(overrides):
     cfg = compose_train("task=mqar", *overrides, *TINY_TASK["mqar"])
     _, nets, _, _ = build(cfg, "softmax_ce")
     _, params, _ = nnx.split(nets[0], nnx.Param, ...)
@@ -72,48 +72,48 @@ def _net(normalizer: str, head: str, *, positional="learned", qk_norm=True, shor
     return nnx.eval_shape(make)
 
 
-def _assert_all_declared(net):
+def _assert_all_tagged(net):
     _, params, _ = nnx.split(net, nnx.Param, ...)
-    groups, _ = leaf_groups(params)  # raises on an undeclared parameter
+    groups, _ = leaf_groups(params)  # raises on an untagged parameter
     assert len(groups) == len(jax.tree.leaves(params)) and all(g.removeprefix("beta:") in GROUPS for g in groups)
     assert (groups, _) == path_groups_ref(params)
 
 
 @pytest.mark.parametrize("normalizer", registry.choices("normalizer"))
-def test_every_normalizer_and_head_declares(normalizer):
+def test_every_normalizer_and_head_tags_its_parameters(normalizer):
     for head in registry.choices("head"):
-        _assert_all_declared(_net(normalizer, head))
+        _assert_all_tagged(_net(normalizer, head))
 
 
 @pytest.mark.parametrize("positional,qk_norm,short_conv,tokens",
                          list(itertools.product(("learned", "sinusoidal", "rope", "none"), (False, True), (0, 2), (True, False))))
-def test_every_model_option_declares(positional, qk_norm, short_conv, tokens):
-    _assert_all_declared(_net("softmax", "softmax_ce", positional=positional, qk_norm=qk_norm,
+def test_every_model_option_tags_its_parameters(positional, qk_norm, short_conv, tokens):
+    _assert_all_tagged(_net("softmax", "softmax_ce", positional=positional, qk_norm=qk_norm,
                               short_conv=short_conv, tokens=tokens))
 
 
 @pytest.mark.parametrize("prior", ["recency", "learned"])
-def test_kl_priors_declare(prior):
-    _assert_all_declared(_net("kl", "softmax_ce", prior=prior))
+def test_kl_priors_are_tagged(prior):
+    _assert_all_tagged(_net("kl", "softmax_ce", prior=prior))
 
 
-class _Undeclared(nnx.Module):
+class _Untagged(nnx.Module):
     def __init__(self):
         self.w = nnx.Param(jax.numpy.zeros(2))
 
 
-def test_an_undeclared_parameter_is_an_error():
-    _, params, _ = nnx.split(_Undeclared(), nnx.Param, ...)
+def test_an_untagged_parameter_is_an_error():
+    _, params, _ = nnx.split(_Untagged(), nnx.Param, ...)
     with pytest.raises(ValueError, match="w has no gradient group"):
         leaf_groups(params)
 
 
 def test_an_unknown_group_is_refused_and_inner_declarations_win():
     with pytest.raises(ValueError, match="'mpl' is not one of"):
-        declare("mpl", _Undeclared())
-    m = _Undeclared()
-    declare("attention", m)
-    declare("mlp", m)  # an outer module does not override what the inner one declared
+        tag("mpl", _Untagged())
+    m = _Untagged()
+    tag("attention", m)
+    tag("mlp", m)  # an outer module does not override what the inner one tagged
     assert leaf_groups(nnx.split(m, nnx.Param, ...)[1])[0] == ["attention"]
 
 

@@ -153,16 +153,14 @@ def test_temperature_scaling_recovers_known_temperature(t_true):
     z = rng.normal(size=(2, 40_000, 10)) * 3.0
     y = _sample_labels(rng, scipy.special.softmax(z / t_true, -1))
     w = np.ones(y.shape)
-    assert float(cal.fit_temperature(z[0], y[0], w[0])) == pytest.approx(t_true, rel=0.03)
-    report = {k: float(v) for k, v in cal.temperature_report(z[0], y[0], w[0], z[1], y[1], w[1]).items()}
-    assert set(report) == {"temperature", "ece", "nll", "ece_ts", "nll_ts", "accuracy", "accuracy_ts"}
-    assert report["accuracy_ts"] == report["accuracy"]
-    assert report["nll_ts"] <= report["nll"]
-    assert report["ece_ts"] < report["ece"] and report["ece_ts"] < 0.02
-    # the same values as the host float64 Brent fit attnlab used before (tests/calibration_ref.py)
-    want = calibration_ref.temperature_report(z[0], y[0], w[0], z[1], y[1], w[1])
-    for key, value in want.items():
-        assert report[key] == pytest.approx(value, rel=2e-5, abs=1e-6), key
+    t = float(cal.fit_temperature(z[0], y[0], w[0]))
+    assert t == pytest.approx(t_true, rel=0.03)
+    assert t == pytest.approx(calibration_ref.fit_temperature(z[0], y[0], w[0]), rel=2e-5)  # host float64 Brent fit
+    # On the held-out half: the fitted T lowers the NLL and the ECE, and leaves the accuracy as it is.
+    assert float(cal.nll(z[1] / t, y[1], w[1])) <= float(cal.nll(z[1], y[1], w[1]))
+    ece_ts = _loop_ece(scipy.special.softmax(z[1] / t, -1), y[1], w[1])
+    assert ece_ts < _loop_ece(scipy.special.softmax(z[1], -1), y[1], w[1]) and ece_ts < 0.02
+    assert float(cal.accuracy(z[1] / t, y[1], w[1])) == float(cal.accuracy(z[1], y[1], w[1]))
 
 
 def test_temperature_of_calibrated_logits_is_one_and_never_hurts():
@@ -174,23 +172,6 @@ def test_temperature_of_calibrated_logits_is_one_and_never_hurts():
     assert t == pytest.approx(1.0, rel=0.05)
     assert t == pytest.approx(calibration_ref.fit_temperature(z, y, w), rel=1e-5)
     assert float(cal.nll(z / t, y, w)) <= float(cal.nll(z, y, w))
-
-
-@pytest.mark.parametrize("n_bins", [5, 40])
-def test_temperature_report_uses_the_given_bins_for_ece_and_ece_ts(n_bins):
-    """Weighted, 20 classes, bins other than 15: both ECE values equal the reference's with the same bins."""
-    rng = np.random.default_rng(6)
-    z = rng.normal(size=(2, 5_000, 20)) * 4.0
-    y = _sample_labels(rng, scipy.special.softmax(z / 1.7, -1))
-    w = _weights(rng, y.shape)
-    got = cal.temperature_report(z[0], y[0], w[0], z[1], y[1], w[1], n_bins=n_bins)
-    want = calibration_ref.temperature_report(z[0], y[0], w[0], z[1], y[1], w[1], n_bins=n_bins)
-    t = want["temperature"]
-    assert float(got["temperature"]) == pytest.approx(t, rel=2e-5)
-    assert float(got["ece"]) == pytest.approx(_loop_ece(scipy.special.softmax(z[1], -1), y[1], w[1], n_bins), abs=1e-5)
-    assert float(got["ece_ts"]) == pytest.approx(_loop_ece(scipy.special.softmax(z[1] / t, -1), y[1], w[1], n_bins),
-                                                 abs=1e-5)
-    assert float(got["ece_ts"]) == pytest.approx(want["ece_ts"], abs=1e-5)
 
 
 def test_calibration_sample_keeps_the_first_weighted_positions_up_to_the_cap():

@@ -181,14 +181,14 @@ def test_host_stream_trains_and_resumes_as_the_device_path(tmp_path):
 
 def test_diverged_json_of_a_host_stream_run_holds_the_device_batch():
     """records.diagnose re-gathers the first non-finite step's windows for that seed: the device path's batch."""
-    from attnlab.train.records import diagnose
+    from attnlab.train.final import diagnose
 
     device = tasks.make("lm", **SMALL)
     host = tasks.make("lm", **SMALL, device_text_bytes=1000)
     stream = HostStream(host.train_stream()["text"], 33, KEYS_S2, 8)
     for i, kd in enumerate(KEYS_S2):
         state = {"key": kd, "first_nonfinite": np.int32(6), "step": np.int32(9)}
-        # what run_files writes as diverged.json, through json as it is written and read
+        # what run.files writes as diverged.json, through json as it is written and read
         got, want = (json.loads(json.dumps(diagnose(state, data, 8, {})))
                      for data in (stream, jax.device_put(device.train_stream())))
         assert got == want and got["first_nonfinite_step"] == 7

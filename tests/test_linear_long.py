@@ -1,4 +1,4 @@
-"""Linear attention at length: the chunked, parallel and recurrent forms agree forward and backward
+"""Linear attention at length: the chunked and parallel forms agree forward and backward
 (padding, every feature map, T not a multiple of the chunk), `impl` picks the path, and statistics
 at length come from sampled rows without a T×S array."""
 
@@ -24,18 +24,8 @@ def _qkv(seed, T):
     return tuple(jnp.asarray(rng.normal(size=(B, N, T, H)).astype(np.float32)) for _ in range(3))
 
 
-def _recurrent(norm, q, k, v, valid):
-    """The decoding form: `step` scanned over t."""
-    def step(state, xs):
-        return norm.step(state, *xs)
-
-    xs = tuple(jnp.moveaxis(x, 2, 0) for x in (q, k, v)) + (jnp.moveaxis(valid, 1, 0),)
-    _, outs = jax.lax.scan(step, norm.init_state(B, N, H), xs)
-    return jnp.moveaxis(outs, 0, 2)
-
-
 @pytest.mark.parametrize("feature_map", ["elu1", "relu", "favor"])
-def test_chunked_parallel_recurrent_agree_forward_and_backward(feature_map):
+def test_chunked_and_parallel_agree_forward_and_backward(feature_map):
     T = 23  # not a multiple of chunk_size 4 or 8
     q, k, v = _qkv(1, T)
     valid = jnp.asarray(np.arange(T)[None] < np.array([[T], [T - 5]]))  # second row right-padded
@@ -43,16 +33,13 @@ def test_chunked_parallel_recurrent_agree_forward_and_backward(feature_map):
     ct = jnp.asarray(np.random.default_rng(2).normal(size=(B, N, T, H)).astype(np.float32))
 
     def loss(form, chunk):
-        norm = _linear(feature_map=feature_map, chunk_size=chunk, impl=form if form != "step" else "auto")
-        if form == "step":
-            f = lambda q, k, v: _recurrent(norm, q, k, v, valid)  # noqa: E731
-        else:
-            assert norm.implementation(T, T, mask) == form
-            f = lambda q, k, v: norm(q, k, v, mask)[0]  # noqa: E731
+        norm = _linear(feature_map=feature_map, chunk_size=chunk, impl=form)
+        assert norm.implementation(T, T, mask) == form
+        f = lambda q, k, v: norm(q, k, v, mask)[0]  # noqa: E731
         return jax.value_and_grad(lambda q, k, v: jnp.sum(f(q, k, v) * ct), argnums=(0, 1, 2))(q, k, v)
 
     ref_val, ref_grads = loss("parallel", 4)
-    for form, chunk in (("chunked", 4), ("chunked", 8), ("step", 4)):
+    for form, chunk in (("chunked", 4), ("chunked", 8)):
         val, grads = loss(form, chunk)
         np.testing.assert_allclose(val, ref_val, rtol=1e-5, err_msg=f"{form} C={chunk}")
         for g, r, name in zip(grads, ref_grads, "qkv"):

@@ -125,17 +125,16 @@ class _NoScores(nz.Normalizer):
 @pytest.mark.parametrize("second,layers,said", [("softmax", [0, 1], False), ("none", [], True)])
 def test_score_grad_availability_is_said_per_layer(capsys, second, layers, said):
     from flax import nnx
-    from omegaconf import OmegaConf
 
     from attnlab.model import Transformer
-    from attnlab.run_files import compute_record
+    from attnlab.run.files import compute_record
 
     makers = [lambda **kw: nz.build("softmax", **kw),
               (lambda **kw: nz.build("softmax", **kw)) if second == "softmax" else _NoScores]
     model = Transformer(d_model=8, heads=2, layers=2, mlp_ratio=2, dropout=0.0, positional="learned",
                         max_len=6, causal=True, qk_norm=False, pooled=False, seq_len=6, vocab_size=5,
                         make_normalizer=makers, rngs=nnx.Rngs(0))
-    record = compute_record(OmegaConf.create({"matmul_precision": "highest"}), types.SimpleNamespace(body=model), 6)
+    record = compute_record(types.SimpleNamespace(body=model), 6, "highest")
     err = capsys.readouterr().err
     assert record["score_grad_layers"] == layers
     assert ("score_grad not logged: layer(s) 1 (_NoScores)" in err) == said

@@ -1,4 +1,4 @@
-"""Each module owns one thing: run_files writes the run's files, sweep.py alone reads multirun.yaml."""
+"""Each module owns one thing: run.files writes the run's files, sweep.definition alone reads multirun.yaml."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import json
 
 from omegaconf import OmegaConf
 
-from attnlab import run_files, sweep, tb_hparams
+from attnlab import tb_hparams
+from attnlab.run import files as run_files
+from attnlab.sweep import definition
 from attnlab.report.expected import expected_jobs
 
 
@@ -24,14 +26,14 @@ def test_run_files_writes_diverged_json_from_the_records_diagnosis_and_keeps_it_
 
 
 def test_multirun_yaml_is_read_in_one_place(monkeypatch, tmp_path):
-    """Every reader of a sweep's definition goes through sweep.multirun_config (none opens the file itself)."""
+    """Every reader of a sweep's definition goes through sweep.definition.multirun_config (none opens it itself)."""
     saved = OmegaConf.create({"hydra": {"overrides": {"task": ["normalizer=softmax,kl", "seed=0"], "hydra": []},
                                         "sweeper": {"params": {"optim.lr": "0.1,0.2"}}},
                               "trainer": {"vmap_seeds": 1}})
-    monkeypatch.setattr(sweep, "multirun_config", lambda _dir: saved)
+    monkeypatch.setattr(definition, "multirun_config", lambda _dir: saved)
     nowhere = tmp_path / "no-such-sweep"  # no multirun.yaml on disk: only the patched reader knows the sweep
-    assert sweep.swept_keys(nowhere) == {"normalizer", "optim.lr"}
+    assert definition.swept_keys(nowhere) == {"normalizer", "optim.lr"}
     assert tb_hparams.sweep_values(nowhere) == {"normalizer": ["softmax", "kl"], "optim.lr": ["0.1", "0.2"]}
     assert len(expected_jobs(nowhere)) == 4
-    assert "normalizer=softmax,kl" in sweep.resume_command(nowhere)
+    assert "normalizer=softmax,kl" in definition.resume_command(nowhere)
 

@@ -18,8 +18,8 @@ from cli_helpers import TINY, TINY_TASK, events, metrics
 from omegaconf import OmegaConf
 
 from attnlab import exits
-from attnlab.run_files import finished_with
-from attnlab.sweep import resume_command
+from attnlab.run.files import finished_with
+from attnlab.sweep.definition import resume_command
 
 STEPS = 100
 SWEEP = [*TINY, *TINY_TASK["mqar"], f"trainer.steps={STEPS}", "trainer.log_every=10", "trainer.eval_every=50",

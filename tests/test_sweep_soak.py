@@ -131,7 +131,7 @@ def test_a_signal_python_cannot_raise_is_kept_quietly_and_stops_the_sweep(capsys
     soak saw a Ctrl-C lost that way, and an "Exception ignored ... Traceback" report."""
     import weakref
 
-    from attnlab import sweep as sw
+    from attnlab.sweep import signals as sw
 
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     old_hook, reported = sys.unraisablehook, []

@@ -15,7 +15,7 @@ from cli_helpers import TINY, TINY_TASK, metrics, run_cli
 from attnlab import exits
 
 SWEEP = ["-m", "normalizer=softmax,linear", "seed=0,1", *TINY, *TINY_TASK["mqar"]]
-# Job directories name the swept values only (sweep.job_name), in command-line order.
+# Job directories name the swept values only (sweep.naming.job_name), in command-line order.
 JOBS = ["0_normalizer=softmax,seed=0", "1_normalizer=softmax,seed=1", "2_normalizer=linear,seed=0",
         "3_normalizer=linear,seed=1"]
 
@@ -67,7 +67,7 @@ def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothin
     """The jobs land in the one directory the sweep prints, named by the swept key only; the printed report
     command reads them; the resume command skips the completed job and resumes the other from its checkpoint;
     once report/ is written, the same command finds nothing left to do and exits 0."""
-    from attnlab.sweep import resume_command
+    from attnlab.sweep.definition import resume_command
 
     proc = run_cli("-m", *LAUNCHERS[launcher], "normalizer=softmax,linear", *TINY, *TINY_TASK["mqar"], cwd=tmp_path)
     [sweep] = (tmp_path / "multirun").iterdir()
@@ -128,7 +128,7 @@ def test_vmapped_seeds_equal_separate_runs(tmp_path, devices):
 def test_job_names_hold_the_swept_values_only(tmp_path):
     from omegaconf import OmegaConf
 
-    from attnlab.sweep import MAX_NAME, job_name
+    from attnlab.sweep.naming import MAX_NAME, job_name
 
     OmegaConf.save({"hydra": {"overrides": {"task": ["normalizer=softmax,kl", "task.num_kv_pairs=2,4", "seed=0",
                                                     "trainer.steps=9"]},
@@ -143,7 +143,7 @@ def test_job_names_hold_the_swept_values_only(tmp_path):
 
 def test_job_line_of_vmapped_seeds_and_of_a_failed_job(tmp_path):
     """Written by hand: a job of 3 vmapped seeds (one diverged) and a regression job without accuracy."""
-    from attnlab.sweep import job_line
+    from attnlab.sweep.summary import job_line
 
     job = tmp_path / "4_normalizer=kl"
     for seed, (status, acc) in enumerate([("completed", 0.5), ("completed", 0.7), ("diverged", 0.0)]):

@@ -10,6 +10,7 @@ from sklearn.datasets import load_digits
 
 from attnlab import registry, tasks
 from attnlab.tasks import listops as listops_mod
+from attnlab.tasks.icl_regression import context_predictions
 
 TASKS = registry.choices("task")
 SMALL = {"n_train": 300, "n_val": 60, "n_test": 60}
@@ -276,14 +277,15 @@ def test_icl_baseline_matches_lstsq_position_by_position(noise_std):
     task = tasks.make("icl_regression", dim=4, n_points=10, noise_std=noise_std, n_train=10, n_val=10, n_test=40)
     assert task.ridge == noise_std**2  # default: the Bayes-optimal ridge under the prior w ~ N(0, I)
     err, y = lstsq_reference(task, "test")
-    per_pos = task.baseline_per_position("test")
-    np.testing.assert_allclose(per_pos["mse"], err.mean(0), rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(per_pos["mse_zero"], (y**2).mean(0), rtol=1e-6)
+    xs, ys = task.unpack("test")
+    per_pos_mse = ((context_predictions(xs, ys, task.ridge) - ys) ** 2).mean(0)  # least squares on pairs < i
+    np.testing.assert_allclose(per_pos_mse, err.mean(0), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(ys, y, rtol=1e-6)
     base = task.baseline("test")
     assert base["mse"] == pytest.approx(err.mean(), rel=1e-6)
     assert base["mse_zero"] == pytest.approx((y**2).mean(), rel=1e-6)
     if noise_std == 0:  # enough noiseless pairs pin w down exactly
-        assert per_pos["mse"][task.dim + 1 :].max() < 1e-6
+        assert per_pos_mse[task.dim + 1 :].max() < 1e-6
 
 
 def test_icl_layout_and_linear_targets():

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab import record
+from attnlab.run import record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_git_state_outside_a_checkout_says_so(tmp_path, monkeypatch):
     """An installed package (site-packages/attnlab, even inside someone else's repository) records no SHA."""
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)  # the user's own repository around the venv
-    fake = tmp_path / "lib" / "site-packages" / "attnlab" / "record.py"
+    fake = tmp_path / "lib" / "site-packages" / "attnlab" / "run" / "record.py"
     fake.parent.mkdir(parents=True)
     monkeypatch.setattr(record, "__file__", str(fake))
     state = record.git_state()

@@ -1,4 +1,5 @@
-"""Accelerator selection before JAX starts: platform, simulated CPU devices, dtype, compilation cache, mesh."""
+"""Accelerator selection before JAX starts: platform, simulated CPU devices, dtype, compilation cache, mesh; and the
+process-wide settings a run makes (matmul precision, CPU threads per parallel job)."""
 
 from __future__ import annotations
 
@@ -110,6 +111,20 @@ def apply_matmul_precision(setting: str | None, dtype) -> str:
     value = matmul_precision(setting, dtype)
     jax.config.update("jax_default_matmul_precision", value)
     return value
+
+
+def limit_threads(launcher_target: str, n_jobs: int | None) -> None:
+    """With joblib, give each of the n_jobs parallel jobs its share of the cores (set before JAX starts)."""
+    if "joblib" not in launcher_target:
+        return
+    cores = os.cpu_count() or 1
+    n = cores if not n_jobs or n_jobs < 0 else n_jobs
+    threads = max(1, cores // n)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               f" --xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}"
+                               f" intra_op_parallelism_threads={threads}").strip()
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
 
 
 def seeds_over_devices(num_seeds: int, device_count: int) -> bool:

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab.fast_vjp import dense_dot_general
-from attnlab.groups import declare
+from attnlab.groups import tag
 from attnlab.normalizers import Mask, Normalizer
 
 
@@ -39,7 +39,7 @@ class ShortConv(nnx.Module):
         bound = 1.0 / math.sqrt(width)
         self.kernel = nnx.Param(jax.random.uniform(rngs.params(), (width, channels), jnp.float32, -bound, bound))
         self.width, self.dtype = width, dtype
-        declare("attention", self)
+        tag("attention", self)
 
     def __call__(self, x_BTC, valid_BT, causal: bool):
         if valid_BT is not None:  # padding must never reach a valid position
@@ -71,7 +71,7 @@ class MultiHeadAttention(nnx.Module):
             # the model, not the normalizer: the attention group, and like LayerNorm scales not weight-decayed.
             self.qk_gain = nnx.Param(jnp.array(math.log2(max(seq_len**2 - seq_len, 2)), jnp.float32))
         # the normalizer's own parameters are NormalizerParam (the normalizer group by type)
-        declare("attention", self.qkv, self.out, *([self.qk_gain] if qk_norm else []))
+        tag("attention", self.qkv, self.out, *([self.qk_gain] if qk_norm else []))
 
     def heads(self, x_BTD, mask: Mask):
         """Project to heads-major q, k, v (B,N,T,H), with the short convolution, QK-norm and RoPE applied."""

@@ -145,20 +145,3 @@ def _fit_b(z_NC, y_N, w_N, max_iter):
     _, _, _, b, _ = jax.lax.while_loop(lambda c: (c[0] < max_iter) & ~c[4], body, carry)
     better = _nll_slope_curvature(b, z_NC, y_N, w_N)[0] <= _nll_slope_curvature(1.0, z_NC, y_N, w_N)[0]
     return jnp.where(better, 1.0 / b, 1.0)
-
-
-def temperature_report(val_logits, val_labels, val_w, test_logits, test_labels, test_w,
-                       n_bins: int = ECE_BINS) -> dict:
-    """Fit T on validation; test-split ECE (n_bins for both), NLL and accuracy before and after (*_ts keys).
-
-    jax scalars, computed on device; callers pass a calibration_sample of each split.
-    """
-    t = fit_temperature(val_logits, val_labels, val_w)
-    z_NC = jnp.asarray(test_logits, jnp.float32)
-    y_N, w_N = jnp.asarray(test_labels), jnp.asarray(test_w, jnp.float32)
-    report = {"temperature": t}
-    for suffix, logits_NC in (("", z_NC), ("_ts", z_NC / t)):
-        report["ece" + suffix] = ece(jax.nn.softmax(logits_NC, -1), y_N, w_N, n_bins)
-        report["nll" + suffix] = nll(logits_NC, y_N, w_N)
-        report["accuracy" + suffix] = accuracy(logits_NC, y_N, w_N)
-    return report

@@ -14,11 +14,6 @@ def is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def is_real(value) -> bool:
-    """A finite int or float (not a bool, not nan/inf)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def require(ok: bool, message: str, error: type[Exception] = ConfigError) -> None:
     """Raise `error(message)` unless ok: for checks whose message no helper below writes."""
     if not ok:

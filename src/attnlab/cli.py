@@ -17,12 +17,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import chance, checks, composition, exits, outdir, registry, sweep
-from attnlab.run_files import (compute_record, finished_with, hparams_of, record_failure, record_refused, write_results,
+from attnlab import chance, checks, composition, exits, outdir, registry
+from attnlab.run.files import (compute_record, finished_with, hparams_of, record_failure, record_refused, write_results,
                                write_run_json)
-from attnlab.run_summary import smaller_lr
+from attnlab.run.summary import smaller_lr
+from attnlab.sweep import naming, signals
 
-ConfigError = checks.ConfigError  # bad input: one line, exit 2; any other exception is a failed run (a bug)
+ConfigError = checks.ConfigError  # bad input: one line, exits.REFUSED; any other exception is a failed run (a bug)
 _require = checks.require
 
 
@@ -154,8 +155,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         _require(not cfg.trainer.resume or has_checkpoint,
                  f"trainer.resume=true but {run_dir / 'checkpoints'} does not exist or is empty "
                  f"(resume needs hydra.run.dir=<the run's directory>)")
-        from attnlab.accelerator import configure
-        from attnlab.sweep import limit_threads
+        from attnlab.accelerator import apply_matmul_precision, configure, limit_threads
         limit_threads(str(hc.launcher.get("_target_", "")), hc.launcher.get("n_jobs"))
         a = cfg.accelerator
         configure(a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction, a.distributed)
@@ -166,7 +166,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             task, nets, tx, loop = build(cfg, head_name, choices.get("normalizer"))
         for w in caught:
             print(f"attnlab: warning: {w.message}", file=sys.stderr)
-        compute = compute_record(cfg.accelerator, nets[0], task.seq_len)  # refuses an impl that cannot run here
+        precision = apply_matmul_precision(cfg.accelerator.get("matmul_precision"), nets[0].body.dtype)
+        compute = compute_record(nets[0], task.seq_len, precision)  # refuses an impl that cannot run here
     except ConfigError as exc:
         print(f"attnlab: error: {exc}", file=sys.stderr)
         if not multirun:  # a refused command leaves nothing behind (a refused sweep job is a failed cell)
@@ -204,7 +205,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         sys.exit(exits.DIVERGED)
     stopped = [r for r in records if r["status"] == "interrupted"]
     if stopped and multirun:  # one Ctrl-C/SIGTERM stops the sweep
-        sweep.interrupted(run_dir, hc.sweep.dir)
+        signals.interrupted(run_dir, hc.sweep.dir)
     if stopped:  # the summary above ends with the resume command
         print(f"attnlab: run {stopped[0]['error']}; checkpoint saved in {run_dir / 'checkpoints'}", file=sys.stderr)
         sys.exit(exits.INTERRUPTED)
@@ -222,7 +223,7 @@ def _writes_files() -> bool:
 
 
 def _failed(run_dir: Path, record: dict[str, Any], multirun: bool) -> dict[str, Any]:
-    """The exception being handled as a failed run (run_files.record_failure; another process than the writer
+    """The exception being handled as a failed run (run.files.record_failure; another process than the writer
     prints its traceback); a single run exits 1."""
     if _writes_files():
         record_failure(run_dir, record)
@@ -247,28 +248,28 @@ def _train(cfg, task, nets, tx, loop, run_dirs: list[Path], checkpoint_dir: Path
 # (ConfigLoaderImpl.load_sweep_config), so joblib workers and submitit jobs resolve hydra.sweep.dir to the
 # directory the sweep printed, not to one named after their own process.
 OmegaConf.register_new_resolver("attnlab_pid", os.getpid, replace=True, use_cache=True)
-OmegaConf.register_new_resolver("attnlab_job", sweep.job_name, replace=True)
+OmegaConf.register_new_resolver("attnlab_job", naming.job_name, replace=True)
 
 
 @hydra.main(config_path=str(registry.CONFIG_DIR), config_name="train", version_base="1.3")
 def _hydra_train(cfg: DictConfig) -> None:
     hc = HydraConfig.get()
     if hc.mode == RunMode.MULTIRUN:  # a Ctrl-C/SIGTERM from here on ends with the resume command (train_main)
-        sweep.job_started(hc.runtime.output_dir, hc.sweep.dir)
+        signals.job_started(hc.runtime.output_dir, hc.sweep.dir)
     else:
-        sweep.RUN["run_dir"] = hc.runtime.output_dir
+        signals.RUN["run_dir"] = hc.runtime.output_dir
     run(cfg)
-    sweep.check_pending()  # a signal whose KeyboardInterrupt was swallowed stops the sweep after its job
+    signals.check_pending()  # a signal whose KeyboardInterrupt was swallowed stops the sweep after its job
 
 
 def train_main() -> None:
     """Console script `attnlab-train`."""
-    multirun = sweep.multirun_argv(sys.argv[1:])
+    multirun = signals.multirun_argv(sys.argv[1:])
     composition.compose_or_exit(sys.argv[1:], str(registry.CONFIG_DIR))
     try:
         _hydra_train()
     except KeyboardInterrupt:  # outside the step loop (start-up, compile, between jobs): no checkpoint to save
-        sweep.interrupted_outside_a_job(multirun, sys.argv)
+        signals.interrupted_outside_a_job(multirun, sys.argv)
 
 
 def report_main() -> None:

@@ -1,11 +1,12 @@
 """A command line's config composed as Hydra will, before Hydra runs: composition errors and unknown keys as one
-line and exit 2 (a sweep: each value of a swept group too)."""
+line and exits.REFUSED (a sweep: each value of a swept group too)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
+from attnlab import exits
 from attnlab.checks import ConfigError
 
 
@@ -61,7 +62,7 @@ def compose_overrides(overrides: list[str], groups: set[str] | None = None) -> l
 
 
 def compose_or_exit(argv: list[str], config_dir: str) -> None:
-    """Compose the config of a command line as Hydra will; a composition error is one line and exit 2.
+    """Compose the config of a command line as Hydra will; a composition error is one line and exits.REFUSED.
 
     Hydra would print a multi-line message (unknown choice, key not in the config) and exit 1.
     """
@@ -90,4 +91,4 @@ def compose_or_exit(argv: list[str], config_dir: str) -> None:
                 no_unknown_keys(compose("train", overrides=override_list))  # `+steps=1` too, before any directory
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         print(f"attnlab: error: {mistakes.explain(str(exc), override_list) or one_line(exc)}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(exits.REFUSED)

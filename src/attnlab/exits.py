@@ -1,4 +1,5 @@
-"""The exit codes of attnlab-train, one per outcome, for a single run and a sweep alike (README: Exit codes).
+"""The exit codes of attnlab-train, one per outcome, for a single run and a sweep alike (README: Exit codes);
+attnlab-report exits with REFUSED on bad input.
 
 A sweep exits with its most urgent job outcome: interrupted, then failed, refused, diverged; 0 when every job
 completed (also when a re-run found nothing left to do).
@@ -12,7 +13,7 @@ REFUSED = 2  # bad input, refused in one line before anything ran (a sweep: a jo
 DIVERGED = 3  # non-finite training (a sweep: a job diverged; the other jobs still ran)
 INTERRUPTED = 130  # SIGINT or SIGTERM (128 + SIGINT, as a shell reports Ctrl-C): checkpointed, resume command printed
 
-# A sweep's exit code: the first of these statuses that one of its runs has (sweep.statuses).
+# A sweep's exit code: the first of these statuses that one of its runs has (sweep.summary.statuses).
 SWEEP_PRECEDENCE = (("interrupted", INTERRUPTED), ("failed", FAILED), ("unfinished", FAILED), ("refused", REFUSED),
                     ("diverged", DIVERGED))
 

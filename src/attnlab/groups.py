@@ -1,8 +1,8 @@
-"""Gradient-norm groups declared by each module when it is built, stored as `group` variable metadata.
+"""Gradient-norm groups tagged by each module when it is built, stored as `group` variable metadata.
 
-A module tags its own parameters with `declare(group, submodule, ...)` in its `__init__`; a
+A module tags its own parameters with `tag(group, submodule, ...)` in its `__init__`; a
 `NormalizerParam` is the `normalizer` group by type. `leaf_groups` reads the tags and raises on an
-untagged parameter, so a new module that forgets to declare fails its first test instead of being
+untagged parameter, so a new module that forgets to tag fails its first test instead of being
 logged silently as `mlp` (issue 15).
 """
 
@@ -16,8 +16,8 @@ from attnlab.normalizers import NormalizerParam
 GROUPS = ("embedding", "attention", "mlp", "norm", "head", "normalizer")
 
 
-def declare(group: str, *modules: nnx.Module | nnx.Variable) -> None:
-    """Tag every parameter of `modules` (or a parameter itself) not yet tagged (an inner module declares first)."""
+def tag(group: str, *modules: nnx.Module | nnx.Variable) -> None:
+    """Tag every parameter of `modules` (or a parameter itself) not yet tagged (an inner module tags first)."""
     if group not in GROUPS:
         raise ValueError(f"gradient group {group!r} is not one of {GROUPS}")
     for module in modules:
@@ -27,7 +27,7 @@ def declare(group: str, *modules: nnx.Module | nnx.Variable) -> None:
 
 
 def group_of(var: nnx.Variable) -> str | None:
-    """The declared group of one parameter; None when its module declared none."""
+    """The tagged group of one parameter; None when its module tagged none."""
     if isinstance(var, NormalizerParam):
         return "normalizer"
     return var.get_metadata().get("group")
@@ -38,7 +38,7 @@ def _key_name(k) -> str:
 
 
 def leaf_groups(params: nnx.State) -> tuple[list[str], list[int]]:
-    """For each parameter leaf: its declared group ("beta:" prefixed under a β) and its layer (−1 outside the blocks)."""
+    """For each parameter leaf: its tagged group ("beta:" prefixed under a β) and its layer (−1 outside the blocks)."""
     groups, layers = [], []
     flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
     for path, var in flat:
@@ -46,7 +46,7 @@ def leaf_groups(params: nnx.State) -> tuple[list[str], list[int]]:
         group = group_of(var)
         if group is None:
             raise ValueError(f"parameter {'.'.join(names)} has no gradient group: its module must call "
-                             f"attnlab.groups.declare(group, ...) with one of {GROUPS}")
+                             f"attnlab.groups.tag(group, ...) with one of {GROUPS}")
         layers.append(int(names[names.index("blocks") + 1]) if "blocks" in names else -1)
         groups.append(("beta:" if "beta" in names else "") + group)
     return groups, layers

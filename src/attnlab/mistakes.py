@@ -14,11 +14,11 @@ import yaml
 
 from attnlab import registry
 
+SWEEP_FLAGS = ("-m", "--multirun")  # Hydra's flags that make a command a sweep
 # Hydra's own flags (hydra/_internal/utils.py get_args_parser); anything else starting with '-' is a mistake.
 HYDRA_FLAGS = {"-h", "--help", "-hp", "--hydra-help", "--version", "-c", "--cfg", "--resolve", "-p", "--package",
-               "-r", "--run", "-m", "--multirun", "-sc", "--shell-completion", "-cp", "--config-path", "-cn",
+               "-r", "--run", *SWEEP_FLAGS, "-sc", "--shell-completion", "-cp", "--config-path", "-cn",
                "--config-name", "-cd", "--config-dir", "--experimental-rerun", "-i", "--info"}
-SWEEP_FLAGS = ("-m", "--multirun")
 # Names other frameworks use for a key or a choice here.
 SYNONYMS = {"learning_rate": "optim.lr", "epochs": "trainer.steps", "max_steps": "trainer.steps",
             "num_steps": "trainer.steps", "iterations": "trainer.steps", "batch": "trainer.batch_size",

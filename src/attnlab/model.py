@@ -12,7 +12,7 @@ from flax import nnx
 from attnlab import checks
 from attnlab.attention import MultiHeadAttention
 from attnlab.fast_vjp import dense_dot_general, gelu
-from attnlab.groups import declare
+from attnlab.groups import tag
 from attnlab.normalizers import Mask, Normalizer
 from attnlab.remat import run_blocks
 
@@ -76,8 +76,8 @@ class Block(nnx.Module):
         self.fc1 = nnx.Linear(d_model, mlp_ratio * d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
         self.fc2 = nnx.Linear(mlp_ratio * d_model, d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
         self.drop = nnx.Dropout(dropout, rngs=rngs)
-        declare("norm", self.ln1, self.ln2)
-        declare("mlp", self.fc1, self.fc2)
+        tag("norm", self.ln1, self.ln2)
+        tag("mlp", self.fc1, self.fc2)
 
     def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic, rngs):
         a_BTD, stats = self.attn(self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS,
@@ -123,8 +123,8 @@ class Transformer(nnx.Module):
             for i in range(layers)
         ])
         self.ln_f = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
-        declare("embedding", self.embed, *([self.pos] if positional == "learned" else []))
-        declare("norm", self.ln_f)
+        tag("embedding", self.embed, *([self.pos] if positional == "learned" else []))
+        tag("norm", self.ln_f)
 
     def embed_inputs(self, inputs):
         """Token or vector embedding plus the additive positional encoding."""

@@ -13,8 +13,6 @@ from flax import nnx
 
 from attnlab.groups import GROUPS
 from attnlab.host_stream import key_at, window_starts
-from attnlab.normalizers import ScoreNormalizer
-from attnlab.normalizers.linear import Linear
 from attnlab.normalizers.long_context import skip_score_probe
 from attnlab.optim import current_lr
 
@@ -69,7 +67,7 @@ def all_finite(leaves) -> jax.Array:
 
 def probes_per_layer(net: Net) -> list[bool]:
     """Per layer: whether its normalizer exposes its score matrix to a gradient probe (score_grad)."""
-    return [isinstance(block.attn.normalizer, (ScoreNormalizer, Linear)) for block in net.body.blocks]
+    return [block.attn.normalizer.exposes_scores for block in net.body.blocks]
 
 
 def probes_supported(net: Net) -> bool:

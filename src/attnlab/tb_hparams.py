@@ -34,7 +34,7 @@ CHOICE_GROUPS = {"normalizer": "normalizer", "task": "task", "head": "head", "mo
 
 def sweep_values(sweep_dir: Path | str | None) -> dict[str, list[str]]:
     """{hparam name: the values it takes} of every key a multirun sweeps, from its multirun.yaml."""
-    from attnlab.sweep import multirun_config, sweep_overrides
+    from attnlab.sweep.definition import multirun_config, sweep_overrides
 
     saved = None if sweep_dir is None else multirun_config(sweep_dir)
     if saved is None:

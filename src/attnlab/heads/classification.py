@@ -8,7 +8,7 @@ from flax import nnx
 
 from attnlab import calibration as cal
 from attnlab import checks
-from attnlab.groups import declare
+from attnlab.groups import tag
 
 from .base import Head, total, upcast
 
@@ -24,7 +24,7 @@ class _Classification(Head):
         self.num_classes = int(num_classes)
         self.ece_bins = checks.integer("head.ece_bins", ece_bins, 1, 10**6)
         self.proj = nnx.Linear(d_model, self.num_classes, rngs=rngs)
-        declare("head", self.proj)
+        tag("head", self.proj)
 
     def logits(self, outputs_XC):
         return outputs_XC

@@ -8,7 +8,7 @@ from flax import nnx
 
 from attnlab import calibration as cal
 from attnlab import checks
-from attnlab.groups import declare
+from attnlab.groups import tag
 
 from .base import Head, total, upcast
 
@@ -49,7 +49,7 @@ class MSE(_Regression):
     def __init__(self, *, d_model: int, num_classes: int | None = None, rngs: nnx.Rngs):
         self._check_num_classes(num_classes)
         self.proj = nnx.Linear(d_model, 1, rngs=rngs)
-        declare("head", self.proj)
+        tag("head", self.proj)
 
     def __call__(self, features_XD):
         return self.proj(features_XD)[..., 0]
@@ -96,7 +96,7 @@ class HLGauss(_Regression):
         self.v_min, self.v_max, self.num_bins = float(v_min), float(v_max), int(num_bins)
         self.sigma = float(sigma_ratio) * (self.v_max - self.v_min) / self.num_bins  # σ = ratio × bin width
         self.proj = nnx.Linear(d_model, self.num_bins, rngs=rngs)
-        declare("head", self.proj)
+        tag("head", self.proj)
 
     def pad_target(self) -> float:
         return (self.v_min + self.v_max) / 2

@@ -10,9 +10,10 @@ from attnlab import registry
 from . import contract
 from .base import CORE_STATS, FixedFeatures, InverseTemperature, Normalizer, NormalizerParam, ScoreNormalizer, core_stats
 from .entmax import Entmax, entmax
-from .exponential import KL, ReLU, Sigmoid, Softmax, Softmax1, masked_softmax
+from .exponential import KL, Softmax, Softmax1, masked_softmax
 from .linear import Linear
 from .mask import Mask, as_mask
+from .pointwise import ReLU, Sigmoid
 from .scalable import SSMax
 from .squared import Squared
 from .stickbreaking import StickBreaking

@@ -97,9 +97,13 @@ class Normalizer(nnx.Module):
     A normalizer whose output differs between training and evaluation (softmax's adaptive
     temperature) sets `mode_dependent`; attention then passes `training=` (not deterministic) to
     its `__call__`. `weights` describes it at evaluation.
+
+    A normalizer whose `__call__` takes `score_probe_BNTS` (a zero array added to its score matrix, whose
+    gradient the trainer logs as score_grad) sets `exposes_scores`; one with no score matrix leaves it False.
     """
 
     mode_dependent = False
+    exposes_scores = False
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -130,6 +134,7 @@ class ScoreNormalizer(Normalizer, abstract=True):
     """
 
     impl, block_size, head_dim = "dense", 512, None  # dense unless the subclass takes the options (set_impl)
+    exposes_scores = True
 
     def normalize(self, z_BNTS, m_B1TS):
         raise NotImplementedError

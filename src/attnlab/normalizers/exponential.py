@@ -1,4 +1,4 @@
-"""Normalizers built on exp or an elementwise gate of βz: softmax, KL-regularised, softmax₁, sigmoid, ReLU."""
+"""Normalizers built on exp(βz): softmax, KL-regularised, softmax₁ (sigmoid and ReLU gates are pointwise.py)."""
 
 from __future__ import annotations
 
@@ -225,45 +225,3 @@ class Softmax1(ScoreNormalizer):
         mx = jnp.maximum(masked_max(logits_BNTS, m_B1TS), 0.0)
         e = jnp.exp(jnp.where(m_B1TS, logits_BNTS - mx, -jnp.inf))
         return e / (jnp.exp(-mx) + e.sum(-1, keepdims=True)), logits_BNTS, {"beta": beta_N}
-
-
-class Sigmoid(ScoreNormalizer):
-    """σ(βz + b) per key, b = −log n (n admissible keys of the row) unless `bias` is set (Apple, 2024)."""
-
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, bias=None,
-                 impl="auto", block_size=512):
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.bias = None if bias is None else checks.real("normalizer.bias", bias, -1e6, 1e6)
-        self.set_impl(impl, block_size, head_dim)
-
-    def block_form(self):
-        def logits(p, z, q_pos, k_pos, n):
-            b = -jnp.log(jnp.maximum(n, 1)) if self.bias is None else self.bias
-            return p["beta"][None, :, None, None] * z + b
-
-        return BlockForm("count", {"beta": self.beta()}, logits, gate=jax.nn.sigmoid)
-
-    def normalize(self, z_BNTS, m_B1TS):
-        beta_N = self.beta()
-        n_B1T1 = m_B1TS.sum(-1, keepdims=True)
-        b = -jnp.log(jnp.maximum(n_B1T1, 1)) if self.bias is None else self.bias
-        logits_BNTS = beta_N[None, :, None, None] * z_BNTS + b
-        return jnp.where(m_B1TS, jax.nn.sigmoid(logits_BNTS), 0.0), logits_BNTS, {"beta": beta_N}
-
-
-class ReLU(ScoreNormalizer):
-    """relu(βz)/n, n = admissible keys of the row (Wortsman et al. 2023)."""
-
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True,
-                 impl="auto", block_size=512):
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.set_impl(impl, block_size, head_dim)
-
-    def block_form(self):
-        return BlockForm("count", {"beta": self.beta()}, scaled_logits, gate=jax.nn.relu, divide_by_count=True)
-
-    def normalize(self, z_BNTS, m_B1TS):
-        beta_N = self.beta()
-        logits_BNTS = beta_N[None, :, None, None] * z_BNTS
-        n_B1T1 = jnp.maximum(m_B1TS.sum(-1, keepdims=True), 1)
-        return jnp.where(m_B1TS, jax.nn.relu(logits_BNTS), 0.0) / n_B1T1, logits_BNTS, {"beta": beta_N}

@@ -18,7 +18,7 @@ IMPLS = ("auto", "chunked", "parallel")
 
 
 class Linear(Normalizer):
-    """Kernelised attention in four agreeing forms (`implementation` names the one a step takes):
+    """Kernelised attention in three agreeing forms (`implementation` names the one a step takes):
 
     - `chunked` (causal, T = S): O(T) — within a chunk of `chunk_size` the masked quadratic form,
       across chunks an exclusive prefix sum of φ(K)ᵀV (flash-linear-attention's chunk form), its matmuls
@@ -26,8 +26,7 @@ class Linear(Normalizer):
       the backward keeps one F×H state per chunk, never one per position;
     - `bidirectional` (no causal mask): φ(Q)(φ(K)ᵀV) / φ(Q)·Σφ(K), O(T);
     - `parallel`: the masked quadratic form, O(T²) — forced by an arbitrary dense mask, a sliding
-      window, causal T ≠ S or a score probe;
-    - `step`: the recurrent single-token form for decoding, S_t = S_{t−1} + φ(k_t)v_tᵀ.
+      window, causal T ≠ S or a score probe.
 
     `impl`: auto (chunked once T exceeds one chunk, bidirectional without a causal mask),
     chunked (the O(T) form whenever the mask allows) or parallel. Statistics at T·S ≥
@@ -35,6 +34,8 @@ class Linear(Normalizer):
     is built. Padding keys are excluded in every form by zeroing φ(k). q and k are not scaled
     (elu1 as in the paper). eps is added to the denominator (1e-6 as in idiap/fast-transformers).
     """
+
+    exposes_scores = True  # the kernel matrix φ(Q)φ(K)ᵀ, in the parallel form
 
     def __init__(self, *, num_heads, head_dim, rngs, feature_map="elu1", eps=1e-6, chunk_size=64,
                  num_features=64, impl="auto"):
@@ -156,23 +157,6 @@ class Linear(Normalizer):
                + jnp.einsum("bnkcf,bnkfh->bnkch", qf, s_BNKFH.astype(dtype), **acc))
         den = a_BNKCC.astype(jnp.float32).sum(-1) + jnp.einsum("bnkcf,bnkf->bnkc", qf.astype(jnp.float32), z_BNKF)
         return num.reshape(B, N, K * C, -1)[:, :, :T], den.reshape(B, N, K * C, 1)[:, :, :T]
-
-    def init_state(self, batch: int, num_heads: int, head_dim: int, value_dim: int | None = None):
-        """Empty recurrent state (S_BNFH, z_BNF) for `step`."""
-        F = self.omega.shape[0] if self.feature_map == "favor" else head_dim
-        return (jnp.zeros((batch, num_heads, F, value_dim or head_dim)), jnp.zeros((batch, num_heads, F)))
-
-    def step(self, state, q_BNH, k_BNH, v_BNH, valid_B=None):
-        """One decoding step: add (k, v) to the state unless padding, then read it with q."""
-        s_BNFH, z_BNF = state
-        qf = self.phi(q_BNH[:, :, None], True)[:, :, 0]
-        kf = self.phi(k_BNH[:, :, None], False)[:, :, 0]
-        if valid_B is not None:
-            kf = kf * valid_B[:, None, None]
-        s_BNFH = s_BNFH + jnp.einsum("bnf,bnh->bnfh", kf, v_BNH.astype(jnp.float32))
-        z_BNF = z_BNF + kf
-        out = _divide(jnp.einsum("bnf,bnfh->bnh", qf, s_BNFH), jnp.einsum("bnf,bnf->bn", qf, z_BNF)[..., None] + self.eps)
-        return (s_BNFH, z_BNF), out.astype(v_BNH.dtype)
 
 
 def _exclusive_cumsum(x, axis: int):

@@ -11,8 +11,7 @@ from typing import Any
 from attnlab.report.load import LR, Run, drifted_keys, same_value, sort_key, varying_keys
 from attnlab.report import stats
 from attnlab.report.stats import Stat
-
-STATUSES = ("completed", "diverged", "failed")  # always counted; others (interrupted, incomplete) when present
+from attnlab.run.record import STATUSES  # always counted; others (interrupted, incomplete) when present
 
 
 @dataclass

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterable
 
 import attnlab.report as report
+from attnlab import exits
 from attnlab.report import expected, plots
 from attnlab.report.cells import Table, expand, summarize
 from attnlab.report.load import LR, load_runs
@@ -66,18 +67,18 @@ def cli(argv: Iterable[str] | None = None) -> int:
     root = Path(args.sweep_dir)
     if not root.is_dir():
         print(f"attnlab-report: error: sweep directory {root} does not exist", file=sys.stderr)
-        return 2
+        return exits.REFUSED
     runs = load_runs(root)
     if not runs:
         print(f"attnlab-report: error: no runs under {root} (no metrics.json, run.json or .hydra/ found)",
               file=sys.stderr)
-        return 2
+        return exits.REFUSED
     if not 0 < args.alpha < 1:
         print(f"attnlab-report: error: --alpha {args.alpha}; allowed: a level in (0, 1)", file=sys.stderr)
-        return 2
+        return exits.REFUSED
     if args.columns < 1:
         print(f"attnlab-report: error: --columns {args.columns}; allowed: an integer >= 1", file=sys.stderr)
-        return 2
+        return exits.REFUSED
     cache: dict = {}
     try:
         table = summarize(runs, args.group_by, args.metrics, args.which, args.baseline, args.select_lr,
@@ -87,12 +88,12 @@ def cli(argv: Iterable[str] | None = None) -> int:
         table.alpha = args.alpha
     except ValueError as exc:
         print(f"attnlab-report: error: {exc}", file=sys.stderr)
-        return 2
+        return exits.REFUSED
     out = Path(args.out) if args.out else root / "report"
     files = write_report(table, out, curves=curves, log_y=log_y, cache=cache, max_columns=args.columns)
     print((out / "report.md").read_text())
     print(f"wrote {', '.join(str(f) for f in files)}")
-    return 0
+    return exits.COMPLETED
 
 
 def main(argv: Iterable[str] | None = None) -> None:

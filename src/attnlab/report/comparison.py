@@ -10,9 +10,9 @@ import numpy as np
 from attnlab.report.cells import Cell, Table
 from attnlab.report.stats import MIN_PAIRS, higher_is_better
 from attnlab.report.tables import num
-from attnlab.run_summary import HEADLINES, baseline_label
+from attnlab.run.summary import HEADLINES, baseline_label
 
-# The task baselines of a metric, labelled; the headline order of run_summary (then the rest as found).
+# The task baselines of a metric, labelled; the headline order of run.summary (then the rest as found).
 TASK_BASELINES = dict(HEADLINES)
 
 
@@ -77,7 +77,7 @@ def _line(table: Table, c: Cell, metric: str) -> str:
 
 
 def comparison(table: Table) -> list[str]:
-    """The opening section, headline metric first (run_summary.HEADLINES order), cells best first."""
+    """The opening section, headline metric first (run.summary.HEADLINES order), cells best first."""
     order = [m for m, _ in HEADLINES if m in table.metrics] + [m for m in table.metrics if m not in TASK_BASELINES]
     intro = (f"Per metric, each cell's mean paired difference Δ to {table.baseline} over the seeds both completed, "
              f"its 95% interval, the number of pairs and the paired t-test p (from {MIN_PAIRS} pairs); then the "

@@ -6,8 +6,8 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from attnlab.report.cells import STATUSES as FINISHED  # the outcomes; anything else has no result yet
 from attnlab.report.load import Run
+from attnlab.run.record import STATUSES  # the outcomes; anything else has no result yet
 
 
 def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
@@ -16,7 +16,8 @@ def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.errors import HydraException
 
-    from attnlab.sweep import named_job, multirun_config, swept_keys, sweep_overrides
+    from attnlab.sweep.definition import multirun_config, swept_keys, sweep_overrides
+    from attnlab.sweep.naming import named_job
 
     saved = multirun_config(sweep_dir)  # read and parsed once for every job's name (not per job)
     try:
@@ -62,12 +63,12 @@ def progress(root: Path, runs: list[Run]) -> tuple[str, list[str]]:
             if not held:
                 missing.append(f"{rel} (not started)")
                 continue
-            missing += [f"{_rel(r.path, root)} ({r.status})" for r in held if r.status not in FINISHED]
+            missing += [f"{_rel(r.path, root)} ({r.status})" for r in held if r.status not in STATUSES]
             missing += [f"{rel} ({n_runs - len(held)} seed run(s) not written)"] if len(held) < n_runs else []
     for p, r in zip(paths, runs):  # runs outside any readable sweep definition count as they are
         if p not in seen:
             expected += 1
-            if r.status not in FINISHED:
+            if r.status not in STATUSES:
                 missing.append(f"{_rel(r.path, root)} ({r.status})")
     others = ", ".join(f"{counts[s]} {s}" for s in ("diverged", "failed") if counts[s])
     head = f"{counts['completed']} of {expected} runs completed" + (f" ({others})" if others else "")

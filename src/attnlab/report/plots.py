@@ -9,14 +9,13 @@ import numpy as np
 
 from attnlab.report.cells import Table
 from attnlab.report.load import LR, Run, read_scalars
-
-CURVE_STATUSES = ("completed", "diverged")  # runs whose curves are drawn; a diverged curve shows where it broke
+from attnlab.run.record import FINISHED  # the runs whose curves are drawn; a diverged curve shows where it broke
 
 
 def _scalars(runs: list[Run], cache: dict | None) -> list[dict[str, dict[int, float]]]:
     """read_scalars of each run whose curve is drawn, read once per path into `cache`."""
     cache = {} if cache is None else cache
-    drawn = [r for r in runs if r.status in CURVE_STATUSES]
+    drawn = [r for r in runs if r.status in FINISHED]
     for r in drawn:
         if r.path not in cache:
             cache[r.path] = read_scalars(r.path)

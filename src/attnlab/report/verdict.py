@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from attnlab.report import stats
 from attnlab.report.cells import Cell, Table, identical, partners
 from attnlab.report.stats import MIN_PAIRS, Stat, higher_is_better
-from attnlab.run_summary import HEADLINES
+from attnlab.run.summary import HEADLINES
 
 DEFAULT_BASELINE = "normalizer=softmax"  # the verdict's baseline when --baseline is not given and the sweep has it
 
@@ -49,7 +49,7 @@ def holm(pvalues: list[float]) -> list[float]:
 
 
 def metrics_of(table: Table) -> list[str]:
-    """The verdict's metrics: the headline metrics the table has (run_summary.HEADLINES), else all of its."""
+    """The verdict's metrics: the headline metrics the table has (run.summary.HEADLINES), else all of its."""
     headline = [m for m, _ in HEADLINES if m in table.metrics]
     return headline or list(table.metrics)
 

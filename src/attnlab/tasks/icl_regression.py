@@ -87,12 +87,6 @@ class ICLRegression(Task):
         s = self.splits[split]
         return s.inputs[:, 0::2, : self.dim].astype(np.float64), s.inputs[:, 1::2, self.dim].astype(np.float64)
 
-    def baseline_per_position(self, split: str) -> dict[str, np.ndarray]:
-        """Mean squared error per in-context index i (P,): least squares on pairs < i, and the zero predictor."""
-        xs, ys = self.unpack(split)
-        err = (context_predictions(xs, ys, self.ridge) - ys) ** 2
-        return {"mse": err.mean(axis=0), "mse_zero": (ys**2).mean(axis=0)}
-
     def baseline(self, split: str) -> dict[str, float]:
         """Both baselines averaged over the weighted (x) positions."""
         s = self.splits[split]

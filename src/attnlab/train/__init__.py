@@ -26,7 +26,7 @@ from attnlab.train.trees import pad_split
 from attnlab.train.evaluation import Evaluator, final_metrics
 from attnlab.train.logs import Logs
 from attnlab.train.loop import CompiledSteps, compile_steps, run_steps, save
-from attnlab.train.records import seed_records
+from attnlab.train.final import seed_records
 from attnlab.train.state import LoopState, Placement, initial_loop
 
 # metrics.json's `timing`: seconds per phase, none counted twice (train_loop excludes its evaluation,

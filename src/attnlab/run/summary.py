@@ -1,5 +1,5 @@
-"""The lines that open a single run's printed summary: what ran, its headline metric against the task's
-baselines, and, for an interrupted run, the command that resumes it."""
+"""A single run's printed summary: what ran, its headline metric against the task's baselines, each test metric,
+where the time went and, for an interrupted run, the command that resumes it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from attnlab.record import read_json
+from attnlab.chance import describe
+from attnlab.run.record import read_json
 
 # The headline metric of a run: the first one its final metrics have, with the baselines to read it against.
 HEADLINES = (
@@ -84,3 +85,24 @@ def opening_lines(record: dict[str, Any]) -> list[str]:
     if record.get("status") == "interrupted":
         lines.append(f"resume: {resume_command(record, run)}")
     return lines
+
+
+def print_summary(record: dict[str, Any]) -> None:
+    """The summary a single run prints on stdout when it ends."""
+    print("\n".join(opening_lines(record)))
+    final, base = record.get("final", {}), record.get("baseline", {})
+    print(f"run: {record['run_dir']}  status: {record['status']}  steps: {record.get('steps')}  "
+          f"({record.get('steps_per_sec', 0):.1f} steps/s, compile {record.get('compile_time_s', 0):.1f}s)")
+    if record.get("diverged"):
+        print(f"  diverged at step {record['diverged']['step']}: {record['diverged']['reason']}; "
+              f"{smaller_lr(run_json(record))}")
+    for key in sorted(k for k in final if k.startswith("test/")):
+        b = base.get("baseline/" + key.split("/", 1)[1])
+        flag = record.get("chance", {}).get(key, {})
+        print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})")
+              + (f"  {describe(flag)}" if describe(flag) else ""))
+    timing = record.get("timing") or {}
+    if timing:  # where the wall time went (train.PHASES); steps/s above counts the train loop alone
+        parts = ", ".join(f"{k} {v:.1f}" for k, v in timing.items() if k != "total")
+        print(f"time (s): {timing['total']:.1f} total = {parts}")
+    print(f"curves: tensorboard --logdir {shlex.quote(str(record['run_dir']))} --host 127.0.0.1")

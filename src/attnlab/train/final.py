@@ -1,5 +1,5 @@
 """The final phase: per-seed status, test scalars, HParams rows and the run records (a diverged seed's
-diagnosis among them, which run_files writes as diverged.json)."""
+diagnosis among them, which run.files writes as diverged.json)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab.host_stream import HostStream
+from attnlab.run.record import STATUSES
 from attnlab.steps import sample_batch, step_key
 from attnlab.summaries import eval_scalars
 from attnlab.tasks.lengths import LENGTH_PREFIX
@@ -17,9 +18,6 @@ from attnlab.train.stopping import divergence
 from attnlab.train.trees import prefixed, seed_slice
 from attnlab.train.logs import Logs
 from attnlab.train.state import LoopState
-
-STATUSES = ("completed", "diverged", "failed")  # the HParams `status` column's values (failed: cli.run's)
-
 
 def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, finals: list[dict],
                  best_finals: list[dict], *, steps_done: int, data: dict,

@@ -1,6 +1,7 @@
-"""Atomic JSON files read without pickle, and the environment a run records (git, package versions, devices).
+"""What a run records: atomic JSON files read without pickle, the environment (git, package versions, devices)
+and the outcomes a run ends with.
 
-Which files a run keeps and what goes in them is run_files.py's; this module only writes and reads JSON."""
+Which files a run keeps and what goes in them is run/files.py's; this module only writes and reads JSON."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+# The outcomes a run's metrics.json records (`interrupted` is a stop, not an outcome: the run resumes).
+STATUSES = ("completed", "diverged", "failed")
+FINISHED = ("completed", "diverged")  # final outcomes: a resumed sweep skips them (a diverged run would diverge again)
 PACKAGES = ("attnlab", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "hydra-core", "tensorboardX", "numpy")
 
 
@@ -30,7 +34,7 @@ def read_json(path: Path) -> Any:
 
 def git_state() -> dict[str, Any]:
     """SHA and dirty flag of the attnlab checkout; outside one (a wheel install), why, and the installed version."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # attnlab/, this module being attnlab/run/record.py
     root = package.parents[1]  # a checkout is <root>/src/attnlab; a wheel is site-packages/attnlab
     try:
         top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=package, capture_output=True, text=True,

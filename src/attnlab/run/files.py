@@ -1,9 +1,8 @@
-"""The files a run keeps in its directory (run.json, metrics.json, seeds.json), its HParams row and summary."""
+"""The files a run keeps in its directory (run.json, metrics.json, seeds.json), and its HParams row."""
 
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import traceback
 from pathlib import Path
@@ -11,8 +10,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab.chance import describe
-from attnlab.record import environment, read_json, write_json
+from attnlab.run.record import FINISHED, environment, read_json, write_json
+from attnlab.run.summary import print_summary
 
 
 def hparams_of(cfg: DictConfig, choices: dict[str, str]) -> dict[str, Any]:
@@ -28,9 +27,6 @@ def hparams_of(cfg: DictConfig, choices: dict[str, str]) -> dict[str, Any]:
                 flat[f"{group}.{k}"] = ",".join(map(str, v))
     flat["seed"] = str(cfg.seed)
     return flat
-
-
-FINISHED = ("completed", "diverged")  # final outcomes: a resumed sweep skips them (a diverged run would diverge again)
 
 
 def finished_with(run_dir: Path, resolved: dict) -> str | None:
@@ -52,14 +48,13 @@ def finished_with(run_dir: Path, resolved: dict) -> str | None:
     return "diverged" if "diverged" in found else "completed"
 
 
-def compute_record(accelerator: DictConfig, net, seq_len: int) -> dict[str, Any]:
-    """Set the matmul precision and name each layer's attention implementation; printed, and kept in run.json."""
+def compute_record(net, seq_len: int, precision: str) -> dict[str, Any]:
+    """Each layer's attention implementation and the matmul precision set (accelerator.apply_matmul_precision);
+    printed, and kept in run.json."""
     import numpy as np
 
-    from attnlab.accelerator import apply_matmul_precision
     from attnlab.steps import probes_per_layer
 
-    precision = apply_matmul_precision(accelerator.get("matmul_precision"), net.body.dtype)
     impls = net.body.attention_impl(seq_len)
     print(f"attnlab: attention_impl per layer: {', '.join(impls)}; matmul_precision: {precision}", file=sys.stderr)
     without = [i for i, ok in enumerate(probes_per_layer(net)) if not ok]
@@ -90,7 +85,7 @@ def record_failure(run_dir: Path, record: dict[str, Any]) -> None:
 def write_run_json(seeds: list[int], run_dirs: list[Path], resolved: dict, choices: dict, overrides: list,
                    task, compute: dict | None = None) -> None:
     """run.json in each seed's directory: its config, choices, overrides, environment (and lm corpus), and
-    `compute` (cli.compute_record: attention_impl per layer, matmul_precision, compute_dtype), and where the
+    `compute` (run.files.compute_record: attention_impl per layer, matmul_precision, compute_dtype), and where the
     training data lives (`train_data`: device, or host-stream for an lm text over task.device_text_bytes)."""
     env = environment()
     for seed, d in zip(seeds, run_dirs):
@@ -104,7 +99,7 @@ def write_run_json(seeds: list[int], run_dirs: list[Path], resolved: dict, choic
 def write_results(seeds: list[int], run_dirs: list[Path], records: list[dict], run_dir: Path, resolved: dict,
                   *, print_summaries: bool) -> None:
     """metrics.json per seed (and its summary on stdout), diverged.json beside it for a seed whose record holds
-    a diagnosis (train.records.diagnose; kept out of metrics.json); seeds.json in run_dir when several seeds ran."""
+    a diagnosis (train.final.diagnose; kept out of metrics.json); seeds.json in run_dir when several seeds ran."""
     for d, rec in zip(run_dirs, records):
         diagnosis = rec.pop("diagnosis", None)
         if diagnosis is not None:
@@ -115,25 +110,3 @@ def write_results(seeds: list[int], run_dirs: list[Path], records: list[dict], r
     if len(records) > 1:
         write_json(run_dir / "seeds.json", {"config": resolved, "seeds": {
             str(s): {"status": r["status"], "run_dir": str(d)} for s, d, r in zip(seeds, run_dirs, records)}})
-
-
-def print_summary(record: dict[str, Any]) -> None:
-    from attnlab.run_summary import opening_lines, run_json, smaller_lr
-
-    print("\n".join(opening_lines(record)))
-    final, base = record.get("final", {}), record.get("baseline", {})
-    print(f"run: {record['run_dir']}  status: {record['status']}  steps: {record.get('steps')}  "
-          f"({record.get('steps_per_sec', 0):.1f} steps/s, compile {record.get('compile_time_s', 0):.1f}s)")
-    if record.get("diverged"):
-        print(f"  diverged at step {record['diverged']['step']}: {record['diverged']['reason']}; "
-              f"{smaller_lr(run_json(record))}")
-    for key in sorted(k for k in final if k.startswith("test/")):
-        b = base.get("baseline/" + key.split("/", 1)[1])
-        flag = record.get("chance", {}).get(key, {})
-        print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})")
-              + (f"  {describe(flag)}" if describe(flag) else ""))
-    timing = record.get("timing") or {}
-    if timing:  # where the wall time went (train.PHASES); steps/s above counts the train loop alone
-        parts = ", ".join(f"{k} {v:.1f}" for k, v in timing.items() if k != "total")
-        print(f"time (s): {timing['total']:.1f} total = {parts}")
-    print(f"curves: tensorboard --logdir {shlex.quote(str(record['run_dir']))} --host 127.0.0.1")
