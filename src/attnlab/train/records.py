@@ -7,7 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab.host_stream import HostStream
 from attnlab.steps import sample_batch, step_key
 from attnlab.summaries import eval_scalars
 from attnlab.tasks.lengths import LENGTH_PREFIX
@@ -83,8 +82,6 @@ def diagnose(state, data, batch_size: int, last_scalars: dict) -> dict:
     """What diverged.json holds: the first non-finite step, the last logged statistics, and that step's batch."""
     first = int(jax.device_get(state["first_nonfinite"]))
     bad = {**state, "step": jnp.int32(first)}
-    if isinstance(data, HostStream):  # the host gathers that step's windows again, for this seed's key
-        data = {"windows": data.windows(first, state["key"][None])[0]}
-    batch = jax.device_get(sample_batch(data, step_key(bad), batch_size))
+    batch = jax.device_get(sample_batch(data.for_step(first, state["key"]), step_key(bad), batch_size))
     return {"first_nonfinite_step": first + 1, "last_logged": last_scalars,
             "batch": {k: np.asarray(v).tolist() for k, v in batch.items()}}
