@@ -357,3 +357,25 @@ def test_make_unknown_option_lists_allowed():
 def test_impossible_options_raise_naming_the_option(name, options, option):
     with pytest.raises(ValueError, match=option):
         small(name, **options)
+
+
+@pytest.mark.parametrize("name", registry.choices("task"))
+def test_every_task_declares_the_headline_its_short_run_reports(name, tmp_path):
+    """Task.judged_by, through a real 2-step run: metrics.json names the task's headline metric, the final metrics
+    hold it (finite), its baselines are the task's, and the printed summary leads with it."""
+    import json
+    import math
+
+    from cli_helpers import TINY, TINY_TASK, run_cli
+
+    run_dir = tmp_path / "run"
+    proc = run_cli(*TINY, f"task={name}", *TINY_TASK.get(name, []), "trainer.steps=2", "trainer.eval_every=2",
+                   f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    record = json.loads((run_dir / "metrics.json").read_text())
+    key = record["headline"]
+    assert key.startswith("test/") and math.isfinite(record["final"][key])
+    labels = record["baseline_labels"]
+    assert key in labels and labels[key] and set(labels[key]) <= set(record["baseline"])
+    assert all(k in record["final"] for k in labels)
+    against = ", ".join(f"{label} {record['baseline'][k]:.4g}" for k, label in labels[key].items())
+    assert f"headline: {key} {record['final'][key]:.4g} (baselines: {against})" in proc.stdout + proc.stderr

@@ -22,7 +22,6 @@ from omegaconf import OmegaConf
 from attnlab import exits
 
 MAX_NAME = 120  # characters of swept values in a job directory name; longer ones end in a hash
-HEADLINE = ("test/accuracy", "test/r2", "test/mse", "test/loss")  # the first one a job has sums it up
 TENSORBOARD_URL = "http://127.0.0.1:6006/"  # TensorBoard's default port; it prints the one it took
 # One colour per normalizer (job names hold it); URL-encoded, since a bare "+" in a query reads as a space.
 COLOR_BY_NORMALIZER = "?runColorGroup=regex:normalizer%3D(%5Cw%2B)"
@@ -210,18 +209,18 @@ def _record(run: Path) -> dict:
 
 
 def job_line(job: Path, wall_s: float) -> str:
-    """One line for a finished job: name, status, headline test metric (mean over its seeds), wall time."""
+    """One line for a finished job: name, status, headline test metric (metrics.json's `headline`; mean over its
+    seeds), wall time."""
     records = [_record(run) for run in job_runs(job)]
     counts = Counter(r.get("status", "unfinished") for r in records)
     status = ", ".join(f"{n} {s}" if len(records) > 1 else s for s, n in sorted(counts.items()))
-    finals = [r["final"] for r in records if r.get("status") == "completed" and isinstance(r.get("final"), dict)]
+    done = [r for r in records if r.get("status") == "completed" and isinstance(r.get("final"), dict)]
+    key = next((r["headline"] for r in done if r.get("headline")), None)
+    values = [v for v in (r["final"].get(key) for r in done) if isinstance(v, (int, float)) and math.isfinite(v)]
     result = ""
-    for key in HEADLINE:
-        values = [f[key] for f in finals if isinstance(f.get(key), (int, float)) and math.isfinite(f[key])]
-        if values:
-            mean = sum(values) / len(values)
-            result = f"{key} {mean:.4f}" + (f" (mean of {len(values)} seeds)" if len(values) > 1 else "")
-            break
+    if values:
+        mean = sum(values) / len(values)
+        result = f"{key} {mean:.4f}" + (f" (mean of {len(values)} seeds)" if len(values) > 1 else "")
     errors = [str(r["error"]) for r in records if r.get("error")]
     if not result and errors:
         result = errors[0] if len(errors[0]) <= 100 else errors[0][:97] + "..."

@@ -89,8 +89,9 @@ class Task:
     regression -> ``{"mse": a reference estimator's error (e.g. least squares on the
     context), "mse_zero": the error of always predicting 0}``, both weighted by ``weights``.
 
-    What a run is judged by, declared here and read everywhere (TensorBoard's first charts, the
-    run summary's headline, a sweep's job lines, metrics.json's ``headline``):
+    What a run is judged by, declared here and read everywhere (TensorBoard's first charts, and
+    through metrics.json's ``headline`` and ``baseline_labels`` (``judged_by``) the run summary's
+    headline, a sweep's job lines and the report):
 
     * ``headline_metric`` -- the val/test metric a run is judged by: ``"accuracy"`` for
       classification, ``"mse"`` for regression by default.
@@ -143,6 +144,13 @@ class Task:
         if self.kind == "classification":
             return {"accuracy": {"accuracy": "chance"}}
         return {"mse": {"mse": "reference estimator", "mse_zero": "zero predictor"}}
+
+    def judged_by(self) -> dict:
+        """What metrics.json says a run is judged by: `headline`, the test metric (test/<headline_metric>), and
+        `baseline_labels`, {test metric: {baseline key: label}} (the keys of metrics.json's final and baseline)."""
+        return {"headline": f"test/{self.headline_metric}",
+                "baseline_labels": {f"test/{m}": {f"baseline/{k}": label for k, label in refs.items()}
+                                    for m, refs in self.baseline_labels.items()}}
 
     def batches(self, batch_size: int, key_data_S2=None, *, start: int = 0, stop: int | None = None,
                    sharding=None):

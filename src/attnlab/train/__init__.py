@@ -83,7 +83,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
              "steps_per_sec": (steps_done - loop.start) / max(timing["train_loop"], 1e-9),
              "seeds_over_devices": placement.seed_parallel, "timing": timing}
     return seed_records(loop, cfg, logs, evaluator.baseline, finals, best_finals, steps_done=steps_done,
-                        data=data, hparams=hparams, declared=declared, timing=rates)
+                        data=data, hparams=hparams, declared=declared, timing=rates, judged_by=task.judged_by())
 
 
 def _final_metrics(loop: LoopState, evaluator: Evaluator, head, steps_done: int,

@@ -22,11 +22,12 @@ STATUSES = ("completed", "diverged", "failed")  # the HParams `status` column's 
 
 def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, finals: list[dict],
                  best_finals: list[dict], *, steps_done: int, data: dict,
-                 hparams: list[dict] | None, declared: dict | None, timing: dict) -> list[dict]:
+                 hparams: list[dict] | None, declared: dict | None, timing: dict, judged_by: dict) -> list[dict]:
     """One record per seed; writes each seed's last TensorBoard entries and closes its writer.
 
     `timing` holds wall_time_s, compile_time_s, steps_per_sec (training steps over the train loop's own
-    seconds), seeds_over_devices and timing (seconds per phase, train.PHASES, and total), copied as they are.
+    seconds), seeds_over_devices and timing (seconds per phase, train.PHASES, and total), copied as they are;
+    `judged_by` (Task.judged_by: the headline metric and the baselines' labels) likewise.
     """
     nonfinite = np.asarray(jax.device_get(loop.state["nonfinite"]))
     first_bad = np.asarray(jax.device_get(loop.state["first_nonfinite"])) + 1
@@ -67,7 +68,7 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
             "steps": steps_done, "resumed_from": loop.start or None, "nonfinite_steps": int(nonfinite[i]),
             "wall_time_s": timing["wall_time_s"], "compile_time_s": timing["compile_time_s"],
             "steps_per_sec": timing["steps_per_sec"], "vmapped_seeds": len(logs.summaries),
-            "seeds_over_devices": timing["seeds_over_devices"], "timing": timing["timing"],
+            "seeds_over_devices": timing["seeds_over_devices"], "timing": timing["timing"], **judged_by,
             **({"diagnosis": diagnosis} if diagnosis else {}),
         })
     return records
