@@ -42,7 +42,7 @@ class Split:
 class Task:
     """A supervised dataset with train/val/test splits, described well enough to build a model and a loss.
 
-    Every task is fully materialised at construction as numpy arrays (no jax here): the
+    Every task is fully materialised at construction as numpy arrays (jax only draws the batches): the
     ``splits`` dict maps ``"train"``, ``"val"`` and ``"test"`` to a :class:`Split`, generated
     deterministically from the ``seed`` option with a ``numpy.random.Generator``. The same
     options always give the same arrays; a different seed gives different ones. No input row
@@ -153,7 +153,7 @@ class Task:
                                     for m, refs in self.baseline_labels.items()}}
 
     def batches(self, batch_size: int, key_data_S2=None, *, start: int = 0, stop: int | None = None,
-                   sharding=None):
+                sharding=None):
         """What every training step draws its batch from (attnlab.tasks.batches), in host memory; the caller
         places resident data on the devices. `key_data_S2` (the seeds' raw keys), `start`/`stop` (the steps to
         run) and `sharding` (one seed's data per device) serve a task whose data is streamed.
@@ -162,7 +162,7 @@ class Task:
         return Rows({f.name: np.asarray(getattr(split, f.name)) for f in dataclasses.fields(split)})
 
     def decode(self, tokens_T) -> str:
-        """Token ids back to text; only a `text` task has it."""
+        """Token ids back to text; only a task with is_text has it."""
         raise TypeError(f"{type(self).__name__} is not a text task (is_text=False): its tokens do not decode")
 
     def continuation(self, graphdef) -> Callable | None:
