@@ -379,3 +379,24 @@ def test_every_task_declares_the_headline_its_short_run_reports(name, tmp_path):
     assert all(k in record["final"] for k in labels)
     against = ", ".join(f"{label} {record['baseline'][k]:.4g}" for k, label in labels[key].items())
     assert f"headline: {key} {record['final'][key]:.4g} (baselines: {against})" in proc.stdout + proc.stderr
+
+
+def test_the_default_contract_draws_train_rows_and_has_no_text():
+    """Task.batches by default: the train split resident, each step `batch_size` of its rows (key-determined);
+    a task without text refuses decode and writes no continuation."""
+    import jax
+
+    task = tasks.make("mqar", seq_len=16, vocab_size=16, num_kv_pairs=2, n_train=50, n_val=10, n_test=10)
+    data = task.batches(8)
+    assert not data.streamed and data.spec() is data and data.next() is data and data.for_step(3, None) is data
+    batch = jax.device_get(data.draw(jax.random.key(0), 8))
+    train = task.splits["train"]
+    rows = {r.tobytes(): i for i, r in enumerate(train.inputs)}
+    idx = [rows[r.tobytes()] for r in batch["inputs"]]  # every drawn row is a train row, with its own targets
+    np.testing.assert_array_equal(batch["targets"], train.targets[idx])
+    np.testing.assert_array_equal(batch["weights"], train.weights[idx])
+    again = jax.device_get(data.draw(jax.random.key(0), 8))
+    np.testing.assert_array_equal(again["inputs"], batch["inputs"])
+    assert not task.is_text and task.continuation(None) is None
+    with pytest.raises(TypeError, match="MQAR is not a text task"):
+        task.decode(train.inputs[0])
