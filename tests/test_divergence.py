@@ -21,7 +21,6 @@ from attnlab.cli import build
 from attnlab.groups import leaf_groups
 
 from attnlab.steps import make_train_step
-from attnlab.train.trees import pad_split
 from attnlab.train.state import fresh_state
 
 RUN = [*TINY, *TINY_TASK["mqar"], "trainer.steps=40", "trainer.log_every=2", "trainer.eval_every=4",
@@ -74,7 +73,7 @@ def test_skip_policy_keeps_the_last_finite_parameters():
     graphdef, params, _ = nnx.split(nets[0], nnx.Param, ...)
     groups, layers = leaf_groups(params)
     state = fresh_state([nets[0]], tx, seed=0)
-    data = jax.tree.map(jnp.asarray, pad_split(task.splits["train"], 1))
+    data = jax.device_put(task.batches(8))
     step = make_train_step(graphdef, tx, groups=groups, layers=layers, num_layers=len(nets[0].body.blocks),
                            num_heads=nets[0].body.blocks[0].attn.num_heads, batch_size=8, batch_sharding=None)
     for _ in range(2):

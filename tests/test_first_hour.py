@@ -137,7 +137,7 @@ def test_short_lm_attention_maps_are_labelled_with_the_probe_characters():
     for ax in fig.axes[:2]:  # both head panels, both axes
         assert [t.get_text() for t in ax.get_xticklabels()] == labels == [t.get_text() for t in ax.get_yticklabels()]
     assert tb_images.char_labels(lm, np.ones(tb_images.MAX_LABELLED + 1, np.int32)) is None  # long: positions
-    assert tb_images.char_labels(object(), tokens) is None  # a task without text
+    assert tb_images.char_labels(tasks.make("digits"), tokens) is None  # a task without text
 
 
 @pytest.mark.parametrize("seq_len", [16, 272])
@@ -149,14 +149,13 @@ def test_the_continuation_is_the_models_greedy_choice_after_the_prompt(seq_len):
     from test_configs import compose_train
 
     from attnlab.cli import build
-    from attnlab.continuation import make_continuation, prompt_length, sample_length
+    from attnlab.tasks.lm.continuation import make_continuation, prompt_length, sample_length
 
     cfg = compose_train("model=tiny", "task=lm", *TINY_TASK["lm"], f"task.seq_len={seq_len}", "model.max_len=512")
     task, nets, _, _ = build(cfg, "softmax_ce")
     graphdef, params, rest = nnx.split(nets[0], nnx.Param, ...)
-    one = lambda tree: jax.tree.map(lambda x: x[None], tree)  # noqa: E731  (the seed axis)
     inputs, valid = task.splits["val"].inputs[:1], task.splits["val"].valid[:1]
-    written = np.asarray(make_continuation(graphdef, seq_len=seq_len)(one(params), one(rest), inputs, valid))[0]
+    written = np.asarray(jax.jit(make_continuation(graphdef, seq_len=seq_len))(params, rest, inputs, valid))
     length = sample_length(seq_len)
     start = prompt_length(length)
     assert written.shape == (1, min(seq_len, 256)) and start == {16: 8, 272: 192}[seq_len]

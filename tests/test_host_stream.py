@@ -17,7 +17,7 @@ from cli_helpers import TINY, TINY_TASK, run_cli, scalar_curve
 
 from attnlab import tasks
 from attnlab.checks import ConfigError
-from attnlab.host_stream import INT32_MAX, HostStream, host_starts, wide_bits, window_starts
+from attnlab.tasks.lm.host_stream import INT32_MAX, HostStream, TextWindows, host_starts, wide_bits, window_starts
 from attnlab.steps import sample_batch, step_key
 
 SMALL = {"seq_len": 32, "n_train": 300, "n_val": 60, "n_test": 60}
@@ -32,7 +32,7 @@ def cache(tmp_path, monkeypatch):
 
 def _device_windows(lm, steps, batch: int) -> np.ndarray:
     """(len(steps), S, B, seq_len + 1) bytes the device path's step draws, rebuilt from its batch."""
-    data = jax.device_put(lm.train_stream())
+    data = jax.device_put(lm.batches(batch))
     draw = jax.jit(jax.vmap(jax.vmap(lambda k, s: sample_batch(data, step_key({"key": k, "step": s}), batch),
                                      (0, None)), (None, 0)))
     b = draw(KEYS_S2, np.asarray(steps, np.int32))
@@ -41,8 +41,9 @@ def _device_windows(lm, steps, batch: int) -> np.ndarray:
 
 def _stream(lm, start: int, stop: int, batch: int) -> np.ndarray:
     """The windows HostStream's grain loader yields for state steps start..stop − 1."""
-    stream = HostStream(lm.train_stream()["text"], lm.seq_len + 1, KEYS_S2, batch, start=start, stop=stop)
-    return np.stack([np.asarray(stream.next()["windows"]) for _ in range(start, stop)])
+    stream = lm.batches(batch, KEYS_S2, start=start, stop=stop)
+    assert isinstance(stream, HostStream) and stream.streamed
+    return np.stack([np.asarray(stream.next().windows) for _ in range(start, stop)])
 
 
 def test_host_stream_draws_the_device_windows_and_replays_them_on_resume(cache):
@@ -61,7 +62,7 @@ def test_host_stream_draws_the_device_windows_and_replays_them_on_resume(cache):
     text = host.text["train"]
     assert isinstance(text, np.memmap) and text.mode == "r" and str(cache) in str(text.filename)
     assert text.tobytes() == device.text["train"].tobytes()
-    stream = HostStream(host.train_stream()["text"], 33, KEYS_S2, 8)
+    stream = host.batches(8, KEYS_S2)
     assert stream.text is text
     held = [v for v in vars(stream).values() if isinstance(v, np.ndarray) and not isinstance(v, np.memmap)]
     assert sum(v.nbytes for v in held) < 1000 < len(text)
@@ -93,7 +94,7 @@ def test_offsets_past_int32_come_from_two_32_bit_draws():
 
 def test_device_path_refuses_a_text_past_int32_and_the_budget_says_so():
     text = jax.ShapeDtypeStruct((2**31 + 32,), np.uint8)  # abstract: traced, never allocated
-    data = {"text": text, "window_W": jax.ShapeDtypeStruct((33,), np.int32)}
+    data = TextWindows(text, jax.ShapeDtypeStruct((33,), np.int32))
     with pytest.raises(ConfigError, match="device_text_bytes"):
         jax.eval_shape(lambda d: sample_batch(d, jax.random.key(0), 4), data)
     with pytest.raises(ConfigError) as e:
@@ -136,7 +137,7 @@ def test_host_stream_steps_train_as_the_device_steps():
         for step in range(5):  # steps 0, 2, 4 are logging steps: statistics program, then the train step
             states[where], metrics = (steps.stats if step % 2 == 0 else steps.plain)(states[where], datas[where])
             losses[where].append(np.asarray(metrics["loss"]))
-    assert isinstance(datas["host"], HostStream) and isinstance(datas["device"]["text"], jax.Array)
+    assert isinstance(datas["host"], HostStream) and isinstance(datas["device"].text, jax.Array)
     np.testing.assert_array_equal(np.stack(losses["host"]), np.stack(losses["device"]))
     assert len({float(v) for v in np.ravel(losses["device"])}) == 5 * S  # the steps differ
     for a, b in zip(jax.tree.leaves(states["host"]["params"]), jax.tree.leaves(states["device"]["params"])):
@@ -185,12 +186,12 @@ def test_diverged_json_of_a_host_stream_run_holds_the_device_batch():
 
     device = tasks.make("lm", **SMALL)
     host = tasks.make("lm", **SMALL, device_text_bytes=1000)
-    stream = HostStream(host.train_stream()["text"], 33, KEYS_S2, 8)
+    stream = host.batches(8, KEYS_S2)
     for i, kd in enumerate(KEYS_S2):
         state = {"key": kd, "first_nonfinite": np.int32(6), "step": np.int32(9)}
         # what run.files writes as diverged.json, through json as it is written and read
         got, want = (json.loads(json.dumps(diagnose(state, data, 8, {})))
-                     for data in (stream, jax.device_put(device.train_stream())))
+                     for data in (stream, jax.device_put(device.batches(8))))
         assert got == want and got["first_nonfinite_step"] == 7
         assert np.array_equal(np.asarray(got["batch"]["targets"]), _device_windows(device, [6], 8)[0, i, :, 1:])
 
@@ -228,6 +229,6 @@ def test_the_loader_reads_the_map_without_copying_the_text(tmp_path):
     host_starts(KEYS_S2, 0, 8, len(text) - 32)  # compile the offsets program before the baseline
     before = _anon_rss()
     stream = HostStream(text, 33, KEYS_S2, 8, start=0, stop=20)
-    got = [stream.next()["windows"] for _ in range(20)]
+    got = [stream.next().windows for _ in range(20)]
     assert len(got) == 20 and got[-1].shape == (2, 8, 33)
     assert _anon_rss() - before < 16 * 2**20 < len(text)

@@ -171,7 +171,8 @@ def write_run(root, name, normalizer, seed, accuracy_by_length):
     final = {"test/accuracy": accuracy_by_length[16], "test/loss": 1.0,
              **{f"test_len/{t}/accuracy": a for t, a in accuracy_by_length.items()},
              **{f"test_len/{t}/loss": 2.0 for t in accuracy_by_length}}
-    (path / "metrics.json").write_text(json.dumps({"status": "completed", "final": final, "best": final}))
+    (path / "metrics.json").write_text(json.dumps({"status": "completed", "final": final, "best": final,
+                                                   "headline": "test/accuracy"}))
 
 
 def test_the_report_tabulates_the_headline_metric_per_length(tmp_path, capsys):

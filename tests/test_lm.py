@@ -11,7 +11,7 @@ import pytest
 from cli_helpers import TINY, TINY_TASK, metrics, run_cli
 
 from attnlab import tasks
-from attnlab.tasks import corpus
+from attnlab.tasks.lm import corpus
 
 SMALL = {"seq_len": 32, "n_train": 300, "n_val": 60, "n_test": 60}
 
@@ -138,7 +138,7 @@ def _stream_windows(lm, seed: int, steps, batch: int = 8) -> np.ndarray:
 
     from attnlab.steps import sample_batch, step_key
 
-    data = {k: jax.numpy.asarray(v) for k, v in lm.train_stream().items()}
+    data = jax.device_put(lm.batches(batch))
     key = jax.random.key_data(jax.random.key(seed))
     draw = jax.jit(jax.vmap(lambda s: sample_batch(data, step_key({"key": key, "step": s}), batch)))
     b = draw(jax.numpy.asarray(np.asarray(steps, np.int32)))
@@ -171,7 +171,7 @@ def test_device_training_data_is_the_text_whatever_n_train():
     few, many = (train_data(tasks.make("lm", **{**SMALL, "n_train": n}), placement) for n in (10, 1000))
     assert jax.tree.map(lambda a: (a.shape, a.dtype), few) == jax.tree.map(lambda a: (a.shape, a.dtype), many)
     lm = tasks.make("lm", **SMALL)
-    assert few["text"].dtype == np.uint8 and few["text"].nbytes == len(lm.text["train"])
+    assert few.text.dtype == np.uint8 and few.text.nbytes == len(lm.text["train"])
     assert sum(a.nbytes for a in jax.tree.leaves(few)) == len(lm.text["train"]) + 4 * (SMALL["seq_len"] + 1)
 
 

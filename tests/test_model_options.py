@@ -18,7 +18,6 @@ from attnlab.normalizers import Mask, build as build_normalizer
 from attnlab.groups import leaf_groups
 from attnlab.steps import make_stats_step, make_train_step, probes_supported, sample_batch, step_key
 from attnlab.summaries import flatten_train_metrics
-from attnlab.train import pad_split
 from attnlab.train.state import fresh_state
 
 NORMALIZERS = registry.choices("normalizer")
@@ -120,7 +119,7 @@ def one_step(*overrides, task="mqar", with_stats=True):
     graphdef, params, _ = nnx.split(net, nnx.Param, ...)
     groups, layers = leaf_groups(params)
     state = fresh_state([net], tx, seed=0)
-    data = jax.tree.map(jnp.asarray, pad_split(task_obj.splits["train"], 1))
+    data = jax.device_put(task_obj.batches(8))
     batch = sample_batch(data, step_key(jax.tree.map(lambda x: x[0], state)), 8)
     ref_loss = float(net.head.loss(net.head(net.body(batch["inputs"], batch["valid"])[0]), batch["targets"],
                                    batch["weights"]))

@@ -54,7 +54,8 @@ def write_run(root: Path, name: str, normalizer: str, lr: float, seed: int, fina
         (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(ovr))
     metrics = {"status": status, "error": None if status == "completed" else "boom", "run_dir": str(path)}
     if final is not None:
-        metrics.update(final=final, best=best or {**final, "step": 4}, baseline={"baseline/accuracy": 0.125})
+        metrics.update(final=final, best=best or {**final, "step": 4}, baseline={"baseline/accuracy": 0.125},
+                       headline="test/accuracy", baseline_labels={"test/accuracy": {"baseline/accuracy": "chance"}})
     (path / "metrics.json").write_text(json.dumps(metrics))
     return path
 

@@ -148,13 +148,15 @@ def test_job_line_of_vmapped_seeds_and_of_a_failed_job(tmp_path):
     job = tmp_path / "4_normalizer=kl"
     for seed, (status, acc) in enumerate([("completed", 0.5), ("completed", 0.7), ("diverged", 0.0)]):
         (job / f"seed{seed}").mkdir(parents=True)
-        (job / f"seed{seed}" / "metrics.json").write_text(json.dumps({"status": status, "final": {"test/accuracy": acc}}))
+        (job / f"seed{seed}" / "metrics.json").write_text(json.dumps({"status": status, "final": {"test/accuracy": acc},
+                                                                      "headline": "test/accuracy"}))
     (job / "seeds.json").write_text("{}")
     assert job_line(job, 12.34) == "job 4_normalizer=kl: 2 completed, 1 diverged  test/accuracy 0.6000 (mean of 2 seeds)  12.3s"
     reg = tmp_path / "5_task=icl_regression"
     reg.mkdir()
-    (reg / "metrics.json").write_text(json.dumps({"status": "completed", "final": {"test/r2": 0.25, "test/mse": 2.0}}))
-    assert job_line(reg, 1.0) == "job 5_task=icl_regression: completed  test/r2 0.2500  1.0s"
+    (reg / "metrics.json").write_text(json.dumps({"status": "completed", "final": {"test/r2": 0.25, "test/mse": 2.0},
+                                                  "headline": "test/mse"}))
+    assert job_line(reg, 1.0) == "job 5_task=icl_regression: completed  test/mse 2.0000  1.0s"
     bad = tmp_path / "6_x=1"
     bad.mkdir()
     (bad / "metrics.json").write_text(json.dumps({"status": "failed", "error": "configuration: " + "x" * 200}))

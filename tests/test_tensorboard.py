@@ -28,6 +28,7 @@ from tensorboard.util import tensor_util
 
 from attnlab import registry, tb_hparams, tb_images
 from attnlab.summaries import Summaries
+from attnlab.tasks import Task
 
 NORMALIZERS = ("softmax", "linear")
 EVAL_STEPS = [4]
@@ -264,11 +265,13 @@ def test_images_and_histograms_are_drawn_in_the_background_and_land_in_the_event
 
 
 def test_probe_text_is_written_for_a_task_that_decodes_and_only_then(tmp_path):
-    class Bytes:
+    class Bytes(Task):
+        is_text = True
+
         def decode(self, tokens_T):
             return bytes(int(t) for t in tokens_T).decode()
 
-    for name, task in (("lm", Bytes()), ("mqar", object())):
+    for name, task in (("lm", Bytes()), ("mqar", Task())):
         writer = Summaries(str(tmp_path / name))
         writer.probe_text(task, np.frombuffer(b"attention", np.uint8))
         writer.close()

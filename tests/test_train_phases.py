@@ -71,7 +71,6 @@ def test_logging_never_changes_the_parameters():
     from attnlab import cli
     from attnlab.groups import leaf_groups
     from attnlab.steps import probes_supported
-    from attnlab.train import pad_split
     from attnlab.train.loop import compile_steps
     from attnlab.train.state import fresh_state
     from cli_helpers import TINY_TASK
@@ -86,7 +85,7 @@ def test_logging_never_changes_the_parameters():
     def initial():
         return fresh_state([net], tx, seed=0)
 
-    data = jax.tree.map(jnp.asarray, pad_split(task.splits["train"], 1))
+    data = jax.device_put(task.batches(8))
     steps = compile_steps(graphdef, tx, initial(), data, types.SimpleNamespace(batch_size=8),
                           types.SimpleNamespace(batch=None), groups=groups, layers=layers,
                           num_layers=len(net.body.blocks), num_heads=net.body.blocks[0].attn.num_heads,

@@ -12,9 +12,9 @@ import optax
 from flax import nnx
 
 from attnlab.groups import GROUPS
-from attnlab.host_stream import key_at, window_starts
 from attnlab.normalizers.long_context import skip_score_probe
 from attnlab.optim import current_lr
+from attnlab.tasks.batches import key_at
 
 
 class Net(nnx.Module):
@@ -81,30 +81,9 @@ def step_key(state):
 
 
 def sample_batch(data, key, batch_size):
-    """The training batch of a step, drawn on device from the resident training data.
-
-    data is either a split's arrays (rows drawn at random), or a text stream {"text": uint8 bytes,
-    "window_W": arange(seq_len + 1)} (Task.train_stream): windows start at uniform offsets over the
-    whole text (host_stream.window_starts), so every byte can be seen and the memory is the text's, not
-    n_windows × seq_len; or {"windows": the step's (B, seq_len + 1) bytes} gathered by the host at the
-    same offsets (host_stream.HostStream, a text over task.device_text_bytes).
-    """
-    if "windows" in data:
-        return text_batch(data["windows"].astype(jnp.int32))
-    if "text" in data:
-        text_U8, window_W = data["text"], data["window_W"]
-        start_B = window_starts(key, batch_size, text_U8.shape[0] - window_W.shape[0] + 1)
-        return text_batch(text_U8[start_B[:, None] + window_W[None]].astype(jnp.int32))
-    idx = jax.random.randint(key, (batch_size,), 0, data["targets"].shape[0])
-    return jax.tree.map(lambda a: a[idx], data)
-
-
-def text_batch(win_BW):
-    """Windows of seq_len + 1 bytes as a batch: inputs are byte + 1 (0 is padding), targets the next byte
-    (tasks.lm's window layout)."""
-    ones_BT = jnp.ones(win_BW[:, 1:].shape)
-    return {"inputs": win_BW[:, :-1] + 1, "targets": win_BW[:, 1:], "weights": ones_BT.astype(jnp.float32),
-            "valid": ones_BT.astype(bool)}
+    """The training batch of a step, drawn on device from the task's training data (Task.batches: a split's
+    rows, a text's windows, or the windows the host gathered for this step; attnlab.tasks.batches)."""
+    return data.draw(key, batch_size)
 
 
 def over_seeds(fn, num_seeds: int, in_axes: tuple):

@@ -83,11 +83,6 @@ def eval_scalars(split: str, metrics: Mapping[str, float], loss_is_nll: bool) ->
 MAIN = "0_main"
 
 
-def headline_metric(task) -> str:
-    """The val metric a run is judged by: bits per byte for text, accuracy for classification, else MSE."""
-    return "bits_per_byte" if hasattr(task, "decode") else "accuracy" if task.kind == "classification" else "mse"
-
-
 def custom_scalars_layout(num_layers: int, headline: str = "accuracy") -> dict:
     """tensorboardX layout: loss and the headline metric first, then one category per layer with its four
     charts, then the global gradient norm."""
@@ -152,8 +147,8 @@ class Summaries:
                      *(f"attn_entropy/layer_{i}" for i in range(num_layers))}
 
     def probe_text(self, task, tokens_T, step: int = 0):
-        """The probe example as text (`probe/text`), for a task that can decode tokens (the lm task)."""
-        if hasattr(task, "decode"):
+        """The probe example as text (`probe/text`), for a text task (Task.is_text)."""
+        if task.is_text:
             self.writer.add_text("probe/text", str(task.decode(tokens_T)), step)
         self.labels = tb_images.char_labels(task, tokens_T)
 

@@ -30,13 +30,13 @@ def scaled(map_NTS: np.ndarray, scale: str) -> tuple[np.ndarray, float, float, s
     return w_NTS / np.maximum(w_NTS.max((-2, -1), keepdims=True), 1e-12), 0.0, 1.0, "weight / head max"
 
 
-MAX_LABELLED = 32  # up to this many positions, the axes name each position's character (lm task)
+MAX_LABELLED = 32  # up to this many positions, the axes name each position's character (a text task)
 
 
 def char_labels(task, tokens_T) -> list[str] | None:
     """One visible label per position (space ␣, newline ↵, tab →) for a short text probe; None otherwise."""
     tokens_T = np.asarray(tokens_T).ravel()
-    if not hasattr(task, "decode") or len(tokens_T) > MAX_LABELLED:
+    if not task.is_text or len(tokens_T) > MAX_LABELLED:
         return None
     visible = {" ": "␣", "\n": "↵", "\t": "→", "\r": "␍", "": "·"}
     return [visible.get(c, c) for c in (task.decode(np.asarray([t])) for t in tokens_T)]

@@ -70,6 +70,15 @@ class Table:
     alpha: float = 0.05  # the verdict's family-wise level (attnlab.report.verdict)
 
     @property
+    def judged_by(self) -> dict[str, dict[str, str]]:
+        """{metric: {baseline key: label}} of the metrics the runs' tasks read against a baseline, headline metrics
+        first (metrics.json's headline and baseline_labels), restricted to the table's metrics."""
+        runs = [r for c in self.cells for r in c.runs]
+        order = [r.headline for r in runs if r.headline] + [m for r in runs for m in r.baseline_labels]
+        labels = {m: {k: v for r in runs for k, v in r.baseline_labels.get(m, {}).items()} for m in order}
+        return {m: labels[m] for m in dict.fromkeys(order) if m in self.metrics}
+
+    @property
     def statuses(self) -> list[str]:
         """completed, diverged, failed, then any other status present (interrupted, incomplete)."""
         seen = {r.status for c in self.cells for r in c.runs}

@@ -10,10 +10,6 @@ import numpy as np
 from attnlab.report.cells import Cell, Table
 from attnlab.report.stats import MIN_PAIRS, higher_is_better
 from attnlab.report.tables import num
-from attnlab.run.summary import HEADLINES, baseline_label
-
-# The task baselines of a metric, labelled; the headline order of run.summary (then the rest as found).
-TASK_BASELINES = dict(HEADLINES)
 
 
 def title(table: Table) -> str:
@@ -29,15 +25,13 @@ def title(table: Table) -> str:
 
 def task_baselines(table: Table, metric: str) -> str:
     """`; chance 0.125` from the runs' metrics.json baselines (their mean when runs differ)."""
-    refs = TASK_BASELINES.get(metric, ())
+    refs = table.judged_by.get(metric, {})
     runs = [r for c in table.cells for r in c.runs if r.status == "completed"]
-    tasks = {r.config.get("task") for r in runs}
-    task = tasks.pop() if len(tasks) == 1 else None
     parts = []
-    for key, label in refs:
+    for key, label in refs.items():
         values = [r.baseline[key] for r in runs if isinstance(r.baseline.get(key), (int, float))]
         if values:
-            parts.append(f"{baseline_label(key, label, task)} {num(float(np.mean(values)))}")
+            parts.append(f"{label} {num(float(np.mean(values)))}")
     return "; task baselines: " + ", ".join(parts) if parts else ""
 
 
@@ -77,8 +71,8 @@ def _line(table: Table, c: Cell, metric: str) -> str:
 
 
 def comparison(table: Table) -> list[str]:
-    """The opening section, headline metric first (run.summary.HEADLINES order), cells best first."""
-    order = [m for m, _ in HEADLINES if m in table.metrics] + [m for m in table.metrics if m not in TASK_BASELINES]
+    """The opening section, headline metric first (Table.judged_by), cells best first."""
+    order = [*table.judged_by, *(m for m in table.metrics if m not in table.judged_by)]
     intro = (f"Per metric, each cell's mean paired difference Δ to {table.baseline} over the seeds both completed, "
              f"its 95% interval, the number of pairs and the paired t-test p (from {MIN_PAIRS} pairs); then the "
              "cell's mean [95% interval] (n). Best first." if table.baseline else

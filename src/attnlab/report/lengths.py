@@ -14,7 +14,6 @@ from attnlab.report.load import LR, Run
 from attnlab.report.stats import Stat, cell_stat
 from attnlab.report.tables import num
 
-HEADLINES = ("bits_per_byte", "accuracy", "mse")  # summaries.headline_metric's choice, read from the records
 LENGTH_KEY = re.compile(r"^test_len/(\d+)/(.+)$")
 
 
@@ -29,7 +28,8 @@ def lengths_and_headline(table: Table) -> tuple[list[int], str | None]:
         for key in record:
             if m := LENGTH_KEY.match(key):
                 found.setdefault(m.group(2), set()).add(int(m.group(1)))
-    metric = next((h for h in HEADLINES if h in found), None)
+    headlines = [r.headline.split("/", 1)[1] for c in table.cells for r in c.runs if r.headline]
+    metric = next((h for h in headlines if h in found), None)
     return (sorted(found[metric]) if metric else []), metric
 
 

@@ -33,6 +33,8 @@ class Run:
     swept: tuple[str, ...] = ()  # keys set on the command line, in order
     chance: dict[str, dict] = field(default_factory=dict)  # metric -> attnlab.chance flag (threshold, ...)
     baseline: dict[str, float] = field(default_factory=dict)  # the task's baselines (chance, bigram, ...)
+    headline: str | None = None  # the metric the task judges a run by (metrics.json's, Task.judged_by)
+    baseline_labels: dict[str, dict] = field(default_factory=dict)  # metric -> {baseline key: label}
 
     @property
     def seed(self):
@@ -112,7 +114,8 @@ def _read_run(path: Path, metrics) -> Run:
     return Run(path=path, status=status, config=config, final=metrics.get("final") or {},
                best=metrics.get("best") or {}, error=metrics.get("error"), swept=swept,
                chance=metrics.get("chance") or {},
-               baseline=metrics.get("baseline") or {})
+               baseline=metrics.get("baseline") or {}, headline=metrics.get("headline"),
+               baseline_labels=metrics.get("baseline_labels") or {})
 
 
 def _refused(path: Path, metrics) -> bool:

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from attnlab.report import stats
 from attnlab.report.cells import Cell, Table, identical, partners
 from attnlab.report.stats import MIN_PAIRS, Stat, higher_is_better
-from attnlab.run.summary import HEADLINES
 
 DEFAULT_BASELINE = "normalizer=softmax"  # the verdict's baseline when --baseline is not given and the sweep has it
 
@@ -49,9 +48,8 @@ def holm(pvalues: list[float]) -> list[float]:
 
 
 def metrics_of(table: Table) -> list[str]:
-    """The verdict's metrics: the headline metrics the table has (run.summary.HEADLINES), else all of its."""
-    headline = [m for m, _ in HEADLINES if m in table.metrics]
-    return headline or list(table.metrics)
+    """The verdict's metrics: those the runs' tasks judge them by (Table.judged_by), else all of the table's."""
+    return list(table.judged_by) or list(table.metrics)
 
 
 def baseline_of(table: Table) -> str | None:

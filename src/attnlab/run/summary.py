@@ -10,15 +10,6 @@ from typing import Any
 from attnlab.chance import describe
 from attnlab.run.record import read_json
 
-# The headline metric of a run: the first one its final metrics have, with the baselines to read it against.
-HEADLINES = (
-    ("test/bits_per_byte", (("baseline/bits_per_byte", "unigram"), ("baseline/bits_per_byte_bigram", "bigram"))),
-    ("test/accuracy", (("baseline/accuracy", "chance"),)),
-    ("test/mse", (("baseline/mse", "least squares in context"), ("baseline/mse_zero", "zero predictor"))),
-)
-# Tasks whose accuracy baseline is the majority class of the training split, not uniform chance (tasks/*.py).
-MAJORITY = {"digits": "majority class", "listops": "majority class", "lm": "majority byte"}
-
 
 def run_json(record: dict[str, Any]) -> dict[str, Any]:
     try:
@@ -41,21 +32,15 @@ def what_ran(record: dict[str, Any], run: dict[str, Any]) -> str:
     return "ran: " + " ".join(parts)
 
 
-def baseline_label(key: str, label: str, task: str | None) -> str:
-    """A task baseline's label; the accuracy baseline is named by the task (majority class, ...)."""
-    return MAJORITY.get(task, label) if key == "baseline/accuracy" else label
-
-
-def headline(record: dict[str, Any], task: str | None) -> str | None:
-    """`headline: test/accuracy 0.842 (chance 0.0312)`: the task's main metric beside its baselines."""
-    final, base = record.get("final", {}), record.get("baseline", {})
-    for key, refs in HEADLINES:
-        if key in final:
-            named = [(baseline_label(k, label, task), base[k])
-                     for k, label in refs if k in base]
-            against = ", ".join(f"{label} {value:.4g}" for label, value in named)
-            return f"headline: {key} {final[key]:.4g}" + (f" (baselines: {against})" if against else "")
-    return None
+def headline(record: dict[str, Any]) -> str | None:
+    """`headline: test/accuracy 0.842 (baselines: chance 0.0312)`: the metric the task judges a run by
+    (metrics.json's `headline`, Task.judged_by) beside its baselines."""
+    final, base, key = record.get("final", {}), record.get("baseline", {}), record.get("headline")
+    if key not in final:
+        return None
+    refs = record.get("baseline_labels", {}).get(key, {})
+    against = ", ".join(f"{label} {base[k]:.4g}" for k, label in refs.items() if k in base)
+    return f"headline: {key} {final[key]:.4g}" + (f" (baselines: {against})" if against else "")
 
 
 def smaller_lr(run: dict[str, Any]) -> str:
@@ -79,7 +64,7 @@ def opening_lines(record: dict[str, Any]) -> list[str]:
     """What ran and the headline first; the resume command when the run was interrupted."""
     run = run_json(record)
     lines = [what_ran(record, run)]
-    top = headline(record, run.get("choices", {}).get("task"))
+    top = headline(record)
     if top:
         lines.append(top)
     if record.get("status") == "interrupted":

@@ -21,7 +21,6 @@ from attnlab.run.record import FINISHED
 from attnlab.sweep.definition import swept_keys
 from attnlab.sweep.signals import sweep_started
 
-HEADLINE = ("test/accuracy", "test/r2", "test/mse", "test/loss")  # the first one a job has sums it up
 TENSORBOARD_URL = "http://127.0.0.1:6006/"  # TensorBoard's default port; it prints the one it took
 # Smoothing off: a val curve has a handful of points, and the default 0.6 never reaches the last values.
 SMOOTHING_OFF = "?smoothing=0"
@@ -73,18 +72,18 @@ def _record(run: Path) -> dict:
 
 
 def job_line(job: Path, wall_s: float) -> str:
-    """One line for a finished job: name, status, headline test metric (mean over its seeds), wall time."""
+    """One line for a finished job: name, status, headline test metric (metrics.json's `headline`; mean over its
+    seeds), wall time."""
     records = [_record(run) for run in job_runs(job)]
     counts = Counter(r.get("status", "unfinished") for r in records)
     status = ", ".join(f"{n} {s}" if len(records) > 1 else s for s, n in sorted(counts.items()))
-    finals = [r["final"] for r in records if r.get("status") == "completed" and isinstance(r.get("final"), dict)]
+    done = [r for r in records if r.get("status") == "completed" and isinstance(r.get("final"), dict)]
+    key = next((r["headline"] for r in done if r.get("headline")), None)
+    values = [v for v in (r["final"].get(key) for r in done) if isinstance(v, (int, float)) and math.isfinite(v)]
     result = ""
-    for key in HEADLINE:
-        values = [f[key] for f in finals if isinstance(f.get(key), (int, float)) and math.isfinite(f[key])]
-        if values:
-            mean = sum(values) / len(values)
-            result = f"{key} {mean:.4f}" + (f" (mean of {len(values)} seeds)" if len(values) > 1 else "")
-            break
+    if values:
+        mean = sum(values) / len(values)
+        result = f"{key} {mean:.4f}" + (f" (mean of {len(values)} seeds)" if len(values) > 1 else "")
     errors = [str(r["error"]) for r in records if r.get("error")]
     if not result and errors:
         result = errors[0] if len(errors[0]) <= 100 else errors[0][:97] + "..."

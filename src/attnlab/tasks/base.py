@@ -11,6 +11,7 @@ import numpy as np
 
 from attnlab import checks
 from attnlab.checks import ConfigError
+from attnlab.tasks.batches import Rows
 
 SPLITS = ("train", "val", "test")
 INT32_MAX = 2**31 - 1
@@ -41,7 +42,7 @@ class Split:
 class Task:
     """A supervised dataset with train/val/test splits, described well enough to build a model and a loss.
 
-    Every task is fully materialised at construction as numpy arrays (no jax here): the
+    Every task is fully materialised at construction as numpy arrays (jax only draws the batches): the
     ``splits`` dict maps ``"train"``, ``"val"`` and ``"test"`` to a :class:`Split`, generated
     deterministically from the ``seed`` option with a ``numpy.random.Generator``. The same
     options always give the same arrays; a different seed gives different ones. No input row
@@ -88,6 +89,25 @@ class Task:
     regression -> ``{"mse": a reference estimator's error (e.g. least squares on the
     context), "mse_zero": the error of always predicting 0}``, both weighted by ``weights``.
 
+    What a run is judged by, declared here and read everywhere (TensorBoard's first charts, and
+    through metrics.json's ``headline`` and ``baseline_labels`` (``judged_by``) the run summary's
+    headline, a sweep's job lines and the report):
+
+    * ``headline_metric`` -- the val/test metric a run is judged by: ``"accuracy"`` for
+      classification, ``"mse"`` for regression by default.
+    * ``baseline_labels`` -- ``{metric: {baseline key: label}}``: which of ``baseline()``'s
+      numbers each metric is read against, and what to call them (``chance``, ``majority class``).
+
+    How a step draws its batch: ``batches(...)`` returns the training data every step draws
+    from (attnlab.tasks.batches): by default the train split resident on the device, rows
+    drawn at random; a task may instead draw fresh examples each step (the lm task's windows
+    of its whole training text), or stream them from the host (``streamed`` data;
+    ``train_data`` then says ``"host-stream"`` instead of ``"device"``).
+
+    Text: ``is_text`` is True for a task whose tokens are text; it then decodes them
+    (``decode``: the probe's text and the attention images' character labels in TensorBoard)
+    and may say how a model continues a prompt (``continuation``, logged on eval steps).
+
     Tasks are built from their YAML in ``configs/task/<name>.yaml`` via
     ``attnlab.tasks.make(name, **overrides)``; every constructor option appears there with
     its default.
@@ -102,7 +122,8 @@ class Task:
     default_head: str
     splits: dict[str, Split]
     options: dict
-    train_data = "device"  # or "host-stream": the training text is memory-mapped and gathered on the host (lm)
+    train_data = "device"  # or "host-stream": each step's data comes from the host (`batches`; run.json)
+    is_text = False  # True: tokens are text, `decode` turns them back into it
     # task.test_lengths (tasks.lengths): the option a length sets, or None and why the task has none.
     length_option: str | None = None
     no_length_reason = "it has no length option"
@@ -112,9 +133,46 @@ class Task:
         """Reference scores on a split (chance/majority accuracy, or reference and zero-predictor MSE)."""
         raise NotImplementedError
 
-    def train_stream(self) -> dict[str, np.ndarray] | None:
-        """Training data the step draws fresh examples from (steps.sample_batch), or None: train on splits["train"]."""
+    @property
+    def headline_metric(self) -> str:
+        """The metric a run is judged by: accuracy for classification, MSE for regression."""
+        return "accuracy" if self.kind == "classification" else "mse"
+
+    @property
+    def baseline_labels(self) -> dict[str, dict[str, str]]:
+        """{metric: {key of baseline(): label}}: what each metric is read against."""
+        if self.kind == "classification":
+            return {"accuracy": {"accuracy": "chance"}}
+        return {"mse": {"mse": "reference estimator", "mse_zero": "zero predictor"}}
+
+    def judged_by(self) -> dict:
+        """What metrics.json says a run is judged by: `headline`, the test metric (test/<headline_metric>), and
+        `baseline_labels`, {test metric: {baseline key: label}} (the keys of metrics.json's final and baseline)."""
+        return {"headline": f"test/{self.headline_metric}",
+                "baseline_labels": {f"test/{m}": {f"baseline/{k}": label for k, label in refs.items()}
+                                    for m, refs in self.baseline_labels.items()}}
+
+    def batches(self, batch_size: int, key_data_S2=None, *, start: int = 0, stop: int | None = None,
+                sharding=None):
+        """What every training step draws its batch from (attnlab.tasks.batches), in host memory; the caller
+        places resident data on the devices. `key_data_S2` (the seeds' raw keys), `start`/`stop` (the steps to
+        run) and `sharding` (one seed's data per device) serve a task whose data is streamed.
+        Default: the train split, `batch_size` rows drawn at random each step."""
+        split = self.splits["train"]
+        return Rows({f.name: np.asarray(getattr(split, f.name)) for f in dataclasses.fields(split)})
+
+    def decode(self, tokens_T) -> str:
+        """Token ids back to text; only a task with is_text has it."""
+        raise TypeError(f"{type(self).__name__} is not a text task (is_text=False): its tokens do not decode")
+
+    def continuation(self, graphdef) -> Callable | None:
+        """(params, rest, inputs_1T, valid_1T) -> (1, L) tokens: the probe's prompt and the model's continuation
+        of it, for one seed; None (the default): the task logs no sample."""
         return None
+
+    def split_continuation(self, written_L) -> tuple[str, str]:
+        """A continuation's tokens as (prompt text, written text)."""
+        raise TypeError(f"{type(self).__name__} writes no continuation")
 
     def scored_positions(self) -> int | None:
         """k: the most positions of one example any split gives weight, when a token task scores fewer than

@@ -19,6 +19,7 @@ class Digits(Task):
     """Classify an 8x8 digit image given as a sequence of its 8 pixel rows (input_dim 8), 10 classes."""
 
     kind = "classification"
+    baseline_labels = {"accuracy": {"accuracy": "majority class"}}
     granularity = "sequence"
     no_length_reason = "its images have 8 rows"
 

@@ -36,6 +36,7 @@ class ICLRegression(Task):
     """
 
     kind = "regression"
+    baseline_labels = {"mse": {"mse": "least squares in context", "mse_zero": "zero predictor"}}
     granularity = "token"
     length_option = "n_points"  # task.test_lengths sets it
 

@@ -76,6 +76,7 @@ class ListOps(Task):
     """Evaluate a nested prefix expression of MIN/MAX/MED/SM over digits; 10-way classification of the value."""
 
     kind = "classification"
+    baseline_labels = {"accuracy": {"accuracy": "majority class"}}
     granularity = "sequence"
     no_length_reason = "its expressions' lengths follow max_depth and max_args, so a longer seq_len only adds padding"
 

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -17,7 +16,6 @@ from flax import nnx
 from attnlab.accelerator import put
 from attnlab.checkpoint import Checkpoints
 from attnlab.groups import leaf_groups
-from attnlab.host_stream import HostStream
 from attnlab.progress import Phases
 from attnlab.steps import Net, probes_supported
 from attnlab.train.config import LoopConfig
@@ -85,7 +83,7 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
              "steps_per_sec": (steps_done - loop.start) / max(timing["train_loop"], 1e-9),
              "seeds_over_devices": placement.seed_parallel, "timing": timing}
     return seed_records(loop, cfg, logs, evaluator.baseline, finals, best_finals, steps_done=steps_done,
-                        data=data, hparams=hparams, declared=declared, timing=rates)
+                        data=data, hparams=hparams, declared=declared, timing=rates, judged_by=task.judged_by())
 
 
 def _final_metrics(loop: LoopState, evaluator: Evaluator, head, steps_done: int,
@@ -106,15 +104,8 @@ def _final_metrics(loop: LoopState, evaluator: Evaluator, head, steps_done: int,
 
 def train_data(task, placement: Placement, state: dict | None = None, *, batch_size: int = 0, start: int = 0,
                stop: int | None = None):
-    """What every step draws its batch from (steps.sample_batch): the task's text stream when it has one
-    (task=lm), else its train split, resident on the device; or, when the task says its training text
-    streams from the host (task.train_data == "host-stream"), a HostStream over the memory-mapped text
-    that gathers steps start..stop − 1 at the offsets the device would draw from `state`'s seed keys."""
-    stream = task.train_stream()
-    if task.train_data == "host-stream":
-        text = stream["text"]
-        print(f"attnlab: train_data: host-stream (the training text, {len(text)} bytes, is over "
-              f"task.device_text_bytes; memory-mapped from {getattr(text, 'filename', '?')})", file=sys.stderr)
-        return HostStream(stream["text"], len(stream["window_W"]), state["key"], batch_size, placement.per_seed,
-                          start=start, stop=stop)
-    return put(pad_split(task.splits["train"], 1) if stream is None else stream, placement.replicated)
+    """What every step draws its batch from (Task.batches): resident data placed on the devices, or the task's
+    stream of steps start..stop − 1 for `state`'s seed keys, one seed's data per device (per_seed)."""
+    data = task.batches(batch_size, None if state is None else state["key"], start=start, stop=stop,
+                        sharding=placement.per_seed)
+    return data if data.streamed else put(data, placement.replicated)

@@ -14,7 +14,6 @@ from flax import nnx
 
 from attnlab import calibration
 from attnlab.accelerator import put
-from attnlab.continuation import make_continuation, prompt_length
 from attnlab.heads.base import total, upcast
 from attnlab.steps import make_maps, over_seeds, scored
 from attnlab.summaries import eval_scalars
@@ -37,7 +36,7 @@ class Evaluator:
     num_seeds: int
     replicated: Any  # the sharding of every argument that is not params (splits, temperatures)
     fit: Callable  # (logits, labels, weights) -> temperature_S: calibration.fit_temperature per seed
-    sample: Callable | None = None  # a text task's greedy continuation of the probe (attnlab.continuation)
+    sample: Callable | None = None  # the task's continuation of the probe per seed (Task.continuation), or None
     last: dict = dataclasses.field(default_factory=dict)  # split -> (params, temperature, result), latest run
 
     @classmethod
@@ -56,9 +55,7 @@ class Evaluator:
         return cls(programs=programs, maps=make_maps(graphdef, num_seeds=num_seeds), task=task,
                    evals=evals, baseline=baseline,
                    probe={k: evals["val"][k][:1] for k in ("inputs", "valid")}, num_seeds=num_seeds,
-                   replicated=replicated, fit=_fit,
-                   sample=make_continuation(graphdef, seq_len=task.seq_len, num_seeds=num_seeds)
-                   if hasattr(task, "decode") and task.granularity == "token" else None)
+                   replicated=replicated, fit=_fit, sample=over_all_seeds(task.continuation(graphdef), num_seeds))
 
     def compiled(self, params, rest) -> "Evaluator":
         """The same evaluator with every program compiled ahead of time for these params (one per split)."""
@@ -199,6 +196,11 @@ def _one_batch(net, b, t, k, attention_stats=False):
     return sums, (outs, y, w)
 
 
+def over_all_seeds(sample: Callable | None, num_seeds: int) -> Callable | None:
+    """A task's per-seed (params, rest, inputs, valid) program jitted over the seed axis of params and rest."""
+    return None if sample is None else jax.jit(over_seeds(sample, num_seeds, (0, 0, None, None)))
+
+
 def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluator: Evaluator, summaries,
                   metrics: dict | None, loss_is_nll: bool, phases=None):
     """Validation, attention images and histograms on an eval step; updates `best` in place and returns
@@ -212,7 +214,7 @@ def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluat
     with (phases or _untimed)("images"):
         maps = np.asarray(evaluator.maps(state["params"], state["rest"], probe["inputs"], probe["valid"]))
     attn = jax.device_get(metrics.get("attn", {})) if metrics is not None else {}
-    sample = getattr(evaluator, "sample", None)  # None: no text task (and duck-typed evaluators without one)
+    sample = getattr(evaluator, "sample", None)  # None: the task writes no sample (and duck-typed evaluators)
     if sample is not None:
         written = np.asarray(sample(state["params"], state["rest"], probe["inputs"], probe["valid"]))
     improved = []
@@ -221,9 +223,7 @@ def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluat
                                     **prefixed("baseline_val", evaluator.baseline["val"])})
         summaries[i].attention_images(maps[i], step)
         if sample is not None:
-            start = prompt_length(written.shape[-1])
-            summaries[i].continuation(evaluator.task.decode(written[i, 0, :start]),
-                                      evaluator.task.decode(written[i, 0, start:]), step)
+            summaries[i].continuation(*evaluator.task.split_continuation(written[i, 0]), step)
         for name in ("beta", "entropy"):
             values = np.asarray(attn.get(name, np.zeros(0)))[i:i + 1]
             values = values[~np.isnan(values)]  # NaN: hybrid layers without this statistic

@@ -7,7 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab.host_stream import HostStream
 from attnlab.run.record import STATUSES
 from attnlab.steps import sample_batch, step_key
 from attnlab.summaries import eval_scalars
@@ -21,11 +20,12 @@ from attnlab.train.state import LoopState
 
 def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, finals: list[dict],
                  best_finals: list[dict], *, steps_done: int, data: dict,
-                 hparams: list[dict] | None, declared: dict | None, timing: dict) -> list[dict]:
+                 hparams: list[dict] | None, declared: dict | None, timing: dict, judged_by: dict) -> list[dict]:
     """One record per seed; writes each seed's last TensorBoard entries and closes its writer.
 
     `timing` holds wall_time_s, compile_time_s, steps_per_sec (training steps over the train loop's own
-    seconds), seeds_over_devices and timing (seconds per phase, train.PHASES, and total), copied as they are.
+    seconds), seeds_over_devices and timing (seconds per phase, train.PHASES, and total), copied as they are;
+    `judged_by` (Task.judged_by: the headline metric and the baselines' labels) likewise.
     """
     nonfinite = np.asarray(jax.device_get(loop.state["nonfinite"]))
     first_bad = np.asarray(jax.device_get(loop.state["first_nonfinite"])) + 1
@@ -66,7 +66,7 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
             "steps": steps_done, "resumed_from": loop.start or None, "nonfinite_steps": int(nonfinite[i]),
             "wall_time_s": timing["wall_time_s"], "compile_time_s": timing["compile_time_s"],
             "steps_per_sec": timing["steps_per_sec"], "vmapped_seeds": len(logs.summaries),
-            "seeds_over_devices": timing["seeds_over_devices"], "timing": timing["timing"],
+            "seeds_over_devices": timing["seeds_over_devices"], "timing": timing["timing"], **judged_by,
             **({"diagnosis": diagnosis} if diagnosis else {}),
         })
     return records
@@ -81,8 +81,6 @@ def diagnose(state, data, batch_size: int, last_scalars: dict) -> dict:
     """What diverged.json holds: the first non-finite step, the last logged statistics, and that step's batch."""
     first = int(jax.device_get(state["first_nonfinite"]))
     bad = {**state, "step": jnp.int32(first)}
-    if isinstance(data, HostStream):  # the host gathers that step's windows again, for this seed's key
-        data = {"windows": data.windows(first, state["key"][None])[0]}
-    batch = jax.device_get(sample_batch(data, step_key(bad), batch_size))
+    batch = jax.device_get(sample_batch(data.for_step(first, state["key"]), step_key(bad), batch_size))
     return {"first_nonfinite_step": first + 1, "last_logged": last_scalars,
             "batch": {k: np.asarray(v).tolist() for k, v in batch.items()}}

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from attnlab.progress import Progress
-from attnlab.summaries import Summaries, flatten_train_metrics, headline_metric
+from attnlab.summaries import Summaries, flatten_train_metrics
 from attnlab.train.config import LoopConfig
 from attnlab.train.stopping import Diverged, divergence
 from attnlab.train.trees import seed_slice
@@ -34,7 +34,7 @@ class Logs:
                      for d in run_dirs]
         progress = Progress(cfg.progress, cfg.steps, start)
         for s in summaries:
-            s.layout(num_layers, headline_metric(task))
+            s.layout(num_layers, task.headline_metric)
             s.probe_text(task, np.asarray(jax.device_get(probe_inputs[0])))
         return cls(summaries, progress, has_beta, loss_is_nll)
 

@@ -10,7 +10,6 @@ from typing import Callable
 import jax
 
 from attnlab.checkpoint import Checkpoints
-from attnlab.host_stream import HostStream
 from attnlab.progress import Phases
 from attnlab.steps import make_stats_step, make_train_step
 from attnlab.train.config import LoopConfig
@@ -83,21 +82,21 @@ def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placeme
     """The train step and the statistics program compiled ahead of time (`shape`: their shared options).
 
     A logging step runs the statistics program on the state before the step, then the same train step
-    as every other step: logging never changes the parameters (tests/test_train_phases.py). With a
-    HostStream as `data` (train_data: host-stream), each step takes the stream's next batch of windows
-    (one per seed), so `data` is read once per step, by both programs of a logging step alike.
+    as every other step: logging never changes the parameters (tests/test_train_phases.py). Each step takes
+    `data.next()` (attnlab.tasks.batches): resident data is itself; streamed data (train_data: host-stream)
+    is the step's own batch of windows, one per seed, read once per step by both programs of a logging step.
     """
-    host = isinstance(data, HostStream)
-    common = dict(batch_size=cfg.batch_size, batch_sharding=placement.batch, data_axis=0 if host else None, **shape)
-    arg = data.spec() if host else data
+    common = dict(batch_size=cfg.batch_size, batch_sharding=placement.batch,
+                  data_axis=0 if data.streamed else None, **shape)
+    arg = data.spec()
     plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **common).lower(state, arg).compile()
     statistics = make_stats_step(graphdef, probe_scores=probe_scores, **common).lower(state, arg).compile()
     stream = data
 
-    def stats(state, data):
-        data = stream.next() if host else data
+    def stats(state, _):
+        data = stream.next()
         extra = statistics(state, data)  # dispatched first: the train step donates `state`
         state, metrics = plain(state, data)
         return state, {**metrics, **extra}
 
-    return CompiledSteps(plain=(lambda state, _: plain(state, stream.next())) if host else plain, stats=stats)
+    return CompiledSteps(plain=lambda state, _: plain(state, stream.next()), stats=stats)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
 from attnlab import checks
 from attnlab.checks import ConfigError
-from attnlab.tasks import corpus, text_cache
 from attnlab.tasks.base import INT32_MAX, SPLITS, Split, Task, check_float, check_int, majority_accuracy
+from attnlab.tasks.lm import continuation, corpus, text_cache
+from attnlab.tasks.lm.host_stream import HostStream, TextWindows
 
 PAD = 0  # input id 0 is padding; byte b is input id b + 1
 # Training text up to 1 GiB stays on the device (uint8): a few percent of an 80 GB GPU beside a model's
@@ -58,14 +60,18 @@ class LanguageModel(Task):
     split by contiguous byte ranges instead (corpus.byte_ranges; `corpus.split` in run.json says
     which). Each split's documents are joined and `n_<split>` random windows of seq_len + 1 bytes are
     drawn from it (seeded; n_val/n_test=auto: eval_windows); a val/train window equal to an earlier split's is redrawn. Training does not use the fixed train windows: each step
-    draws its own from the whole training text (`train_stream`, steps.sample_batch), at offsets from
-    (seed, step). `corpus` records the source's identity (for run.json).
+    draws its own from the whole training text (`batches`: host_stream.TextWindows, or a HostStream over
+    task.device_text_bytes), at offsets from (seed, step). `corpus` records the source's identity (for run.json).
     Baselines, in bits per byte, are the training text's unigram entropy and bigram conditional entropy.
     """
 
     kind = "classification"
     granularity = "token"
     length_option = "seq_len"  # task.test_lengths sets it
+    is_text = True
+    headline_metric = "bits_per_byte"
+    baseline_labels = {"bits_per_byte": {"bits_per_byte": "unigram", "bits_per_byte_bigram": "bigram"},
+                       "accuracy": {"accuracy": "majority byte"}}
 
     def __init__(self, seq_len: int = 64, path: str | None = None, hf_dataset: str | None = None,
                  hf_config: str | None = None, hf_split: str = "train", hf_column: str = "text",
@@ -160,9 +166,16 @@ class LanguageModel(Task):
         seen.update(w[:-1].tobytes() for w in kept)
         return np.stack(kept)
 
-    def train_stream(self) -> dict[str, np.ndarray]:
-        """The training text as uint8 bytes and the window's offsets 0..seq_len, for steps.sample_batch."""
-        return {"text": self.text["train"], "window_W": np.arange(self.seq_len + 1, dtype=np.int32)}
+    def batches(self, batch_size: int, key_data_S2=None, *, start: int = 0, stop: int | None = None, sharding=None):
+        """Windows of seq_len + 1 bytes at offsets drawn from (seed, step) over the whole training text: on the
+        device (TextWindows), or gathered on the host from the memory-mapped text (HostStream) when it is over
+        task.device_text_bytes (train_data: host-stream), the steps start..stop − 1 for the seeds' keys."""
+        text, window = self.text["train"], self.seq_len + 1
+        if self.train_data == "device":
+            return TextWindows(text, np.arange(window, dtype=np.int32))
+        print(f"attnlab: train_data: host-stream (the training text, {len(text)} bytes, is over "
+              f"task.device_text_bytes; memory-mapped from {getattr(text, 'filename', '?')})", file=sys.stderr)
+        return HostStream(text, window, key_data_S2, batch_size, sharding, start=start, stop=stop)
 
     def baseline(self, split: str) -> dict[str, float]:
         """Majority-byte accuracy, and the training text's unigram and bigram entropies in bits per byte."""
@@ -178,6 +191,15 @@ class LanguageModel(Task):
     def decode(self, tokens_T) -> str:
         """Input ids back to text (padding dropped, invalid UTF-8 replaced)."""
         return bytes(int(t) - 1 for t in np.asarray(tokens_T).ravel() if t != PAD).decode("utf-8", errors="replace")
+
+    def continuation(self, graphdef):
+        """The probe's first bytes continued greedily (continuation.make_continuation)."""
+        return continuation.make_continuation(graphdef, seq_len=self.seq_len)
+
+    def split_continuation(self, written_L) -> tuple[str, str]:
+        """(prompt, continuation) as text: the first continuation.prompt_length(L) bytes are the prompt."""
+        start = continuation.prompt_length(len(written_L))
+        return self.decode(written_L[:start]), self.decode(written_L[start:])
 
 
 def check_device_text_bytes(value) -> int:

@@ -6,8 +6,6 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab.steps import over_seeds
-
 MAX_NEW = 64  # bytes written per sample: one forward pass each, on eval steps only
 MAX_CONTEXT = 256  # the sample runs on the probe's first ≤ 256 positions: 64 passes at T=1024 cost ~5 val batches
 
@@ -22,9 +20,9 @@ def prompt_length(length: int) -> int:
     return length - min(MAX_NEW, length // 2)
 
 
-def make_continuation(graphdef, *, seq_len: int, num_seeds: int = 1):
-    """(params, rest, inputs_1T, valid_1T) -> (S, 1, L) inputs, L = sample_length(T), whose positions from
-    prompt_length(L) on are the model's greedy choice, each from the positions before it (a causal model
+def make_continuation(graphdef, *, seq_len: int):
+    """(params, rest, inputs_1T, valid_1T) -> (1, L) inputs of one seed, L = sample_length(T), whose positions
+    from prompt_length(L) on are the model's greedy choice, each from the positions before it (a causal model
     never sees the rest, so the probe's first L positions are a complete input)."""
     length = sample_length(seq_len)
     start = prompt_length(length)
@@ -40,4 +38,4 @@ def make_continuation(graphdef, *, seq_len: int, num_seeds: int = 1):
 
         return jax.lax.fori_loop(start, length, next_byte, inputs_1T[:, :length])
 
-    return jax.jit(over_seeds(write, num_seeds, (0, 0, None, None)))
+    return write

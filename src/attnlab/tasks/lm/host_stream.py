@@ -1,14 +1,16 @@
-"""The lm training text streamed from the host (`train_data: host-stream`): a memory-mapped file, each step's
-windows gathered on the host by a prefetching grain loader, at the offsets the device path draws.
+"""How an lm step draws its windows of the training text: on the device from the resident text (`TextWindows`),
+or, for a text over task.device_text_bytes (`train_data: host-stream`), streamed from the host (`HostStream`):
+a memory-mapped file, each step's windows gathered on the host by a prefetching grain loader.
 
 The offsets are one formula for both paths (`window_starts`): the device path traces it inside the step
-(steps.sample_batch), the host path evaluates it on the CPU backend for the same (seed key, step), so the
+(TextWindows.draw), the host path evaluates it on the CPU backend for the same (seed key, step), so the
 windows are byte for byte the same and a resumed run replays them. Offsets past 2^31 (a text over 2 GiB,
 which only the host path holds) come from two 32-bit draws combined in 64-bit numpy on the host.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -17,12 +19,7 @@ import numpy as np
 
 from attnlab.checks import ConfigError
 from attnlab.tasks.base import INT32_MAX
-
-
-def key_at(key_data, step):
-    """The PRNG key of state step `step` from a seed's raw key data: a function of the seed and the step only,
-    so a resumed run replays it (steps.step_key; the host path's offsets use the same)."""
-    return jax.random.fold_in(jax.random.wrap_key_data(key_data), step)
+from attnlab.tasks.batches import Resident, key_at
 
 
 def window_starts(key, batch_size: int, span: int):
@@ -68,14 +65,50 @@ def host_starts(key_data_S2, step: int, batch_size: int, span: int) -> np.ndarra
     return combine_wide(*out, span)
 
 
+def text_batch(win_BW):
+    """Windows of seq_len + 1 bytes as a batch: inputs are byte + 1 (0 is padding), targets the next byte."""
+    ones_BT = jnp.ones(win_BW[:, 1:].shape)
+    return {"inputs": win_BW[:, :-1] + 1, "targets": win_BW[:, 1:], "weights": ones_BT.astype(jnp.float32),
+            "valid": ones_BT.astype(bool)}
+
+
+@dataclasses.dataclass(frozen=True)
+class TextWindows(Resident):
+    """The training text as uint8 bytes on the device and a window's offsets 0..seq_len: a step's windows start
+    at uniform offsets over the whole text, so every byte can be seen and the memory is the text's, not
+    n_windows × seq_len."""
+
+    text: jax.Array
+    window_W: jax.Array
+
+    def draw(self, key, batch_size: int) -> dict:
+        start_B = window_starts(key, batch_size, self.text.shape[0] - self.window_W.shape[0] + 1)
+        return text_batch(self.text[start_B[:, None] + self.window_W[None]].astype(jnp.int32))
+
+
+@dataclasses.dataclass(frozen=True)
+class Windows:
+    """One step's (B, seq_len + 1) bytes, gathered by the host at the offsets TextWindows would draw."""
+
+    windows: jax.Array
+
+    def draw(self, key, batch_size: int) -> dict:
+        return text_batch(self.windows.astype(jnp.int32))
+
+
+jax.tree_util.register_dataclass(TextWindows, data_fields=["text", "window_W"], meta_fields=[])
+jax.tree_util.register_dataclass(Windows, data_fields=["windows"], meta_fields=[])
+
+
 class HostStream:
     """Each step's windows (S, B, window) uint8, gathered from a memory-mapped text and prefetched by grain.
 
-    `next()` gives the batch of the next step from `start` on (state steps start, start + 1, ..., stop − 1)
-    as {"windows": device array}, placed with `sharding` (the per-seed placement); steps.sample_batch turns
-    it into inputs/targets as it does the device path's gathered windows. The host holds only the map
-    (pages the OS reads in and may drop) and a few prefetched batches, never a copy of the text.
+    `next()` gives the data of the next step from `start` on (state steps start, start + 1, ..., stop − 1)
+    as Windows of a device array, placed with `sharding` (the per-seed placement). The host holds only the
+    map (pages the OS reads in and may drop) and a few prefetched batches, never a copy of the text.
     """
+
+    streamed = True
 
     def __init__(self, text_U8: np.ndarray, window: int, key_data_S2, batch_size: int, sharding=None, *,
                  start: int = 0, stop: int | None = None, prefetch: int = 4, threads: int = 2):
@@ -92,12 +125,16 @@ class HostStream:
         starts_SB = host_starts(keys, step, self.batch_size, self.span)
         return np.lib.stride_tricks.sliding_window_view(self.text, self.window)[starts_SB]
 
-    def spec(self) -> dict:
+    def spec(self) -> Windows:
         """The step's data argument, abstract (to compile the step before any batch is read)."""
         shape = (len(self.keys), self.batch_size, self.window)
-        return {"windows": jax.ShapeDtypeStruct(shape, jnp.uint8, sharding=self.sharding)}
+        return Windows(jax.ShapeDtypeStruct(shape, jnp.uint8, sharding=self.sharding))
 
-    def next(self) -> dict:
+    def for_step(self, step: int, key_data) -> Windows:
+        """The windows one seed (raw key data `key_data`) drew at state step `step`, gathered again."""
+        return Windows(self.windows(step, np.asarray(key_data)[None])[0])
+
+    def next(self) -> Windows:
         """The next step's windows on the device; the loader starts (prefetching) on the first call."""
         if self._it is None:
             import grain  # only a host-stream run pays for the import
@@ -107,4 +144,4 @@ class HostStream:
             self._it = iter(loader.to_iter_dataset(grain.ReadOptions(num_threads=self.threads,
                                                                      prefetch_buffer_size=self.prefetch)))
         win_SBW = next(self._it)
-        return {"windows": jnp.asarray(win_SBW) if self.sharding is None else jax.device_put(win_SBW, self.sharding)}
+        return Windows(jnp.asarray(win_SBW) if self.sharding is None else jax.device_put(win_SBW, self.sharding))

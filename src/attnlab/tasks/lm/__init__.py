@@ -1,0 +1,11 @@
+"""Byte-level language modelling: the task (task.py), its corpora (corpus.py), the cache a large training text is
+memory-mapped from (text_cache.py), how a step draws its windows on the device or from the host (host_stream.py),
+and how a model continues a prompt (continuation.py)."""
+
+from __future__ import annotations
+
+from attnlab.tasks.lm.task import (DEVICE_TEXT_BYTES, EVAL_BYTES, PAD, LanguageModel, bigram_entropy_bits,
+                                   check_device_text_bytes, eval_windows, split_documents, unigram_entropy_bits)
+
+__all__ = ["DEVICE_TEXT_BYTES", "EVAL_BYTES", "PAD", "LanguageModel", "bigram_entropy_bits", "check_device_text_bytes",
+           "eval_windows", "split_documents", "unigram_entropy_bits"]
