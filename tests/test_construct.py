@@ -6,7 +6,6 @@ import inspect
 import shutil
 
 import pytest
-import yaml
 from cli_helpers import TINY_TASK
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
@@ -39,9 +38,8 @@ def test_a_new_model_option_is_one_constructor_argument_and_one_yaml_key(monkeyp
     monkeypatch.setattr(model, "GainTransformer", GainTransformer, raising=False)
     configs = tmp_path / "configs"
     shutil.copytree(registry.CONFIG_DIR, configs)
-    tiny = (configs / "model" / "tiny.yaml").read_text()
-    (configs / "model" / "gain.yaml").write_text(
-        tiny.replace("attnlab.model.Transformer", "attnlab.model.GainTransformer") + "gain: 1.0\n")  # the YAML line
+    (configs / "model" / "gain.yaml").write_text(  # tiny's keys, the new class and its one YAML line
+        "defaults: [tiny, _self_]\n_target_: attnlab.model.GainTransformer\ngain: 1.0\n")
     monkeypatch.setattr(registry, "CONFIG_DIR", configs)
     cfg = compose_tiny("model=gain", "model.layers=2", "model.gain=2.5", config_dir=configs)
     _, nets, _, _ = build(cfg, "softmax_ce")
@@ -58,7 +56,7 @@ def test_an_unknown_key_is_refused_naming_it_and_listing_the_yaml_keys(group, na
         cfg[group].bogus = 1
     with pytest.raises(ConfigError) as info:
         build(cfg, "softmax_ce")
-    yaml_keys = sorted(set(yaml.safe_load((registry.CONFIG_DIR / group / f"{name}.yaml").read_text())) - {"_target_"})
+    yaml_keys = sorted(set(registry.load(group, name)) - {"_target_"})
     assert str(info.value) == f"unknown key(s) {group}.bogus; allowed: {', '.join(yaml_keys)}"
 
 

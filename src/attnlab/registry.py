@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import OmegaConf
 
 from attnlab.checks import ConfigError
 
@@ -17,16 +18,26 @@ _RESERVED = ("_target_", "_partial_")
 
 
 def choices(group: str) -> list[str]:
-    """Names available in a config group (the YAML files of configs/<group>/)."""
-    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml"))
+    """Names available in a config group: the YAML files of configs/<group>/ but its `_name_.yaml` bases, which
+    hold the keys its variants share and are no choice of their own."""
+    return sorted(p.stem for p in (CONFIG_DIR / group).glob("*.yaml") if not p.stem.startswith("_"))
 
 
 def load(group: str, name: str) -> dict[str, Any]:
-    """The raw YAML of one choice, or a ValueError listing the choices."""
-    path = CONFIG_DIR / group / f"{name}.yaml"
-    if not path.is_file():
+    """The composed YAML of one choice, as Hydra composes it under `group`, or a ConfigError listing the choices."""
+    if name not in choices(group):
         raise ConfigError(f"unknown {group} {name!r}; available: {', '.join(choices(group))}")
-    return yaml.safe_load(path.read_text()) or {}
+    return _compose(group, name)
+
+
+def _compose(group: str, name: str) -> dict[str, Any]:
+    """A group file merged over its `defaults:` list the way Hydra merges it: each entry (a file of the same
+    group) in order, `_self_` where it is listed, else last (Hydra's defaults list, version_base 1.3)."""
+    raw = yaml.safe_load((CONFIG_DIR / group / f"{name}.yaml").read_text()) or {}
+    defaults = raw.pop("defaults", [])
+    order = defaults if "_self_" in defaults else [*defaults, "_self_"]
+    parts = [raw if entry == "_self_" else _compose(group, entry) for entry in order]
+    return OmegaConf.to_container(OmegaConf.merge(*parts)) if parts else {}
 
 
 def resolve_target(target: str):
