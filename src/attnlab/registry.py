@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib
 from importlib import resources
 from pathlib import Path
@@ -14,7 +15,6 @@ from attnlab.checks import ConfigError
 
 # Package data, so a wheel install finds it too; installed wheels are unpacked, so this is a real directory.
 CONFIG_DIR = Path(str(resources.files("attnlab") / "configs"))
-_RESERVED = ("_target_", "_partial_")
 
 
 def choices(group: str) -> list[str]:
@@ -48,15 +48,18 @@ def resolve_target(target: str):
     return getattr(importlib.import_module(module), attr)
 
 
-def options(group: str, name: str, **overrides) -> tuple[Any, dict[str, Any]]:
-    """(class, options) for a choice: YAML defaults updated with overrides, unknown keys refused."""
-    raw = load(group, name)
-    cls = resolve_target(raw.get("_target_"))
-    defaults = {k: v for k, v in raw.items() if k not in _RESERVED and k != "defaults"}
-    unknown = sorted(set(overrides) - set(defaults))
-    if unknown:
-        raise ConfigError(
-            f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)} for {group}={name}; "
-            f"allowed: {', '.join(sorted(defaults)) or '(none)'}"
-        )
-    return cls, {**defaults, **overrides}
+def name_of(group: str, cls) -> str | None:
+    """The choice of `group` whose `_target_` builds `cls` (the first, by name, where several do); None when none does.
+    A component's YAML name comes from here, never from its class name."""
+    return next((name for name, built in _built(CONFIG_DIR, group) if built is cls), None)
+
+
+def varies(group: str) -> bool:
+    """Whether the choices of `group` build different classes, so that which keys it takes depends on the choice."""
+    return len({built for _, built in _built(CONFIG_DIR, group)}) > 1
+
+
+@functools.lru_cache(maxsize=None)
+def _built(config_dir: Path, group: str) -> tuple[tuple[str, Any], ...]:
+    """(choice, class its `_target_` names) for each choice of `group` in `config_dir`."""
+    return tuple((name, resolve_target(load(group, name)["_target_"])) for name in choices(group))
