@@ -11,7 +11,7 @@ from cli_helpers import TINY_TASK
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from attnlab import registry
+from attnlab import composition, registry
 from attnlab.cli import ConfigError, build
 
 GROUPS = ("normalizer", "task", "head", "model", "optim", "trainer", "accelerator")
@@ -97,3 +97,13 @@ def test_a_variant_states_only_what_differs_from_its_base():
             if base in own.get("defaults", []):
                 restated = {k for k in set(own) & set(shared) if own[k] == shared[k]}
                 assert not restated, f"{group}/{choice}.yaml restates {sorted(restated)} of {base}.yaml"
+
+
+def test_a_base_file_is_no_choice(capsys):
+    assert not any(name.startswith("_") for group in GROUPS for name in registry.choices(group))
+    with pytest.raises(SystemExit) as exited:
+        composition.compose_or_exit(["normalizer=_scored_"], str(registry.CONFIG_DIR))
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "attnlab: error: normalizer=_scored_ unknown (a base its choices inherit, no choice itself); "
+        f"allowed: {', '.join(registry.choices('normalizer'))}")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from attnlab import construct, mistakes, registry
+from attnlab.checks import ConfigError
 
 
 def no_unknown_keys(cfg, overrides: list[str] | None = None) -> None:
@@ -16,6 +17,9 @@ def no_unknown_keys(cfg, overrides: list[str] | None = None) -> None:
     groups, top = mistakes.groups(), mistakes.top_keys()
     construct.refuse_unknown(sorted(set(cfg) - top - set(groups)), sorted(top - {"hydra"}))
     for group, choice in (mistakes.chosen(overrides) if overrides is not None else {}).items():
+        if choice and choice.startswith("_") and (registry.CONFIG_DIR / group / f"{choice}.yaml").is_file():
+            raise ConfigError(f"{group}={choice} unknown (a base its choices inherit, no choice itself); "
+                              f"allowed: {', '.join(registry.choices(group))}")
         if choice not in registry.choices(group) or not cfg.get(group):
             continue  # head: null (the task's default head, known once the task is)
         allowed = sorted(set(registry.load(group, choice)) - {"_target_"})
