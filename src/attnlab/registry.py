@@ -36,8 +36,7 @@ def _compose(group: str, name: str) -> dict[str, Any]:
     raw = yaml.safe_load((CONFIG_DIR / group / f"{name}.yaml").read_text()) or {}
     defaults = raw.pop("defaults", [])
     order = defaults if "_self_" in defaults else [*defaults, "_self_"]
-    parts = [raw if entry == "_self_" else _compose(group, entry) for entry in order]
-    return OmegaConf.to_container(OmegaConf.merge(*parts)) if parts else {}
+    return OmegaConf.to_container(OmegaConf.merge(*(raw if e == "_self_" else _compose(group, e) for e in order)))
 
 
 def resolve_target(target: str):
