@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
+import yaml
 from cli_helpers import TINY_TASK
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
-from attnlab import registry
+from attnlab import composition, registry
 from attnlab.cli import ConfigError, build
 
 GROUPS = ("normalizer", "task", "head", "model", "optim", "trainer", "accelerator")
@@ -52,3 +57,53 @@ def test_head_of_the_wrong_kind_is_refused_before_building():
 def test_only_attnlab_targets_can_be_built():
     with pytest.raises(ValueError, match="only attnlab"):
         registry.resolve_target("os.system")
+
+
+# The last commit whose group YAMLs each spelled out every key (before `defaults:` inheritance).
+WRITTEN_OUT = "357e3ba"
+
+
+def written_out(group: str, choice: str) -> dict:
+    """The YAML of `group/choice` at WRITTEN_OUT, read from git."""
+    repo = Path(__file__).resolve().parents[1]
+    path = f"src/attnlab/configs/{group}/{choice}.yaml"
+    try:
+        shown = subprocess.run(["git", "show", f"{WRITTEN_OUT}:{path}"], cwd=repo, capture_output=True, text=True)
+    except FileNotFoundError:
+        pytest.skip("git is not installed")
+    if shown.returncode != 0:
+        pytest.skip(f"{path} at {WRITTEN_OUT} is not in this checkout's history (a new choice, or no git)")
+    return yaml.safe_load(shown.stdout)
+
+
+@pytest.mark.parametrize("group, choice", list(cases()))
+def test_inheritance_keeps_every_key_and_value_of_the_written_out_yaml(group, choice):
+    composed = compose_train(f"{group}={choice}")
+    node = OmegaConf.to_container(composed[group])
+    assert node == registry.load(group, choice)  # Hydra and the registry compose a group file the same way
+    assert not any(k.startswith("_") for k in node if k != "_target_")
+    before = written_out(group, choice)
+    assert "defaults" not in node and registry.name_of(group, registry.resolve_target(node["_target_"])) is not None
+    if group == "accelerator":  # the one key added: the group's _target_, which it lacked
+        node.pop("_target_")
+    assert node == before
+
+
+def test_a_variant_states_only_what_differs_from_its_base():
+    for group, base in [("model", "_transformer_"), ("accelerator", "_platform_"), ("normalizer", "_scored_")]:
+        shared = yaml.safe_load((registry.CONFIG_DIR / group / f"{base}.yaml").read_text())
+        for choice in registry.choices(group):
+            own = yaml.safe_load((registry.CONFIG_DIR / group / f"{choice}.yaml").read_text())
+            if base in own.get("defaults", []):
+                restated = {k for k in set(own) & set(shared) if own[k] == shared[k]}
+                assert not restated, f"{group}/{choice}.yaml restates {sorted(restated)} of {base}.yaml"
+
+
+def test_a_base_file_is_no_choice(capsys):
+    assert not any(name.startswith("_") for group in GROUPS for name in registry.choices(group))
+    with pytest.raises(SystemExit) as exited:
+        composition.compose_or_exit(["normalizer=_scored_"], str(registry.CONFIG_DIR))
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "attnlab: error: normalizer=_scored_ unknown (a base its choices inherit, no choice itself); "
+        f"allowed: {', '.join(registry.choices('normalizer'))}")

@@ -1,4 +1,4 @@
-"""One way from YAML to object: every group's keys are its `_target_`'s constructor arguments (cli._construct)."""
+"""One way from YAML to object: every group's keys are its `_target_`'s constructor arguments (construct.build)."""
 
 from __future__ import annotations
 
@@ -6,12 +6,11 @@ import inspect
 import shutil
 
 import pytest
-import yaml
 from cli_helpers import TINY_TASK
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
-from attnlab import model, optim, registry
+from attnlab import composition, model, normalizers, optim, registry
 from attnlab.checks import ConfigError
 from attnlab.cli import build, hparams_of
 from attnlab.train import LoopConfig
@@ -39,9 +38,8 @@ def test_a_new_model_option_is_one_constructor_argument_and_one_yaml_key(monkeyp
     monkeypatch.setattr(model, "GainTransformer", GainTransformer, raising=False)
     configs = tmp_path / "configs"
     shutil.copytree(registry.CONFIG_DIR, configs)
-    tiny = (configs / "model" / "tiny.yaml").read_text()
-    (configs / "model" / "gain.yaml").write_text(
-        tiny.replace("attnlab.model.Transformer", "attnlab.model.GainTransformer") + "gain: 1.0\n")  # the YAML line
+    (configs / "model" / "gain.yaml").write_text(  # tiny's keys, the new class and its one YAML line
+        "defaults: [tiny, _self_]\n_target_: attnlab.model.GainTransformer\ngain: 1.0\n")
     monkeypatch.setattr(registry, "CONFIG_DIR", configs)
     cfg = compose_tiny("model=gain", "model.layers=2", "model.gain=2.5", config_dir=configs)
     _, nets, _, _ = build(cfg, "softmax_ce")
@@ -51,15 +49,19 @@ def test_a_new_model_option_is_one_constructor_argument_and_one_yaml_key(monkeyp
     assert flat["model.gain"] == 2.5 and not any("_target_" in k for k in flat)  # no _target_ column
 
 
-@pytest.mark.parametrize("group, name", [("model", "tiny"), ("optim", "adamw"), ("trainer", "default")])
+@pytest.mark.parametrize("group, name", [("model", "tiny"), ("optim", "adamw"), ("trainer", "default"),
+                                         ("accelerator", "auto")])
 def test_an_unknown_key_is_refused_naming_it_and_listing_the_yaml_keys(group, name):
     cfg = compose_tiny()
     with open_dict(cfg):  # past the command line's own check (+model.bogus=1 is refused before Hydra runs)
         cfg[group].bogus = 1
     with pytest.raises(ConfigError) as info:
         build(cfg, "softmax_ce")
-    yaml_keys = sorted(set(yaml.safe_load((registry.CONFIG_DIR / group / f"{name}.yaml").read_text())) - {"_target_"})
-    assert str(info.value) == f"unknown key(s) {group}.bogus; allowed: {', '.join(yaml_keys)}"
+    yaml_keys = sorted(set(registry.load(group, name)) - {"_target_"})
+    message = str(info.value)  # one format with the command line's refusal (construct.refuse_unknown)
+    assert message.startswith(f"unknown key(s) {group}.bogus")
+    assert message.endswith(f"; allowed: {', '.join(yaml_keys)}")
+    assert " for " not in message  # every choice of the group takes the same keys: none is named
 
 
 @pytest.mark.parametrize("group, cls, read", [
@@ -79,6 +81,7 @@ def test_every_yaml_key_is_a_constructor_argument_or_read_by_the_cli(group, cls,
     ("task.vocab_size", 3), ("task.power_a", 0.0), ("task.num_kv_pairs", 100), ("model.positional", "alibi"),
     ("model.heads", 0), ("normalizer.block_size", 0), ("trainer.steps", 0), ("trainer.progress", "loud"),
     ("trainer.resume", "maybe"), ("optim.lr", 0.0), ("optim.b2", 1.0), ("optim.warmup_steps", -1),
+    ("accelerator.dtype", "float16"), ("accelerator.devices", 0), ("accelerator.matmul_precision", "fast"),
 ])
 def test_every_group_refuses_a_value_in_one_format_naming_the_full_key(key, value):
     cfg = compose_tiny(f"{key}={value}")
@@ -91,3 +94,31 @@ def test_the_task_receives_its_default_head_option():
     cfg = compose_tiny("task.default_head=scores_mse")
     task, _, _, _ = build(cfg, "softmax_ce")
     assert task.default_head == "scores_mse" and task.options["default_head"] == "scores_mse"
+
+
+def test_an_unknown_key_gets_one_refusal_from_the_command_line_the_cli_build_and_the_library(capsys):
+    with pytest.raises(ConfigError) as library:
+        normalizers.build("softmax", num_heads=2, head_dim=8, prior="uniform")
+    cfg = compose_tiny()
+    with open_dict(cfg):
+        cfg.normalizer.prior = "uniform"
+    with pytest.raises(ConfigError) as built:
+        build(cfg, "softmax_ce")
+    with pytest.raises(SystemExit) as exited:
+        composition.compose_or_exit(["model=tiny", "+normalizer.prior=uniform"], str(registry.CONFIG_DIR))
+    assert exited.value.code == 2
+    line = capsys.readouterr().err.strip()
+    allowed = ", ".join(sorted(set(registry.load("normalizer", "softmax")) - {"_target_"}))
+    expected = (f"unknown key(s) normalizer.prior for normalizer=softmax (an option of normalizer=kl); "
+                f"allowed: {allowed}")
+    assert str(library.value) == str(built.value) == expected
+    assert line == f"attnlab: error: {expected}"
+
+
+def test_every_group_is_built_by_its_target_and_named_by_the_registry():
+    for group in ("normalizer", "task", "head", "model", "optim", "trainer", "accelerator"):
+        for name in registry.choices(group):
+            cls = registry.resolve_target(registry.load(group, name)["_target_"])
+            assert registry.name_of(group, cls) == (name if registry.varies(group) else registry.choices(group)[0])
+    assert registry.name_of("normalizer", normalizers.KL) == "kl" and registry.name_of("normalizer", int) is None
+    assert isinstance(build(compose_tiny("accelerator=cpu"), "softmax_ce")[1][0].body, model.Transformer)

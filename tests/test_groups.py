@@ -66,9 +66,8 @@ def _net(normalizer: str, head: str, *, positional="learned", qk_norm=True, shor
                            make_normalizer=functools.partial(build_normalizer, normalizer, **norm_opts),
                            vocab_size=11 if tokens else None, input_dim=None if tokens else 3,
                            short_conv=short_conv, rngs=rngs)
-        cls, opts = registry.options("head", head)
         num_classes = 5 if heads.kind_of(head) == "classification" else None
-        return Net(body, cls(d_model=8, num_classes=num_classes, rngs=rngs, **opts))
+        return Net(body, heads.make(head, d_model=8, num_classes=num_classes, rngs=rngs))
     return nnx.eval_shape(make)
 
 

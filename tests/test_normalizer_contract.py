@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from attnlab import cli, registry
+from attnlab import construct, registry
 from attnlab import normalizers as nz
 from attnlab.checks import ConfigError
 from attnlab.normalizers import contract
@@ -93,7 +93,8 @@ def test_yaml_and_constructor_must_agree():
     with pytest.raises(ConfigError, match="normalizer _Scaled .*scale.* has no YAML"):
         contract.check_configured(_Scaled, configs)
     softmax = registry.load("normalizer", "softmax")
-    with pytest.raises(ConfigError, match=r"normalizer\.bogus \(configs/normalizer/fake\.yaml\) is not an argument"):
+    refusal = r"^unknown key\(s\) normalizer\.bogus for normalizer=fake.*; allowed: adaptive_temp"
+    with pytest.raises(ConfigError, match=refusal):
         contract.check_configured(nz.Softmax, {"fake": (nz.Softmax, {**softmax, "bogus": 1})})
     without_block = {k: v for k, v in softmax.items() if k != "block_size"}
     with pytest.raises(ConfigError, match="takes block_size but configs/normalizer/fake.yaml has no such key"):
@@ -103,9 +104,9 @@ def test_yaml_and_constructor_must_agree():
 def test_construction_refuses_an_option_the_config_lacks():
     node = {k: v for k, v in registry.load("normalizer", "kl").items() if k != "slope"}
     with pytest.raises(ConfigError, match="KL.__init__ takes slope"):
-        cli._construct("normalizer", node, _partial=True)
-    made = cli._construct("normalizer", registry.load("normalizer", "kl"), _partial=True)(num_heads=2, head_dim=4,
-                                                                                          rngs=None)
+        construct.build("normalizer", node, deferred=contract.FROM_ATTENTION)
+    made = construct.build("normalizer", registry.load("normalizer", "kl"), deferred=contract.FROM_ATTENTION)(
+        num_heads=2, head_dim=4, rngs=None)
     assert isinstance(made, nz.KL) and made.prior == "recency"
 
 

@@ -34,7 +34,7 @@ def suggestions(line: str) -> tuple[dict[str, str], list[list[str]], set[str]]:
     alternatives = [[k] for k in meant.group(1).split(" or ")] if meant else []
     refused = set(re.findall(r"([\w.+~]+) is not a key of the config", line))
     refused |= set(re.findall(r"(\w+)=\S+ unknown", line))  # a choice that does not exist
-    listed = re.search(r"unknown key\(s\) ([\w.,+~ ]+?)(?:;| \()", line)
+    listed = re.search(r"unknown key\(s\) ([\w.,+~ ]+?)(?: for \w+=\w+)?(?:;| \()", line)
     refused |= {k.strip() for k in listed.group(1).split(",")} if listed else set()
     refused = {k.lstrip("+~") for k in refused}
     return {k: v for k, v in overrides.items() if k not in refused}, alternatives, refused
@@ -46,7 +46,7 @@ def named_keys(line: str) -> set[str]:
     keys = set(DOTTED.findall(line))
     for group, leaves in re.findall(r"allowed in (\w+): ([\w, ]+)", line):
         keys |= {f"{group}.{leaf.strip()}" for leaf in leaves.split(",")}
-    m = re.search(r"unknown key\(s\) (\w+)\.[\w, .]+; allowed: ([\w, ]+)", line)
+    m = re.search(r"unknown key\(s\) (\w+)\.[\w, .]+(?: for \w+=\w+)?(?: \([^)]*\))?; allowed: ([\w, ]+)", line)
     if m:
         keys |= {f"{m.group(1)}.{leaf.strip()}" for leaf in m.group(2).split(",")}
     return keys

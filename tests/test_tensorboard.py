@@ -16,7 +16,6 @@ import urllib.request
 
 import numpy as np
 import pytest
-import yaml
 from chromium_pipe import DEEP_TEXT_JS
 from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli
 from matplotlib import colormaps
@@ -59,7 +58,7 @@ def hparams_content(run_dir):
 
 
 def yaml_options(group, choice):
-    raw = yaml.safe_load((registry.CONFIG_DIR / group / f"{choice}.yaml").read_text())
+    raw = registry.load(group, choice)
     return {f"{group}.{k}" for k, v in raw.items() if not k.startswith("_") and isinstance(v, (int, float, str, bool))}
 
 

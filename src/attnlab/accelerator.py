@@ -3,6 +3,7 @@ process-wide settings a run makes (matmul precision, CPU threads per parallel jo
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -24,6 +25,23 @@ INSTALL = {
     "gpu": "pip install 'attnlab[cuda]' (CUDA 12 wheels, = jax[cuda12]; 'attnlab[cuda13]' for CUDA 13)",
     "tpu": "pip install 'jax[tpu]==%s' on a Cloud TPU VM" % jax.__version__,
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class Accelerator:
+    """The accelerator group (its YAMLs' `_target_`), each option checked when built; `configure` applies
+    platform, devices, memory fraction and distributed before JAX starts, the dtype and matmul precision follow."""
+
+    platform: str
+    devices: int | None
+    dtype: str | None
+    matmul_precision: str | None
+    gpu_memory_fraction: float | None
+    distributed: bool
+
+    def __post_init__(self):
+        check_options(self.platform, self.devices, None, self.gpu_memory_fraction, self.distributed, self.dtype)
+        checks.choice("accelerator.matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
 
 
 def configure(platform: str, devices: int | None = None, cache_dir: str | None = None,

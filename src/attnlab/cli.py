@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
 import os
 import sys
 import tempfile
@@ -17,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import chance, checks, composition, exits, outdir, registry
+from attnlab import chance, checks, composition, construct, exits, outdir, registry
 from attnlab.run.files import (compute_record, finished_with, hparams_of, record_failure, record_refused, write_results,
                                write_run_json)
 from attnlab.run.summary import smaller_lr
@@ -27,30 +25,9 @@ ConfigError = checks.ConfigError  # bad input: one line, exits.REFUSED; any othe
 _require = checks.require
 
 
-def _construct(group: str, node: dict[str, Any], read=(), **extra):
-    """Build a group's component from its composed config node: the `_target_` called with the node's options
-    and `extra` (what is derived, not configured: the task's sizes, the dtype, rngs, ...). `read`: the group's
-    keys the caller consumes itself (model.layer_normalizers, trainer.vmap_seeds). Every other
-    key must be a constructor argument: an unknown one is refused in one line naming `group.key`."""
-    from attnlab.normalizers import contract
-
-    node = {k: v for k, v in node.items() if k not in read}
-    cls = registry.resolve_target(node.pop("_target_", None))
-    params = inspect.signature(cls.__init__).parameters.values()
-    named = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
-    allowed = named - set(extra) - (set(contract.FROM_ATTENTION) if extra.get("_partial") else set())
-    open_ended = any(p.kind is p.VAR_KEYWORD for p in params)  # **kwargs: the constructor decides
-    unknown = [] if open_ended else sorted(set(node) - allowed)
-    _require(not unknown, f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}; "
-                          f"allowed: {', '.join(sorted(allowed | set(read)))}")
-    if group == "normalizer":  # an option the YAML lacks would silently take the constructor's default
-        contract.check_options(cls, node, cls.__name__.lower())
-    return functools.partial(cls, **node) if extra.pop("_partial", False) else cls(**node, **extra)
-
-
 def validate(cfg: DictConfig, device_count: int) -> None:
-    """Checks that span groups (seeds × devices, seed range), before any object; each group's own values are
-    checked by its component when `build` constructs it."""
+    """Checks that span groups (seeds × devices, seed range) and the top-level keys, before any object; each
+    group's own keys and values are checked by construct.build and its component when `build` constructs it."""
     from attnlab.accelerator import seeds_over_devices
 
     t = cfg.trainer
@@ -70,10 +47,12 @@ def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> lis
     null: every layer uses `normalizer`. A listed name equal to the selected `normalizer` uses its
     composed config (with the normalizer.<option>= overrides); any other name its YAML defaults.
     """
+    from attnlab.normalizers import FROM_ATTENTION
+
     node = OmegaConf.to_container(cfg.normalizer, resolve=True)
     names = cfg.model.get("layer_normalizers")
     if names is None:
-        return [_construct("normalizer", node, _partial=True)]
+        return [construct.build("normalizer", node, deferred=FROM_ATTENTION)]
     allowed = registry.choices("normalizer")
     _require(OmegaConf.is_list(names) and len(names) > 0 and all(isinstance(n, str) for n in names),
              f"model.layer_normalizers={names!r} is invalid; allowed: null or a non-empty list of names "
@@ -82,32 +61,31 @@ def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> lis
     _require(not unknown, f"model.layer_normalizers={list(names)} names unknown normalizer(s) "
                           f"{', '.join(unknown)}; allowed: {', '.join(allowed)}")
     if selected is None:  # outside Hydra: the YAML whose _target_ the composed normalizer has
-        selected = next((n for n in allowed if registry.load("normalizer", n).get("_target_") == node.get("_target_")), None)
-    return [_construct("normalizer", node if n == selected else registry.load("normalizer", n), _partial=True)
-            for n in names]
+        selected = registry.name_of("normalizer", registry.resolve_target(node.get("_target_")))
+    return [construct.build("normalizer", node if n == selected else registry.load("normalizer", n),
+                            deferred=FROM_ATTENTION) for n in names]
 
 
 def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     """task, nets (one per seed of trainer.vmap_seeds), optimizer and loop config; ConfigError on bad input.
-    Every group goes through `_construct`; the extras are what follows from another group or the machine."""
+    Every group goes through `construct.build`; the given arguments are what follows from another group or the
+    machine."""
     import jax
     from flax import nnx
 
     from attnlab import heads, tasks
-    from attnlab.accelerator import compute_dtype, matmul_precision
+    from attnlab.accelerator import compute_dtype
     from attnlab.steps import Net
     from attnlab.tasks.lengths import check_positions
 
     def node(group):
         return OmegaConf.to_container(cfg[group], resolve=True)
 
-    loop = _construct("trainer", node("trainer"), read=("vmap_seeds",), seed=cfg.seed)  # checks the trainer values
-    make_tx = _construct("optim", node("optim"))  # checks the optim values, before any model is built
+    loop = construct.build("trainer", node("trainer"), read=("vmap_seeds",), seed=cfg.seed)  # checks its values
+    make_tx = construct.build("optim", node("optim"))  # checks the optim values, before any model is built
     validate(cfg, jax.device_count())
-    dtype = compute_dtype(cfg.accelerator.dtype)
-    matmul_precision(cfg.accelerator.get("matmul_precision"), dtype)  # refuses a bad value before anything is built
-    task_node = node("task")
-    task = tasks.with_test_lengths(_construct("task", task_node, read=("test_lengths",)), task_node.get("test_lengths"))
+    dtype = compute_dtype(construct.build("accelerator", node("accelerator")).dtype)  # checks the accelerator values
+    task = tasks.build(node("task"))
     heads.check_compatible(head_name, task.kind, type(task).__name__)
     model = node("model")
     check_positions(task, model.get("positional"), model.get("max_len"))
@@ -115,7 +93,8 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     causal = task.granularity == "token" if model.get("causal") is None else bool(model["causal"])
     _require(not (task.granularity == "token" and not causal),
              "model.causal=false with a per-token task lets each position see its own target; use model.causal=true or model.causal=null")
-    causal_only = sorted({m.func.__name__.lower() for m in make_normalizer if getattr(m.func, "causal_only", False)})
+    causal_only = sorted({registry.name_of("normalizer", m.func) for m in make_normalizer
+                          if getattr(m.func, "causal_only", False)})
     setting = "null" if model.get("causal") is None else str(model["causal"]).lower()
     _require(causal or not causal_only,
              f"normalizer={','.join(causal_only)} needs causal attention, but task={type(task).__name__} is a "
@@ -125,11 +104,11 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
 
     def make_net(seed: int) -> Net:
         rngs = nnx.Rngs(seed)
-        body = _construct("model", {**model, "causal": causal}, read=("layer_normalizers",), rngs=rngs,
+        body = construct.build("model", {**model, "causal": causal}, read=("layer_normalizers",), rngs=rngs,
                           pooled=task.granularity == "sequence", make_normalizer=make_normalizer, seq_len=task.seq_len,
                           vocab_size=task.vocab_size, input_dim=task.input_dim, dtype=dtype)
-        return Net(body, _construct("head", head_cfg, d_model=model["d_model"], num_classes=task.num_classes,
-                                    rngs=rngs))
+        return Net(body, construct.build("head", head_cfg, d_model=model["d_model"], num_classes=task.num_classes,
+                                         rngs=rngs))
 
     nets = [make_net(cfg.seed + i) for i in range(cfg.trainer.vmap_seeds)]
     return task, nets, make_tx(nnx.state(nets[0], nnx.Param), total_steps=loop.steps), loop
@@ -157,7 +136,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                  f"(resume needs hydra.run.dir=<the run's directory>)")
         from attnlab.accelerator import apply_matmul_precision, configure, limit_threads
         limit_threads(str(hc.launcher.get("_target_", "")), hc.launcher.get("n_jobs"))
-        a = cfg.accelerator
+        a = construct.build("accelerator", OmegaConf.to_container(cfg.accelerator, resolve=True))
         configure(a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction, a.distributed)
         head_name = choices.get("head") or cfg.task.default_head
         choices["head"] = head_name

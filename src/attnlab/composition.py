@@ -6,31 +6,25 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from attnlab import exits
+from attnlab import construct, exits, mistakes, registry
 from attnlab.checks import ConfigError
 
 
-def no_unknown_keys(cfg) -> None:
-    """Keys no YAML of the group has (the top level; model, optim, trainer, accelerator: one class per group),
-    refused before Hydra runs, with a did-you-mean; groups whose choices build different classes (normalizer,
-    head, task) refuse unknown keys when they are built, against the constructor (cli._construct)."""
-    from attnlab import mistakes, registry
-    from attnlab.mistakes import did_you_mean
-
+def no_unknown_keys(cfg, overrides: list[str] | None = None) -> None:
+    """Keys no YAML of the composed config has, refused before Hydra runs (construct.refuse_unknown): top-level
+    keys, and each group's keys against the YAML of the choice the command line `overrides` compose. Without
+    them, the top level only: each group's keys are checked against its constructor when it is built."""
     groups, top = mistakes.groups(), mistakes.top_keys()
-    unknown = sorted(set(cfg) - top - set(groups))
-    if unknown:
-        raise ConfigError(f"unknown key(s) {', '.join(unknown)}{did_you_mean(unknown[0])}; allowed at the top level: "
-                         f"{', '.join(sorted(top - {'hydra'}))} and the groups {', '.join(groups)}")
-    for group in groups:
-        yamls = [registry.load(group, name) for name in registry.choices(group)]
-        if group not in cfg or not cfg[group] or len({y.get("_target_") for y in yamls}) > 1:
-            continue
-        allowed = set().union(*yamls) - {"_target_"}
-        unknown = sorted(set(cfg[group]) - allowed - {"_target_"})
-        if unknown:
-            raise ConfigError(f"unknown key(s) {', '.join(f'{group}.{k}' for k in unknown)}"
-                             f"{did_you_mean(f'{group}.{unknown[0]}')}; allowed: {', '.join(sorted(allowed))}")
+    construct.refuse_unknown(sorted(set(cfg) - top - set(groups)), sorted(top - {"hydra"}))
+    for group, choice in (mistakes.chosen(overrides) if overrides is not None else {}).items():
+        if choice and choice.startswith("_") and (registry.CONFIG_DIR / group / f"{choice}.yaml").is_file():
+            raise ConfigError(f"{group}={choice} unknown (a base its choices inherit, no choice itself); "
+                              f"allowed: {', '.join(registry.choices(group))}")
+        if choice not in registry.choices(group) or not cfg.get(group):
+            continue  # head: null (the task's default head, known once the task is)
+        allowed = sorted(set(registry.load(group, choice)) - {"_target_"})
+        construct.refuse_unknown(sorted(set(cfg[group]) - set(allowed) - {"_target_"}), allowed, group,
+                                 choice if registry.varies(group) else None)
 
 
 def one_line(message: str) -> str:
@@ -70,8 +64,6 @@ def compose_or_exit(argv: list[str], config_dir: str) -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from attnlab import mistakes
-
     overrides = [a for a in argv if not a.startswith("-")]
     multirun = any(a in mistakes.SWEEP_FLAGS for a in argv)
     override_list = overrides  # the single-run command line being composed, for the message's suggestions
@@ -88,7 +80,8 @@ def compose_or_exit(argv: list[str], config_dir: str) -> None:
         lists = compose_overrides([o for o in overrides if not o.startswith("hydra")], groups)
         with initialize_config_dir(config_dir, version_base="1.3"):
             for override_list in lists:
-                no_unknown_keys(compose("train", overrides=override_list))  # `+steps=1` too, before any directory
+                # `+steps=1` too, before any directory
+                no_unknown_keys(compose("train", overrides=override_list), override_list)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         print(f"attnlab: error: {mistakes.explain(str(exc), override_list) or one_line(exc)}", file=sys.stderr)
         sys.exit(exits.REFUSED)

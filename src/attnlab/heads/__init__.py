@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from flax import nnx
 
-from attnlab import registry
+from attnlab import construct, registry
 from attnlab.checks import ConfigError
 
 from .base import KINDS, Head
@@ -21,8 +21,7 @@ __all__ = ["KINDS", "MSE", "HLGauss", "Head", "ScoresMSE", "SoftmaxCE", "check_c
 
 def make(name: str, *, d_model: int, num_classes: int | None = None, rngs: nnx.Rngs, **options) -> Head:
     """Build head `name` from configs/head/<name>.yaml, its defaults updated with `options`."""
-    cls, opts = registry.options("head", name, **options)
-    return cls(d_model=d_model, num_classes=num_classes, rngs=rngs, **opts)
+    return construct.build_choice("head", name, options, d_model=d_model, num_classes=num_classes, rngs=rngs)
 
 
 def kind_of(name: str) -> str:

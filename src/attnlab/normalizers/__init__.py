@@ -5,9 +5,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab import registry
+from attnlab import construct
 
-from . import contract
+from .contract import FROM_ATTENTION
 from .base import CORE_STATS, FixedFeatures, InverseTemperature, Normalizer, NormalizerParam, ScoreNormalizer, core_stats
 from .entmax import Entmax, entmax
 from .exponential import KL, Softmax, Softmax1, masked_softmax
@@ -27,9 +27,8 @@ __all__ = [
 
 def build(name: str, *, num_heads: int, head_dim: int, rngs: nnx.Rngs | None = None, **options) -> Normalizer:
     """The named normalizer from its YAML defaults updated by `options`."""
-    cls, opts = registry.options("normalizer", name, **options)
-    contract.check_options(cls, opts, name)
-    return cls(num_heads=num_heads, head_dim=head_dim, rngs=rngs or nnx.Rngs(0), **opts)
+    make = construct.build_choice("normalizer", name, options, deferred=FROM_ATTENTION)
+    return make(num_heads=num_heads, head_dim=head_dim, rngs=rngs or nnx.Rngs(0))
 
 
 def _heads_major(x_BTNH):

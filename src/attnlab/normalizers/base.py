@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab import checks
+from attnlab import checks, registry
 
 from .mask import Mask
 
@@ -164,7 +164,8 @@ class ScoreNormalizer(Normalizer, abstract=True):
     def implementation(self, T: int, S: int, mask: Mask, dtype) -> str:
         from .impl import choose
 
-        return choose(self.impl, self.capability(), normalizer=type(self).__name__.lower(),
+        name = registry.name_of("normalizer", type(self)) or type(self).__name__  # a subclass no YAML builds
+        return choose(self.impl, self.capability(), normalizer=name,
                       platform=jax.default_backend(), dtype=dtype, head_dim=self.head_dim, mask=mask, T=T, S=S)
 
     def plain_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):

@@ -1,14 +1,16 @@
 """The normalizer contract checked where it can be: members at class definition, options against the YAML.
 
 `check_members` runs from `Normalizer.__init_subclass__`, so a half-implemented normalizer fails
-on import, not in the middle of a run with silently wrong statistics; `check_options` runs when a
-YAML builds a normalizer; `check_configured` is what the contract test asks of every class.
+on import, not in the middle of a run with silently wrong statistics; a YAML's options are checked
+against the constructor when it is built (attnlab.construct); `check_configured` is what the
+contract test asks of every class.
 """
 
 from __future__ import annotations
 
 import inspect
 
+from attnlab import construct
 from attnlab.checks import ConfigError
 
 # What attention passes to every normalizer (the Normalizer contract): arguments, not YAML keys.
@@ -40,32 +42,12 @@ def check_members(cls) -> None:
                         f"(the contract: attnlab.normalizers.base.Normalizer)")
 
 
-def constructor_options(cls) -> list[str]:
-    """The constructor's arguments a YAML sets: every keyword but what attention passes."""
-    params = inspect.signature(cls.__init__).parameters
-    return [n for n, p in params.items() if n != "self" and n not in FROM_ATTENTION
-            and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-
-
-def check_options(cls, options, name: str) -> None:
-    """Refuse a YAML key that is no constructor argument, and a constructor option the YAML lacks."""
-    accepted = constructor_options(cls)
-    extra = sorted(set(options) - set(accepted) - {"_target_", "_partial_"})
-    if extra:
-        raise ConfigError(f"normalizer.{extra[0]} (configs/normalizer/{name}.yaml) is not an argument of "
-                          f"{cls.__name__}.__init__; its options: {', '.join(accepted) or '(none)'}")
-    missing = [k for k in accepted if k not in options]
-    if missing:
-        raise ConfigError(f"{cls.__name__}.__init__ takes {', '.join(missing)} but configs/normalizer/{name}.yaml "
-                          f"has no such key; every option needs a YAML line (its default)")
-
-
 def check_configured(cls, configs: dict[str, tuple[type, dict]]) -> None:
     """Refuse a normalizer no YAML builds, or whose YAMLs ({name: (class, options)}) and constructor disagree."""
     mine = {name: opts for name, (target, opts) in configs.items() if target is cls}
     if not mine:
-        options = ", ".join(constructor_options(cls)) or "no options"
+        options = ", ".join(construct.options_of(cls, deferred=FROM_ATTENTION)[0]) or "no options"
         raise ConfigError(f"normalizer {cls.__name__} ({options}) has no YAML in configs/normalizer/ "
                           f"whose _target_ builds it")
     for name, opts in mine.items():
-        check_options(cls, opts, name)
+        construct.check_keys("normalizer", cls, opts, deferred=FROM_ATTENTION, choice=name)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from attnlab import registry
+from attnlab import construct, registry
 from attnlab.tasks.base import Split, Task
 from attnlab.tasks.digits import Digits
 from attnlab.tasks.icl_regression import ICLRegression
@@ -12,13 +12,18 @@ from attnlab.tasks.lm import LanguageModel
 from attnlab.tasks.max_retrieval import MaxRetrieval
 from attnlab.tasks.mqar import MQAR
 
-__all__ = ["Task", "Split", "make", "MQAR", "ListOps", "ICLRegression", "Digits", "LanguageModel", "MaxRetrieval"]
+__all__ = ["Task", "Split", "build", "make", "MQAR", "ListOps", "ICLRegression", "Digits", "LanguageModel",
+           "MaxRetrieval"]
 
 
 def make(name: str, **options) -> Task:
     """Build task `name` from configs/task/<name>.yaml, with options overriding its defaults."""
-    cls, opts = registry.options("task", name, **options)
-    return with_test_lengths(cls(**{k: v for k, v in opts.items() if k != "test_lengths"}), opts.get("test_lengths"))
+    return build({**registry.load("task", name), **options})
+
+
+def build(node: dict) -> Task:
+    """A task from its composed config node; `test_lengths` adds its rebuilds at other lengths (tasks.lengths)."""
+    return with_test_lengths(construct.build("task", node, read=("test_lengths",)), node.get("test_lengths"))
 
 
 def with_test_lengths(task: Task, test_lengths) -> Task:

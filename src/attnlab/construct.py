@@ -1,0 +1,76 @@
+"""One way from YAML to object: a group's composed node built as its `_target_`, and the one unknown-key refusal.
+
+The CLI (every group), `normalizers.build`, `heads.make` and `tasks.make` all build through `build`; the
+command line's keys are refused before Hydra runs (composition.no_unknown_keys) by the same `refuse_unknown`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+from attnlab import mistakes, registry
+from attnlab.checks import ConfigError
+
+
+def refuse_unknown(unknown: list[str], allowed: list[str], group: str | None = None, choice: str | None = None) -> None:
+    """A ConfigError for keys no YAML of the composed config has, in one format: the keys, the choice when the
+    group's choices take different keys, where else they are options or what was probably meant, what is allowed.
+    `group` None: top-level keys."""
+    if not unknown:
+        return
+    keys = [f"{group}.{k}" if group else k for k in sorted(unknown)]
+    picked = [f"{group}={choice}"] if choice else None
+    owners = mistakes.owners(keys[0], picked) if choice else []
+    hint = (f" (an option of {' and '.join(f'{group}={n}' for n in owners)})" if owners
+            else mistakes.did_you_mean(keys[0], picked))
+    where = f" for {group}={choice}" if choice else ""
+    if group is None:
+        listed = f"allowed at the top level: {', '.join(sorted(allowed))} and the groups {', '.join(mistakes.groups())}"
+    else:
+        listed = f"allowed: {', '.join(sorted(allowed)) or '(none)'}"
+    raise ConfigError(f"unknown key(s) {', '.join(keys)}{where}{hint}; {listed}")
+
+
+def options_of(cls, given=(), deferred=()) -> tuple[list[str], bool]:
+    """(the constructor's keywords a YAML sets: all but those `given` by the caller or `deferred` to a later call,
+    whether it takes **kwargs)."""
+    params = inspect.signature(cls.__init__).parameters.values()
+    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
+    return [n for n in named if n not in given and n not in deferred], any(p.kind is p.VAR_KEYWORD for p in params)
+
+
+def check_keys(group: str, cls, node: dict[str, Any], read=(), given=(), deferred=(), choice=None) -> None:
+    """Refuse a key of `node` that is no constructor option of `cls` (nor one the caller `read`s), and a constructor
+    option `node` lacks: a YAML without it would silently take the constructor's default. `choice`: the YAML
+    `node` comes from, named in the refusal; by default the one that builds `cls` where the group's choices vary."""
+    accepted, open_ended = options_of(cls, given, deferred)
+    choice = choice or (registry.name_of(group, cls) if registry.varies(group) else None)
+    if not open_ended:
+        refuse_unknown(sorted(set(node) - set(accepted) - set(read) - {"_target_"}), [*accepted, *read], group, choice)
+    missing = [k for k in accepted if k not in node]
+    if missing:
+        yaml = f"configs/{group}/{choice or registry.name_of(group, cls) or '<name>'}.yaml"
+        raise ConfigError(f"{cls.__name__}.__init__ takes {', '.join(missing)} but {yaml} has no such key; "
+                          f"every option needs a YAML line (its default)")
+
+
+def build(group: str, node: dict[str, Any], read=(), deferred=(), **given):
+    """Build a group's component from its composed node: the `_target_` called with the node's options and `given`
+    (what is derived, not configured: the task's sizes, the dtype, rngs, ...). `read`: the group's keys the caller
+    consumes itself (model.layer_normalizers, trainer.vmap_seeds, task.test_lengths); `deferred`: arguments of a
+    later call, which makes the result a functools.partial (a normalizer's num_heads, head_dim, rngs).
+
+    Not hydra.utils.instantiate: it re-raises a constructor's ConfigError as InstantiationException
+    (hydra/_internal/instantiate/_instantiate2.py, _call_target), so a bad value would stop being a one-line refusal.
+    """
+    cls = registry.resolve_target(node.get("_target_"))
+    options = {k: v for k, v in node.items() if k not in read and k != "_target_"}
+    check_keys(group, cls, options, read, given, deferred)
+    return functools.partial(cls, **options, **given) if deferred else cls(**options, **given)
+
+
+def build_choice(group: str, name: str, overrides: dict[str, Any], read=(), deferred=(), **given):
+    """Build choice `name` of `group` from its composed YAML updated with `overrides` (YAML keys only)."""
+    return build(group, {**registry.load(group, name), **overrides}, read=read, deferred=deferred, **given)
