@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import io
 import math
 import sys
@@ -94,16 +93,8 @@ def attnlab_run(overrides: list[str], mesh=None) -> dict:
     steps = compile_steps(graphdef, tx, state, data, loop, placement, groups=groups, layers=layers,
                           num_layers=len(net.body.blocks), num_heads=net.body.blocks[0].attn.num_heads,
                           probe_scores=probes_supported(net), num_seeds=S, scored_k=task.scored_positions())
-    return {"steps": steps, "statistics": statistics_program(steps), "state": state, "data": data, "cfg": cfg,
+    return {"steps": steps, "statistics": steps.statistics_program, "state": state, "data": data, "cfg": cfg,
             "n_params": sum(x.size for x in jax.tree.leaves(params)), "impl": impl}
-
-
-def statistics_program(steps):
-    """The compiled statistics program inside a CompiledSteps' logging step (compile_steps keeps it there)."""
-    found = inspect.getclosurevars(steps.stats).nonlocals.get("statistics")
-    if found is None:
-        raise RuntimeError("train.loop.compile_steps no longer holds its statistics program as `statistics`")
-    return found
 
 
 def abstract(tree, sharding):

@@ -118,7 +118,7 @@ def attnlab_programs(mesh, overrides: list[str]) -> dict:
     import bench_gpu
 
     run = bench_gpu.attnlab_run(overrides, mesh)
-    return {"plain": run["steps"].plain, "stats": run["statistics"], "impl": sorted(set(run["impl"]))}
+    return {"plain": run["steps"].train_program, "stats": run["statistics"], "impl": sorted(set(run["impl"]))}
 
 
 def reference_program(mesh, B: int, T: int, overrides: list[str]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 
@@ -25,6 +25,8 @@ class CompiledSteps:
 
     plain: Callable
     stats: Callable
+    train_program: Any  # the compiled executables, for tools that read the program (scripts/gpu_program.py)
+    statistics_program: Any
 
 
 def save(loop: LoopState, logs: Logs, cfg: LoopConfig, ckpt: Checkpoints, step: int) -> None:
@@ -99,4 +101,5 @@ def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placeme
         state, metrics = plain(state, data)
         return state, {**metrics, **extra}
 
-    return CompiledSteps(plain=lambda state, _: plain(state, stream.next()), stats=stats)
+    return CompiledSteps(plain=lambda state, _: plain(state, stream.next()), stats=stats, train_program=plain,
+                         statistics_program=statistics)
