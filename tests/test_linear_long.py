@@ -139,10 +139,18 @@ def test_chunked_matmuls_are_tensor_core_shaped():
     assert norm.implementation(T, T, mask) == "chunked"
     jaxpr = jax.make_jaxpr(lambda q, k, v: norm(q, k, v, mask)[0])(q, k, v)
 
+    def subjaxprs(params):  # the jaxprs a primitive holds (scan, custom_vjp, ...): a Jaxpr or a ClosedJaxpr
+        for value in params.values():
+            for v in value if isinstance(value, (tuple, list)) else (value,):
+                if hasattr(v, "eqns"):
+                    yield v
+                elif hasattr(getattr(v, "jaxpr", None), "eqns"):
+                    yield v.jaxpr
+
     def eqns(jaxpr):
         for eqn in jaxpr.eqns:
             yield eqn
-            for sub in jax.core.jaxprs_in_params(eqn.params):
+            for sub in subjaxprs(eqn.params):
                 yield from eqns(sub)
 
     dots = [e for e in eqns(jaxpr.jaxpr) if e.primitive.name == "dot_general"]

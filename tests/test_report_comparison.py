@@ -21,7 +21,8 @@ def runs(normalizer, accs, eces=None, nll_is_loss=True):
     for s, (a, e) in enumerate(zip(accs, eces)):
         final = {"test/accuracy": a, "test/ece": e, "test/loss": 2 - a, "test/nll": 2 - a if nll_is_loss else 1.0}
         out.append(Run(Path(f"{normalizer}{s}"), "completed", {"normalizer": normalizer, "seed": s, "task": "mqar"},
-                       final, baseline=BASE))
+                       final, baseline=BASE, headline="test/accuracy",
+                       baseline_labels={"test/accuracy": {"baseline/accuracy": "chance"}}))
     return out
 
 

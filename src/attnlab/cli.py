@@ -249,6 +249,10 @@ def train_main() -> None:
         _hydra_train()
     except KeyboardInterrupt:  # outside the step loop (start-up, compile, between jobs): no checkpoint to save
         signals.interrupted_outside_a_job(multirun, sys.argv)
+    except SystemExit as exc:  # Hydra reports an error of its own when the KeyboardInterrupt broke its work mid-way
+        if exc.code not in (0, None) and signals.pending():
+            signals.interrupted_outside_a_job(multirun, sys.argv)
+        raise
 
 
 def report_main() -> None:

@@ -43,6 +43,11 @@ def catch_signals() -> None:
         sys.unraisablehook = _unraisable
 
 
+def pending() -> bool:
+    """Whether a SIGINT/SIGTERM has arrived outside the step loop."""
+    return bool(_PENDING)
+
+
 def check_pending() -> None:
     """Stop the sweep now if a signal arrived whose KeyboardInterrupt was swallowed."""
     if _PENDING:
