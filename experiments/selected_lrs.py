@@ -1,4 +1,5 @@
 """Print `GROUP_KEY=value optim.lr=rate` per cell of a `attnlab-report --select-lr` report.csv (one line each)."""
+
 import csv
 import sys
 

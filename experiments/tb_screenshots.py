@@ -20,8 +20,13 @@ VIEWS = {  # name: (URL query and fragment, text to wait for, seconds to settle,
     "tb_hparams": (f"?{COLOUR}#hparams", "Trial ID", 3, (1700, 480), None),
     "tb_custom_scalars": (f"?{COLOUR}#custom_scalars", "layer 0", 6, (1200, 760), None),
     "tb_timeseries": (f"?smoothing=0&{COLOUR}#timeseries", "Time Series", 8, (1600, 760), (0, 64, 1200, 600)),
-    "tb_attn_map": (f"?smoothing=0&{COLOUR}&tagFilter=attn_map/layer_0/#timeseries", "Time Series", 8, (1600, 760),
-                    (335, 170, 1000, 420)),
+    "tb_attn_map": (
+        f"?smoothing=0&{COLOUR}&tagFilter=attn_map/layer_0/#timeseries",
+        "Time Series",
+        8,
+        (1600, 760),
+        (335, 170, 1000, 420),
+    ),
 }
 
 
@@ -29,8 +34,11 @@ def main(sweep_dir: str, out_dir: str):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    board = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", sweep_dir, "--host", "127.0.0.1",
-                              "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    board = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", sweep_dir, "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     browser = None
     try:
         for _ in range(60):

@@ -24,11 +24,23 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+from bench_common import (
+    MiB,
+    clock,
+    interleave,
+    load_average,
+    med,
+    mib,
+    peak_bytes,
+    ratio,
+    seconds,
+    since,
+    table,
+    write_section,
+)
 from flax import nnx
 
 from attnlab.normalizers import Mask, build
-from bench_common import (MiB, clock, interleave, load_average, med, mib, peak_bytes, ratio, seconds, since, table,
-                          write_section)
 
 SECTION = "## Attention: dense vs blockwise (scripts/bench_attention.py)"
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,8 +54,9 @@ class Case:
     """One compiled forward+backward program and its inputs."""
 
     def __init__(self, name, T, impl, args):
-        norm = build(name, num_heads=args.heads, head_dim=args.head_dim, rngs=nnx.Rngs(0), impl=impl,
-                     block_size=args.block_size)
+        norm = build(
+            name, num_heads=args.heads, head_dim=args.head_dim, rngs=nnx.Rngs(0), impl=impl, block_size=args.block_size
+        )
         self.ran = norm.implementation(T, T, Mask(causal=True), args.dtype)  # the path this program runs
         graphdef, state = nnx.split(norm)
 
@@ -79,8 +92,9 @@ def measure(cases, budget):
         return
     for c in cases:
         c.wall, c.cpu = [], []
-    interleave({i: c.sample for i, c in enumerate(cases)}, max(1, min(15, int(budget / max(per_round, 1e-9)))),
-               warmup=False)
+    interleave(
+        {i: c.sample for i, c in enumerate(cases)}, max(1, min(15, int(budget / max(per_round, 1e-9)))), warmup=False
+    )
 
 
 def run(args):
@@ -94,9 +108,14 @@ def run(args):
             if timed:
                 measure(cases, args.budget)
             rows.append((T, name, dense, block))
-            print(f"T={T} {name} (ran: {', '.join(c.ran for c in cases)}): dense {seconds(dense and med(dense.wall))} {mib(dense and dense.mem)} MiB, "
-                  f"blockwise {seconds(med(block.wall))} {mib(block.mem)} MiB (n={len(block.wall)}); "
-                  f"load {load_average()}", file=sys.stderr, flush=True)
+            print(
+                f"T={T} {name} (ran: {', '.join(c.ran for c in cases)}): "
+                f"dense {seconds(dense and med(dense.wall))} {mib(dense and dense.mem)} MiB, "
+                f"blockwise {seconds(med(block.wall))} {mib(block.mem)} MiB (n={len(block.wall)}); "
+                f"load {load_average()}",
+                file=sys.stderr,
+                flush=True,
+            )
             for c in cases:
                 c.release()
     return rows
@@ -104,19 +123,54 @@ def run(args):
 
 def report(args, rows, load_start, minutes):
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    L = [SECTION, "", __doc__.split("\n\n")[1].replace("\n", " "), "",
-         f"- Date: {now}; `nproc` = {os.cpu_count()}; jax {jax.__version__}, backend {jax.default_backend()}; "
-         f"load average (1/5/15 min) {load_start} at start, {load_average()} at end; took {minutes:.1f} min",
-         f"- Command: `JAX_PLATFORMS=cpu .venv/bin/python scripts/bench_attention.py {' '.join(sys.argv[1:])}`",
-         f"- B={args.batch}, N={args.heads}, H={args.head_dim}, {args.dtype}, causal, block_size={args.block_size}",
-         ""]
+    L = [
+        SECTION,
+        "",
+        __doc__.split("\n\n")[1].replace("\n", " "),
+        "",
+        f"- Date: {now}; `nproc` = {os.cpu_count()}; jax {jax.__version__}, backend {jax.default_backend()}; "
+        f"load average (1/5/15 min) {load_start} at start, {load_average()} at end; took {minutes:.1f} min",
+        f"- Command: `JAX_PLATFORMS=cpu .venv/bin/python scripts/bench_attention.py {' '.join(sys.argv[1:])}`",
+        f"- B={args.batch}, N={args.heads}, H={args.head_dim}, {args.dtype}, causal, block_size={args.block_size}",
+        "",
+    ]
     cells = []
     for T, name, d, b in rows:
         dw, dc = (med(d.wall), med(d.cpu)) if d else (None, None)
-        cells.append([T, name, seconds(dw), seconds(dc), mib(d and d.mem), seconds(med(b.wall)), seconds(med(b.cpu)),
-                      mib(b.mem), ratio(med(b.wall), dw), ratio(med(b.cpu), dc), ratio(b.mem, d and d.mem), len(b.wall)])
-    L += table(["T", "normalizer", "dense wall", "dense CPU", "dense MiB", "blockwise wall", "blockwise CPU",
-                "blockwise MiB", "wall b/d", "CPU b/d", "mem b/d", "n"], cells, "---:|---" + "|---:" * 10)
+        cells.append(
+            [
+                T,
+                name,
+                seconds(dw),
+                seconds(dc),
+                mib(d and d.mem),
+                seconds(med(b.wall)),
+                seconds(med(b.cpu)),
+                mib(b.mem),
+                ratio(med(b.wall), dw),
+                ratio(med(b.cpu), dc),
+                ratio(b.mem, d and d.mem),
+                len(b.wall),
+            ]
+        )
+    L += table(
+        [
+            "T",
+            "normalizer",
+            "dense wall",
+            "dense CPU",
+            "dense MiB",
+            "blockwise wall",
+            "blockwise CPU",
+            "blockwise MiB",
+            "wall b/d",
+            "CPU b/d",
+            "mem b/d",
+            "n",
+        ],
+        cells,
+        "---:|---" + "|---:" * 10,
+    )
     L += ["", goals(rows, args), ""]
     return "\n".join(L)
 
@@ -127,13 +181,18 @@ def goals(rows, args):
     out = []
     if at:
         worst = max(at, key=lambda r: r[2].mem)
-        out.append(f"At T=8192 the largest blockwise peak is {mib(worst[2].mem)} MiB ({worst[0]}): goal ≤ 512 MiB "
-                   f"{'met' if worst[2].mem <= 512 * MiB else 'NOT met'}.")
+        out.append(
+            f"At T=8192 the largest blockwise peak is {mib(worst[2].mem)} MiB ({worst[0]}): goal ≤ 512 MiB "
+            f"{'met' if worst[2].mem <= 512 * MiB else 'NOT met'}."
+        )
         timed = [(n, med(b.cpu) / med(d.cpu), med(b.wall) / med(d.wall)) for n, d, b in at if d and d.cpu and b.cpu]
         if timed:
-            out.append("Time blockwise/dense at T=8192 (CPU, wall): " + ", ".join(
-                f"{n} {c:.2f}×, {w:.2f}×" for n, c, w in timed) + f"; goal ≤ 1.2× "
-                f"{'met' if all(min(c, w) <= 1.2 for _, c, w in timed) else 'NOT met'} for every normalizer.")
+            out.append(
+                "Time blockwise/dense at T=8192 (CPU, wall): "
+                + ", ".join(f"{n} {c:.2f}×, {w:.2f}×" for n, c, w in timed)
+                + f"; goal ≤ 1.2× "
+                f"{'met' if all(min(c, w) <= 1.2 for _, c, w in timed) else 'NOT met'} for every normalizer."
+            )
     for name in args.normalizers:
         mem = [(T, b.mem) for T, n, _, b in rows if n == name]
         if len(mem) >= 2:
@@ -145,8 +204,11 @@ def goals(rows, args):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--T", type=ints, default=[256, 1024, 4096, 8192, 16384, 32768])
-    p.add_argument("--normalizers", type=lambda s: s.split(","),
-                   default=["softmax", "kl", "softmax1", "sigmoid", "relu", "squared"])
+    p.add_argument(
+        "--normalizers",
+        type=lambda s: s.split(","),
+        default=["softmax", "kl", "softmax1", "sigmoid", "relu", "squared"],
+    )
     p.add_argument("--dense-max-T", type=int, default=8192)
     p.add_argument("--time-all-max-T", type=int, default=8192)
     p.add_argument("--timed-at-length", type=lambda s: s.split(","), default=["softmax"])

@@ -18,6 +18,7 @@ MiB = 2**20
 
 # --- timing -----------------------------------------------------------------------------------
 
+
 def clock() -> tuple[float, float]:
     """(wall, process CPU) now; process CPU counts every thread, so XLA's intra-op pool is included."""
     return time.perf_counter(), time.process_time()
@@ -38,7 +39,7 @@ def interleave(samplers: dict[str, Callable[[], Any]], rounds: int, warmup: bool
     names = list(samplers)
     out = {n: [] for n in names}
     for r in range(rounds + 1 if warmup else rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order[::-1] if r % 2 else order:
             result = samplers[name]()
             if r or not warmup:
@@ -53,6 +54,7 @@ def med(xs):
 
 # --- memory -----------------------------------------------------------------------------------
 
+
 def peak_bytes(compiled) -> int | None:
     """XLA's peak of a compiled program: temp + arguments + outputs − aliased (deterministic)."""
     ma = compiled.memory_analysis()
@@ -62,6 +64,7 @@ def peak_bytes(compiled) -> int | None:
 
 
 # --- report -----------------------------------------------------------------------------------
+
 
 def load_average() -> str:
     """The 1/5/15-minute load averages, as 'a/b/c'."""
@@ -89,8 +92,11 @@ def paired_ratio(a: list[float], b: list[float]) -> str:
 def table(header: list[str], rows: list[list], align: str | None = None) -> list[str]:
     """A Markdown table's lines; `align` is one '---' / '---:' cell per column (default left)."""
     aligns = align.split("|") if align else ["---"] * len(header)
-    return ["| " + " | ".join(header) + " |", "|" + "|".join(aligns) + "|",
-            *("| " + " | ".join(str(c) for c in row) + " |" for row in rows)]
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join(aligns) + "|",
+        *("| " + " | ".join(str(c) for c in row) + " |" for row in rows),
+    ]
 
 
 def write_section(text: str, path: Path, headings: tuple[str, ...]) -> None:

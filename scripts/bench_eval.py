@@ -16,7 +16,6 @@ import tempfile
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from bench_common import clock, interleave, load_average, med, paired_ratio, seconds, since, table
 from flax import nnx
 from hydra import compose, initialize_config_dir
@@ -35,6 +34,7 @@ def timed(fn):
         start = clock()
         jax.block_until_ready(fn())
         return since(start)
+
     return sample
 
 
@@ -43,23 +43,40 @@ def head_rows(rounds: int) -> list[list]:
 
     rows = []
     for vocab in (64, 8192):
-        task, nets, _, _ = built("task=mqar", f"task.vocab_size={vocab}", "task.n_train=2000", "task.n_val=100",
-                                 "task.n_test=100", "model.d_model=128", "model.heads=1")
+        task, nets, _, _ = built(
+            "task=mqar",
+            f"task.vocab_size={vocab}",
+            "task.n_train=2000",
+            "task.n_val=100",
+            "task.n_test=100",
+            "model.d_model=128",
+            "model.heads=1",
+        )
         graphdef, params, rest = nnx.split(nets[0], nnx.Param, ...)
         split = task.splits["train"]
         batch = {k: jnp.asarray(getattr(split, k)[:64]) for k in ("inputs", "targets", "weights", "valid")}
         programs, flops = {}, {}
         for name, k in (("every position", None), ("scored positions", task.scored_positions())):
             loss = loss_of_batch(graphdef, {"rest": rest}, batch, jax.random.key(0), with_stats=False, scored_k=k)
-            programs[name] = jax.jit(lambda p, loss=loss: jax.value_and_grad(loss, has_aux=True)(p, None)).lower(params).compile()
+            programs[name] = (
+                jax.jit(lambda p, loss=loss: jax.value_and_grad(loss, has_aux=True)(p, None)).lower(params).compile()
+            )
             cost = programs[name].cost_analysis()
             flops[name] = (cost[0] if isinstance(cost, list) else cost).get("flops", float("nan"))
-        samples = interleave({n: timed(lambda c=c: c(params)) for n, c in programs.items()}, rounds)
+        samples = interleave({n: timed(lambda c=c, params=params: c(params)) for n, c in programs.items()}, rounds)
         a, b = samples["every position"], samples["scored positions"]
-        rows.append([vocab, task.scored_positions(), task.seq_len, f"{flops['every position'] / 1e9:.2f} / {flops['scored positions'] / 1e9:.2f}",
-                     f"{seconds(med([x[0] for x in a]))} / {seconds(med([x[0] for x in b]))}",
-                     f"{seconds(med([x[1] for x in a]))} / {seconds(med([x[1] for x in b]))}",
-                     paired_ratio([x[0] for x in a], [x[0] for x in b]), paired_ratio([x[1] for x in a], [x[1] for x in b])])
+        rows.append(
+            [
+                vocab,
+                task.scored_positions(),
+                task.seq_len,
+                f"{flops['every position'] / 1e9:.2f} / {flops['scored positions'] / 1e9:.2f}",
+                f"{seconds(med([x[0] for x in a]))} / {seconds(med([x[0] for x in b]))}",
+                f"{seconds(med([x[1] for x in a]))} / {seconds(med([x[1] for x in b]))}",
+                paired_ratio([x[0] for x in a], [x[0] for x in b]),
+                paired_ratio([x[1] for x in a], [x[1] for x in b]),
+            ]
+        )
     return rows
 
 
@@ -90,15 +107,30 @@ def eval_rows(rounds: int) -> list[list]:
                 if wait:
                     summaries[0].wait()
                 return out
+
             return run
 
-        samples = interleave({"val pass": timed(val_pass), "eval step": timed(eval_step(False)),
-                              "eval step + drawing": timed(eval_step(True))}, rounds)
+        samples = interleave(
+            {
+                "val pass": timed(val_pass),
+                "eval step": timed(eval_step(False)),
+                "eval step + drawing": timed(eval_step(True)),
+            },
+            rounds,
+        )
         summaries[0].close()
     base = samples["val pass"]
-    return [[name, f"{evaluator.evals['val']['targets'].shape[0]} × 1024", seconds(med([x[0] for x in s])),
-             seconds(med([x[1] for x in s])), paired_ratio([x[0] for x in s], [x[0] for x in base]),
-             paired_ratio([x[1] for x in s], [x[1] for x in base])] for name, s in samples.items()]
+    return [
+        [
+            name,
+            f"{evaluator.evals['val']['targets'].shape[0]} × 1024",
+            seconds(med([x[0] for x in s])),
+            seconds(med([x[1] for x in s])),
+            paired_ratio([x[0] for x in s], [x[0] for x in base]),
+            paired_ratio([x[1] for x in s], [x[1] for x in base]),
+        ]
+        for name, s in samples.items()
+    ]
 
 
 def main() -> None:
@@ -107,11 +139,31 @@ def main() -> None:
     args = parser.parse_args()
     print(f"device: {jax.devices()[0].platform} × {jax.device_count()}; load average before: {load_average()}")
     print("\nThe head and loss at the scored positions vs every position (MQAR, loss + gradients, B=64)\n")
-    print("\n".join(table(["vocab_size", "scored k", "T", "GFLOP all / scored", "wall all / scored",
-                           "CPU all / scored", "all/scored wall", "all/scored CPU"], head_rows(args.rounds))))
+    print(
+        "\n".join(
+            table(
+                [
+                    "vocab_size",
+                    "scored k",
+                    "T",
+                    "GFLOP all / scored",
+                    "wall all / scored",
+                    "CPU all / scored",
+                    "all/scored wall",
+                    "all/scored CPU",
+                ],
+                head_rows(args.rounds),
+            )
+        )
+    )
     print("\nAn eval step with its images vs the val pass alone (task=lm, seq_len 1024, eval_batch_size 8)\n")
-    print("\n".join(table(["program", "val windows", "wall", "CPU", "/ val pass wall", "/ val pass CPU"],
-                          eval_rows(args.rounds))))
+    print(
+        "\n".join(
+            table(
+                ["program", "val windows", "wall", "CPU", "/ val pass wall", "/ val pass CPU"], eval_rows(args.rounds)
+            )
+        )
+    )
     print(f"\nload average after: {load_average()}")
 
 

@@ -25,7 +25,6 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from bench_common import med, mib, peak_bytes, table, write_section
 
 SECTION = "## GPU: attnlab step vs a hand-written JAX step (scripts/bench_gpu.py)"
@@ -90,11 +89,30 @@ def attnlab_run(overrides: list[str], mesh=None) -> dict:
         state = jax.device_put(state, placement.per_seed)
     else:
         state, data = abstract(state, placement.per_seed), abstract(data, placement.replicated)
-    steps = compile_steps(graphdef, tx, state, data, loop, placement, groups=groups, layers=layers,
-                          num_layers=len(net.body.blocks), num_heads=net.body.blocks[0].attn.num_heads,
-                          probe_scores=probes_supported(net), num_seeds=S, scored_k=task.scored_positions())
-    return {"steps": steps, "statistics": steps.statistics_program, "state": state, "data": data, "cfg": cfg,
-            "n_params": sum(x.size for x in jax.tree.leaves(params)), "impl": impl}
+    steps = compile_steps(
+        graphdef,
+        tx,
+        state,
+        data,
+        loop,
+        placement,
+        groups=groups,
+        layers=layers,
+        num_layers=len(net.body.blocks),
+        num_heads=net.body.blocks[0].attn.num_heads,
+        probe_scores=probes_supported(net),
+        num_seeds=S,
+        scored_k=task.scored_positions(),
+    )
+    return {
+        "steps": steps,
+        "statistics": steps.statistics_program,
+        "state": state,
+        "data": data,
+        "cfg": cfg,
+        "n_params": sum(x.size for x in jax.tree.leaves(params)),
+        "impl": impl,
+    }
 
 
 def abstract(tree, sharding):
@@ -108,8 +126,9 @@ def reference_dims(cfg) -> dict:
     return {"D": m.d_model, "N": m.heads, "L": m.layers, "mlp_ratio": m.mlp_ratio}
 
 
-def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int = 8, mlp_ratio: int = 4,
-                impl: str = "cudnn"):
+def handwritten(
+    B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int = 8, mlp_ratio: int = 4, impl: str = "cudnn"
+):
     """(jitted step, state, data, param count): the same model in plain jnp, bfloat16 with the platform's
     default matmul precision (a bf16 run's), cuDNN attention (`impl`)."""
     import optax
@@ -123,10 +142,24 @@ def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int =
     k = iter(jax.random.split(jax.random.key(0), 4 * L + 2))
     dense = lambda i, o: jax.random.normal(next(k), (i, o), jnp.float32) / math.sqrt(i)  # noqa: E731
     ln = lambda: {"scale": jnp.ones((D,)), "bias": jnp.zeros((D,))}  # noqa: E731
-    params = {"embed": jax.random.normal(next(k), (V, D)) * 0.02, "ln_f": ln(), "head": dense(D, V),
-              "blocks": [{"ln1": ln(), "ln2": ln(), "qkv": dense(D, 3 * D), "out": dense(D, D),
-                          "fc1": dense(D, mlp_ratio * D), "b1": jnp.zeros((mlp_ratio * D,)), "fc2": dense(mlp_ratio * D, D),
-                          "b2": jnp.zeros((D,))} for _ in range(L)]}
+    params = {
+        "embed": jax.random.normal(next(k), (V, D)) * 0.02,
+        "ln_f": ln(),
+        "head": dense(D, V),
+        "blocks": [
+            {
+                "ln1": ln(),
+                "ln2": ln(),
+                "qkv": dense(D, 3 * D),
+                "out": dense(D, D),
+                "fc1": dense(D, mlp_ratio * D),
+                "b1": jnp.zeros((mlp_ratio * D,)),
+                "fc2": dense(mlp_ratio * D, D),
+                "b2": jnp.zeros((D,)),
+            }
+            for _ in range(L)
+        ],
+    }
 
     def norm(x, p):
         xf = x.astype(jnp.float32)
@@ -143,7 +176,11 @@ def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int =
             q, kk = (rope(a, pos_T).transpose(0, 2, 1, 3) for a in (q, kk))
             o = jax.nn.dot_product_attention(q, kk, v.transpose(0, 2, 1, 3), is_causal=True, implementation=impl)
             x = x + o.reshape(B, T, D) @ blk["out"]
-            x = x + jax.nn.gelu(norm(x, blk["ln2"]) @ blk["fc1"] + blk["b1"][None, None]) @ blk["fc2"] + blk["b2"][None, None]
+            x = (
+                x
+                + jax.nn.gelu(norm(x, blk["ln2"]) @ blk["fc1"] + blk["b1"][None, None]) @ blk["fc2"]
+                + blk["b2"][None, None]
+            )
         logits = (norm(x, p16["ln_f"]) @ p16["head"]).astype(jnp.float32)
         return jnp.mean(jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, targets_BT[..., None], -1)[..., 0])
 
@@ -156,8 +193,10 @@ def handwritten(B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int =
         return optax.apply_updates(params, updates), opt_state
 
     rng = np.random.default_rng(0)
-    data = {"inputs": jnp.asarray(rng.integers(1, V, (B, T)), jnp.int32),
-            "targets": jnp.asarray(rng.integers(0, V, (B, T)), jnp.int32)}
+    data = {
+        "inputs": jnp.asarray(rng.integers(1, V, (B, T)), jnp.int32),
+        "targets": jnp.asarray(rng.integers(0, V, (B, T)), jnp.int32),
+    }
     state = (params, tx.init(params))
     return jax.jit(step, donate_argnums=0), state, data, sum(x.size for x in jax.tree.leaves(params))
 
@@ -169,8 +208,17 @@ def mfu(n_params: int, B: int, T: int, ms: float, peak_tflops: float, L: int = 8
 
 def run_overrides(name: str, B: int, T: int, dtype: str, model: str) -> list[str]:
     """The `attnlab-train` overrides of one row: model, task=lm at seq_len T, batch B, normalizer, dtype."""
-    return [f"model={model}", "task=lm", f"task.seq_len={T}", f"trainer.batch_size={B}", f"normalizer={name}",
-            f"accelerator.dtype={dtype}", "task.n_train=64", "task.n_val=8", "task.n_test=8"]
+    return [
+        f"model={model}",
+        "task=lm",
+        f"task.seq_len={T}",
+        f"trainer.batch_size={B}",
+        f"normalizer={name}",
+        f"accelerator.dtype={dtype}",
+        "task.n_train=64",
+        "task.n_val=8",
+        "task.n_test=8",
+    ]
 
 
 def reference_row(B: int, T: int, model: str, steps: int, peak_tflops: float, on_gpu: bool) -> list:
@@ -180,8 +228,15 @@ def reference_row(B: int, T: int, model: str, steps: int, peak_tflops: float, on
     step, state, data, n = handwritten(B, T, **dims, impl=impl)
     step = step.lower(state, data).compile()
     ms, _ = timed_ms(step, state, data, steps)
-    return [f"B={B} T={T}", f"hand-written ({impl})", impl, f"{ms:.1f}",
-            f"{100 * mfu(n, B, T, ms, peak_tflops, dims['L'], dims['D']):.1f}%", mib(peak_bytes(step)), "—"]
+    return [
+        f"B={B} T={T}",
+        f"hand-written ({impl})",
+        impl,
+        f"{ms:.1f}",
+        f"{100 * mfu(n, B, T, ms, peak_tflops, dims['L'], dims['D']):.1f}%",
+        mib(peak_bytes(step)),
+        "—",
+    ]
 
 
 def attnlab_row(name: str, dtype: str, B: int, T: int, model: str, steps: int, peak_tflops: float) -> list:
@@ -191,9 +246,15 @@ def attnlab_row(name: str, dtype: str, B: int, T: int, model: str, steps: int, p
     m = run["cfg"].model
     ms, state = timed_ms(lambda s, d: plain(s, d)[0], state, data, steps)
     ms_log, _ = timed_ms(lambda s, d: logging(s, d)[0], state, data, max(steps // 4, 3))
-    return [f"B={B} T={T}", f"attnlab {name} {dtype}", "/".join(sorted(set(run["impl"]))), f"{ms:.1f}",
-            f"{100 * mfu(run['n_params'], B, T, ms, peak_tflops, m.layers, m.d_model):.1f}%", mib(peak_bytes(plain)),
-            f"{ms_log:.1f}"]
+    return [
+        f"B={B} T={T}",
+        f"attnlab {name} {dtype}",
+        "/".join(sorted(set(run["impl"]))),
+        f"{ms:.1f}",
+        f"{100 * mfu(run['n_params'], B, T, ms, peak_tflops, m.layers, m.d_model):.1f}%",
+        mib(peak_bytes(plain)),
+        f"{ms_log:.1f}",
+    ]
 
 
 def main(argv=None) -> int:
@@ -204,8 +265,11 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default="32x1024,4x8192", help="BxT, comma-separated (the first: every normalizer)")
     p.add_argument("--normalizers", default="all", help="comma-separated names, or all")
     p.add_argument("--model", default="base", help="the model config of every row (the reference follows its sizes)")
-    p.add_argument("--cpu-check", action="store_true",
-                   help="run on whatever JAX sees, e.g. a CPU at a tiny --shapes/--model: a check that the script runs")
+    p.add_argument(
+        "--cpu-check",
+        action="store_true",
+        help="run on whatever JAX sees, e.g. a CPU at a tiny --shapes/--model: a check that the script runs",
+    )
     p.add_argument("--write", action="store_true", help="write the table into BENCHMARKS.md")
     args = p.parse_args(argv)
     on_gpu = jax.default_backend() == "gpu"
@@ -225,11 +289,25 @@ def main(argv=None) -> int:
             try:
                 rows.append(attnlab_row(name, dtype, B, T, args.model, args.steps, args.peak_tflops))
             except Exception as exc:  # noqa: BLE001 - e.g. out of memory: the row says so, the others still run
-                rows.append([f"B={B} T={T}", f"attnlab {name} {dtype}", "—", f"failed: {type(exc).__name__}: "
-                             f"{str(exc).splitlines()[0][:100]}", "—", "—", "—"])
+                rows.append(
+                    [
+                        f"B={B} T={T}",
+                        f"attnlab {name} {dtype}",
+                        "—",
+                        f"failed: {type(exc).__name__}: {str(exc).splitlines()[0][:100]}",
+                        "—",
+                        "—",
+                        "—",
+                    ]
+                )
             print(" | ".join(rows[-1]), flush=True)
-    lines += [SECTION, "", f"Device: {jax.devices()[0].device_kind}, JAX {jax.__version__}; median of {args.steps} "
-              f"steps; MFU against {args.peak_tflops:g} TFLOP/s.", ""]
+    lines += [
+        SECTION,
+        "",
+        f"Device: {jax.devices()[0].device_kind}, JAX {jax.__version__}; median of {args.steps} "
+        f"steps; MFU against {args.peak_tflops:g} TFLOP/s.",
+        "",
+    ]
     lines += table(["shape", "step", "attention", "ms/step", "MFU", "peak MiB", "logging step ms"], rows)
     print("\n".join(lines))
     if args.write:

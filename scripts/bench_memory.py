@@ -27,13 +27,13 @@ def compiled_steps(overrides: list[str], stats: bool):
     from flax import nnx
 
     from attnlab import registry
+    from attnlab.accelerator import data_mesh
     from attnlab.checkpoint import Checkpoints
     from attnlab.cli import build
     from attnlab.groups import leaf_groups
     from attnlab.steps import make_stats_step, make_train_step, probes_supported
     from attnlab.train import train_data
     from attnlab.train.state import Placement, initial_loop
-    from attnlab.accelerator import data_mesh
 
     with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
         cfg = hydra.compose("train", overrides=overrides)
@@ -47,11 +47,17 @@ def compiled_steps(overrides: list[str], stats: bool):
     data = train_data(task, placement)
     abstract = lambda tree: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)  # noqa: E731
     state, data = abstract(state), abstract(data)
-    common = dict(num_layers=len(nets[0].body.blocks), num_heads=nets[0].body.blocks[0].attn.num_heads,
-                  batch_size=loop.batch_size, batch_sharding=None)
+    common = dict(
+        num_layers=len(nets[0].body.blocks),
+        num_heads=nets[0].body.blocks[0].attn.num_heads,
+        batch_size=loop.batch_size,
+        batch_sharding=None,
+    )
     # A logging step runs the train step and, beside it, the statistics program (steps.make_stats_step).
-    programs = {"plain": lambda: make_train_step(graphdef, tx, groups=groups, layers=layers, **common),
-                "stats": lambda: make_stats_step(graphdef, probe_scores=probes_supported(nets[0]), **common)}
+    programs = {
+        "plain": lambda: make_train_step(graphdef, tx, groups=groups, layers=layers, **common),
+        "stats": lambda: make_stats_step(graphdef, probe_scores=probes_supported(nets[0]), **common),
+    }
     out, seconds = {}, {}
     for kind in ("plain", "stats") if stats else ("plain",):
         t0 = time.perf_counter()
@@ -67,9 +73,18 @@ def peak(compiled) -> int:
 
 
 def measure(normalizer: str, seq_len: int, batch: int, remat: str, model: str, stats: bool, extra=()) -> dict:
-    overrides = [f"model={model}", "task=lm", f"task.seq_len={seq_len}", f"trainer.batch_size={batch}",
-                 f"normalizer={normalizer}", f"model.remat={remat}", "task.n_val=1", "task.n_test=1",
-                 "trainer.eval_batch_size=1", *extra]
+    overrides = [
+        f"model={model}",
+        "task=lm",
+        f"task.seq_len={seq_len}",
+        f"trainer.batch_size={batch}",
+        f"normalizer={normalizer}",
+        f"model.remat={remat}",
+        "task.n_val=1",
+        "task.n_test=1",
+        "trainer.eval_batch_size=1",
+        *extra,
+    ]
     steps, seconds = compiled_steps(overrides, stats)
     row = {"normalizer": normalizer, "T": seq_len, "B": batch, "remat": remat}
     for kind, c in steps.items():
@@ -93,8 +108,11 @@ def main() -> None:
     for name in a.normalizers.split(","):
         r = measure(name, a.seq_len, a.batch, a.remat, a.model, a.stats, a.extra)
         st = f"{r['stats_GiB']:.2f} GiB" if "stats_GiB" in r else "–"
-        print(f"| {name} | {a.seq_len} | {a.batch} | {a.remat} | {r['plain_GiB']:.2f} GiB | "
-              f"{r['plain_compile_s']:.0f} s | {st} |", flush=True)
+        print(
+            f"| {name} | {a.seq_len} | {a.batch} | {a.remat} | {r['plain_GiB']:.2f} GiB | "
+            f"{r['plain_compile_s']:.0f} s | {st} |",
+            flush=True,
+        )
         print(json.dumps(r), flush=True)
 
 

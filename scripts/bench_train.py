@@ -34,6 +34,7 @@ def compiled_default_step():
     """(compiled plain step, state, data, net, cfg, loop) exactly as `attnlab.train.fit` builds them for
     the default experiment; fit is stopped by its `on_compiled` hook once the steps are compiled."""
     import hydra
+
     import attnlab.train as train
     from attnlab import registry
     from attnlab.accelerator import data_mesh
@@ -57,8 +58,11 @@ def compiled_default_step():
 
         def make(*args, **kwargs):  # those commits compile train.make_train_step's result inside fit
             jitted = real(*args, **kwargs)
-            return types.SimpleNamespace(lower=lambda state, data: capture(
-                types.SimpleNamespace(plain=jitted.lower(state, data).compile()), state, data))
+            return types.SimpleNamespace(
+                lower=lambda state, data: capture(
+                    types.SimpleNamespace(plain=jitted.lower(state, data).compile()), state, data
+                )
+            )
 
         train.make_train_step = make
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,8 +103,9 @@ def worker(kind: str) -> None:
 def base_tree(rev: str, tmp: str) -> str:
     """The src/ directory of commit `rev` (extracted into tmp with its configs/; no worktree needed)."""
     # Before configs/ moved into the package it sat beside src/; take it from where `rev` has it.
-    top = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", rev], check=True, capture_output=True,
-                         text=True).stdout.split()
+    top = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-tree", "--name-only", rev], check=True, capture_output=True, text=True
+    ).stdout.split()
     paths = ["src", *(["configs"] if "configs" in top else [])]
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *paths], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
@@ -109,16 +114,29 @@ def base_tree(rev: str, tmp: str) -> str:
 
 def spawn(kind: str, src: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, str(ROOT / "scripts")]), "JAX_PLATFORMS": "cpu"}
-    return subprocess.Popen([sys.executable, __file__, "--worker", kind], env=env, text=True,
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, __file__, "--worker", kind], env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
 
 
 def default_run(src: str, steps: int, tmp: str, name: str) -> dict:
     """`python -m attnlab` with the defaults (trainer.steps aside) under `src`; its metrics.json."""
     run_dir = os.path.join(tmp, name)
     env = {**os.environ, "PYTHONPATH": src, "JAX_PLATFORMS": "cpu"}
-    subprocess.run([sys.executable, "-m", "attnlab", f"trainer.steps={steps}", "trainer.progress=none",
-                    "compile_cache=null", f"hydra.run.dir={run_dir}"], env=env, check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab",
+            f"trainer.steps={steps}",
+            "trainer.progress=none",
+            "compile_cache=null",
+            f"hydra.run.dir={run_dir}",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     return json.loads(Path(run_dir, "metrics.json").read_text())
 
 
@@ -168,21 +186,43 @@ def main(argv=None) -> None:
                 fit[name] = default_run(srcs[name], args.fit_steps, tmp, name)
     load_end = os.getloadavg()
 
-    print(f"base {args.base}; {args.rounds} rounds × {args.block} steps per variant; "
-          f"load average {load_start[0]:.1f} at start, {load_end[0]:.1f} at end; {os.cpu_count()} CPUs; "
-          f"{time.perf_counter() - t_start:.0f} s in all\n")
-    print("\n".join(table(["step", "ms/step (median)", "CPU ms/step (median)", "first 3 losses"],
-                          [[n, f"{med(ms[n]):.2f}", f"{med(cpu[n]):.2f}", ", ".join(f"{x:.5f}" for x in ready[n]["losses"])]
-                           for n in names])))
-    pairs = [("old / new (speed-up)", "old", "new"), ("new / hand_fast (the limit)", "new", "hand_fast"),
-             ("hand_autodiff / hand_fast", "hand_autodiff", "hand_fast")]
+    print(
+        f"base {args.base}; {args.rounds} rounds × {args.block} steps per variant; "
+        f"load average {load_start[0]:.1f} at start, {load_end[0]:.1f} at end; {os.cpu_count()} CPUs; "
+        f"{time.perf_counter() - t_start:.0f} s in all\n"
+    )
+    print(
+        "\n".join(
+            table(
+                ["step", "ms/step (median)", "CPU ms/step (median)", "first 3 losses"],
+                [
+                    [n, f"{med(ms[n]):.2f}", f"{med(cpu[n]):.2f}", ", ".join(f"{x:.5f}" for x in ready[n]["losses"])]
+                    for n in names
+                ],
+            )
+        )
+    )
+    pairs = [
+        ("old / new (speed-up)", "old", "new"),
+        ("new / hand_fast (the limit)", "new", "hand_fast"),
+        ("hand_autodiff / hand_fast", "hand_autodiff", "hand_fast"),
+    ]
     print()
-    print("\n".join(table(["ratio", "wall", "CPU"], [[label, paired_ratio(ms[a], ms[b]), paired_ratio(cpu[a], cpu[b])]
-                                                      for label, a, b in pairs])))
+    print(
+        "\n".join(
+            table(
+                ["ratio", "wall", "CPU"],
+                [[label, paired_ratio(ms[a], ms[b]), paired_ratio(cpu[a], cpu[b])] for label, a, b in pairs],
+            )
+        )
+    )
     if fit:
-        print(f"\ndefault run (trainer.steps={args.fit_steps}) steps_per_sec: old {fit['old']['steps_per_sec']:.2f}, "
-              f"new {fit['new']['steps_per_sec']:.2f}, ratio {fit['new']['steps_per_sec'] / fit['old']['steps_per_sec']:.2f}; "
-              f"final test/loss old {fit['old']['final']['test/loss']:.4f}, new {fit['new']['final']['test/loss']:.4f}")
+        print(
+            f"\ndefault run (trainer.steps={args.fit_steps}) steps_per_sec: old {fit['old']['steps_per_sec']:.2f}, "
+            f"new {fit['new']['steps_per_sec']:.2f}, "
+            f"ratio {fit['new']['steps_per_sec'] / fit['old']['steps_per_sec']:.2f}; "
+            f"final test/loss old {fit['old']['final']['test/loss']:.4f}, new {fit['new']['final']['test/loss']:.4f}"
+        )
 
 
 if __name__ == "__main__":

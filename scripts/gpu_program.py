@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import re
 import sys
 import traceback
@@ -34,7 +35,6 @@ from unittest import mock
 
 import jax
 import numpy as np
-
 from bench_common import mib, peak_bytes, table, write_section
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,11 +54,26 @@ the cuDNN attention calls the analysis cannot see (4·B·N·T·S·H FLOPs forwar
 backward; bytes: their operands and results); XLA's peak memory. Ratios: a plain step to the hand-written
 reference (of one seed, also for vmapped seeds); a logging step (statistics program, then the plain
 step; peak: the larger) to its plain step. FAILED rows: the program did not compile, with the error."""
-NO_KERNEL = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "conditional", "call",
-             "after-all", "add-dependency", "opt-barrier", "partition-id", "replica-id", "domain"}
+NO_KERNEL = {
+    "parameter",
+    "constant",
+    "tuple",
+    "get-tuple-element",
+    "bitcast",
+    "while",
+    "conditional",
+    "call",
+    "after-all",
+    "add-dependency",
+    "opt-barrier",
+    "partition-id",
+    "replica-id",
+    "domain",
+}
 
 
 # --- the target -------------------------------------------------------------------------------
+
 
 def target_config(name: str) -> str:
     """The GpuTargetConfigProto text of a target (gpu_targets/<file>, openxla/xla's spec, trimmed)."""
@@ -79,8 +94,10 @@ def check_plugin() -> None:
     import importlib.util
 
     if not any(importlib.util.find_spec(f"jax_cuda{v}_plugin") for v in (12, 13)):
-        raise SystemExit(f"gpu_program: needs the CUDA plugin of the installed jax: pip install "
-                         f"'jax[cuda12]=={jax.__version__}' (or `make test-gpu-program`)")
+        raise SystemExit(
+            f"gpu_program: needs the CUDA plugin of the installed jax: pip install "
+            f"'jax[cuda12]=={jax.__version__}' (or `make test-gpu-program`)"
+        )
 
 
 @contextlib.contextmanager
@@ -97,19 +114,32 @@ def on_target(name: str):
     mesh = topologies.make_mesh(topo, (1,), ("data",))
     cc = compute_capability(config)
     parse = lambda c: tuple(int(x) for x in c.split("."))  # noqa: E731
-    with mock.patch.object(jax, "default_backend", lambda: "gpu"), \
-            mock.patch.object(fa, "check_compute_capability", lambda c: cc >= parse(c)), \
-            mock.patch.object(fa, "is_cuda_compute_capability_equal", lambda c: cc == parse(c)):
+    with (
+        mock.patch.object(jax, "default_backend", lambda: "gpu"),
+        mock.patch.object(fa, "check_compute_capability", lambda c: cc >= parse(c)),
+        mock.patch.object(fa, "is_cuda_compute_capability_equal", lambda c: cc == parse(c)),
+    ):
         yield mesh
 
 
 # --- the programs -------------------------------------------------------------------------------
 
+
 def run_overrides(model: str, B: int, T: int, normalizer: str, seeds: int, extra: tuple = ()) -> list[str]:
     """A run's overrides (on a GPU's defaults: accelerator=gpu, bfloat16)."""
-    return ["accelerator=gpu", f"model={model}", "task=lm", f"task.seq_len={T}", f"trainer.batch_size={B}",
-            f"normalizer={normalizer}", f"trainer.vmap_seeds={seeds}", "task.n_train=64", "task.n_val=8",
-            "task.n_test=8", *extra]
+    return [
+        "accelerator=gpu",
+        f"model={model}",
+        "task=lm",
+        f"task.seq_len={T}",
+        f"trainer.batch_size={B}",
+        f"normalizer={normalizer}",
+        f"trainer.vmap_seeds={seeds}",
+        "task.n_train=64",
+        "task.n_val=8",
+        "task.n_test=8",
+        *extra,
+    ]
 
 
 def attnlab_programs(mesh, overrides: list[str]) -> dict:
@@ -132,6 +162,7 @@ def reference_program(mesh, B: int, T: int, overrides: list[str]):
 
 
 # --- reading the optimized HLO -----------------------------------------------------------------
+
 
 @dataclasses.dataclass
 class Instruction:
@@ -163,12 +194,9 @@ def parse_instruction(line: str) -> Instruction:
     """name, result shape, opcode and the text after the operands of one HLO instruction line."""
     name, rest = line.strip().removeprefix("ROOT ").split(" = ", 1)
     if rest.startswith("("):  # a tuple shape: up to its matching parenthesis
-        depth = 0
-        for i, ch in enumerate(rest):
-            depth += {"(": 1, ")": -1}.get(ch, 0)
-            if depth == 0:
-                break
-        shape, rest = rest[: i + 1], rest[i + 1:].lstrip()
+        depths = itertools.accumulate({"(": 1, ")": -1}.get(ch, 0) for ch in rest)
+        end = next(i for i, depth in enumerate(depths, 1) if depth == 0)
+        shape, rest = rest[:end], rest[end:].lstrip()
     else:
         shape, _, rest = rest.partition(" ")
     opcode, _, attrs = rest.partition("(")
@@ -197,7 +225,8 @@ def control_children(ins: Instruction) -> list[tuple[str, int]]:
         return [(called(ins, "to_apply")[0], 1)]
     if ins.opcode == "conditional":
         branches = called(ins, "branch_computations") or called(ins, "true_computation") + called(
-            ins, "false_computation")
+            ins, "false_computation"
+        )
         return [(b, 1) for b in branches]
     return []
 
@@ -221,8 +250,21 @@ def array_dims(shape: str) -> list[tuple[str, list[int]]]:
     return [(t, [int(d) for d in dims.split(",") if d]) for t, dims in re.findall(r"(\w+)\[([\d,]*)\]", shape)]
 
 
-DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
-               "s64": 8, "u64": 8, "f64": 8}
+DTYPE_BYTES = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+}
 
 
 @dataclasses.dataclass
@@ -261,10 +303,17 @@ class Program:
             if ins.opcode not in ("bitcast", "get-tuple-element", "tuple"):
                 txt += [np.prod(d) * DTYPE_BYTES.get(t, 4) for t, d in array_dims(ins.shape) if d.count(T) >= 2]
         unknown = sum(1 for _, ins, _ in runs if ins is not None and ins.opcode == "while" and trip_count(ins) is None)
-        return cls(kernels=sum(t for _, ins, t in runs if ins is not None and ins.opcode not in NO_KERNEL),
-                   unknown_trips=unknown, custom_calls=calls, fmha=fmha, txt_buffers=len(txt),
-                   txt_largest=int(max(txt, default=0)), gflop=cost[0] / 1e9, gbytes=cost[1] / 1e9,
-                   peak=peak_bytes(compiled))
+        return cls(
+            kernels=sum(t for _, ins, t in runs if ins is not None and ins.opcode not in NO_KERNEL),
+            unknown_trips=unknown,
+            custom_calls=calls,
+            fmha=fmha,
+            txt_buffers=len(txt),
+            txt_largest=int(max(txt, default=0)),
+            gflop=cost[0] / 1e9,
+            gbytes=cost[1] / 1e9,
+            peak=peak_bytes(compiled),
+        )
 
     def attention_calls(self) -> str:
         names = {k.removeprefix("__cudnn$"): v for k, v in self.custom_calls.items() if k.startswith("__cudnn$fmha")}
@@ -274,20 +323,25 @@ class Program:
     def __add__(self, other: "Program") -> "Program":
         """The logging step: the statistics program, then the plain step."""
         add = lambda a, b: None if a is None or b is None else a + b  # noqa: E731
-        return Program(self.kernels + other.kernels, self.unknown_trips + other.unknown_trips,
-                       self.custom_calls + other.custom_calls, self.fmha | other.fmha, self.txt_buffers + other.txt_buffers,
-                       max(self.txt_largest, other.txt_largest), add(self.gflop, other.gflop),
-                       add(self.gbytes, other.gbytes), None if self.peak is None or other.peak is None
-                       else max(self.peak, other.peak))
+        return Program(
+            self.kernels + other.kernels,
+            self.unknown_trips + other.unknown_trips,
+            self.custom_calls + other.custom_calls,
+            self.fmha | other.fmha,
+            self.txt_buffers + other.txt_buffers,
+            max(self.txt_largest, other.txt_largest),
+            add(self.gflop, other.gflop),
+            add(self.gbytes, other.gbytes),
+            None if self.peak is None or other.peak is None else max(self.peak, other.peak),
+        )
 
 
 def xla_cost(text: str) -> np.ndarray:
     """[flops, bytes accessed] by XLA's HLO cost analysis of a module's text (the CPU client's analysis,
     which reads any backend's HLO); a cuDNN custom call, unknown to it, counts about nothing."""
+    import jaxlib._hlo as hlo
     from jax._src import xla_bridge
     from jax._src.lib import _jax
-
-    import jaxlib._hlo as hlo
 
     cost = _jax.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), hlo.hlo_module_from_text(text))
     return np.array([cost.get("flops", 0.0), cost.get("bytes accessed", 0.0)])
@@ -331,7 +385,7 @@ def braced(attrs: str, key: str) -> str:
     for i in range(start, len(attrs)):
         depth += {"{": 1, "}": -1}.get(attrs[i], 0)
         if depth == 0:
-            return attrs[start + 1: i]
+            return attrs[start + 1 : i]
     raise ValueError(f"unbalanced {key} in an HLO instruction")
 
 
@@ -348,18 +402,25 @@ def fmha_cost(ins: Instruction) -> np.ndarray:
 
 # --- the table ---------------------------------------------------------------------------------
 
+
 def compile_row(label: str, build) -> tuple[str, Program | None, Program | None, str]:
     """(label, plain, logging, impl or the failure): one failure is a row, not the end of the table."""
     try:
         return build()
     except Exception as exc:  # noqa: BLE001 - e.g. a lowering rule that cannot batch: reported per program
         last = traceback.extract_tb(exc.__traceback__)[-1]
-        return label, None, None, f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} " \
-                                  f"({Path(last.filename).name}:{last.lineno})"
+        return (
+            label,
+            None,
+            None,
+            f"FAILED: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} "
+            f"({Path(last.filename).name}:{last.lineno})",
+        )
 
 
-def rows_for(target: str, B: int, T: int, normalizers: list[str], seeds: list[int], model: str,
-             extra: tuple = ()) -> list:
+def rows_for(
+    target: str, B: int, T: int, normalizers: list[str], seeds: list[int], model: str, extra: tuple = ()
+) -> list:
     """(label, plain, logging, impl) for the reference and each normalizer × seed count at B, T."""
     out = []
     with on_target(target) as mesh:
@@ -369,7 +430,9 @@ def rows_for(target: str, B: int, T: int, normalizers: list[str], seeds: list[in
             for S in seeds:
                 label = f"{name}" + (f" vmap_seeds={S}" if S > 1 else "")
 
-                def build(label=label, overrides=run_overrides(model, B, T, name, S, extra)):
+                overrides = run_overrides(model, B, T, name, S, extra)
+
+                def build(label=label, overrides=overrides):
                     p = attnlab_programs(mesh, overrides)
                     plain = Program.of(p["plain"], T)
                     return label, plain, Program.of(p["stats"], T) + plain, "/".join(p["impl"])
@@ -400,12 +463,40 @@ def table_lines(target: str, B: int, T: int, rows: list) -> list[str]:
                 continue
             buffers = "0" if not prog.txt_buffers else f"{prog.txt_buffers} (largest {mib(prog.txt_largest)} MiB)"
             kernels = ("≥ " if prog.unknown_trips else "") + f"{prog.kernels:,}"
-            out.append([f"B={B} T={T}", label, kind, impl, prog.attention_calls(), buffers, kernels,
-                        gb(prog.gflop), gb(prog.gbytes), mib(prog.peak),
-                        f"{ratio(prog.kernels, base and base.kernels)} / {ratio(prog.gbytes, base and base.gbytes)} / "
-                        f"{ratio(prog.peak, base and base.peak)}" if base is not None and base is not prog else "—"])
-    return table(["shape", "step", "program", "attention", "cuDNN fmha calls", "T×T buffers", "kernels/step",
-                  "GFLOP", "GB accessed", "peak MiB", "ratio kernels / bytes / peak"], out)
+            out.append(
+                [
+                    f"B={B} T={T}",
+                    label,
+                    kind,
+                    impl,
+                    prog.attention_calls(),
+                    buffers,
+                    kernels,
+                    gb(prog.gflop),
+                    gb(prog.gbytes),
+                    mib(prog.peak),
+                    f"{ratio(prog.kernels, base and base.kernels)} / {ratio(prog.gbytes, base and base.gbytes)} / "
+                    f"{ratio(prog.peak, base and base.peak)}"
+                    if base is not None and base is not prog
+                    else "—",
+                ]
+            )
+    return table(
+        [
+            "shape",
+            "step",
+            "program",
+            "attention",
+            "cuDNN fmha calls",
+            "T×T buffers",
+            "kernels/step",
+            "GFLOP",
+            "GB accessed",
+            "peak MiB",
+            "ratio kernels / bytes / peak",
+        ],
+        out,
+    )
 
 
 def main(argv=None) -> int:
@@ -423,12 +514,22 @@ def main(argv=None) -> int:
 
     names = registry.choices("normalizer") if args.normalizers == "all" else args.normalizers.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]
-    lines = [SECTION, "", *HEADER.format(target=args.target, file=TARGETS[args.target], jax=jax.__version__,
-                                         cmd=" ".join(["python scripts/gpu_program.py", *(argv or sys.argv[1:])])
-                                         ).splitlines(), ""]
+    lines = [
+        SECTION,
+        "",
+        *HEADER.format(
+            target=args.target,
+            file=TARGETS[args.target],
+            jax=jax.__version__,
+            cmd=" ".join(["python scripts/gpu_program.py", *(argv or sys.argv[1:])]),
+        ).splitlines(),
+        "",
+    ]
     for shape in args.shapes.split(","):
         B, T = (int(x) for x in shape.lower().split("x"))
-        lines += table_lines(args.target, B, T, rows_for(args.target, B, T, names, seeds, args.model, tuple(args.override))) + [""]
+        lines += table_lines(
+            args.target, B, T, rows_for(args.target, B, T, names, seeds, args.model, tuple(args.override))
+        ) + [""]
     print("\n".join(lines))
     if args.write:
         write_section("\n".join(lines), ROOT / "BENCHMARKS.md", (SECTION,))

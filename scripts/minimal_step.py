@@ -27,11 +27,24 @@ def params_of(net) -> dict:
     """attnlab's initial parameters as a plain dict."""
     b = nnx.to_pure_dict(nnx.state(net, nnx.Param))
     body = b["body"]
-    blocks = [{"ln1": blk["ln1"], "ln2": blk["ln2"], "fc1": blk["fc1"], "fc2": blk["fc2"],
-               "qkv": blk["attn"]["qkv"]["kernel"], "out": blk["attn"]["out"]["kernel"]}
-              for _, blk in sorted(body["blocks"].items())]
-    tree = {"embed": body["embed"]["embedding"], "pos": body["pos"]["embedding"], "blocks": blocks,
-            "ln_f": body["ln_f"], "head": b["head"]["proj"]}
+    blocks = [
+        {
+            "ln1": blk["ln1"],
+            "ln2": blk["ln2"],
+            "fc1": blk["fc1"],
+            "fc2": blk["fc2"],
+            "qkv": blk["attn"]["qkv"]["kernel"],
+            "out": blk["attn"]["out"]["kernel"],
+        }
+        for _, blk in sorted(body["blocks"].items())
+    ]
+    tree = {
+        "embed": body["embed"]["embedding"],
+        "pos": body["pos"]["embedding"],
+        "blocks": blocks,
+        "ln_f": body["ln_f"],
+        "head": b["head"]["proj"],
+    }
     return jax.tree.map(jnp.array, tree)  # copies: the step donates its state
 
 
@@ -74,11 +87,15 @@ def compiled(net, cfg, loop, data, fast: bool):
     """(compiled step, state) with state = (params, opt_state, step, key), started from net's parameters."""
     o, num_heads = cfg.optim, cfg.model.heads
     params = params_of(net)
-    sched = optax.warmup_cosine_decay_schedule(0.0, o.lr, max(o.warmup_steps, 1), max(loop.steps, o.warmup_steps + 1),
-                                               end_value=o.lr * o.final_fraction)
-    tx = optax.chain(optax.clip_by_global_norm(o.clip_norm),
-                     optax.adamw(sched, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay,
-                                 mask=jax.tree.map(lambda a: a.ndim >= 2, params)))
+    sched = optax.warmup_cosine_decay_schedule(
+        0.0, o.lr, max(o.warmup_steps, 1), max(loop.steps, o.warmup_steps + 1), end_value=o.lr * o.final_fraction
+    )
+    tx = optax.chain(
+        optax.clip_by_global_norm(o.clip_norm),
+        optax.adamw(
+            sched, b1=o.b1, b2=o.b2, weight_decay=o.weight_decay, mask=jax.tree.map(lambda a: a.ndim >= 2, params)
+        ),
+    )
 
     def step(state, data):
         params, opt_state, i, key = state

@@ -34,10 +34,16 @@ _ONE = sys.argv[1:2] == ["--one"]  # run one case and print (exit, lines, module
 
 # The CLI-only cases (composition errors, resume, devices, paths): inline parameters in the tests.
 CLI_ONLY = [
-    ["normalizer=bogus"], ["model.foo=1"], ["trainer.stepz=3"], ["trainer.resume=true"],
-    ["trainer.batch_size=6", "accelerator.devices=4"], ["accelerator.platform=quantum"],
-    ["hydra.run.dir={blocker}/out"], ["compile_cache={blocker}/cache"],
-    ["normalizer=softmax", "normalizer.prior=recency"], ["task=lm", "task.path={short_text}", "task.seq_len=64"],
+    ["normalizer=bogus"],
+    ["model.foo=1"],
+    ["trainer.stepz=3"],
+    ["trainer.resume=true"],
+    ["trainer.batch_size=6", "accelerator.devices=4"],
+    ["accelerator.platform=quantum"],
+    ["hydra.run.dir={blocker}/out"],
+    ["compile_cache={blocker}/cache"],
+    ["normalizer=softmax", "normalizer.prior=recency"],
+    ["task=lm", "task.path={short_text}", "task.seq_len=64"],
 ]
 
 
@@ -46,8 +52,11 @@ def cases(scratch: Path) -> list[list[str]]:
     blocker, short_text = scratch / "a_file", scratch / "short.txt"
     blocker.write_text("not a directory")
     short_text.write_text("hello world. " * 40)
-    return [*(o for o, _ in BAD), *([*f] for f in FIXED),
-            *([o.format(blocker=blocker, short_text=short_text) for o in c] for c in CLI_ONLY)]
+    return [
+        *(o for o, _ in BAD),
+        *([*f] for f in FIXED),
+        *([o.format(blocker=blocker, short_text=short_text) for o in c] for c in CLI_ONLY),
+    ]
 
 
 def command_line(case: list[str], run_dir: Path) -> list[str]:
@@ -90,8 +99,11 @@ def refused_in(exit_: SystemExit) -> str:
     an exit without one (the output-directory callback) was decided where it was called.
     """
     cause = exit_.__context__ or exit_
-    frames = [f.filename.split("/attnlab/", 1)[1] for f in traceback.extract_tb(cause.__traceback__)
-              if "/src/attnlab/" in f.filename and not f.filename.endswith("/attnlab/checks.py")]
+    frames = [
+        f.filename.split("/attnlab/", 1)[1]
+        for f in traceback.extract_tb(cause.__traceback__)
+        if "/src/attnlab/" in f.filename and not f.filename.endswith("/attnlab/checks.py")
+    ]
     return frames[-1] if frames else f"hydra ({type(cause).__name__})"
 
 
@@ -99,20 +111,35 @@ def main() -> None:
     scratch = tempfile.TemporaryDirectory()
     all_cases = cases(Path(scratch.name))
     print("| case | exit | the line | raised in |\n|---|---|---|---|")
-    counts = {"one line and exit 2": 0, "raised in a component": 0, "in cli.py": 0, "by Hydra's composition": 0,
-              "not refused": 0}
+    counts = {
+        "one line and exit 2": 0,
+        "raised in a component": 0,
+        "in cli.py": 0,
+        "by Hydra's composition": 0,
+        "not refused": 0,
+    }
     start_wall, start_cpu = time.perf_counter(), time.process_time()
     for i, case in enumerate(all_cases):
         argv = command_line(case, Path(scratch.name) / f"r{i}")
         code, lines, where = through_the_entry(argv)
         counts["one line and exit 2"] += code == 2 and len(lines) == 1
-        counts[where if where in counts else "by Hydra's composition" if where.startswith("hydra") else
-               "in cli.py" if where == "cli.py" else "raised in a component"] += 1
+        counts[
+            where
+            if where in counts
+            else "by Hydra's composition"
+            if where.startswith("hydra")
+            else "in cli.py"
+            if where == "cli.py"
+            else "raised in a component"
+        ] += 1
         line = lines[0].removeprefix("attnlab: error: ") if len(lines) == 1 else f"{len(lines)} lines"
         print(f"| `{' '.join(case)}` | {code} | {line.replace('|', '∣')} | {where} |")
     wall, cpu = time.perf_counter() - start_wall, time.process_time() - start_cpu
-    print(f"\n{len(all_cases)} cases: " + ", ".join(f"{n} {what}" for what, n in counts.items())
-          + f"; {wall:.0f} s wall, {cpu:.0f} s CPU")
+    print(
+        f"\n{len(all_cases)} cases: "
+        + ", ".join(f"{n} {what}" for what, n in counts.items())
+        + f"; {wall:.0f} s wall, {cpu:.0f} s CPU"
+    )
     scratch.cleanup()
 
 

@@ -17,8 +17,9 @@ def fit_temperature(logits_NC, labels_N, weights_N) -> float:
     def objective(log_t: float) -> float:
         return float(cal.nll(z_NC / np.exp(log_t), y_N, w_N))
 
-    res = scipy.optimize.minimize_scalar(objective, bounds=(np.log(1e-2), np.log(1e2)), method="bounded",
-                                         options={"xatol": 1e-7, "maxiter": 500})
+    res = scipy.optimize.minimize_scalar(
+        objective, bounds=(np.log(1e-2), np.log(1e2)), method="bounded", options={"xatol": 1e-7, "maxiter": 500}
+    )
     if not res.success or res.fun > objective(0.0):
         return 1.0
     return float(np.exp(res.x))

@@ -13,8 +13,16 @@ import subprocess
 import tempfile
 import time
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-         "--disable-component-update", "--disable-sync", "--remote-debugging-pipe"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+    "--remote-debugging-pipe",
+]
 
 # Every leaf element's text, depth first through shadow roots (TensorBoard's Polymer tabs live in them).
 DEEP_TEXT_JS = r"""(() => { const out = [];
@@ -36,10 +44,19 @@ class Chromium:
             os.dup2(to_chrome_r, 3)
             os.dup2(from_chrome_w, 4)
 
-        self.proc = subprocess.Popen([shutil.which("chromium"), *FLAGS, f"--user-data-dir={self.profile}",
-                                      f"--window-size={width},{height}", "about:blank"],
-                                     pass_fds=(3, 4), preexec_fn=onto_fds_3_and_4,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [
+                shutil.which("chromium"),
+                *FLAGS,
+                f"--user-data-dir={self.profile}",
+                f"--window-size={width},{height}",
+                "about:blank",
+            ],
+            pass_fds=(3, 4),
+            preexec_fn=onto_fds_3_and_4,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         os.close(to_chrome_r)
         os.close(from_chrome_w)
         self._id, self._buf = 0, b""
@@ -66,7 +83,9 @@ class Chromium:
         return self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
 
     def evaluate(self, session: str, expression: str):
-        return self.send("Runtime.evaluate", session=session, expression=expression, returnByValue=True)["result"].get("value")
+        return self.send("Runtime.evaluate", session=session, expression=expression, returnByValue=True)["result"].get(
+            "value"
+        )
 
     def wait_for_text(self, session: str, needle: str, timeout: float = 60.0) -> list[list[str]]:
         """The deep leaf texts once one equals `needle` (the page's scripts load asynchronously)."""

@@ -16,16 +16,36 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 CACHE = Path(tempfile.gettempdir()) / "attnlab-test-jax-cache"
 # Tiny sizes so a run compiles and trains in seconds.
 TINY = [
-    "model=tiny", "accelerator=cpu", f"compile_cache={CACHE}",
-    "trainer.steps=4", "trainer.log_every=2", "trainer.eval_every=4", "trainer.batch_size=8",
-    "trainer.eval_batch_size=20", "trainer.progress=none",
+    "model=tiny",
+    "accelerator=cpu",
+    f"compile_cache={CACHE}",
+    "trainer.steps=4",
+    "trainer.log_every=2",
+    "trainer.eval_every=4",
+    "trainer.batch_size=8",
+    "trainer.eval_batch_size=20",
+    "trainer.progress=none",
 ]
 TINY_TASK = {
-    "mqar": ["task.seq_len=16", "task.vocab_size=16", "task.num_kv_pairs=2", "task.n_train=200",
-             "task.n_val=40", "task.n_test=40"],
+    "mqar": [
+        "task.seq_len=16",
+        "task.vocab_size=16",
+        "task.num_kv_pairs=2",
+        "task.n_train=200",
+        "task.n_val=40",
+        "task.n_test=40",
+    ],
     "icl_regression": ["task.dim=3", "task.n_points=6", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
-    "listops": ["task.max_depth=2", "task.max_args=3", "task.min_length=4", "task.max_length=16", "task.seq_len=16",
-                "task.n_train=200", "task.n_val=40", "task.n_test=40"],
+    "listops": [
+        "task.max_depth=2",
+        "task.max_args=3",
+        "task.min_length=4",
+        "task.max_length=16",
+        "task.seq_len=16",
+        "task.n_train=200",
+        "task.n_val=40",
+        "task.n_test=40",
+    ],
     "digits": [],
     "lm": ["task.seq_len=16", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
     "max_retrieval": ["task.n_items=7", "task.min_items=3", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
@@ -35,8 +55,9 @@ TINY_TASK = {
 def run_cli(*overrides: str, cwd: Path, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
     """`python -m attnlab OVERRIDES...` with JAX on the CPU; stdout+stderr captured."""
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}
-    proc = subprocess.run([sys.executable, "-m", "attnlab", *overrides], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnlab", *overrides], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-3000:]}")
     return proc

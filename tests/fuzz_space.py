@@ -40,8 +40,13 @@ def train_defaults() -> dict[str, str]:
 
 def strings_seen(key: str) -> list[str]:
     """Every string default any YAML gives an option of this name (the valid spellings we know)."""
-    seen = {v for g in groups() for c in registry.choices(g) for k, v in options(g, c).items()
-            if k == key and isinstance(v, str)}
+    seen = {
+        v
+        for g in groups()
+        for c in registry.choices(g)
+        for k, v in options(g, c).items()
+        if k == key and isinstance(v, str)
+    }
     return sorted(seen)
 
 

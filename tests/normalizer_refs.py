@@ -355,16 +355,28 @@ B, N, H = 2, 3, 5
 # Option variants per normalizer; a normalizer missing here runs with its YAML defaults (and
 # fails the reference tests until REFS has an entry for it).
 VARIANTS = {
-    "softmax": {"default": {}, "beta0.7-shared": {"beta": 0.7, "per_head": False},
-                "adaptive-eval": {"adaptive_temperature": "eval"}},
-    "kl": {"uniform": {"prior": "uniform"}, "recency": {"prior": "recency", "slope": 0.3},
-           "learned": {"prior": "learned", "max_distance": 4},
-           "recency-adaptive": {"prior": "recency", "slope": 0.3, "adaptive_temperature": "eval"}},
+    "softmax": {
+        "default": {},
+        "beta0.7-shared": {"beta": 0.7, "per_head": False},
+        "adaptive-eval": {"adaptive_temperature": "eval"},
+    },
+    "kl": {
+        "uniform": {"prior": "uniform"},
+        "recency": {"prior": "recency", "slope": 0.3},
+        "learned": {"prior": "learned", "max_distance": 4},
+        "recency-adaptive": {"prior": "recency", "slope": 0.3, "adaptive_temperature": "eval"},
+    },
     "softmax1": {"default": {}},
     "sigmoid": {"default": {}, "bias-1.5": {"bias": -1.5}},
     "relu": {"default": {}},
-    "squared": {"plain": {}, "offset": {"offset": True}, "eps0": {"eps": 0.0}, "eps0.1": {"eps": 0.1},
-                "power3": {"power": 3}, "offset-power4": {"offset": True, "power": 4}},
+    "squared": {
+        "plain": {},
+        "offset": {"offset": True},
+        "eps0": {"eps": 0.0},
+        "eps0.1": {"eps": 0.1},
+        "power3": {"power": 3},
+        "offset-power4": {"offset": True, "power": 4},
+    },
     # favor with F = H shares compiled shapes with elu1 (F ≠ H and several chunk sizes are
     # covered by test_linear_attention_forms_agree)
     "linear": {"elu1": {}, "relu": {"feature_map": "relu"}, "favor": {"feature_map": "favor", "num_features": 5}},
@@ -379,8 +391,11 @@ CAUSAL_ONLY = ("stickbreaking",)
 
 def cases():
     """[(name, variant_id, options)] over every normalizer the registry lists."""
-    return [(name, vid, opts) for name in registry.choices("normalizer")
-            for vid, opts in VARIANTS.get(name, {"default": {}}).items()]
+    return [
+        (name, vid, opts)
+        for name in registry.choices("normalizer")
+        for vid, opts in VARIANTS.get(name, {"default": {}}).items()
+    ]
 
 
 def case_id(case):
@@ -442,8 +457,11 @@ def qkv(seed, T, S, scale=1.0):
 def make_mask(kind):
     """(T, S, Mask, admissible (B,T,S) numpy bool) of a named mask setting."""
     T, S, valid, dense, causal = mask_arrays(kind)
-    mask = nz.Mask(key_valid_BS=None if valid is None else jnp.asarray(valid),
-                   dense_BTS=None if dense is None else jnp.asarray(dense), causal=causal)
+    mask = nz.Mask(
+        key_valid_BS=None if valid is None else jnp.asarray(valid),
+        dense_BTS=None if dense is None else jnp.asarray(dense),
+        causal=causal,
+    )
     return T, S, mask, admissible(B, T, S, valid, dense, causal)
 
 

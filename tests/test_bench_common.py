@@ -45,8 +45,13 @@ def test_bench_gpu_without_a_gpu_says_so_and_exits_0():
     import subprocess
 
     script = Path(__file__).resolve().parents[1] / "scripts" / "bench_gpu.py"
-    proc = subprocess.run([sys.executable, str(script)], env={**os.environ, "JAX_PLATFORMS": "cpu"},
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("bench_gpu: no GPU (JAX ") and "sees cpu); nothing measured" in proc.stdout
 
@@ -65,9 +70,9 @@ def test_bench_gpu_times_the_step_a_run_trains_with(tmp_path):
     """bench_gpu's attnlab step is the run's: the run's matmul precision (bfloat16: the platform default,
     not the suite's pinned "highest"), batches drawn from the lm text stream, and the same first-step
     loss and parameters as the step train.fit compiles for `attnlab-train` with the same overrides."""
+    import bench_gpu
     import numpy as np
 
-    import bench_gpu
     from attnlab import cli
     from attnlab.accelerator import data_mesh
     from attnlab.train import fit
@@ -90,8 +95,16 @@ def test_bench_gpu_times_the_step_a_run_trains_with(tmp_path):
         raise Stop
 
     try:
-        fit(nets, task, tx, loop, mesh=data_mesh(), run_dirs=[tmp_path / "run"], checkpoint_dir=tmp_path / "ckpt",
-            on_compiled=capture)
+        fit(
+            nets,
+            task,
+            tx,
+            loop,
+            mesh=data_mesh(),
+            run_dirs=[tmp_path / "run"],
+            checkpoint_dir=tmp_path / "ckpt",
+            on_compiled=capture,
+        )
     except Stop:
         pass
     assert float(bench_metrics["loss"][0]) == float(got["metrics"]["loss"][0])

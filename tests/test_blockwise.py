@@ -42,8 +42,11 @@ def build(case, blockwise, block_size=4):
 
 def qkv(T, S, B=2, seed=0):
     kq, kk, kv = jax.random.split(jax.random.key(seed), 3)
-    return (jax.random.normal(kq, (B, T, 2, 8)), jax.random.normal(kk, (B, S, 2, 8)),
-            jax.random.normal(kv, (B, S, 2, 8)))
+    return (
+        jax.random.normal(kq, (B, T, 2, 8)),
+        jax.random.normal(kk, (B, S, 2, 8)),
+        jax.random.normal(kv, (B, S, 2, 8)),
+    )
 
 
 def out_and_grads(norm, q, k, v, mask, ct):
@@ -70,8 +73,11 @@ SCENARIOS = {
     # T < S: query t sees keys s <= t + 3; batch 0's first 5 keys are padding, so its rows 0 and 1 have no key.
     "causal_padded_T_ne_S": (10, 13, lambda: nz.Mask(causal=True, key_valid_BS=padding(13, [5, 0], [13, 10]))),
     "causal_window": (11, 11, lambda: nz.Mask(causal=True, window=3, key_valid_BS=padding(11, [0, 0], [11, 9]))),
-    "bidirectional_window_dense": (9, 7, lambda: nz.Mask(
-        window=4, dense_BTS=jax.random.bernoulli(jax.random.key(7), 0.7, (2, 9, 7)))),
+    "bidirectional_window_dense": (
+        9,
+        7,
+        lambda: nz.Mask(window=4, dense_BTS=jax.random.bernoulli(jax.random.key(7), 0.7, (2, 9, 7))),
+    ),
     "bidirectional": (6, 9, lambda: nz.Mask()),
 }
 
@@ -79,13 +85,19 @@ SCENARIOS = {
 # The default suite runs every normalizer on the first scenario and each other scenario on the
 # normalizers whose code it exercises (the admissible count n of sigmoid/relu under windows, the
 # sum form of squared...); the full matrix is marked slow.
-FAST = {"causal_padded_T_ne_S": [c for c in CASES if c != "kl_uniform"],
-        "causal_window": ["softmax1", "sigmoid", "relu", "kl_recency", "ssmax_bias", "stickbreaking_current"],
-        "bidirectional_window_dense": ["softmax", "sigmoid", "squared", "ssmax"],
-        "bidirectional": ["kl_learned", "relu", "squared_eps0"]}
+FAST = {
+    "causal_padded_T_ne_S": [c for c in CASES if c != "kl_uniform"],
+    "causal_window": ["softmax1", "sigmoid", "relu", "kl_recency", "ssmax_bias", "stickbreaking_current"],
+    "bidirectional_window_dense": ["softmax", "sigmoid", "squared", "ssmax"],
+    "bidirectional": ["kl_learned", "relu", "squared_eps0"],
+}
 CAUSAL_ONLY = ("stickbreaking", "stickbreaking_current")  # refused under the bidirectional scenarios
-PAIRS = [pytest.param(c, sc, marks=() if c in FAST[sc] else pytest.mark.slow, id=f"{c}-{sc}")
-         for sc in SCENARIOS for c in CASES if c not in CAUSAL_ONLY or sc.startswith("causal")]
+PAIRS = [
+    pytest.param(c, sc, marks=() if c in FAST[sc] else pytest.mark.slow, id=f"{c}-{sc}")
+    for sc in SCENARIOS
+    for c in CASES
+    if c not in CAUSAL_ONLY or sc.startswith("causal")
+]
 
 
 @pytest.mark.parametrize("case,scenario", PAIRS)
@@ -114,11 +126,13 @@ def test_rows_without_admissible_key_are_zero_at_eps0():
 
 def test_matches_dot_product_attention_with_bfloat16_and_T_not_multiple_of_block():
     q, k, v = (x.astype(jnp.bfloat16) for x in qkv(37, 37))
-    attend = jax.jit(lambda q, k, v: nz.attend("softmax", q, k, v, causal=True, with_stats=False, impl="blockwise",
-                                               block_size=16)[0])
+    attend = jax.jit(
+        lambda q, k, v: nz.attend("softmax", q, k, v, causal=True, with_stats=False, impl="blockwise", block_size=16)[0]
+    )
     out = attend(q, k, v)
-    ref = jax.nn.dot_product_attention(q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32),
-                                       is_causal=True)
+    ref = jax.nn.dot_product_attention(
+        q.astype(jnp.float32), k.astype(jnp.float32), v.astype(jnp.float32), is_causal=True
+    )
     assert out.dtype == jnp.bfloat16
     np.testing.assert_allclose(out.astype(jnp.float32), ref, atol=3e-2)
 
@@ -128,8 +142,9 @@ def test_auto_rule_and_sampled_statistics(monkeypatch):
     monkeypatch.setattr(long_context, "STATS_ROWS", 5)
     q, k, v = qkv(24, 24, B=1)
     out_b, stats_b = jax.jit(lambda q, k, v: nz.attend("kl", q, k, v, causal=True, prior="recency"))(q, k, v)
-    out_d, stats_d = jax.jit(lambda q, k, v: nz.attend("kl", q, k, v, causal=True, prior="recency",
-                                                       impl="dense"))(q, k, v)
+    out_d, stats_d = jax.jit(lambda q, k, v: nz.attend("kl", q, k, v, causal=True, prior="recency", impl="dense"))(
+        q, k, v
+    )
     np.testing.assert_allclose(out_b, out_d, rtol=2e-5, atol=2e-6)
     # The sampled statistics are the dense ones restricted to rows 0, 6, 12, 17, 23 (independent reference).
     rows = long_context.stats_rows(24, 5)

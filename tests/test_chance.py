@@ -17,8 +17,13 @@ def exact_threshold(p0: float, n: int, level: float = 0.975) -> float:
     """The smallest k/n whose Binomial(n, p0) CDF reaches `level`: the pmf summed term by term (log-space float64)."""
     cdf = 0.0
     for k in range(n + 1):
-        cdf += math.exp(math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-                        + k * math.log(p0) + (n - k) * math.log1p(-p0))
+        cdf += math.exp(
+            math.lgamma(n + 1)
+            - math.lgamma(k + 1)
+            - math.lgamma(n - k + 1)
+            + k * math.log(p0)
+            + (n - k) * math.log1p(-p0)
+        )
         if cdf >= level:
             return k / n
     return 1.0
@@ -75,8 +80,9 @@ def test_below_chance_is_said_as_below_chance_in_the_summary_flag_and_the_report
         record = json.loads((run / "metrics.json").read_text())
         record["chance"] = chance.flags(record["final"], base, n)
         if norm == "softmax":  # a record from before the lower point was kept: the report derives it
-            record["chance"]["test/accuracy"] = {k: v for k, v in record["chance"]["test/accuracy"].items()
-                                                 if k not in ("lower", "below")}
+            record["chance"]["test/accuracy"] = {
+                k: v for k, v in record["chance"]["test/accuracy"].items() if k not in ("lower", "below")
+            }
         (run / "metrics.json").write_text(json.dumps(record))
     assert report_cli.cli([str(tmp_path), "--curves"]) == 0
     rows = {ln.split("|")[1].strip(): ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| ")}

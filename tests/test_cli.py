@@ -15,8 +15,16 @@ NORMALIZERS = registry.choices("normalizer")
 
 def sweep(tmp_path, task, normalizers, head_names):
     """A Hydra multirun of normalizers × heads on a tiny task; every run completes with finite metrics."""
-    run_cli("-m", f"task={task}", f"normalizer={','.join(normalizers)}", f"head={','.join(head_names)}",
-            *TINY, *TINY_TASK[task], f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    run_cli(
+        "-m",
+        f"task={task}",
+        f"normalizer={','.join(normalizers)}",
+        f"head={','.join(head_names)}",
+        *TINY,
+        *TINY_TASK[task],
+        f"hydra.sweep.dir={tmp_path}",
+        cwd=tmp_path,
+    )
     runs = sorted(p for p in tmp_path.iterdir() if (p / "metrics.json").exists())
     assert len(runs) == len(normalizers) * len(head_names)
     for run in runs:
@@ -27,12 +35,15 @@ def sweep(tmp_path, task, normalizers, head_names):
         assert finals and all(math.isfinite(v) for v in finals.values()), (run.name, finals)
 
 
-@pytest.mark.parametrize("task, normalizers, head_names", [
-    ("mqar", NORMALIZERS[: len(NORMALIZERS) // 2], ["softmax_ce"]),  # two halves balance the xdist workers
-    ("mqar", NORMALIZERS[len(NORMALIZERS) // 2:], ["softmax_ce"]),
-    ("mqar", ["softmax", "linear"], ["scores_mse"]),
-    ("icl_regression", ["softmax", "squared"], ["mse", "hlgauss"]),
-])
+@pytest.mark.parametrize(
+    "task, normalizers, head_names",
+    [
+        ("mqar", NORMALIZERS[: len(NORMALIZERS) // 2], ["softmax_ce"]),  # two halves balance the xdist workers
+        ("mqar", NORMALIZERS[len(NORMALIZERS) // 2 :], ["softmax_ce"]),
+        ("mqar", ["softmax", "linear"], ["scores_mse"]),
+        ("icl_regression", ["softmax", "squared"], ["mse", "hlgauss"]),
+    ],
+)
 def test_every_normalizer_and_every_head_trains(tmp_path, task, normalizers, head_names):
     """Each normalizer and each head trains through the real entry point (a covering subset of the grid)."""
     sweep(tmp_path, task, normalizers, head_names)
@@ -73,6 +84,7 @@ def test_run_record_has_the_documented_keys(default_run):
     # the temperature was fitted on every val query position (40 examples × 2 queries): under the cap
     assert m["final"]["val/positions_ts"] == 80 and "test/positions_ts" not in m["final"]
     import json
+
     run = json.loads((run_dir / "run.json").read_text())
     assert run["choices"]["normalizer"] == "kl" and run["choices"]["head"] == "softmax_ce"
     assert run["config"]["normalizer"]["_target_"] == "attnlab.normalizers.KL"
@@ -80,7 +92,9 @@ def test_run_record_has_the_documented_keys(default_run):
     assert set(run["env"]["git"]) == {"sha", "dirty"} and run["env"]["versions"]["jax"]
     assert run["env"]["devices"] and "model=tiny" in run["env"]["command"]
     # on CPU in float32 kl runs its dense form in every layer, matmuls in full float32
-    assert run["attention_impl"] == ["dense"] * run["config"]["model"]["layers"] and run["matmul_precision"] == "highest"
+    assert (
+        run["attention_impl"] == ["dense"] * run["config"]["model"]["layers"] and run["matmul_precision"] == "highest"
+    )
     assert run["compute_dtype"] == "float32" and "attention_impl per layer: dense" in proc.stderr
     assert str(run_dir) in proc.stdout and "test/accuracy" in proc.stdout and "baseline" in proc.stdout
     assert "time (s):" in proc.stdout and "train_loop" in proc.stdout
@@ -106,8 +120,19 @@ def test_tensorboard_reader_finds_per_layer_head_tags_and_hparams(default_run):
         for head in range(2):
             for stat in ("entropy", "max_weight", "row_mass", "max_logit", "beta", "kl_prior", "objective"):
                 assert f"attn_{stat}/layer_{layer}/head_{head}" in tags
-    for tag in ("train/loss", "val/loss", "test/accuracy", "baseline_test/accuracy", "baseline_val/accuracy", "opt/lr", "perf/steps_per_sec",
-                "grad_norm/global", "grad_norm/beta", "grad_norm/group/normalizer", "grad_norm/group/attention"):
+    for tag in (
+        "train/loss",
+        "val/loss",
+        "test/accuracy",
+        "baseline_test/accuracy",
+        "baseline_val/accuracy",
+        "opt/lr",
+        "perf/steps_per_sec",
+        "grad_norm/global",
+        "grad_norm/beta",
+        "grad_norm/group/normalizer",
+        "grad_norm/group/attention",
+    ):
         assert tag in tags, tag
     assert [s for s, _ in scalar_curve(run_dir, "train/loss")] == [2, 4]
     assert {"hist/beta", "hist/entropy"} <= set(acc.Tags()["histograms"])
@@ -115,6 +140,7 @@ def test_tensorboard_reader_finds_per_layer_head_tags_and_hparams(default_run):
     hp = acc.PluginTagToContent("hparams")
     assert "_hparams_/session_start_info" in hp
     from tensorboard.plugins.hparams import plugin_data_pb2
+
     start = plugin_data_pb2.HParamsPluginData.FromString(hp["_hparams_/session_start_info"]).session_start_info
     assert start.hparams["normalizer"].string_value == "kl"
     assert start.hparams["head"].string_value == "softmax_ce"
@@ -127,9 +153,18 @@ def test_tensorboard_reader_finds_per_layer_head_tags_and_hparams(default_run):
 
 def test_loss_falls_on_a_memorisable_batch(tmp_path):
     """8 training examples, batch 8, 80 steps: the train loss must drop well below its start."""
-    run_cli(*TINY, *TINY_TASK["mqar"], "task.n_train=8", "trainer.steps=80", "trainer.log_every=10",
-            "trainer.eval_every=80", "optim.lr=1e-2", "optim.warmup_steps=5", f"hydra.run.dir={tmp_path / 'r'}",
-            cwd=tmp_path)
+    run_cli(
+        *TINY,
+        *TINY_TASK["mqar"],
+        "task.n_train=8",
+        "trainer.steps=80",
+        "trainer.log_every=10",
+        "trainer.eval_every=80",
+        "optim.lr=1e-2",
+        "optim.warmup_steps=5",
+        f"hydra.run.dir={tmp_path / 'r'}",
+        cwd=tmp_path,
+    )
     curve = [v for _, v in scalar_curve(tmp_path / "r", "train/loss")]
     assert curve[-1] < 0.3 * curve[0], curve
 
@@ -137,17 +172,20 @@ def test_loss_falls_on_a_memorisable_batch(tmp_path):
 MQAR, ICL = TINY_TASK["mqar"], ["task=icl_regression", *TINY_TASK["icl_regression"]]
 
 
-@pytest.mark.parametrize("overrides, needle", [
-    (["normalizer=nosuch"], "nosuch"),
-    (["trainer.stepz=3"], "stepz"),
-    ([*MQAR, "head=mse"], "heads for classification"),
-    ([*ICL, "head=softmax_ce"], "heads for regression"),
-    ([*MQAR, "model.d_model=30", "model.heads=4"], "not divisible"),
-    ([*MQAR, "optim.lr=-1"], "optim.lr"),
-    ([*MQAR, "normalizer=linear", "normalizer.feature_map=cosine"], "feature_map"),
-    ([*MQAR, "normalizer=entmax", "normalizer.alpha=1.0"], "alpha"),
-    ([*MQAR, "trainer.batch_size=6", "accelerator.devices=4"], "divisible by the device count"),
-])
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["normalizer=nosuch"], "nosuch"),
+        (["trainer.stepz=3"], "stepz"),
+        ([*MQAR, "head=mse"], "heads for classification"),
+        ([*ICL, "head=softmax_ce"], "heads for regression"),
+        ([*MQAR, "model.d_model=30", "model.heads=4"], "not divisible"),
+        ([*MQAR, "optim.lr=-1"], "optim.lr"),
+        ([*MQAR, "normalizer=linear", "normalizer.feature_map=cosine"], "feature_map"),
+        ([*MQAR, "normalizer=entmax", "normalizer.alpha=1.0"], "alpha"),
+        ([*MQAR, "trainer.batch_size=6", "accelerator.devices=4"], "divisible by the device count"),
+    ],
+)
 def test_bad_override_exits_nonzero_naming_it(tmp_path, overrides, needle):
     proc = run_cli(*TINY, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
     assert proc.returncode != 0
@@ -159,11 +197,20 @@ def test_one_device_equals_four_devices(tmp_path):
     """The same seed on 1 and 4 simulated CPU devices gives the same loss curve (float tolerance)."""
     curves = []
     for n in (1, 4):
-        run_cli(*TINY, *TINY_TASK["mqar"], f"accelerator.devices={n}", "trainer.steps=6", "trainer.log_every=1",
-                "trainer.eval_every=6", f"hydra.run.dir={tmp_path / str(n)}", cwd=tmp_path)
+        run_cli(
+            *TINY,
+            *TINY_TASK["mqar"],
+            f"accelerator.devices={n}",
+            "trainer.steps=6",
+            "trainer.log_every=1",
+            "trainer.eval_every=6",
+            f"hydra.run.dir={tmp_path / str(n)}",
+            cwd=tmp_path,
+        )
         assert metrics(tmp_path / str(n))["status"] == "completed"
         curves.append([v for _, v in scalar_curve(tmp_path / str(n), "train/loss")])
         import json
+
         devices = json.loads((tmp_path / str(n) / "run.json").read_text())["env"]["devices"]
         assert len(devices) == n
     np.testing.assert_allclose(curves[0], curves[1], rtol=1e-4)

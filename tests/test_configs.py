@@ -106,4 +106,5 @@ def test_a_base_file_is_no_choice(capsys):
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip() == (
         "attnlab: error: normalizer=_scored_ unknown (a base its choices inherit, no choice itself); "
-        f"allowed: {', '.join(registry.choices('normalizer'))}")
+        f"allowed: {', '.join(registry.choices('normalizer'))}"
+    )

@@ -30,8 +30,9 @@ class GainTransformer(model.Transformer):
 
     # What adding `gain` to Transformer.__init__ itself would show (the signature _construct checks keys against).
     _sig = inspect.signature(model.Transformer.__init__)
-    __init__.__signature__ = _sig.replace(parameters=[
-        *_sig.parameters.values(), inspect.Parameter("gain", inspect.Parameter.KEYWORD_ONLY, default=1.0)])
+    __init__.__signature__ = _sig.replace(
+        parameters=[*_sig.parameters.values(), inspect.Parameter("gain", inspect.Parameter.KEYWORD_ONLY, default=1.0)]
+    )
 
 
 def test_a_new_model_option_is_one_constructor_argument_and_one_yaml_key(monkeypatch, tmp_path):
@@ -39,7 +40,8 @@ def test_a_new_model_option_is_one_constructor_argument_and_one_yaml_key(monkeyp
     configs = tmp_path / "configs"
     shutil.copytree(registry.CONFIG_DIR, configs)
     (configs / "model" / "gain.yaml").write_text(  # tiny's keys, the new class and its one YAML line
-        "defaults: [tiny, _self_]\n_target_: attnlab.model.GainTransformer\ngain: 1.0\n")
+        "defaults: [tiny, _self_]\n_target_: attnlab.model.GainTransformer\ngain: 1.0\n"
+    )
     monkeypatch.setattr(registry, "CONFIG_DIR", configs)
     cfg = compose_tiny("model=gain", "model.layers=2", "model.gain=2.5", config_dir=configs)
     _, nets, _, _ = build(cfg, "softmax_ce")
@@ -49,8 +51,9 @@ def test_a_new_model_option_is_one_constructor_argument_and_one_yaml_key(monkeyp
     assert flat["model.gain"] == 2.5 and not any("_target_" in k for k in flat)  # no _target_ column
 
 
-@pytest.mark.parametrize("group, name", [("model", "tiny"), ("optim", "adamw"), ("trainer", "default"),
-                                         ("accelerator", "auto")])
+@pytest.mark.parametrize(
+    "group, name", [("model", "tiny"), ("optim", "adamw"), ("trainer", "default"), ("accelerator", "auto")]
+)
 def test_an_unknown_key_is_refused_naming_it_and_listing_the_yaml_keys(group, name):
     cfg = compose_tiny()
     with open_dict(cfg):  # past the command line's own check (+model.bogus=1 is refused before Hydra runs)
@@ -64,11 +67,14 @@ def test_an_unknown_key_is_refused_naming_it_and_listing_the_yaml_keys(group, na
     assert " for " not in message  # every choice of the group takes the same keys: none is named
 
 
-@pytest.mark.parametrize("group, cls, read", [
-    ("model", model.Transformer, {"layer_normalizers"}),
-    ("optim", optim.AdamW, set()),
-    ("trainer", LoopConfig, {"vmap_seeds"}),
-])
+@pytest.mark.parametrize(
+    "group, cls, read",
+    [
+        ("model", model.Transformer, {"layer_normalizers"}),
+        ("optim", optim.AdamW, set()),
+        ("trainer", LoopConfig, {"vmap_seeds"}),
+    ],
+)
 def test_every_yaml_key_is_a_constructor_argument_or_read_by_the_cli(group, cls, read):
     args = set(inspect.signature(cls.__init__).parameters)
     for name in registry.choices(group):
@@ -77,12 +83,26 @@ def test_every_yaml_key_is_a_constructor_argument_or_read_by_the_cli(group, cls,
         assert set(raw) - {"_target_"} - read <= args, name
 
 
-@pytest.mark.parametrize("key, value", [
-    ("task.vocab_size", 3), ("task.power_a", 0.0), ("task.num_kv_pairs", 100), ("model.positional", "alibi"),
-    ("model.heads", 0), ("normalizer.block_size", 0), ("trainer.steps", 0), ("trainer.progress", "loud"),
-    ("trainer.resume", "maybe"), ("optim.lr", 0.0), ("optim.b2", 1.0), ("optim.warmup_steps", -1),
-    ("accelerator.dtype", "float16"), ("accelerator.devices", 0), ("accelerator.matmul_precision", "fast"),
-])
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("task.vocab_size", 3),
+        ("task.power_a", 0.0),
+        ("task.num_kv_pairs", 100),
+        ("model.positional", "alibi"),
+        ("model.heads", 0),
+        ("normalizer.block_size", 0),
+        ("trainer.steps", 0),
+        ("trainer.progress", "loud"),
+        ("trainer.resume", "maybe"),
+        ("optim.lr", 0.0),
+        ("optim.b2", 1.0),
+        ("optim.warmup_steps", -1),
+        ("accelerator.dtype", "float16"),
+        ("accelerator.devices", 0),
+        ("accelerator.matmul_precision", "fast"),
+    ],
+)
 def test_every_group_refuses_a_value_in_one_format_naming_the_full_key(key, value):
     cfg = compose_tiny(f"{key}={value}")
     with pytest.raises(ConfigError) as info:
@@ -109,8 +129,9 @@ def test_an_unknown_key_gets_one_refusal_from_the_command_line_the_cli_build_and
     assert exited.value.code == 2
     line = capsys.readouterr().err.strip()
     allowed = ", ".join(sorted(set(registry.load("normalizer", "softmax")) - {"_target_"}))
-    expected = (f"unknown key(s) normalizer.prior for normalizer=softmax (an option of normalizer=kl); "
-                f"allowed: {allowed}")
+    expected = (
+        f"unknown key(s) normalizer.prior for normalizer=softmax (an option of normalizer=kl); allowed: {allowed}"
+    )
     assert str(library.value) == str(built.value) == expected
     assert line == f"attnlab: error: {expected}"
 

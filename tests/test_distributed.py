@@ -19,8 +19,14 @@ from cli_helpers import TINY, TINY_TASK, metrics, run_cli, scalar_curve
 from attnlab import exits
 
 STEPS = 40
-RUN = [*TINY, *TINY_TASK["mqar"], f"trainer.steps={STEPS}", "trainer.log_every=2", "trainer.eval_every=20",
-       "trainer.checkpoint_every=10"]
+RUN = [
+    *TINY,
+    *TINY_TASK["mqar"],
+    f"trainer.steps={STEPS}",
+    "trainer.log_every=2",
+    "trainer.eval_every=20",
+    "trainer.checkpoint_every=10",
+]
 
 
 def _free_port() -> int:
@@ -33,11 +39,34 @@ def _launch(run_dir: Path, *extra: str) -> list[subprocess.Popen]:
     """The two tasks of one SLURM job step on this machine (srun would set these variables on two hosts)."""
     port, procs = _free_port(), []
     for rank in (0, 1):
-        env = {**os.environ, "JAX_PLATFORMS": "cpu", "SLURM_JOB_ID": "4242", "SLURM_STEP_NODELIST": "localhost",
-               "SLURM_NTASKS": "2", "SLURM_PROCID": str(rank), "SLURM_LOCALID": "0", "JAX_COORDINATOR_PORT": str(port)}
-        procs.append(subprocess.Popen([sys.executable, "-m", "attnlab", *RUN, "accelerator.distributed=true", *extra,
-                                       f"hydra.run.dir={run_dir}"], cwd=run_dir.parent, env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        env = {
+            **os.environ,
+            "JAX_PLATFORMS": "cpu",
+            "SLURM_JOB_ID": "4242",
+            "SLURM_STEP_NODELIST": "localhost",
+            "SLURM_NTASKS": "2",
+            "SLURM_PROCID": str(rank),
+            "SLURM_LOCALID": "0",
+            "JAX_COORDINATOR_PORT": str(port),
+        }
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "attnlab",
+                    *RUN,
+                    "accelerator.distributed=true",
+                    *extra,
+                    f"hydra.run.dir={run_dir}",
+                ],
+                cwd=run_dir.parent,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
     return procs
 
 

@@ -19,12 +19,17 @@ from test_configs import compose_train
 from attnlab import exits
 from attnlab.cli import build
 from attnlab.groups import leaf_groups
-
 from attnlab.steps import make_train_step
 from attnlab.train.state import fresh_state
 
-RUN = [*TINY, *TINY_TASK["mqar"], "trainer.steps=40", "trainer.log_every=2", "trainer.eval_every=4",
-       "optim.warmup_steps=0"]
+RUN = [
+    *TINY,
+    *TINY_TASK["mqar"],
+    "trainer.steps=40",
+    "trainer.log_every=2",
+    "trainer.eval_every=4",
+    "optim.warmup_steps=0",
+]
 
 
 def finite_tree(value) -> bool:
@@ -59,7 +64,9 @@ def test_huge_learning_rate_ends_diverged_with_finite_records_and_events(tmp_pat
         for e in acc.Histograms(tag):
             assert np.isfinite([e.histogram_value.min, e.histogram_value.max, e.histogram_value.sum]).all(), tag
     assert json.loads((run_dir / "diverged.json").read_text())["first_nonfinite_step"] == m["diverged"]["step"]
-    start = metadata.parse_session_start_info_plugin_data(acc.PluginTagToContent("hparams")[metadata.SESSION_START_INFO_TAG])
+    start = metadata.parse_session_start_info_plugin_data(
+        acc.PluginTagToContent("hparams")[metadata.SESSION_START_INFO_TAG]
+    )
     assert start.hparams["status"].string_value == "diverged"  # the HParams tab can filter on it
 
 
@@ -74,8 +81,16 @@ def test_skip_policy_keeps_the_last_finite_parameters():
     groups, layers = leaf_groups(params)
     state = fresh_state([nets[0]], tx, seed=0)
     data = jax.device_put(task.batches(8))
-    step = make_train_step(graphdef, tx, groups=groups, layers=layers, num_layers=len(nets[0].body.blocks),
-                           num_heads=nets[0].body.blocks[0].attn.num_heads, batch_size=8, batch_sharding=None)
+    step = make_train_step(
+        graphdef,
+        tx,
+        groups=groups,
+        layers=layers,
+        num_layers=len(nets[0].body.blocks),
+        num_heads=nets[0].body.blocks[0].attn.num_heads,
+        batch_size=8,
+        batch_sharding=None,
+    )
     for _ in range(2):
         state, m = step(state, data)
     assert int(m["nonfinite"][0]) == 0

@@ -16,19 +16,32 @@ from cli_helpers import TINY, TINY_TASK, metrics, run_cli
 from attnlab import exits
 
 # squared attention without eps at lr 1e6: non-finite from the first steps (tests/test_reliability.py).
-DIVERGE = [*TINY, *TINY_TASK["mqar"], "normalizer=squared", "normalizer.eps=0", "optim.lr=1e6", "optim.warmup_steps=0",
-           "trainer.nonfinite=stop"]
+DIVERGE = [
+    *TINY,
+    *TINY_TASK["mqar"],
+    "normalizer=squared",
+    "normalizer.eps=0",
+    "optim.lr=1e6",
+    "optim.warmup_steps=0",
+    "trainer.nonfinite=stop",
+]
 MODES = {"single run": [], "sweep": ["-m"]}
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("overrides", [["normalizer=softmx"], ["model.heads=0", *TINY, *TINY_TASK["mqar"]]],
-                         ids=["composition", "component"])
+@pytest.mark.parametrize(
+    "overrides", [["normalizer=softmx"], ["model.heads=0", *TINY, *TINY_TASK["mqar"]]], ids=["composition", "component"]
+)
 def test_refused(tmp_path, mode, overrides):
     """Refused by Hydra's composition or by a component's check: exit 2 either way; a sweep whose every job
     was refused exits 2 too."""
-    proc = run_cli(*MODES[mode], *overrides, f"hydra.{'sweep' if mode == 'sweep' else 'run'}.dir={tmp_path / 'd'}",
-                   cwd=tmp_path, check=False)
+    proc = run_cli(
+        *MODES[mode],
+        *overrides,
+        f"hydra.{'sweep' if mode == 'sweep' else 'run'}.dir={tmp_path / 'd'}",
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == exits.REFUSED, proc.stderr[-2000:]
     if mode == "sweep" and overrides[0] == "model.heads=0":
         assert re.search(r"^sweep .*: 1 refused$", proc.stderr, re.M), proc.stderr[-2000:]
@@ -36,8 +49,13 @@ def test_refused(tmp_path, mode, overrides):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_diverged(tmp_path, mode):
-    proc = run_cli(*MODES[mode], *DIVERGE, f"hydra.{'sweep' if mode == 'sweep' else 'run'}.dir={tmp_path / 'd'}",
-                   cwd=tmp_path, check=False)
+    proc = run_cli(
+        *MODES[mode],
+        *DIVERGE,
+        f"hydra.{'sweep' if mode == 'sweep' else 'run'}.dir={tmp_path / 'd'}",
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == exits.DIVERGED, proc.stderr[-2000:]
     assert metrics(tmp_path / "d" / ("0" if mode == "sweep" else ""))["status"] == "diverged"
 
@@ -55,11 +73,21 @@ def test_sigint_mid_training_exits_130_at_once_with_the_resume_command(tmp_path,
     """A real SIGINT to a real process in its step loop: exit 130 (never 0), the resume command printed, no
     final metrics computed for the unfinished run."""
     d = tmp_path / "d"
-    args = [*TINY, *TINY_TASK["mqar"], "trainer.steps=100000", "trainer.checkpoint_every=5",
-            f"hydra.{'sweep' if mode == 'sweep' else 'run'}.dir={d}"]
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab", *MODES[mode], *args], cwd=tmp_path,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    args = [
+        *TINY,
+        *TINY_TASK["mqar"],
+        "trainer.steps=100000",
+        "trainer.checkpoint_every=5",
+        f"hydra.{'sweep' if mode == 'sweep' else 'run'}.dir={d}",
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnlab", *MODES[mode], *args],
+        cwd=tmp_path,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     run_dir = d / "0" if mode == "sweep" else d
     deadline = time.monotonic() + 300
     while not (run_dir / "checkpoints" / "5").exists():  # training is under way

@@ -51,8 +51,10 @@ def table_problems(readme: Path) -> list[str]:
         elif marker.startswith("hand-made"):
             for other in sorted(folder.rglob("*.md")):
                 if other != readme and rows[0] in {t[0] for _, _, t in markdown_tables(other.read_text())}:
-                    problems.append(f"{where}: marked hand-made but has the header of a table in "
-                                    f"{other.relative_to(folder)}; cite that file")
+                    problems.append(
+                        f"{where}: marked hand-made but has the header of a table in "
+                        f"{other.relative_to(folder)}; cite that file"
+                    )
         else:
             source = folder / marker
             if not source.is_file():
@@ -63,11 +65,15 @@ def table_problems(readme: Path) -> list[str]:
 
 
 def test_markdown_tables_parses_markers_fences_and_indentation():
-    text = ("intro\n\n<!-- table: report.md -->\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```\n| in | code |\n```\n"
-            "- item\n\n  <!-- table: hand-made (events) -->\n  | c |\n  |---|\n\n| bare |\n")
-    assert markdown_tables(text) == [(5, "report.md", ["| a | b |", "|---|---|", "| 1 | 2 |"]),
-                                     (15, "hand-made (events)", ["| c |", "|---|"]),
-                                     (18, None, ["| bare |"])]
+    text = (
+        "intro\n\n<!-- table: report.md -->\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n```\n| in | code |\n```\n"
+        "- item\n\n  <!-- table: hand-made (events) -->\n  | c |\n  |---|\n\n| bare |\n"
+    )
+    assert markdown_tables(text) == [
+        (5, "report.md", ["| a | b |", "|---|---|", "| 1 | 2 |"]),
+        (15, "hand-made (events)", ["| c |", "|---|"]),
+        (18, None, ["| bare |"]),
+    ]
 
 
 def test_table_check_catches_a_drifted_cell(tmp_path, monkeypatch):
@@ -95,12 +101,14 @@ def test_readme_figures_exist(study):
     assert [link for link in links if not (study / link).is_file()] == []
 
 
-@pytest.mark.parametrize("readme", [EXPERIMENTS / "README.md"] + [s / "README.md" for s in STUDIES],
-                         ids=lambda p: p.parent.name)
+@pytest.mark.parametrize(
+    "readme", [EXPERIMENTS / "README.md"] + [s / "README.md" for s in STUDIES], ids=lambda p: p.parent.name
+)
 def test_no_machine_paths(readme):
     """Seeds are named by file name (004_434f49fb84cb7207.txt), never by where one machine keeps them."""
-    hits = [f"{n}: {line.strip()}" for n, line in enumerate(readme.read_text().splitlines(), 1)
-            if MACHINE_PATH.search(line)]
+    hits = [
+        f"{n}: {line.strip()}" for n, line in enumerate(readme.read_text().splitlines(), 1) if MACHINE_PATH.search(line)
+    ]
     assert hits == []
 
 
@@ -132,19 +140,35 @@ def test_recall_capacity_tables_from_runs():
     spec.loader.exec_module(capacity)
 
     def run(acc, d, pairs, status="completed", **cfg):
-        config = {"normalizer": "softmax", "model.d_model": d, "task.num_kv_pairs": pairs, "model.short_conv": 0,
-                  "model.layer_normalizers": None, "model.window": None, **cfg}
+        config = {
+            "normalizer": "softmax",
+            "model.d_model": d,
+            "task.num_kv_pairs": pairs,
+            "model.short_conv": 0,
+            "model.layer_normalizers": None,
+            "model.window": None,
+            **cfg,
+        }
         return SimpleNamespace(config=config, value=lambda m, w: acc if status == "completed" else None)
 
-    runs = [run(1.0, 64, 4), run(0.9, 64, 4), run(0.5, 64, 8), run(0.2, 32, 8),
-            run(0.3, 64, 4, normalizer="linear", **{"model.short_conv": 4}),
-            run(0.7, 64, 4, status="failed", normalizer="linear"),
-            run(0.6, 64, 8, **{"model.layer_normalizers": '["linear", "softmax"]'}),
-            run(0.4, 64, 8, **{"model.window": 16})]
+    runs = [
+        run(1.0, 64, 4),
+        run(0.9, 64, 4),
+        run(0.5, 64, 8),
+        run(0.2, 32, 8),
+        run(0.3, 64, 4, normalizer="linear", **{"model.short_conv": 4}),
+        run(0.7, 64, 4, status="failed", normalizer="linear"),
+        run(0.6, 64, 8, **{"model.layer_normalizers": '["linear", "softmax"]'}),
+        run(0.4, 64, 8, **{"model.window": 16}),
+    ]
     cols, rows = capacity.pivot(runs, "task.num_kv_pairs", {"model.d_model": 64})
     assert cols == [4, 8]
-    assert rows == {"linear, short_conv 4": {4: [0.3]}, "linear/softmax": {8: [0.6]},
-                    "softmax": {4: [1.0, 0.9], 8: [0.5]}, "softmax, window 16": {8: [0.4]}}
+    assert rows == {
+        "linear, short_conv 4": {4: [0.3]},
+        "linear/softmax": {8: [0.6]},
+        "softmax": {4: [1.0, 0.9], 8: [0.5]},
+        "softmax, window 16": {8: [0.4]},
+    }
     assert capacity.cell_text([1.0, 0.9]) == "0.950 ± 0.071 (2)"  # std ddof=1: 0.1/sqrt(2)
     cols, rows = capacity.pivot(runs, "model.d_model", {"task.num_kv_pairs": 8})
     assert cols == [32, 64] and rows["softmax"] == {32: [0.2], 64: [0.5]}
@@ -161,8 +185,11 @@ def test_recall_capacity_reads_run_directories(tmp_path, capsys):
     for i, (layers, acc) in enumerate([(None, 0.5), (["linear", "softmax"], 0.75), (["linear", "softmax"], 0.25)]):
         run = tmp_path / f"{i}_job"
         run.mkdir()
-        config = {"seed": i, "model": {"d_model": 64, "heads": 4, "short_conv": 0, "layer_normalizers": layers,
-                                       "window": None}, "task": {"num_kv_pairs": 8}}
+        config = {
+            "seed": i,
+            "model": {"d_model": 64, "heads": 4, "short_conv": 0, "layer_normalizers": layers, "window": None},
+            "task": {"num_kv_pairs": 8},
+        }
         (run / "run.json").write_text(json.dumps({"config": config, "choices": {"normalizer": "softmax"}}))
         (run / "metrics.json").write_text(json.dumps({"status": "completed", "final": {"test/accuracy": acc}}))
     capacity.main([str(tmp_path), "--d-model", "64", "--pairs", "8"])

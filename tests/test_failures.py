@@ -24,12 +24,19 @@ train_main()
 def test_a_value_error_inside_build_is_a_failed_run_with_its_traceback(tmp_path):
     run_dir = tmp_path / "r"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}
-    proc = subprocess.run([sys.executable, "-c", PLANTED, *TINY, *TINY_TASK["mqar"], f"hydra.run.dir={run_dir}"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", PLANTED, *TINY, *TINY_TASK["mqar"], f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert "attnlab: error:" not in proc.stderr  # not disguised as a configuration error
-    assert (f"attnlab: run failed: ValueError: planted bug in Transformer.__init__ (traceback in "
-            f"{run_dir / 'error.txt'})") in proc.stderr
+    assert (
+        f"attnlab: run failed: ValueError: planted bug in Transformer.__init__ (traceback in {run_dir / 'error.txt'})"
+    ) in proc.stderr
     trace = (run_dir / "error.txt").read_text()
     assert trace.startswith("Traceback") and "in broken" in trace and "in make_net" in trace
     m = metrics(run_dir)

@@ -20,9 +20,24 @@ def test_no_backend_probing_line_on_the_console_or_in_the_log(tmp_path):
     """accelerator=auto with no JAX_PLATFORMS: JAX probes for a TPU and logs 'Unable to initialize backend' at INFO."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"} | {"HYDRA_FULL_ERROR": "0"}
     run_dir = tmp_path / "r"
-    proc = subprocess.run([sys.executable, "-m", "attnlab", "model=tiny", "accelerator=auto", "trainer.steps=2",
-                           "trainer.progress=none", f"compile_cache={CACHE}", *TINY_TASK["mqar"],
-                           f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab",
+            "model=tiny",
+            "accelerator=auto",
+            "trainer.steps=2",
+            "trainer.progress=none",
+            f"compile_cache={CACHE}",
+            *TINY_TASK["mqar"],
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     logs = "".join(p.read_text() for p in run_dir.glob("*.log"))
     for text in (proc.stdout, proc.stderr, logs):
@@ -34,9 +49,18 @@ def test_logged_lr_is_the_applied_schedule_with_its_final_fraction(tmp_path):
     lr, warmup, steps, final = 1e-3, 2, 8, 0.5
     keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.log_every=", "trainer.eval_every="))]
     run_dir = tmp_path / "r"
-    run_cli(*keep, *TINY_TASK["mqar"], f"trainer.steps={steps}", "trainer.log_every=1", f"trainer.eval_every={steps}",
-            f"optim.lr={lr}", f"optim.warmup_steps={warmup}", f"optim.final_fraction={final}",
-            f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    run_cli(
+        *keep,
+        *TINY_TASK["mqar"],
+        f"trainer.steps={steps}",
+        "trainer.log_every=1",
+        f"trainer.eval_every={steps}",
+        f"optim.lr={lr}",
+        f"optim.warmup_steps={warmup}",
+        f"optim.final_fraction={final}",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
     logged = dict(scalar_curve(run_dir, "opt/lr"))
     count = np.arange(steps)  # the optimizer's count when update s = count + 1 was applied
     cosine = final * lr + (1 - final) * lr * 0.5 * (1 + np.cos(np.pi * (count - warmup) / (steps - warmup)))
@@ -46,15 +70,23 @@ def test_logged_lr_is_the_applied_schedule_with_its_final_fraction(tmp_path):
 
 @pytest.mark.parametrize("steps, every", [(8, 2), (150, 37), (800, 200), (3000, 200), (2, 1)])
 def test_auto_eval_every_gives_short_runs_a_val_curve(steps, every):
-    cfg = LoopConfig(steps=steps, batch_size=8, eval_every=None, log_every=1, eval_batch_size=8, nonfinite="skip", seed=0)
+    cfg = LoopConfig(
+        steps=steps, batch_size=8, eval_every=None, log_every=1, eval_batch_size=8, nonfinite="skip", seed=0
+    )
     assert cfg.eval_every == every
     assert LoopConfig(**{**cfg.__dict__, "eval_every": "auto"}).eval_every == every
 
 
 def test_eval_every_above_steps_warns_in_one_line(tmp_path):
     keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.eval_every="))]
-    proc = run_cli(*keep, *TINY_TASK["mqar"], "trainer.steps=6", "trainer.eval_every=200",
-                   f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    proc = run_cli(
+        *keep,
+        *TINY_TASK["mqar"],
+        "trainer.steps=6",
+        "trainer.eval_every=200",
+        f"hydra.run.dir={tmp_path / 'r'}",
+        cwd=tmp_path,
+    )
     warned = [line for line in proc.stderr.splitlines() if "trainer.eval_every=200 > trainer.steps=6" in line]
     assert len(warned) == 1 and warned[0].startswith("attnlab: warning:"), proc.stderr
 
@@ -68,23 +100,31 @@ def test_a_short_run_with_the_default_has_a_val_curve(tmp_path):
 def test_summary_leads_with_what_ran_and_the_headline_against_its_baselines(tmp_path):
     keep = [o for o in TINY if not o.startswith("model=")]
     run_dir = tmp_path / "r"
-    proc = run_cli(*keep, "model=tiny", "task=lm", *TINY_TASK["lm"], "normalizer=linear", f"hydra.run.dir={run_dir}",
-                   cwd=tmp_path)
+    proc = run_cli(
+        *keep, "model=tiny", "task=lm", *TINY_TASK["lm"], "normalizer=linear", f"hydra.run.dir={run_dir}", cwd=tmp_path
+    )
     m = metrics(run_dir)
     lines = proc.stdout.splitlines()
     assert lines[0] == "ran: normalizer=linear task=lm head=softmax_ce model=tiny steps=4/4 device=cpu×1", lines
     b = m["baseline"]
-    assert lines[1] == (f"headline: test/bits_per_byte {m['final']['test/bits_per_byte']:.4g} (baselines: unigram "
-                        f"{b['baseline/bits_per_byte']:.4g}, bigram {b['baseline/bits_per_byte_bigram']:.4g})"), lines
+    assert lines[1] == (
+        f"headline: test/bits_per_byte {m['final']['test/bits_per_byte']:.4g} (baselines: unigram "
+        f"{b['baseline/bits_per_byte']:.4g}, bigram {b['baseline/bits_per_byte_bigram']:.4g})"
+    ), lines
 
 
 def test_an_interrupted_run_prints_the_command_that_resumes_it(tmp_path):
     keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.progress=", "trainer.log_every="))]
     run_dir = tmp_path / "r"
     args = [*keep, *TINY_TASK["mqar"], "trainer.steps=40", "trainer.log_every=2", "trainer.progress=lines"]
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab", *args, f"hydra.run.dir={run_dir}"], cwd=tmp_path,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnlab", *args, f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     for line in proc.stdout:
         assert not line.startswith("ran:"), "finished before the signal"
         if line.startswith("step 6:"):
@@ -103,8 +143,9 @@ def test_an_interrupted_run_prints_the_command_that_resumes_it(tmp_path):
     resumed = run_cli(*argv[1:], cwd=tmp_path)  # the printed command, as printed, finishes the run
     done = metrics(run_dir)
     assert done["status"] == "completed" and done["steps"] == 40 and done["resumed_from"] >= 6
-    assert (f"attnlab: resumed from step {stopped['steps']} of 40 (checkpoint {run_dir / 'checkpoints'}/"
-            f"{stopped['steps']})") in resumed.stderr
+    assert (
+        f"attnlab: resumed from step {stopped['steps']} of 40 (checkpoint {run_dir / 'checkpoints'}/{stopped['steps']})"
+    ) in resumed.stderr
 
 
 def test_attention_statistic_tags_carry_their_definition(tmp_path):
@@ -163,7 +204,7 @@ def test_the_continuation_is_the_models_greedy_choice_after_the_prompt(seq_len):
     full = inputs.copy()
     full[0, :length] = written[0]
     logits = np.asarray(nets[0].head(nets[0].body(full, valid)[0]))[0]
-    np.testing.assert_array_equal(written[0, start:], logits[start - 1:length - 1].argmax(-1) + 1)
+    np.testing.assert_array_equal(written[0, start:], logits[start - 1 : length - 1].argmax(-1) + 1)
 
 
 def test_lm_logs_a_continuation_of_the_probe_at_each_eval(tmp_path):
@@ -190,15 +231,24 @@ def test_loss_and_headline_curves_are_the_first_time_series_group(tmp_path):
     s = Summaries(str(tmp_path))
     s.layout(1, "bits_per_byte")
     for step in (1, 2):
-        s.scalars(step, {"train/loss": 3.0 / step, "attn_beta/layer_0": 1.0, "val/bits_per_byte": 4.0 / step,
-                         "val/accuracy": 0.1 * step})
+        s.scalars(
+            step,
+            {
+                "train/loss": 3.0 / step,
+                "attn_beta/layer_0": 1.0,
+                "val/bits_per_byte": 4.0 / step,
+                "val/accuracy": 0.1 * step,
+            },
+        )
     s.close()
     acc = EventAccumulator(str(tmp_path))
     acc.Reload()
     tags = acc.Tags()["tensors"]
     groups = sorted({t.split("/")[0] for t in tags if t != "custom_scalars__config__"})
-    assert groups[0] == MAIN and {t for t in tags if t.startswith(MAIN)} == {f"{MAIN}/train_loss",
-                                                                            f"{MAIN}/val_bits_per_byte"}
+    assert groups[0] == MAIN and {t for t in tags if t.startswith(MAIN)} == {
+        f"{MAIN}/train_loss",
+        f"{MAIN}/val_bits_per_byte",
+    }
     for copy, tag in ((f"{MAIN}/train_loss", "train/loss"), (f"{MAIN}/val_bits_per_byte", "val/bits_per_byte")):
         got = [(e.step, float(e.tensor_proto.float_val[0])) for e in acc.Tensors(copy)]
         assert got == [(e.step, float(e.tensor_proto.float_val[0])) for e in acc.Tensors(tag)] and len(got) == 2

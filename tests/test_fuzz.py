@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 
+import fuzz_space as space
 import pytest
 from cli_helpers import CACHE, TINY, TINY_TASK, scalar_curve
 from hydra import compose, initialize_config_dir
@@ -15,7 +16,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from omegaconf.errors import OmegaConfBaseException
 
-import fuzz_space as space
 from attnlab import accelerator, checks, cli, composition, registry
 
 # Base: the CLI tests' tiny run, in-process (no compile cache flag, no accelerator=cpu: drawn like the rest).
@@ -82,8 +82,9 @@ def outcome(overrides: list[str]):
     choices = dict(cfg.hydra.runtime.choices)
     try:
         a = cfg.accelerator
-        accelerator.check_options(a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction, a.distributed,
-                                  a.dtype)
+        accelerator.check_options(
+            a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction, a.distributed, a.dtype
+        )
         if a.platform not in ("auto", "cpu"):
             accelerator.check_platform(a.platform)
         built = cli.build(cfg, choices.get("head") or cfg.task.default_head)
@@ -97,16 +98,31 @@ def outcome(overrides: list[str]):
 def train_one_step(cfg, built, tmp_dir):
     """Train the built run for one step (log, eval and checkpoint on it) and return (record, step-1 loss)."""
     task, nets, tx, loop = built
-    loop = type(loop)(**{**loop.__dict__, "steps": 1, "log_every": 1, "eval_every": 1, "checkpoint_every": 0,
-                         "progress": "none", "resume": False})
+    loop = type(loop)(
+        **{
+            **loop.__dict__,
+            "steps": 1,
+            "log_every": 1,
+            "eval_every": 1,
+            "checkpoint_every": 0,
+            "progress": "none",
+            "resume": False,
+        }
+    )
     hparams = [{"seed": str(cfg.seed)}]
     record = cli._train(cfg, task, nets[:1], tx, loop, [tmp_dir], tmp_dir, hparams, None)[0]
     return record, scalar_curve(tmp_dir, "train/loss")
 
 
 FIXED = [  # the issue's cases: a structural number 0, a rate above 1, a GPU that is not there
-    ["model.heads=0"], ["model.d_model=0"], ["model.layers=0"], ["model.mlp_ratio=0"],
-    ["model.dropout=1.5"], ["model.dropout=-0.1"], ["accelerator=gpu"], ["accelerator=tpu"],
+    ["model.heads=0"],
+    ["model.d_model=0"],
+    ["model.layers=0"],
+    ["model.mlp_ratio=0"],
+    ["model.dropout=1.5"],
+    ["model.dropout=-0.1"],
+    ["accelerator=gpu"],
+    ["accelerator=tpu"],
 ]
 
 
@@ -159,8 +175,7 @@ def _fuzz(tmp_path_factory, n, train_budget):
     jax.config.update("jax_compilation_cache_dir", str(CACHE))
     stats = Counter()
 
-    @settings(max_examples=n, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(max_examples=n, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(draws())
     @example((["model.heads=0"], {"model.heads": 2})).via("issue 13")
     @example((["model.dropout=1.5"], {"model.dropout": 0.0})).via("issue 13")

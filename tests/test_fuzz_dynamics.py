@@ -23,8 +23,13 @@ def dynamics(draw):
     """A normalizer, a learning rate from 1e-5 to 1e6 and, for the normalizers that have them, a drawn eps or β."""
     normalizer = draw(st.sampled_from(registry.choices("normalizer")))
     lr = 10 ** draw(st.floats(-5, 6))
-    overrides = ["task=mqar", *TINY_TASK["mqar"], f"normalizer={normalizer}", f"optim.lr={lr:.3g}",
-                 f"optim.warmup_steps={draw(st.sampled_from([0, 2]))}"]
+    overrides = [
+        "task=mqar",
+        *TINY_TASK["mqar"],
+        f"normalizer={normalizer}",
+        f"optim.lr={lr:.3g}",
+        f"optim.warmup_steps={draw(st.sampled_from([0, 2]))}",
+    ]
     options = registry.load("normalizer", normalizer)
     if "eps" in options and draw(st.booleans()):
         overrides.append(f"normalizer.eps={draw(st.sampled_from([0, 1e-30, 1e-6]))}")
@@ -41,8 +46,17 @@ def run_dynamics(overrides: list[str], tmp_dir) -> str:
     kind, detail = outcome(overrides)
     assert kind == "accepted", (overrides, detail)
     cfg, (task, nets, tx, loop) = detail
-    loop = type(loop)(**{**loop.__dict__, "steps": STEPS, "log_every": 2, "eval_every": 3, "checkpoint_every": 0,
-                         "progress": "none", "resume": False})
+    loop = type(loop)(
+        **{
+            **loop.__dict__,
+            "steps": STEPS,
+            "log_every": 2,
+            "eval_every": 3,
+            "checkpoint_every": 0,
+            "progress": "none",
+            "resume": False,
+        }
+    )
     record = cli._train(cfg, task, nets[:1], tx, loop, [tmp_dir], tmp_dir, [{"seed": str(cfg.seed)}], None)[0]
     assert record["status"] in ("completed", "diverged"), (overrides, record)
     assert finite(record["final"].values()) and finite(record["best"].get(k) for k in record["best"] if k != "step")

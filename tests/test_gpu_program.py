@@ -47,14 +47,20 @@ def programs(mesh):
     def get(key: str, seeds: int = 1, extra: tuple = (), full: bool = False):
         if (key, seeds, extra, full) not in cache:
             batch, base = (FULL_B, ()) if full else (B, EXTRA)
-            overrides = gp.run_overrides("base", batch, T, "softmax" if key == "reference" else key, seeds,
-                                         base + extra)
+            overrides = gp.run_overrides(
+                "base", batch, T, "softmax" if key == "reference" else key, seeds, base + extra
+            )
             if key == "reference":
-                cache[key, seeds, extra, full] = {"plain": gp.Program.of(gp.reference_program(mesh, batch, T, overrides), T)}
+                cache[key, seeds, extra, full] = {
+                    "plain": gp.Program.of(gp.reference_program(mesh, batch, T, overrides), T)
+                }
             else:
                 p = gp.attnlab_programs(mesh, overrides)
-                cache[key, seeds, extra, full] = {"plain": gp.Program.of(p["plain"], T),
-                                                  "stats": gp.Program.of(p["stats"], T), "impl": p["impl"]}
+                cache[key, seeds, extra, full] = {
+                    "plain": gp.Program.of(p["plain"], T),
+                    "stats": gp.Program.of(p["stats"], T),
+                    "impl": p["impl"],
+                }
         return cache[key, seeds, extra, full]
 
     return get

@@ -15,7 +15,8 @@ from attnlab import heads, registry
 from attnlab.cli import build
 from attnlab.groups import GROUPS, leaf_groups, tag
 from attnlab.model import Transformer
-from attnlab.normalizers import NormalizerParam, build as build_normalizer
+from attnlab.normalizers import NormalizerParam
+from attnlab.normalizers import build as build_normalizer
 from attnlab.steps import Net
 
 
@@ -42,12 +43,20 @@ def path_groups_ref(params) -> tuple[list[str], list[int]]:
     return groups, layers
 
 
-@pytest.mark.parametrize("overrides", [
-    (),  # the default experiment's model (model=small)
-    ("model=tiny", "model.layers=2", "model.layer_normalizers=[softmax,linear]", "model.short_conv=3",
-     "model.qk_norm=true"),
-    ("model=tiny", "normalizer=kl", "normalizer.prior=recency", "model.positional=rope"),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        (),  # the default experiment's model (model=small)
+        (
+            "model=tiny",
+            "model.layers=2",
+            "model.layer_normalizers=[softmax,linear]",
+            "model.short_conv=3",
+            "model.qk_norm=true",
+        ),
+        ("model=tiny", "normalizer=kl", "normalizer.prior=recency", "model.positional=rope"),
+    ],
+)
 def test_tagged_groups_match_the_path_rule(overrides):
     cfg = compose_train("task=mqar", *overrides, *TINY_TASK["mqar"])
     _, nets, _, _ = build(cfg, "softmax_ce")
@@ -59,15 +68,30 @@ def test_tagged_groups_match_the_path_rule(overrides):
 
 def _net(normalizer: str, head: str, *, positional="learned", qk_norm=True, short_conv=3, tokens=True, **norm_opts):
     """An abstract (eval_shape) Net: no parameter is materialised."""
+
     def make():
         rngs = nnx.Rngs(0)
-        body = Transformer(d_model=8, heads=2, layers=1, mlp_ratio=2, dropout=0.0, positional=positional,
-                           max_len=16, causal=True, qk_norm=qk_norm, pooled=False, seq_len=8,
-                           make_normalizer=functools.partial(build_normalizer, normalizer, **norm_opts),
-                           vocab_size=11 if tokens else None, input_dim=None if tokens else 3,
-                           short_conv=short_conv, rngs=rngs)
+        body = Transformer(
+            d_model=8,
+            heads=2,
+            layers=1,
+            mlp_ratio=2,
+            dropout=0.0,
+            positional=positional,
+            max_len=16,
+            causal=True,
+            qk_norm=qk_norm,
+            pooled=False,
+            seq_len=8,
+            make_normalizer=functools.partial(build_normalizer, normalizer, **norm_opts),
+            vocab_size=11 if tokens else None,
+            input_dim=None if tokens else 3,
+            short_conv=short_conv,
+            rngs=rngs,
+        )
         num_classes = 5 if heads.kind_of(head) == "classification" else None
         return Net(body, heads.make(head, d_model=8, num_classes=num_classes, rngs=rngs))
+
     return nnx.eval_shape(make)
 
 
@@ -84,11 +108,14 @@ def test_every_normalizer_and_head_tags_its_parameters(normalizer):
         _assert_all_tagged(_net(normalizer, head))
 
 
-@pytest.mark.parametrize("positional,qk_norm,short_conv,tokens",
-                         list(itertools.product(("learned", "sinusoidal", "rope", "none"), (False, True), (0, 2), (True, False))))
+@pytest.mark.parametrize(
+    "positional,qk_norm,short_conv,tokens",
+    list(itertools.product(("learned", "sinusoidal", "rope", "none"), (False, True), (0, 2), (True, False))),
+)
 def test_every_model_option_tags_its_parameters(positional, qk_norm, short_conv, tokens):
-    _assert_all_tagged(_net("softmax", "softmax_ce", positional=positional, qk_norm=qk_norm,
-                              short_conv=short_conv, tokens=tokens))
+    _assert_all_tagged(
+        _net("softmax", "softmax_ce", positional=positional, qk_norm=qk_norm, short_conv=short_conv, tokens=tokens)
+    )
 
 
 @pytest.mark.parametrize("prior", ["recency", "learned"])

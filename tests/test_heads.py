@@ -1,5 +1,6 @@
 """Heads: losses against float64 hand computations, HL-Gauss targets, calibration, registry."""
 
+import calibration_ref
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,7 +10,6 @@ import scipy.stats
 from flax import nnx
 
 from attnlab import calibration as cal
-import calibration_ref
 from attnlab import heads, registry
 
 D, C = 6, 5
@@ -23,7 +23,7 @@ def _num_classes(name):
 def _weights(rng, shape):
     """Positive weights (summing to more than 1) with some zeros."""
     w = rng.uniform(0.5, 2.0, shape)
-    w.flat[:: 3] = 0.0
+    w.flat[::3] = 0.0
     return w
 
 
@@ -37,8 +37,8 @@ def _build(name, **options):
     return heads.make(name, d_model=D, num_classes=_num_classes(name), rngs=nnx.Rngs(0), **options)
 
 
-def _np_wmean(l, w):
-    return (w * l).sum() / max(w.sum(), 1.0)
+def _np_wmean(loss, w):
+    return (w * loss).sum() / max(w.sum(), 1.0)
 
 
 def _np_hl_gauss(y, edges, sigma):
@@ -50,24 +50,30 @@ def _hand_loss(name, head, out, y, w):
     """Per-head loss recomputed in float64 numpy from the formulas of the papers."""
     out = np.asarray(out, np.float64)
     if name == "softmax_ce":
-        l = -np.take_along_axis(scipy.special.log_softmax(out, -1), y[..., None], -1)[..., 0]
+        loss = -np.take_along_axis(scipy.special.log_softmax(out, -1), y[..., None], -1)[..., 0]
     elif name == "scores_mse":
         onehot = np.eye(C)[y]
-        l = (head.k * ((out - head.M) ** 2 * onehot).sum(-1) + (out ** 2 * (1 - onehot)).sum(-1)) / C
+        loss = (head.k * ((out - head.M) ** 2 * onehot).sum(-1) + (out**2 * (1 - onehot)).sum(-1)) / C
     elif name == "mse":
-        l = (out - y) ** 2
+        loss = (out - y) ** 2
     elif name == "hlgauss":
         edges = np.linspace(head.v_min, head.v_max, head.num_bins + 1)
         p = _np_hl_gauss(y, edges, head.sigma)
-        l = -(p * scipy.special.log_softmax(out, -1)).sum(-1)
-    return _np_wmean(l, w)
+        loss = -(p * scipy.special.log_softmax(out, -1)).sum(-1)
+    return _np_wmean(loss, w)
 
 
 @pytest.mark.parametrize("shape", LEADING)
-@pytest.mark.parametrize("name,options", [
-    ("softmax_ce", {}), ("scores_mse", {}), ("scores_mse", {"k": 3.0, "M": 2.5}),
-    ("mse", {}), ("hlgauss", {}),
-])
+@pytest.mark.parametrize(
+    "name,options",
+    [
+        ("softmax_ce", {}),
+        ("scores_mse", {}),
+        ("scores_mse", {"k": 3.0, "M": 2.5}),
+        ("mse", {}),
+        ("hlgauss", {}),
+    ],
+)
 def test_loss_matches_hand_computation_and_ignores_zero_weights(name, options, shape):
     rng = np.random.default_rng(0)
     head = _build(name, **options)
@@ -180,10 +186,10 @@ def test_calibration_sample_keeps_the_first_weighted_positions_up_to_the_cap():
     keep = np.flatnonzero(w.reshape(-1) > 0)
     for cap, n in ((10, 10), (1000, 48)):  # below and above the 32 weighted positions
         zs, ys, ws, count = cal.calibration_sample(jnp.asarray(z), jnp.asarray(y), jnp.asarray(w), cap)
-        used = keep[:min(cap, keep.size)]
+        used = keep[: min(cap, keep.size)]
         assert ws.shape == (n,) and int(count) == used.size
-        np.testing.assert_allclose(np.asarray(zs)[:used.size], z.reshape(-1, C)[used], rtol=1e-6)
-        np.testing.assert_array_equal(np.asarray(ys)[:used.size], y.reshape(-1)[used])
+        np.testing.assert_allclose(np.asarray(zs)[: used.size], z.reshape(-1, C)[used], rtol=1e-6)
+        np.testing.assert_array_equal(np.asarray(ys)[: used.size], y.reshape(-1)[used])
         np.testing.assert_allclose(np.asarray(ws), np.pad(w.reshape(-1)[used], (0, n - used.size)), rtol=1e-6)
 
 
@@ -254,7 +260,7 @@ def test_every_head_builds_shapes_and_grads(name):
         assert out.shape == shape + width
         assert head.predict(out).shape == shape
         y, w = _targets(rng, name, shape), np.ones(shape)
-        grads = nnx.grad(lambda h: h.loss(h(x), y, w))(head)
+        grads = nnx.grad(lambda h, x=x, y=y, w=w: h.loss(h(x), y, w))(head)
         leaves = jax.tree.leaves(grads)
         assert leaves and all(bool(jnp.isfinite(g).all()) for g in leaves)
         assert any(float(jnp.abs(g).max()) > 0 for g in leaves)

@@ -17,8 +17,8 @@ from cli_helpers import TINY, TINY_TASK, run_cli, scalar_curve
 
 from attnlab import tasks
 from attnlab.checks import ConfigError
-from attnlab.tasks.lm.host_stream import INT32_MAX, HostStream, TextWindows, host_starts, wide_bits, window_starts
 from attnlab.steps import sample_batch, step_key
+from attnlab.tasks.lm.host_stream import INT32_MAX, HostStream, TextWindows, host_starts, wide_bits, window_starts
 
 SMALL = {"seq_len": 32, "n_train": 300, "n_val": 60, "n_test": 60}
 KEYS_S2 = np.stack([jax.random.key_data(jax.random.key(s)) for s in (0, 7)])
@@ -33,8 +33,11 @@ def cache(tmp_path, monkeypatch):
 def _device_windows(lm, steps, batch: int) -> np.ndarray:
     """(len(steps), S, B, seq_len + 1) bytes the device path's step draws, rebuilt from its batch."""
     data = jax.device_put(lm.batches(batch))
-    draw = jax.jit(jax.vmap(jax.vmap(lambda k, s: sample_batch(data, step_key({"key": k, "step": s}), batch),
-                                     (0, None)), (None, 0)))
+    draw = jax.jit(
+        jax.vmap(
+            jax.vmap(lambda k, s: sample_batch(data, step_key({"key": k, "step": s}), batch), (0, None)), (None, 0)
+        )
+    )
     b = draw(KEYS_S2, np.asarray(steps, np.int32))
     return np.concatenate([np.asarray(b["inputs"]) - 1, np.asarray(b["targets"])[..., -1:]], -1).astype(np.uint8)
 
@@ -85,7 +88,7 @@ def test_offsets_past_int32_come_from_two_32_bit_draws():
         got = host_starts(KEYS_S2, step, B, span)
         for kd, row in zip(KEYS_S2, got):  # reference: Python integers, no uint64 arithmetic
             hi, lo = (np.asarray(x).tolist() for x in wide_bits(key_of(kd), B))
-            assert row.tolist() == [(h * 2**32 + l) % span for h, l in zip(hi, lo)]
+            assert row.tolist() == [(h * 2**32 + low) % span for h, low in zip(hi, lo)]
         assert got.min() >= 0 and got.max() < span
         # uniform over [0, span): the share of offsets past 2^31 is 1 − 2^31/span (binomial 5σ)
         share, p = (got >= 2**31).mean(), 1 - 2**31 / span
@@ -119,15 +122,22 @@ def test_host_stream_steps_train_as_the_device_steps():
     from attnlab.train.state import Placement, fresh_state
 
     S = 1  # one seed keeps the compile short; two seeds: the windows test above and the command-line test below
-    cfg = compose_train("model=tiny", "task=lm", *TINY_TASK["lm"], "accelerator=cpu", f"trainer.vmap_seeds={S}",
-                        "trainer.batch_size=8")
+    cfg = compose_train(
+        "model=tiny", "task=lm", *TINY_TASK["lm"], "accelerator=cpu", f"trainer.vmap_seeds={S}", "trainer.batch_size=8"
+    )
     task, nets, tx, loop = cli.build(cfg, "softmax_ce")
     host_task = tasks.make("lm", **{**task.options, "device_text_bytes": 1000})
     graphdef, params, _ = nnx.split(nets[0], nnx.Param, ...)
     groups, layers = leaf_groups(params)
     placement = Placement.of(data_mesh(), S)
-    shape = dict(groups=groups, layers=layers, num_layers=len(nets[0].body.blocks), num_seeds=S,
-                 num_heads=nets[0].body.blocks[0].attn.num_heads, probe_scores=probes_supported(nets[0]))
+    shape = dict(
+        groups=groups,
+        layers=layers,
+        num_layers=len(nets[0].body.blocks),
+        num_seeds=S,
+        num_heads=nets[0].body.blocks[0].attn.num_heads,
+        probe_scores=probes_supported(nets[0]),
+    )
     states, losses, datas = {}, {}, {}
     for where, t in (("device", task), ("host", host_task)):
         states[where] = fresh_state(nets, tx, seed=0)
@@ -149,8 +159,15 @@ def test_host_stream_trains_and_resumes_as_the_device_path(tmp_path):
     """(d) through the command line, two vmapped seeds, a logging step every step: a host-stream run and a
     host-stream run interrupted (SIGTERM) then resumed log the device run's losses, and run.json says which
     path ran."""
-    common = [*TINY, "task=lm", *TINY_TASK["lm"], "trainer.steps=12", "trainer.log_every=1", "trainer.vmap_seeds=2",
-              "trainer.checkpoint_every=0"]
+    common = [
+        *TINY,
+        "task=lm",
+        *TINY_TASK["lm"],
+        "trainer.steps=12",
+        "trainer.log_every=1",
+        "trainer.vmap_seeds=2",
+        "trainer.checkpoint_every=0",
+    ]
     runs = {}
     for where, budget in (("device", 2**30), ("host-stream", 1000)):
         run_dir = tmp_path / where
@@ -160,8 +177,14 @@ def test_host_stream_trains_and_resumes_as_the_device_path(tmp_path):
             assert json.loads((run_dir / f"seed{seed}" / "run.json").read_text())["train_data"] == where
         runs[where] = [scalar_curve(run_dir / f"seed{seed}", "train/loss") for seed in (0, 1)]
     host = [*common, "task.device_text_bytes=1000", "trainer.progress=lines", f"hydra.run.dir={tmp_path / 'resumed'}"]
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab", *host], cwd=tmp_path, stdout=subprocess.PIPE,
-                            env={**os.environ, "JAX_PLATFORMS": "cpu"}, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnlab", *host],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     for line in proc.stdout:
         if line.startswith("step 4:"):
             proc.send_signal(signal.SIGTERM)
@@ -190,8 +213,9 @@ def test_diverged_json_of_a_host_stream_run_holds_the_device_batch():
     for i, kd in enumerate(KEYS_S2):
         state = {"key": kd, "first_nonfinite": np.int32(6), "step": np.int32(9)}
         # what run.files writes as diverged.json, through json as it is written and read
-        got, want = (json.loads(json.dumps(diagnose(state, data, 8, {})))
-                     for data in (stream, jax.device_put(device.batches(8))))
+        got, want = (
+            json.loads(json.dumps(diagnose(state, data, 8, {}))) for data in (stream, jax.device_put(device.batches(8)))
+        )
         assert got == want and got["first_nonfinite_step"] == 7
         assert np.array_equal(np.asarray(got["batch"]["targets"]), _device_windows(device, [6], 8)[0, i, :, 1:])
 

@@ -66,7 +66,9 @@ def test_the_choice_is_a_pure_function_of_its_arguments(requested, cap, platform
     if expected in impl.IMPLS:
         assert impl.choose(requested, cap, **args) == expected
     else:
-        with pytest.raises(ValueError, match=rf"^normalizer\.impl={requested} cannot run for softmax: .*{re.escape(expected)}") as e:
+        with pytest.raises(
+            ValueError, match=rf"^normalizer\.impl={requested} cannot run for softmax: .*{re.escape(expected)}"
+        ) as e:
             impl.choose(requested, cap, **args)
         assert "\n" not in str(e.value)
 
@@ -75,16 +77,21 @@ def test_threshold_is_long_contexts():
     assert LONG * LONG == AUTO_MIN_TS
 
 
-@pytest.mark.parametrize("name, opts, value, allowed", [
-    ("relu", {}, "xla", "auto, blockwise, dense"),
-    ("kl", {"prior": "recency"}, "cudnn", "auto, blockwise, dense"),
-    ("entmax", {}, "blockwise", None),  # entmax has no impl option at all
-    ("softmax", {}, "flash", "auto, cudnn, xla, blockwise, dense"),
-])
+@pytest.mark.parametrize(
+    "name, opts, value, allowed",
+    [
+        ("relu", {}, "xla", "auto, blockwise, dense"),
+        ("kl", {"prior": "recency"}, "cudnn", "auto, blockwise, dense"),
+        ("entmax", {}, "blockwise", None),  # entmax has no impl option at all
+        ("softmax", {}, "flash", "auto, cudnn, xla, blockwise, dense"),
+    ],
+)
 def test_impl_a_normalizer_cannot_run_is_refused_when_built(name, opts, value, allowed):
     if allowed is None:
-        refusal = (r"^unknown key\(s\) normalizer.impl for normalizer=entmax "
-                   r"\(an option of normalizer=kl and .*\); allowed")
+        refusal = (
+            r"^unknown key\(s\) normalizer.impl for normalizer=entmax "
+            r"\(an option of normalizer=kl and .*\); allowed"
+        )
         with pytest.raises(ValueError, match=refusal):
             nz.build(name, num_heads=2, head_dim=8, impl=value, **opts)
         return
@@ -151,9 +158,22 @@ def test_model_reports_the_implementation_of_every_layer():
     from attnlab.model import Transformer
 
     makers = [lambda **kw: nz.build("softmax", impl="xla", **kw), lambda **kw: nz.build("relu", **kw)]
-    net = Transformer(d_model=16, heads=2, layers=3, mlp_ratio=2, dropout=0.0, positional="rope", max_len=8,
-                      causal=True, qk_norm=False, pooled=False, make_normalizer=makers, seq_len=8, vocab_size=5,
-                      rngs=nnx.Rngs(0))
+    net = Transformer(
+        d_model=16,
+        heads=2,
+        layers=3,
+        mlp_ratio=2,
+        dropout=0.0,
+        positional="rope",
+        max_len=8,
+        causal=True,
+        qk_norm=False,
+        pooled=False,
+        make_normalizer=makers,
+        seq_len=8,
+        vocab_size=5,
+        rngs=nnx.Rngs(0),
+    )
     assert net.attention_impl(8) == ["xla", "dense", "xla"]
     assert net.attention_impl(LONG) == ["xla", "blockwise", "xla"]
 
@@ -197,12 +217,14 @@ def test_vmapped_seeds_of_the_fused_path_equal_each_seed_alone(scenario, per_see
     rng = np.random.default_rng(11)
     q, k, v = (jnp.asarray(rng.normal(size=(2, 3, 3, T, 8)), jnp.float32) for _ in range(3))
     beta_VN = jnp.asarray([[0.3, 0.5, 0.9], [1.1, 0.7, 0.2]], jnp.float32)
-    masks = [lengths_mask(lengths, S, causal=causal, window=window),
-             lengths_mask(lengths[::-1], S, causal=causal, window=window)]
+    masks = [
+        lengths_mask(lengths, S, causal=causal, window=window),
+        lengths_mask(lengths[::-1], S, causal=causal, window=window),
+    ]
     mask = jax.tree.map(lambda *m: jnp.stack(m), *masks) if per_seed_mask else masks[0]
     (_, out), grads = seeds_out_and_grads("xla", q, k, v, beta_VN, mask, 0 if per_seed_mask else None)
     for seed in range(2):
-        one = jax.tree.map(lambda x: x[seed:seed + 1], (q, k, v, beta_VN))
+        one = jax.tree.map(lambda x, seed=seed: x[seed : seed + 1], (q, k, v, beta_VN))
         (_, out1), grads1 = seeds_out_and_grads("xla", *one, masks[seed if per_seed_mask else 0], None)
         np.testing.assert_allclose(out[seed], out1[0], rtol=1e-5, atol=1e-6)
         for a, b in zip(grads, grads1):
@@ -219,8 +241,9 @@ def test_vmapped_seeds_lower_to_cudnn_attention_for_cuda():
     q, k, v = (jnp.ones((2, 3, 3, 16, 64), BF16) for _ in range(3))
     mask = lengths_mask(lengths, 16, causal=True)
     fn = jax.jit(lambda *a: seeds_out_and_grads("cudnn", *a, mask, None))
-    exported = jax.export.export(fn, platforms=["cuda"], disabled_checks=[
-        jax.export.DisabledSafetyCheck.custom_call("ALL")])(q, k, v, jnp.ones((2, 3), F32))
+    exported = jax.export.export(
+        fn, platforms=["cuda"], disabled_checks=[jax.export.DisabledSafetyCheck.custom_call("ALL")]
+    )(q, k, v, jnp.ones((2, 3), F32))
     calls = re.findall(r"__cudnn\$fmha\w+", exported.mlir_module())
     assert sorted(set(calls)) == ["__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"], calls
 

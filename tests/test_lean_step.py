@@ -39,8 +39,9 @@ def test_grad_norms_group_the_leaf_sums_as_declared():
     np.testing.assert_allclose(out["group/normalizer"], norm(lambda i: groups[i].endswith("normalizer")), rtol=2e-6)
     np.testing.assert_allclose(out["beta"], norm(lambda i: groups[i].startswith("beta:")), rtol=2e-6)
     np.testing.assert_allclose(out["group/head"], 0.0)
-    np.testing.assert_allclose(out["layer"], [norm(lambda i: layers[i] == 0), norm(lambda i: layers[i] == 1)],
-                               rtol=2e-6)
+    np.testing.assert_allclose(
+        out["layer"], [norm(lambda i: layers[i] == 0), norm(lambda i: layers[i] == 1)], rtol=2e-6
+    )
 
 
 def test_all_finite_sees_one_bad_element_in_any_leaf():

@@ -6,11 +6,10 @@ import re
 
 import jax
 import jax.numpy as jnp
+import normalizer_refs as R
 import numpy as np
 import pytest
 from flax import nnx
-
-import normalizer_refs as R
 
 pytestmark = pytest.mark.numerics
 
@@ -102,13 +101,15 @@ def test_ssmax_gradients_match_finite_differences_of_the_reference():
     np.testing.assert_allclose(np.asarray(gs), finite_difference(lambda s: ref_loss(s=s), s), rtol=1e-3, atol=1e-4)
     np.testing.assert_allclose(np.asarray(gb), finite_difference(lambda b: ref_loss(b=b), b), rtol=1e-3, atol=1e-4)
     for bb, n, t in [(0, 1, 5), (1, 2, 12)]:
+
         def row_loss(r, bb=bb, n=n, t=t):
             zz = z.astype(np.float64).copy()
             zz[bb, n, t] = r
             return ref_loss(z=zz)
 
-        np.testing.assert_allclose(np.asarray(gz)[bb, n, t], finite_difference(row_loss, z[bb, n, t]),
-                                   rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(
+            np.asarray(gz)[bb, n, t], finite_difference(row_loss, z[bb, n, t]), rtol=1e-3, atol=1e-4
+        )
 
 
 def test_stickbreaking_closed_form_on_equal_scores():
@@ -158,13 +159,15 @@ def test_stickbreaking_gradients_match_finite_differences_of_the_reference():
     fd_beta = (ref_loss(z.astype(np.float64), 0.9 + 1e-6) - ref_loss(z.astype(np.float64), 0.9 - 1e-6)) / 2e-6
     np.testing.assert_allclose(g_theta.sum(), 0.9 * fd_beta, rtol=1e-3, atol=1e-4)
     for bb, n, t in [(0, 1, 4), (1, 2, 6)]:
+
         def row_loss(r, bb=bb, n=n, t=t):
             zz = z.astype(np.float64).copy()
             zz[bb, n, t] = r
             return ref_loss(zz)
 
-        np.testing.assert_allclose(np.asarray(gz)[bb, n, t], finite_difference(row_loss, z[bb, n, t]),
-                                   rtol=1e-3, atol=1e-4)
+        np.testing.assert_allclose(
+            np.asarray(gz)[bb, n, t], finite_difference(row_loss, z[bb, n, t]), rtol=1e-3, atol=1e-4
+        )
 
 
 @pytest.mark.slow  # ~50 s on 2 cores: a subprocess run of two layers
@@ -174,13 +177,26 @@ def test_ssmax_and_stickbreaking_train_without_positions_and_log_their_statistic
     from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli
 
     run_dir = tmp_path / "out"
-    run_cli(*TINY, *TINY_TASK["mqar"], "model.layers=2", "model.layer_normalizers=[ssmax,stickbreaking]",
-            "normalizer=ssmax", "normalizer.bias=true", "model.positional=none", f"hydra.run.dir={run_dir}",
-            cwd=tmp_path)
+    run_cli(
+        *TINY,
+        *TINY_TASK["mqar"],
+        "model.layers=2",
+        "model.layer_normalizers=[ssmax,stickbreaking]",
+        "normalizer=ssmax",
+        "normalizer.bias=true",
+        "model.positional=none",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
     assert metrics(run_dir)["status"] == "completed"
     tags = events(run_dir).Tags()
-    for tag in ("attn_s/layer_0/head_1", "attn_bias/layer_0/head_0", "attn_beta/layer_0/head_0",
-                "attn_leftover/layer_1/head_1", "attn_beta/layer_1/head_0"):
+    for tag in (
+        "attn_s/layer_0/head_1",
+        "attn_bias/layer_0/head_0",
+        "attn_beta/layer_0/head_0",
+        "attn_leftover/layer_1/head_1",
+        "attn_beta/layer_1/head_0",
+    ):
         assert tag in tags["scalars"], tag
     assert "attn_leftover/layer_0" not in tags["scalars"] and "attn_s/layer_1" not in tags["scalars"]
     leftover = [e.value for e in events(run_dir).Scalars("attn_leftover/layer_1")]
@@ -201,8 +217,9 @@ def test_stickbreaking_is_refused_for_bidirectional_models_naming_the_task():
     with pytest.raises(ConfigError) as err:
         build("normalizer=stickbreaking")
     message = str(err.value)
-    assert "\n" not in message and message.startswith("normalizer=stickbreaking needs causal attention, but "
-                                                      "task=ListOps is a per-sequence task"), message
+    assert "\n" not in message and message.startswith(
+        "normalizer=stickbreaking needs causal attention, but task=ListOps is a per-sequence task"
+    ), message
     assert "model.causal=null; allowed: a per-token task" in message, message
     with pytest.raises(ConfigError, match="normalizer=stickbreaking needs causal"):  # one layer of a hybrid
         build("model.layers=2", "model.layer_normalizers=[softmax,stickbreaking]")
@@ -228,8 +245,11 @@ def test_adaptive_temperature_on_the_papers_row_follows_the_polynomial():
         got = max_weight("softmax", n, pad=2, adaptive_temperature="eval")
         assert got == pytest.approx(1 / (1 + (n - 1) * math.exp(-5 * beta)), rel=1e-4), n
     assert paper_row_entropy(10)[0] < 0.5 and max_weight("softmax", 10, adaptive_temperature="eval") == pytest.approx(
-        max_weight("softmax", 10), rel=1e-6)
-    assert round(max_weight("softmax", 100), 2) == 0.60 and max_weight("softmax", 100, adaptive_temperature="eval") > 0.99
+        max_weight("softmax", 10), rel=1e-6
+    )
+    assert (
+        round(max_weight("softmax", 100), 2) == 0.60 and max_weight("softmax", 100, adaptive_temperature="eval") > 0.99
+    )
     assert poly(paper_row_entropy(1000)[0]) < 1
     assert max_weight("softmax", 1000, adaptive_temperature="train") == pytest.approx(max_weight("softmax", 1000))
 
@@ -281,18 +301,18 @@ def test_the_model_passes_training_to_the_normalizer(mode, differs):
 
     from attnlab.cli import build
 
-    cfg = compose_train("model=tiny", "task=mqar", f"normalizer.adaptive_temperature={mode}", "normalizer.beta=0.1",
-                        *TINY_TASK["mqar"])
+    cfg = compose_train(
+        "model=tiny", "task=mqar", f"normalizer.adaptive_temperature={mode}", "normalizer.beta=0.1", *TINY_TASK["mqar"]
+    )
     task, (net,), _, _ = build(cfg, "softmax_ce")
     split = task.splits["test"]
     evaluated = np.asarray(net.body(split.inputs[:8], split.valid[:8])[0])
-    trained = np.asarray(net.body(split.inputs[:8], split.valid[:8], deterministic=False,
-                                  rngs=nnx.Rngs(dropout=0))[0])
+    trained = np.asarray(net.body(split.inputs[:8], split.valid[:8], deterministic=False, rngs=nnx.Rngs(dropout=0))[0])
     assert (np.abs(evaluated - trained).max() > 1e-4) == differs
 
 
 def test_adaptive_temperature_gradient_matches_finite_differences_of_the_reference():
-    """Training through it (mode train): d(Σ c·w)/dz, β' differentiated too (no stop-gradient, as in the paper's code)."""
+    """Training through it (mode train): d(Σ c·w)/dz, β' differentiated too (no stop-gradient, as in the paper)."""
     T, S, mask, m = R.make_mask("pad")
     q, k, _ = R.qkv(48, T, S)
     norm = R.build("softmax", {"adaptive_temperature": "train", "beta": 0.8})
@@ -325,22 +345,27 @@ def test_stickbreaking_at_length_goes_blockwise_with_statistics_on_sampled_rows(
     assert norm.implementation(T, T, R.nz.Mask(causal=True), jnp.float32) == "blockwise"
     out, stats = norm(q, k, v, R.nz.Mask(causal=True), with_stats=True)
     dense = R.build("stickbreaking", {"impl": "dense"})
-    np.testing.assert_allclose(np.asarray(out), np.asarray(dense(q, k, v, R.nz.Mask(causal=True))[0]),
-                               rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(
+        np.asarray(out), np.asarray(dense(q, k, v, R.nz.Mask(causal=True))[0]), rtol=2e-5, atol=2e-6
+    )
     rows = long_context.stats_rows(T, 5)
     m = R.admissible(R.B, T, T, causal=True)
     w = R.ref_stickbreaking(q, k, m, None, **R.options("stickbreaking"))[0][:, :, rows]
     np.testing.assert_allclose(np.asarray(stats["leftover"]), (1 - w.sum(-1)).mean((0, 2)), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("name,opts,said", [
-    ("ssmax", {"s": float("nan")}, "normalizer.s=nan"), ("ssmax", {"bias": 1}, "normalizer.bias=1"),
-    ("ssmax", {"beta": 0.0}, "normalizer.beta=0.0"),
-    ("softmax", {"adaptive_temperature": True}, "normalizer.adaptive_temperature=True"),
-    ("kl", {"adaptive_temperature": "sometimes"}, "normalizer.adaptive_temperature='sometimes'"),
-    ("stickbreaking", {"attend_current": "yes"}, "normalizer.attend_current='yes'"),
-    ("stickbreaking", {"impl": "cudnn"}, "normalizer.impl='cudnn'"),
-])
+@pytest.mark.parametrize(
+    "name,opts,said",
+    [
+        ("ssmax", {"s": float("nan")}, "normalizer.s=nan"),
+        ("ssmax", {"bias": 1}, "normalizer.bias=1"),
+        ("ssmax", {"beta": 0.0}, "normalizer.beta=0.0"),
+        ("softmax", {"adaptive_temperature": True}, "normalizer.adaptive_temperature=True"),
+        ("kl", {"adaptive_temperature": "sometimes"}, "normalizer.adaptive_temperature='sometimes'"),
+        ("stickbreaking", {"attend_current": "yes"}, "normalizer.attend_current='yes'"),
+        ("stickbreaking", {"impl": "cudnn"}, "normalizer.impl='cudnn'"),
+    ],
+)
 def test_bad_options_are_refused_naming_the_option_and_what_is_allowed(name, opts, said):
     from attnlab.checks import ConfigError
 

@@ -33,7 +33,7 @@ def mqar_labels(inputs, k):
     """(positions, values) of each query, read from the tokens alone: the key's partner in the context."""
     pos, vals = [], []
     for row in inputs:
-        pairs = dict(zip(row[0:2 * k:2].tolist(), row[1:2 * k:2].tolist()))
+        pairs = dict(zip(row[0 : 2 * k : 2].tolist(), row[1 : 2 * k : 2].tolist()))
         q = [t for t in range(2 * k, len(row)) if row[t] in pairs]
         pos.append(q)
         vals.append([pairs[row[t]] for t in q])
@@ -105,12 +105,16 @@ def test_lengths_beyond_the_position_table_are_refused_naming_the_fix():
     cfg = compose_train("model=tiny", "model.max_len=100", "task.n_train=50", "task.test_lengths=[64,256]")
     with pytest.raises(ConfigError) as err:
         build(cfg, "softmax_ce")
-    assert str(err.value) == ("task.test_lengths=[64, 256] needs sequences of 256 positions, beyond the "
-                              "model.positional=learned table of model.max_len=100; raise model.max_len to >= 256 "
-                              "or use model.positional=rope or none")
+    assert str(err.value) == (
+        "task.test_lengths=[64, 256] needs sequences of 256 positions, beyond the "
+        "model.positional=learned table of model.max_len=100; raise model.max_len to >= 256 "
+        "or use model.positional=rope or none"
+    )
     for fix in ("model.max_len=256", "model.positional=rope", "model.positional=none"):
-        build(compose_train("model=tiny", "model.max_len=100", "task.n_train=50", "task.test_lengths=[64,256]", fix),
-              "softmax_ce")
+        build(
+            compose_train("model=tiny", "model.max_len=100", "task.n_train=50", "task.test_lengths=[64,256]", fix),
+            "softmax_ce",
+        )
 
 
 def test_attention_statistics_per_length_are_example_weighted_and_skip_padding():
@@ -119,21 +123,30 @@ def test_attention_statistics_per_length_are_example_weighted_and_skip_padding()
     from attnlab.train.trees import pad_split
 
     task = tasks.make("mqar", seq_len=16, vocab_size=16, num_kv_pairs=2, n_train=10, n_val=4, n_test=12)
-    cfg = compose_train("model=tiny", "model.layers=2", "task=mqar", "task.seq_len=16", "task.vocab_size=16",
-                        "task.num_kv_pairs=2", "task.n_train=10")
+    cfg = compose_train(
+        "model=tiny",
+        "model.layers=2",
+        "task=mqar",
+        "task.seq_len=16",
+        "task.vocab_size=16",
+        "task.num_kv_pairs=2",
+        "task.n_train=10",
+    )
     _, nets, _, _ = build(cfg, "softmax_ce")
     graphdef, params, rest = nnx.split(nets[0], nnx.Param, ...)
     split = pad_split(task.splits["test"], 5)
     assert len(split["inputs"]) == 15
     stack = lambda t: jax.tree.map(lambda x: x[None], t)  # noqa: E731
     got, _ = make_evaluate(graphdef, nets[0].head, eval_batch_size=5, attention_stats=True)(
-        stack(params), stack(rest), split, None, jnp.ones(1))
+        stack(params), stack(rest), split, None, jnp.ones(1)
+    )
     s = task.splits["test"]
     _, want = nets[0].body(jnp.asarray(s.inputs), jnp.asarray(s.valid), with_stats=True)
     for stat in ("entropy", "max_weight"):
         for layer in range(2):
-            np.testing.assert_allclose(float(got[f"attn_{stat}/layer_{layer}"][0]),
-                                       float(np.mean(want[stat][layer])), rtol=1e-5)
+            np.testing.assert_allclose(
+                float(got[f"attn_{stat}/layer_{layer}"][0]), float(np.mean(want[stat][layer])), rtol=1e-5
+            )
 
 
 def test_a_run_records_each_length_in_metrics_json_and_tensorboard(tmp_path):
@@ -166,28 +179,46 @@ def write_run(root, name, normalizer, seed, accuracy_by_length):
     path = root / name
     path.mkdir(parents=True)
     cfg = {"normalizer": {"_target_": "x"}, "seed": seed, "task": {"seq_len": 16}}
-    (path / "run.json").write_text(json.dumps({"config": cfg, "choices": {"normalizer": normalizer},
-                                               "overrides": [f"normalizer={normalizer}", f"seed={seed}"]}))
-    final = {"test/accuracy": accuracy_by_length[16], "test/loss": 1.0,
-             **{f"test_len/{t}/accuracy": a for t, a in accuracy_by_length.items()},
-             **{f"test_len/{t}/loss": 2.0 for t in accuracy_by_length}}
-    (path / "metrics.json").write_text(json.dumps({"status": "completed", "final": final, "best": final,
-                                                   "headline": "test/accuracy"}))
+    (path / "run.json").write_text(
+        json.dumps(
+            {
+                "config": cfg,
+                "choices": {"normalizer": normalizer},
+                "overrides": [f"normalizer={normalizer}", f"seed={seed}"],
+            }
+        )
+    )
+    final = {
+        "test/accuracy": accuracy_by_length[16],
+        "test/loss": 1.0,
+        **{f"test_len/{t}/accuracy": a for t, a in accuracy_by_length.items()},
+        **{f"test_len/{t}/loss": 2.0 for t in accuracy_by_length},
+    }
+    (path / "metrics.json").write_text(
+        json.dumps({"status": "completed", "final": final, "best": final, "headline": "test/accuracy"})
+    )
 
 
 def test_the_report_tabulates_the_headline_metric_per_length(tmp_path, capsys):
     from attnlab.report.cli import cli
 
-    values = {("softmax", 0): {16: 0.9, 64: 0.5, 256: 0.2}, ("softmax", 1): {16: 0.8, 64: 0.45, 256: 0.3},
-              ("softmax", 2): {16: 0.95, 64: 0.55, 256: 0.1}, ("ssmax", 0): {16: 0.9, 64: 0.8, 256: 0.7},
-              ("ssmax", 1): {16: 0.85, 64: 0.75, 256: 0.6}}
+    values = {
+        ("softmax", 0): {16: 0.9, 64: 0.5, 256: 0.2},
+        ("softmax", 1): {16: 0.8, 64: 0.45, 256: 0.3},
+        ("softmax", 2): {16: 0.95, 64: 0.55, 256: 0.1},
+        ("ssmax", 0): {16: 0.9, 64: 0.8, 256: 0.7},
+        ("ssmax", 1): {16: 0.85, 64: 0.75, 256: 0.6},
+    }
     for i, ((norm, seed), acc) in enumerate(values.items()):
         write_run(tmp_path / "sweep", f"{i}_normalizer={norm},seed={seed}", norm, seed, acc)
     assert cli([str(tmp_path / "sweep"), "--curves"]) == 0
     report = (tmp_path / "sweep" / "report" / "report.md").read_text()
     section = report.split("## Length generalisation: test accuracy per test length")[1]
-    rows = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-            for line in section.splitlines() if line.startswith("| softmax") or line.startswith("| ssmax")}
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in section.splitlines()
+        if line.startswith("| softmax") or line.startswith("| ssmax")
+    }
     assert "| normalizer | 16 | 64 | 256 |" in section
     for norm in ("softmax", "ssmax"):
         for col, T in enumerate((16, 64, 256)):

@@ -43,10 +43,11 @@ def test_chunked_and_parallel_agree_forward_and_backward(feature_map):
         val, grads = loss(form, chunk)
         np.testing.assert_allclose(val, ref_val, rtol=1e-5, err_msg=f"{form} C={chunk}")
         for g, r, name in zip(grads, ref_grads, "qkv"):
-            np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5,
-                                       err_msg=f"d{name}, {form} C={chunk}")
+            np.testing.assert_allclose(
+                np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5, err_msg=f"d{name}, {form} C={chunk}"
+            )
         # Padded keys/values get no gradient in any form.
-        assert np.all(np.asarray(grads[1])[1, :, T - 5:] == 0) and np.all(np.asarray(grads[2])[1, :, T - 5:] == 0)
+        assert np.all(np.asarray(grads[1])[1, :, T - 5 :] == 0) and np.all(np.asarray(grads[2])[1, :, T - 5 :] == 0)
 
 
 def test_implementation_names_the_path():

@@ -100,15 +100,18 @@ def test_datasets_text_loader_works_offline(tmp_path, monkeypatch):
         tasks.make("lm", hf_dataset="text", hf_data_files=str(f), hf_column="body", **SMALL)
 
 
-@pytest.mark.parametrize("options, needle", [
-    ({"path": "x", "hf_dataset": "y"}, "exclude each other"),
-    ({"path": ""}, "task.path='' is invalid"),
-    ({"seq_len": 1}, "task.seq_len=1 is invalid"),
-    ({"val_fraction": 0.7}, "task.val_fraction=0.7 is invalid"),
-    ({"seq_len": 60000}, "fewer than task.seq_len + 1"),
-    ({"n_val": "many"}, "task.n_val='many' is invalid; allowed: auto or an integer >= 1"),
-    ({"n_test": 0}, "task.n_test=0 is invalid; allowed: auto or an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "options, needle",
+    [
+        ({"path": "x", "hf_dataset": "y"}, "exclude each other"),
+        ({"path": ""}, "task.path='' is invalid"),
+        ({"seq_len": 1}, "task.seq_len=1 is invalid"),
+        ({"val_fraction": 0.7}, "task.val_fraction=0.7 is invalid"),
+        ({"seq_len": 60000}, "fewer than task.seq_len + 1"),
+        ({"n_val": "many"}, "task.n_val='many' is invalid; allowed: auto or an integer >= 1"),
+        ({"n_test": 0}, "task.n_test=0 is invalid; allowed: auto or an integer >= 1"),
+    ],
+)
 def test_bad_options_fail_in_one_line(options, needle):
     with pytest.raises(ValueError) as e:
         tasks.make("lm", **{**SMALL, **options})
@@ -118,8 +121,16 @@ def test_bad_options_fail_in_one_line(options, needle):
 def test_cli_run_on_a_user_file_records_corpus_and_bits_per_byte(tmp_path):
     root = write_docs(tmp_path / "texts")
     run_dir = tmp_path / "run"
-    run_cli(*TINY, "task=lm", *TINY_TASK["lm"], f"task.path={root}", "model.positional=rope", "trainer.vmap_seeds=2",
-            f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    run_cli(
+        *TINY,
+        "task=lm",
+        *TINY_TASK["lm"],
+        f"task.path={root}",
+        "model.positional=rope",
+        "trainer.vmap_seeds=2",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
     for seed in (0, 1):
         d = run_dir / f"seed{seed}"
         run = json.loads((d / "run.json").read_text())

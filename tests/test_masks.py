@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import normalizer_refs as R
 import numpy as np
 import pytest
 
-import normalizer_refs as R
 from attnlab import normalizers as nz
 
 pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees

@@ -22,16 +22,17 @@ def decode(split, num_classes):
     for x in split.inputs.astype(np.float64):
         q = int(np.flatnonzero(x[:, num_classes + 1] == 1.0)[0])
         items = x[:q]
-        assert (items[:, num_classes + 1] == 0).all() and np.allclose(items[:, 1:num_classes + 1].sum(1), 1.0)
+        assert (items[:, num_classes + 1] == 0).all() and np.allclose(items[:, 1 : num_classes + 1].sum(1), 1.0)
         queries.append(q)
-        winners.append(int(np.argmax(items[int(np.argmax(items[:, 0])), 1:num_classes + 1])))
+        winners.append(int(np.argmax(items[int(np.argmax(items[:, 0])), 1 : num_classes + 1])))
     return np.array(queries), np.array(winners)
 
 
 @pytest.mark.parametrize("n_items,min_items", [(6, None), (9, 2)])
 def test_labels_are_the_class_of_the_highest_priority_item(n_items, min_items):
-    task = tasks.make("max_retrieval", n_items=n_items, min_items=min_items, num_classes=5, n_train=400,
-                      n_val=50, n_test=50, seed=3)
+    task = tasks.make(
+        "max_retrieval", n_items=n_items, min_items=min_items, num_classes=5, n_train=400, n_val=50, n_test=50, seed=3
+    )
     assert task.seq_len == n_items + 1 and task.input_dim == 7 and task.num_classes == 5
     for split in task.splits.values():
         q, winner = decode(split, 5)
@@ -59,9 +60,15 @@ def test_the_split_does_not_change_with_n_train_and_seeds_differ():
     assert not np.array_equal(a.splits["test"].inputs, c.splits["test"].inputs)
 
 
-@pytest.mark.parametrize("options,key", [({"n_items": 0}, "task.n_items"), ({"min_items": 0}, "task.min_items"),
-                                         ({"n_items": 4, "min_items": 5}, "task.min_items=5"),
-                                         ({"num_classes": 1}, "task.num_classes")])
+@pytest.mark.parametrize(
+    "options,key",
+    [
+        ({"n_items": 0}, "task.n_items"),
+        ({"min_items": 0}, "task.min_items"),
+        ({"n_items": 4, "min_items": 5}, "task.min_items=5"),
+        ({"num_classes": 1}, "task.num_classes"),
+    ],
+)
 def test_bad_options_are_refused_naming_the_option(options, key):
     with pytest.raises(ConfigError, match=rf"{key}.*allowed"):
         tasks.make("max_retrieval", n_train=10, n_val=5, n_test=5, **options)
@@ -70,9 +77,17 @@ def test_bad_options_are_refused_naming_the_option(options, key):
 def test_one_head_between_mlps_learns_it_above_chance():
     """The README's model (one layer, one head, no positions) trained 250 Adam steps in-process on 8 items,
     4 classes: test accuracy past the binomial 97.5% point of chance (0.25)."""
-    cfg = compose_train("model=tiny", "task=max_retrieval", "model.layers=1", "model.heads=1",
-                        "model.positional=none", "task.n_items=8", "task.num_classes=4", "task.n_train=4000",
-                        "task.n_test=500")
+    cfg = compose_train(
+        "model=tiny",
+        "task=max_retrieval",
+        "model.layers=1",
+        "model.heads=1",
+        "model.positional=none",
+        "task.n_items=8",
+        "task.num_classes=4",
+        "task.n_train=4000",
+        "task.n_test=500",
+    )
     task, (net,), _, _ = build(cfg, "softmax_ce")
     graphdef, params, rest = nnx.split(net, nnx.Param, ...)
     tx = optax.adam(3e-3)
@@ -94,8 +109,9 @@ def test_one_head_between_mlps_learns_it_above_chance():
     opt, rng = tx.init(params), np.random.default_rng(0)
     for _ in range(250):
         idx = rng.integers(0, len(train), 64)
-        params, opt, _ = step(params, opt, {k: jnp.asarray(getattr(train, k)[idx])
-                                            for k in ("inputs", "targets", "valid", "weights")})
+        params, opt, _ = step(
+            params, opt, {k: jnp.asarray(getattr(train, k)[idx]) for k in ("inputs", "targets", "valid", "weights")}
+        )
     out = np.asarray(jax.jit(logits)(params, {"inputs": test.inputs, "valid": test.valid}))
     rows, q = np.arange(len(test)), test.weights.argmax(1)
     accuracy = float(np.mean(out[rows, q].argmax(-1) == test.targets[rows, q]))

@@ -56,9 +56,22 @@ def reference_features(p, inputs_BT, valid_BT, normalizer: str, causal: bool):
 @pytest.mark.parametrize("normalizer", ["softmax", "linear"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_loss_and_gradients_equal_the_reference(normalizer, causal):
-    model = Transformer(d_model=D, heads=N, layers=2, mlp_ratio=2, dropout=0.0, positional="learned",
-                        max_len=T, causal=causal, qk_norm=False, pooled=False, seq_len=T, vocab_size=V,
-                        make_normalizer=lambda **kw: nz.build(normalizer, **kw), rngs=nnx.Rngs(0))
+    model = Transformer(
+        d_model=D,
+        heads=N,
+        layers=2,
+        mlp_ratio=2,
+        dropout=0.0,
+        positional="learned",
+        max_len=T,
+        causal=causal,
+        qk_norm=False,
+        pooled=False,
+        seq_len=T,
+        vocab_size=V,
+        make_normalizer=lambda **kw: nz.build(normalizer, **kw),
+        rngs=nnx.Rngs(0),
+    )
     rng = np.random.default_rng(1)
     inputs = jnp.asarray(rng.integers(0, V, (B, T)))
     valid = jnp.asarray(np.arange(T)[None] < np.array([[T], [4], [1]]))  # padded rows, one nearly empty

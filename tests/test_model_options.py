@@ -13,9 +13,10 @@ from test_configs import compose_train
 from attnlab import registry
 from attnlab.attention import ShortConv
 from attnlab.cli import ConfigError, build, hparams_of
-from attnlab.model import Transformer
-from attnlab.normalizers import Mask, build as build_normalizer
 from attnlab.groups import leaf_groups
+from attnlab.model import Transformer
+from attnlab.normalizers import Mask
+from attnlab.normalizers import build as build_normalizer
 from attnlab.steps import make_stats_step, make_train_step, probes_supported, sample_batch, step_key
 from attnlab.summaries import flatten_train_metrics
 from attnlab.train.state import fresh_state
@@ -55,9 +56,24 @@ def test_short_conv_equals_numpy_and_padding_never_leaks(causal, width):
 
 def test_padding_never_leaks_through_a_bidirectional_model_with_short_conv():
     make = lambda **kw: build_normalizer("softmax", **kw)  # noqa: E731
-    body = Transformer(d_model=8, heads=2, layers=2, mlp_ratio=2, dropout=0.0, positional="learned",
-                       max_len=16, causal=False, qk_norm=False, pooled=True, make_normalizer=make, seq_len=9,
-                       vocab_size=13, window=3, short_conv=4, rngs=nnx.Rngs(0))
+    body = Transformer(
+        d_model=8,
+        heads=2,
+        layers=2,
+        mlp_ratio=2,
+        dropout=0.0,
+        positional="learned",
+        max_len=16,
+        causal=False,
+        qk_norm=False,
+        pooled=True,
+        make_normalizer=make,
+        seq_len=9,
+        vocab_size=13,
+        window=3,
+        short_conv=4,
+        rngs=nnx.Rngs(0),
+    )
     inputs = np.random.default_rng(0).integers(1, 13, size=(2, 9)).astype(np.int32)
     valid = np.ones((2, 9), bool)
     valid[:, 5:] = False
@@ -91,8 +107,14 @@ def test_window_mask_equals_reference_and_softmax_equals_jax_local_window(causal
         np.testing.assert_array_equal(got[b], window_ref(T, w, causal, valid[b]))
     norm = build_normalizer("softmax", num_heads=N, head_dim=H, impl="dense")
     out = jnp.swapaxes(norm(*(jnp.swapaxes(x, 1, 2) for x in (q, k, v)), mask)[0], 1, 2)  # heads-major contract
-    ref = jax.nn.dot_product_attention(q, k, v, mask=jnp.asarray(valid)[:, None, None, :], is_causal=causal,
-                                       local_window_size=(w - 1, 0 if causal else w - 1))
+    ref = jax.nn.dot_product_attention(
+        q,
+        k,
+        v,
+        mask=jnp.asarray(valid)[:, None, None, :],
+        is_causal=causal,
+        local_window_size=(w - 1, 0 if causal else w - 1),
+    )
     rows = valid if not causal else np.ones_like(valid)  # rows of padded queries with no valid key differ by design
     np.testing.assert_allclose(np.asarray(out)[rows], np.asarray(ref)[rows], atol=1e-5)
 
@@ -121,11 +143,13 @@ def one_step(*overrides, task="mqar", with_stats=True):
     state = fresh_state([net], tx, seed=0)
     data = jax.device_put(task_obj.batches(8))
     batch = sample_batch(data, step_key(jax.tree.map(lambda x: x[0], state)), 8)
-    ref_loss = float(net.head.loss(net.head(net.body(batch["inputs"], batch["valid"])[0]), batch["targets"],
-                                   batch["weights"]))
+    ref_loss = float(
+        net.head.loss(net.head(net.body(batch["inputs"], batch["valid"])[0]), batch["targets"], batch["weights"])
+    )
     before = jax.tree.map(lambda x: np.array(x, copy=True), state["params"])  # the step donates the state
-    shape = dict(num_layers=len(net.body.blocks), num_heads=net.body.blocks[0].attn.num_heads, batch_size=8,
-                 batch_sharding=None)
+    shape = dict(
+        num_layers=len(net.body.blocks), num_heads=net.body.blocks[0].attn.num_heads, batch_size=8, batch_sharding=None
+    )
     step = make_train_step(graphdef, tx, groups=groups, layers=layers, **shape)
     extra = make_stats_step(graphdef, probe_scores=probes_supported(net), **shape)(state, data) if with_stats else {}
     new_state, metrics = step(state, data)
@@ -140,9 +164,12 @@ GRID = [(n, 3, 3) for n in NORMALIZERS]
 
 
 def check_step(name, conv, window):
-    net, metrics, ref_loss, before, new_state = one_step(f"normalizer={name}", f"model.short_conv={conv}",
-                                                          f"model.window={'null' if window is None else window}",
-                                                          with_stats=False)  # the plain step: the cheaper compile
+    net, metrics, ref_loss, before, new_state = one_step(
+        f"normalizer={name}",
+        f"model.short_conv={conv}",
+        f"model.window={'null' if window is None else window}",
+        with_stats=False,
+    )  # the plain step: the cheaper compile
     assert hasattr(net.body.blocks[0].attn, "conv") == (conv > 0) and net.body.window == window
     np.testing.assert_allclose(float(metrics["loss"][0]), ref_loss, rtol=1e-5)
     assert np.isfinite(float(metrics["grad_norm/global"][0])) and int(metrics["nonfinite"][0]) == 0
@@ -178,22 +205,34 @@ def test_hybrid_statistics_are_the_union_of_its_layers():
 
 
 def test_hybrid_layers_use_their_own_yaml_and_the_selected_normalizers_overrides():
-    cfg = compose_train("model=tiny", "model.layers=2", "normalizer=kl", "normalizer.prior=recency",
-                        "model.layer_normalizers=[kl,softmax1]", *TINY_TASK["mqar"])
+    cfg = compose_train(
+        "model=tiny",
+        "model.layers=2",
+        "normalizer=kl",
+        "normalizer.prior=recency",
+        "model.layer_normalizers=[kl,softmax1]",
+        *TINY_TASK["mqar"],
+    )
     _, nets, _, _ = build(cfg, "softmax_ce")
     kl, s1 = (b.attn.normalizer for b in nets[0].body.blocks)
     assert type(kl).__name__ == "KL" and kl.prior == "recency" and type(s1).__name__ == "Softmax1"
 
 
-@pytest.mark.parametrize("override, needle", [
-    ("model.layer_normalizers=[softmax,nope]", "model.layer_normalizers=['softmax', 'nope'] names unknown normalizer(s) nope; allowed: entmax"),
-    ("model.layer_normalizers=softmax", "model.layer_normalizers='softmax' is invalid"),
-    ("model.layer_normalizers=[]", "is invalid; allowed: null or a non-empty list"),
-    ("model.window=0", "model.window=0 is invalid; allowed: an integer >= 1"),
-    ("model.short_conv=-1", "model.short_conv=-1 is invalid; allowed: an integer >= 0 and <= 64"),
-    ("model.short_conv=100000", "model.short_conv=100000 is invalid; allowed: an integer >= 0 and <= 64"),
-    ("model.short_conv=true", "model.short_conv=True is invalid"),
-])
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        (
+            "model.layer_normalizers=[softmax,nope]",
+            "model.layer_normalizers=['softmax', 'nope'] names unknown normalizer(s) nope; allowed: entmax",
+        ),
+        ("model.layer_normalizers=softmax", "model.layer_normalizers='softmax' is invalid"),
+        ("model.layer_normalizers=[]", "is invalid; allowed: null or a non-empty list"),
+        ("model.window=0", "model.window=0 is invalid; allowed: an integer >= 1"),
+        ("model.short_conv=-1", "model.short_conv=-1 is invalid; allowed: an integer >= 0 and <= 64"),
+        ("model.short_conv=100000", "model.short_conv=100000 is invalid; allowed: an integer >= 0 and <= 64"),
+        ("model.short_conv=true", "model.short_conv=True is invalid"),
+    ],
+)
 def test_bad_model_options_fail_in_one_line(override, needle):
     cfg = compose_train("model=tiny", override, *TINY_TASK["mqar"])
     with pytest.raises((ConfigError, ValueError)) as e:
@@ -211,8 +250,11 @@ def test_bfloat16_compute_keeps_float32_master_params_and_optimizer_state():
     """Mixed precision: bfloat16 activations, float32 parameters, Adam moments and loss."""
     net, metrics, ref_loss, before, new_state = one_step("accelerator.dtype=bfloat16", with_stats=False)
     assert net.body.dtype == jnp.bfloat16
-    floats = [x for x in jax.tree.leaves((new_state["params"], new_state["opt_state"]))
-              if jnp.issubdtype(x.dtype, jnp.floating)]
+    floats = [
+        x
+        for x in jax.tree.leaves((new_state["params"], new_state["opt_state"]))
+        if jnp.issubdtype(x.dtype, jnp.floating)
+    ]
     assert len(floats) > 3 * len(jax.tree.leaves(new_state["params"])) - 1  # params, mu and nu
     assert {x.dtype for x in floats} == {jnp.dtype(jnp.float32)}
     assert metrics["loss"].dtype == jnp.float32
@@ -225,9 +267,23 @@ def test_pooled_features_are_a_float32_mean_under_bfloat16():
     from attnlab.model import Transformer
     from attnlab.normalizers import build as build_norm
 
-    net = Transformer(d_model=16, heads=2, layers=1, mlp_ratio=2, dropout=0.0, positional="learned",
-                      max_len=64, causal=False, qk_norm=False, pooled=True, seq_len=64, vocab_size=5,
-                      make_normalizer=lambda **kw: build_norm("softmax", **kw), dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+    net = Transformer(
+        d_model=16,
+        heads=2,
+        layers=1,
+        mlp_ratio=2,
+        dropout=0.0,
+        positional="learned",
+        max_len=64,
+        causal=False,
+        qk_norm=False,
+        pooled=True,
+        seq_len=64,
+        vocab_size=5,
+        make_normalizer=lambda **kw: build_norm("softmax", **kw),
+        dtype=jnp.bfloat16,
+        rngs=nnx.Rngs(0),
+    )
     inputs = jnp.asarray(np.random.default_rng(0).integers(0, 5, (2, 64)))
     valid = jnp.arange(64)[None] < jnp.array([[64], [37]])
     pooled = net(inputs, valid)[0]

@@ -22,8 +22,10 @@ def _concrete_classes():
 
 
 def _configs():
-    return {n: (registry.resolve_target(registry.load("normalizer", n)["_target_"]), registry.load("normalizer", n))
-            for n in registry.choices("normalizer")}
+    return {
+        n: (registry.resolve_target(registry.load("normalizer", n)["_target_"]), registry.load("normalizer", n))
+        for n in registry.choices("normalizer")
+    }
 
 
 def test_every_normalizer_class_has_a_matching_yaml():
@@ -58,12 +60,15 @@ def _without_weights():
             return v_BNSH, {}
 
 
-@pytest.mark.parametrize("define,member", [
-    (_score_without_normalize, "does not implement normalize "),
-    (_positional_without_rows, "does not implement normalize_rows"),
-    (_without_call, "does not implement __call__"),
-    (_without_weights, "does not implement weights"),
-])
+@pytest.mark.parametrize(
+    "define,member",
+    [
+        (_score_without_normalize, "does not implement normalize "),
+        (_positional_without_rows, "does not implement normalize_rows"),
+        (_without_call, "does not implement __call__"),
+        (_without_weights, "does not implement weights"),
+    ],
+)
 def test_half_implemented_normalizer_is_refused_at_definition(define, member):
     with pytest.raises(TypeError, match=member):
         define()
@@ -106,7 +111,8 @@ def test_construction_refuses_an_option_the_config_lacks():
     with pytest.raises(ConfigError, match="KL.__init__ takes slope"):
         construct.build("normalizer", node, deferred=contract.FROM_ATTENTION)
     made = construct.build("normalizer", registry.load("normalizer", "kl"), deferred=contract.FROM_ATTENTION)(
-        num_heads=2, head_dim=4, rngs=None)
+        num_heads=2, head_dim=4, rngs=None
+    )
     assert isinstance(made, nz.KL) and made.prior == "recency"
 
 
@@ -130,11 +136,26 @@ def test_score_grad_availability_is_said_per_layer(capsys, second, layers, said)
     from attnlab.model import Transformer
     from attnlab.run.files import compute_record
 
-    makers = [lambda **kw: nz.build("softmax", **kw),
-              (lambda **kw: nz.build("softmax", **kw)) if second == "softmax" else _NoScores]
-    model = Transformer(d_model=8, heads=2, layers=2, mlp_ratio=2, dropout=0.0, positional="learned",
-                        max_len=6, causal=True, qk_norm=False, pooled=False, seq_len=6, vocab_size=5,
-                        make_normalizer=makers, rngs=nnx.Rngs(0))
+    makers = [
+        lambda **kw: nz.build("softmax", **kw),
+        (lambda **kw: nz.build("softmax", **kw)) if second == "softmax" else _NoScores,
+    ]
+    model = Transformer(
+        d_model=8,
+        heads=2,
+        layers=2,
+        mlp_ratio=2,
+        dropout=0.0,
+        positional="learned",
+        max_len=6,
+        causal=True,
+        qk_norm=False,
+        pooled=False,
+        seq_len=6,
+        vocab_size=5,
+        make_normalizer=makers,
+        rngs=nnx.Rngs(0),
+    )
     record = compute_record(types.SimpleNamespace(body=model), 6, "highest")
     err = capsys.readouterr().err
     assert record["score_grad_layers"] == layers

@@ -3,11 +3,11 @@ weights, output and statistics, under padding, causal, cross-causal and dense ma
 
 import jax
 import jax.numpy as jnp
+import normalizer_refs as R
 import numpy as np
 import pytest
 from flax import nnx
 
-import normalizer_refs as R
 from attnlab import normalizers as nz
 from attnlab import registry
 from attnlab.checks import ConfigError
@@ -89,9 +89,13 @@ def test_matches_reference(case, kind):
 
 
 # One compiled program per case is costly: jit-check one variant per distinct code path.
-JIT_CASES = [c for c in CASES if c[1] == next(iter(R.VARIANTS.get(c[0], {"default": {}})))
-             or R.case_id(c) in ("kl-recency", "kl-learned", "entmax-alpha2", "entmax-alpha1.3", "linear-favor",
-                                 "squared-offset")]
+JIT_CASES = [
+    c
+    for c in CASES
+    if c[1] == next(iter(R.VARIANTS.get(c[0], {"default": {}})))
+    or R.case_id(c)
+    in ("kl-recency", "kl-learned", "entmax-alpha2", "entmax-alpha1.3", "linear-favor", "squared-offset")
+]
 
 
 @pytest.mark.parametrize("case", JIT_CASES, ids=R.case_id)

@@ -4,11 +4,11 @@ entmax gradients against finite differences."""
 
 import jax
 import jax.numpy as jnp
+import normalizer_refs as R
 import numpy as np
 import pytest
 from jax.test_util import check_grads
 
-import normalizer_refs as R
 from attnlab import normalizers as nz
 
 pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
@@ -36,7 +36,7 @@ def test_causal_and_padding_gradients_are_exactly_zero(case):
         ct_t = np.zeros_like(ct)
         ct_t[:, t] = ct[:, t]
         gq, gk, gv = (np.asarray(g) for g in vjp(jnp.asarray(ct_t)))
-        assert (gk[:, t + 1:] == 0).all() and (gv[:, t + 1:] == 0).all(), f"row {t} sees the future"
+        assert (gk[:, t + 1 :] == 0).all() and (gv[:, t + 1 :] == 0).all(), f"row {t} sees the future"
         assert (np.delete(gq, t, axis=1) == 0).all(), f"row {t} depends on other queries"
         if attends[:, :, t].any():  # stick-breaking's first row takes no key (without attend_current)
             assert np.abs(gv[:, : t + 1]).sum() > 0
@@ -137,7 +137,8 @@ def test_softmax_jacobian_is_beta_diag_minus_outer():
     m_B1TS = mask.matrix_B1TS(T, S)
     z = R.scores(q, k).astype(np.float32)
     for b, n, t in [(0, 0, 0), (1, 2, 5)]:
-        def row(zr):
+
+        def row(zr, b=b, n=n, t=t):
             return norm.normalize(jnp.asarray(z).at[b, n, t].set(zr), m_B1TS)[0][b, n, t]
 
         alpha = np.asarray(row(z[b, n, t]), np.float64)
@@ -146,7 +147,7 @@ def test_softmax_jacobian_is_beta_diag_minus_outer():
         np.testing.assert_allclose(J, expected, atol=1e-6)
         assert (J[~m[b, t]] == 0).all() and (J[:, ~m[b, t]] == 0).all()
 
-        def row_q(qr):
+        def row_q(qr, b=b, n=n, t=t):
             return norm.weights(jnp.asarray(q).at[b, t, n].set(qr), k, mask)[b, n, t]
 
         Jq = np.asarray(jax.jacobian(row_q)(jnp.asarray(q[b, t, n])))
@@ -174,7 +175,13 @@ def test_entmax_gradient_matches_finite_differences(alpha):
     for b, n, t in [(0, 1, 3), (1, 0, 6)]:
         idx = np.flatnonzero(m[b, t])
         zr = 1.5 * z[b, n, t, idx].astype(np.float64)
-        fd = np.array([(c[b, n, t, idx] @ R.entmax_np(zr + h * e, alpha) - c[b, n, t, idx] @ R.entmax_np(zr - h * e, alpha))
-                       / (2 * h) * 1.5 for e in np.eye(idx.size)])
+        fd = np.array(
+            [
+                (c[b, n, t, idx] @ R.entmax_np(zr + h * e, alpha) - c[b, n, t, idx] @ R.entmax_np(zr - h * e, alpha))
+                / (2 * h)
+                * 1.5
+                for e in np.eye(idx.size)
+            ]
+        )
         np.testing.assert_allclose(g[b, n, t, idx], fd, atol=1e-4, rtol=1e-3)
         assert (g[b, n, t, ~m[b, t]] == 0).all()

@@ -6,10 +6,10 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+import normalizer_refs as R
 import numpy as np
 import pytest
 
-import normalizer_refs as R
 from attnlab import normalizers as nz
 from attnlab import registry
 
@@ -84,8 +84,14 @@ def test_kl_closed_form_maximises_the_regularised_objective(prior):
 
 # --- temperature limits --------------------------------------------------------------------
 
-ARGMAX_CASES = [("softmax", {}), ("kl", {"prior": "uniform"}), ("kl", {"prior": "recency"}),
-                ("entmax", {"alpha": 1.5}), ("entmax", {"alpha": 2.0}), ("entmax", {"alpha": 1.3})]
+ARGMAX_CASES = [
+    ("softmax", {}),
+    ("kl", {"prior": "uniform"}),
+    ("kl", {"prior": "recency"}),
+    ("entmax", {"alpha": 1.5}),
+    ("entmax", {"alpha": 2.0}),
+    ("entmax", {"alpha": 1.3}),
+]
 
 
 @pytest.mark.parametrize("name,opts", ARGMAX_CASES, ids=lambda x: str(x))
@@ -116,7 +122,10 @@ def test_squared_is_beta_invariant_without_offset_and_not_with_it():
     T, S, mask, _ = _mask("pad")
     q, k, _ = R.qkv(45, T, S)
     for power in (2, 3):
-        w = [np.asarray(_build("squared", {"beta": b, "eps": 0.0, "power": power}).weights(q, k, mask)) for b in (0.3, 4.0)]
+        w = [
+            np.asarray(_build("squared", {"beta": b, "eps": 0.0, "power": power}).weights(q, k, mask))
+            for b in (0.3, 4.0)
+        ]
         np.testing.assert_allclose(w[0], w[1], atol=1e-6)
     w = [np.asarray(_build("squared", {"beta": b, "offset": True}).weights(q, k, mask)) for b in (0.3, 4.0)]
     assert np.abs(w[0] - w[1]).max() > 0.05
@@ -155,7 +164,9 @@ def test_linear_attention_forms_agree(feature_map):
     valid = mask_c.key_valid_BS
     q, k, v = R.qkv(47, T, S)
     opts = {"feature_map": feature_map, "num_features": 16}
-    ref = np.einsum("bnts,bsnh->btnh", R.ref_linear(q, k, m, _build("linear", opts), **R.options("linear", **opts))[0], v)
+    ref = np.einsum(
+        "bnts,bsnh->btnh", R.ref_linear(q, k, m, _build("linear", opts), **R.options("linear", **opts))[0], v
+    )
     tol = dict(atol=1e-5, rtol=1e-5)
 
     norm = _build("linear", opts)
@@ -208,8 +219,11 @@ def test_causal_flag_is_honoured_with_a_mask_object():
     T, S, mask, _ = _mask("grad")
     q, k, v = R.qkv(53, T, S)
     padding_only = nz.Mask(key_valid_BS=mask.key_valid_BS)
-    np.testing.assert_allclose(np.asarray(nz.attention_weights("softmax", q, k, padding_only, causal=True)),
-                               np.asarray(nz.attention_weights("softmax", q, k, mask)), atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(nz.attention_weights("softmax", q, k, padding_only, causal=True)),
+        np.asarray(nz.attention_weights("softmax", q, k, mask)),
+        atol=1e-6,
+    )
 
 
 # --- entmax, softmax₁, sigmoid --------------------------------------------------------------
@@ -219,7 +233,9 @@ def test_entmax_approaches_softmax_as_alpha_goes_to_one():
     T, S, mask, _ = _mask("causal_pad")
     q, k, _ = R.qkv(50, T, S)
     w_sm = np.asarray(_build("softmax", {}).weights(q, k, mask))
-    errs = [np.abs(np.asarray(_build("entmax", {"alpha": a}).weights(q, k, mask)) - w_sm).max() for a in (1.3, 1.05, 1.001)]
+    errs = [
+        np.abs(np.asarray(_build("entmax", {"alpha": a}).weights(q, k, mask)) - w_sm).max() for a in (1.3, 1.05, 1.001)
+    ]
     assert errs[2] < 2e-3 and errs[2] < errs[1] < errs[0]
 
 
@@ -264,8 +280,11 @@ def test_sigmoid_default_bias_is_minus_log_n(kind):
 def test_unknown_name_or_option_lists_what_exists():
     q = jnp.zeros((1, 2, R.N, R.H))
     names = registry.choices("normalizer")
-    for call in (lambda: nz.attend("nonexistent", q, q, q), lambda: nz.build("nonexistent", num_heads=R.N, head_dim=R.H),
-                 lambda: nz.attention_weights("nonexistent", q, q)):
+    for call in (
+        lambda: nz.attend("nonexistent", q, q, q),
+        lambda: nz.build("nonexistent", num_heads=R.N, head_dim=R.H),
+        lambda: nz.attention_weights("nonexistent", q, q),
+    ):
         with pytest.raises(ValueError) as err:
             call()
         assert all(n in str(err.value) for n in names), str(err.value)
@@ -276,14 +295,23 @@ def test_unknown_name_or_option_lists_what_exists():
         assert all(a in str(err.value) for a in allowed), str(err.value)
 
 
-@pytest.mark.parametrize("name,opts,option", [
-    ("entmax", {"alpha": 1.0}, "alpha"), ("entmax", {"alpha": 0.5}, "alpha"),
-    ("squared", {"eps": -1e-3}, "eps"), ("squared", {"power": 0}, "power"), ("squared", {"power": 2.5}, "power"),
-    ("squared", {"offset": True, "power": 3}, "offset"),
-    ("linear", {"feature_map": "softplus"}, "feature_map"), ("linear", {"eps": -1.0}, "eps"),
-    ("kl", {"prior": "gaussian"}, "prior"), ("kl", {"prior": "recency", "slope": 0.0}, "slope"),
-    ("softmax", {"beta": 0.0}, "beta"), ("softmax", {"beta": -1.0}, "beta"),
-])
+@pytest.mark.parametrize(
+    "name,opts,option",
+    [
+        ("entmax", {"alpha": 1.0}, "alpha"),
+        ("entmax", {"alpha": 0.5}, "alpha"),
+        ("squared", {"eps": -1e-3}, "eps"),
+        ("squared", {"power": 0}, "power"),
+        ("squared", {"power": 2.5}, "power"),
+        ("squared", {"offset": True, "power": 3}, "offset"),
+        ("linear", {"feature_map": "softplus"}, "feature_map"),
+        ("linear", {"eps": -1.0}, "eps"),
+        ("kl", {"prior": "gaussian"}, "prior"),
+        ("kl", {"prior": "recency", "slope": 0.0}, "slope"),
+        ("softmax", {"beta": 0.0}, "beta"),
+        ("softmax", {"beta": -1.0}, "beta"),
+    ],
+)
 def test_invalid_option_values_name_the_option(name, opts, option):
     with pytest.raises(ValueError, match=option):
         _build(name, opts)
@@ -296,5 +324,3 @@ def test_learnable_beta_without_offset_warns():
         warnings.simplefilter("error")
         _build("squared", {"learnable": True, "offset": True})
         _build("squared", {"learnable": False, "offset": False})
-
-

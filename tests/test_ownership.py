@@ -7,15 +7,17 @@ import json
 from omegaconf import OmegaConf
 
 from attnlab import tb_hparams
+from attnlab.report.expected import expected_jobs
 from attnlab.run import files as run_files
 from attnlab.sweep import definition
-from attnlab.report.expected import expected_jobs
 
 
 def test_run_files_writes_diverged_json_from_the_records_diagnosis_and_keeps_it_out_of_metrics(tmp_path):
     diagnosis = {"first_nonfinite_step": 3, "last_logged": {"train/loss": 2.5}, "batch": {"inputs": [[1, 2]]}}
-    records = [{"status": "diverged", "diverged": {"step": 3, "reason": "r"}, "diagnosis": diagnosis},
-               {"status": "completed"}]
+    records = [
+        {"status": "diverged", "diverged": {"step": 3, "reason": "r"}, "diagnosis": diagnosis},
+        {"status": "completed"},
+    ]
     dirs = [tmp_path / "seed0", tmp_path / "seed1"]
     for d in dirs:
         d.mkdir()
@@ -27,13 +29,18 @@ def test_run_files_writes_diverged_json_from_the_records_diagnosis_and_keeps_it_
 
 def test_multirun_yaml_is_read_in_one_place(monkeypatch, tmp_path):
     """Every reader of a sweep's definition goes through sweep.definition.multirun_config (none opens it itself)."""
-    saved = OmegaConf.create({"hydra": {"overrides": {"task": ["normalizer=softmax,kl", "seed=0"], "hydra": []},
-                                        "sweeper": {"params": {"optim.lr": "0.1,0.2"}}},
-                              "trainer": {"vmap_seeds": 1}})
+    saved = OmegaConf.create(
+        {
+            "hydra": {
+                "overrides": {"task": ["normalizer=softmax,kl", "seed=0"], "hydra": []},
+                "sweeper": {"params": {"optim.lr": "0.1,0.2"}},
+            },
+            "trainer": {"vmap_seeds": 1},
+        }
+    )
     monkeypatch.setattr(definition, "multirun_config", lambda _dir: saved)
     nowhere = tmp_path / "no-such-sweep"  # no multirun.yaml on disk: only the patched reader knows the sweep
     assert definition.swept_keys(nowhere) == {"normalizer", "optim.lr"}
     assert tb_hparams.sweep_values(nowhere) == {"normalizer": ["softmax", "kl"], "optim.lr": ["0.1", "0.2"]}
     assert len(expected_jobs(nowhere)) == 4
     assert "normalizer=softmax,kl" in definition.resume_command(nowhere)
-

@@ -15,8 +15,14 @@ from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli, scalar_curve
 
 from attnlab import exits
 
-RUN = [*TINY, *TINY_TASK["mqar"], "trainer.steps=40", "trainer.log_every=2", "trainer.eval_every=10",
-       "trainer.progress=lines"]
+RUN = [
+    *TINY,
+    *TINY_TASK["mqar"],
+    "trainer.steps=40",
+    "trainer.log_every=2",
+    "trainer.eval_every=10",
+    "trainer.progress=lines",
+]
 
 
 def curves(run_dir, tags=("train/loss", "grad_norm/global", "val/loss", "attn_entropy/layer_0/head_0")):
@@ -33,9 +39,14 @@ def uninterrupted(tmp_path_factory):
 def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path, uninterrupted):
     run_dir = tmp_path / "r"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab", *RUN, "trainer.checkpoint_every=0",
-                             f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnlab", *RUN, "trainer.checkpoint_every=0", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     for line in proc.stdout:  # interrupt once training is under way
         if line.startswith("step 14:"):
             proc.send_signal(signal.SIGTERM)
@@ -83,8 +94,17 @@ def test_no_usable_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
     assert "no usable checkpoint" in proc.stderr and "Traceback" not in proc.stderr
 
 
-DIVERGE = [*TINY, *TINY_TASK["mqar"], "normalizer=squared", "normalizer.eps=0", "optim.lr=1e6",
-           "optim.warmup_steps=0", "trainer.steps=12", "trainer.log_every=4", "trainer.eval_every=12"]
+DIVERGE = [
+    *TINY,
+    *TINY_TASK["mqar"],
+    "normalizer=squared",
+    "normalizer.eps=0",
+    "optim.lr=1e6",
+    "optim.warmup_steps=0",
+    "trainer.steps=12",
+    "trainer.log_every=4",
+    "trainer.eval_every=12",
+]
 
 
 def test_stop_policy_ends_the_run_as_diverged_with_a_diagnostic(tmp_path):
@@ -101,8 +121,14 @@ def test_stop_policy_ends_the_run_as_diverged_with_a_diagnostic(tmp_path):
 def test_skip_policy_counts_nonfinite_steps_and_keeps_going(tmp_path):
     """max_skipped=1: every step may be skipped, so the run goes on to the end, where its NaN test loss
     (finite but huge parameters) makes it diverged, not completed."""
-    proc = run_cli(*DIVERGE, "trainer.nonfinite=skip", "trainer.max_skipped=1", f"hydra.run.dir={tmp_path / 'r'}",
-                   cwd=tmp_path, check=False)
+    proc = run_cli(
+        *DIVERGE,
+        "trainer.nonfinite=skip",
+        "trainer.max_skipped=1",
+        f"hydra.run.dir={tmp_path / 'r'}",
+        cwd=tmp_path,
+        check=False,
+    )
     m = metrics(tmp_path / "r")
     assert m["steps"] == 12 and m["nonfinite_steps"] > 0
     assert proc.returncode == 3 and m["status"] == "diverged" and "test/loss" in m["diverged"]["reason"]
@@ -116,8 +142,16 @@ def test_skip_policy_counts_nonfinite_steps_and_keeps_going(tmp_path):
 
 def test_sweep_with_refused_draws_completes_the_others(tmp_path):
     """heads=0 and dropout=1.5 are refused in their own job (one line each); the valid draws still train."""
-    proc = run_cli("-m", "model.heads=0,2", "model.dropout=1.5,0.0", *TINY, *TINY_TASK["mqar"],
-                   f"hydra.sweep.dir={tmp_path}", cwd=tmp_path, check=False)
+    proc = run_cli(
+        "-m",
+        "model.heads=0,2",
+        "model.dropout=1.5,0.0",
+        *TINY,
+        *TINY_TASK["mqar"],
+        f"hydra.sweep.dir={tmp_path}",
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == exits.REFUSED, proc.stderr  # two jobs refused, none failed
     status = {p.name: metrics(p) for p in tmp_path.iterdir() if (p / "metrics.json").exists()}
     assert len(status) == 4, sorted(status)
@@ -145,15 +179,28 @@ def test_soak_sweep_with_random_sigterms_completes_every_run_once(tmp_path):
     import time
 
     rng, seeds, steps, max_kills = random.Random(13), range(20), 20, 8
-    cmd = [sys.executable, "-m", "attnlab", "-m", "seed=" + ",".join(map(str, seeds)), *TINY, *TINY_TASK["mqar"],
-           f"trainer.steps={steps}", "trainer.log_every=2", "trainer.eval_every=10", "trainer.checkpoint_every=5",
-           f"hydra.sweep.dir={tmp_path}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "attnlab",
+        "-m",
+        "seed=" + ",".join(map(str, seeds)),
+        *TINY,
+        *TINY_TASK["mqar"],
+        f"trainer.steps={steps}",
+        "trainer.log_every=2",
+        "trainer.eval_every=10",
+        "trainer.checkpoint_every=5",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     completed_at: dict[str, int] = {}  # job -> metrics.json mtime when first seen completed
     kills = 0
     for _ in range(40):
         before = _progress(tmp_path)
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         if kills < max_kills:
             if rng.random() < 0.25:  # during start-up
                 time.sleep(rng.uniform(0.5, 5.0))

@@ -15,17 +15,32 @@ from attnlab.normalizers import build as build_normalizer
 
 def _body(remat, names=("softmax",), layers=3, d_model=16, T=12):
     makers = [lambda name=n, **kw: build_normalizer(name, **kw) for n in names]
-    return Transformer(d_model=d_model, heads=2, layers=layers, mlp_ratio=2, dropout=0.0, positional="rope",
-                       max_len=T, causal=True, qk_norm=False, pooled=False, make_normalizer=makers, seq_len=T,
-                       vocab_size=11, remat=remat, rngs=nnx.Rngs(0))
+    return Transformer(
+        d_model=d_model,
+        heads=2,
+        layers=layers,
+        mlp_ratio=2,
+        dropout=0.0,
+        positional="rope",
+        max_len=T,
+        causal=True,
+        qk_norm=False,
+        pooled=False,
+        make_normalizer=makers,
+        seq_len=T,
+        vocab_size=11,
+        remat=remat,
+        rngs=nnx.Rngs(0),
+    )
 
 
 def _loss_grads(body, inputs, valid, ct):
     graphdef, params, rest = nnx.split(body, nnx.Param, ...)
 
     def loss(params):
-        feats, stats = nnx.merge(graphdef, params, rest)(inputs, valid, with_stats=True, deterministic=False,
-                                                         rngs=nnx.Rngs(dropout=0))
+        feats, stats = nnx.merge(graphdef, params, rest)(
+            inputs, valid, with_stats=True, deterministic=False, rngs=nnx.Rngs(dropout=0)
+        )
         return jnp.sum(feats * ct), stats
 
     (value, stats), grads = jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
@@ -44,8 +59,9 @@ def test_remat_gives_the_same_loss_gradients_and_statistics(names):
     for remat in (True, "dots"):
         value, stats, grads = _loss_grads(_body(remat, names), inputs, valid, ct)
         np.testing.assert_allclose(value, ref_value, rtol=1e-6)
-        for (path, g), (_, r) in zip(jax.tree_util.tree_leaves_with_path(grads),
-                                     jax.tree_util.tree_leaves_with_path(ref_grads)):
+        for (path, g), (_, r) in zip(
+            jax.tree_util.tree_leaves_with_path(grads), jax.tree_util.tree_leaves_with_path(ref_grads)
+        ):
             np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-5, atol=1e-6, err_msg=f"{remat} {path}")
         assert stats.keys() == ref_stats.keys()
         for k in stats:

@@ -29,20 +29,44 @@ NORM_CFG = {  # the options differ by normalizer, so they vary across runs only 
 
 
 def config(normalizer, lr, seed, d_model=16):
-    return {"normalizer": NORM_CFG[normalizer], "optim": {"lr": lr, "warmup_steps": 10},
-            "task": {"_target_": "attnlab.tasks.MQAR", "seq_len": 16, "seed": 0, "default_head": "softmax_ce"},
-            "model": {"d_model": d_model, "heads": 2}, "trainer": {"steps": 4, "checkpoint_every": 500},
-            "seed": seed, "compile_cache": None}
+    return {
+        "normalizer": NORM_CFG[normalizer],
+        "optim": {"lr": lr, "warmup_steps": 10},
+        "task": {"_target_": "attnlab.tasks.MQAR", "seq_len": 16, "seed": 0, "default_head": "softmax_ce"},
+        "model": {"d_model": d_model, "heads": 2},
+        "trainer": {"steps": 4, "checkpoint_every": 500},
+        "seed": seed,
+        "compile_cache": None,
+    }
 
 
-def write_run(root: Path, name: str, normalizer: str, lr: float, seed: int, final: dict | None, *,
-              status="completed", record="run.json", best=None, d_model=16, overrides=True) -> Path:
+def write_run(
+    root: Path,
+    name: str,
+    normalizer: str,
+    lr: float,
+    seed: int,
+    final: dict | None,
+    *,
+    status="completed",
+    record="run.json",
+    best=None,
+    d_model=16,
+    overrides=True,
+) -> Path:
     """One run directory as the trainer leaves it; record: run.json | hydra (failed early) | none."""
     path = root / name
     path.mkdir(parents=True)
     cfg = config(normalizer, lr, seed, d_model)
-    choices = {"normalizer": normalizer, "task": "mqar", "head": "softmax_ce", "model": "tiny", "optim": "adamw",
-               "trainer": "default", "hydra/launcher": "basic"}
+    choices = {
+        "normalizer": normalizer,
+        "task": "mqar",
+        "head": "softmax_ce",
+        "model": "tiny",
+        "optim": "adamw",
+        "trainer": "default",
+        "hydra/launcher": "basic",
+    }
     ovr = [f"normalizer={normalizer}", f"optim.lr={lr}", f"seed={seed}"] if overrides else []
     if record == "run.json":  # env differs in every run and must not become a group key
         env = {"host": "h", "command": f"python -m attnlab {name}", "run_dir": str(path)}
@@ -54,8 +78,13 @@ def write_run(root: Path, name: str, normalizer: str, lr: float, seed: int, fina
         (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(ovr))
     metrics = {"status": status, "error": None if status == "completed" else "boom", "run_dir": str(path)}
     if final is not None:
-        metrics.update(final=final, best=best or {**final, "step": 4}, baseline={"baseline/accuracy": 0.125},
-                       headline="test/accuracy", baseline_labels={"test/accuracy": {"baseline/accuracy": "chance"}})
+        metrics.update(
+            final=final,
+            best=best or {**final, "step": 4},
+            baseline={"baseline/accuracy": 0.125},
+            headline="test/accuracy",
+            baseline_labels={"test/accuracy": {"baseline/accuracy": "chance"}},
+        )
     (path / "metrics.json").write_text(json.dumps(metrics))
     return path
 
@@ -65,8 +94,13 @@ def grid_sweep(root: Path, norms=("softmax", "kl"), lrs=(0.001, 0.003), seeds=(0
     rng = np.random.default_rng(7)
     for i, (n, lr, s) in enumerate(itertools.product(norms, lrs, seeds)):
         acc = value(n, lr, s) if value else 0.5 + 0.1 * norms.index(n) + 0.05 * rng.standard_normal()
-        final = {"val/loss": 2.0 - acc + 0.01 * rng.standard_normal(), "test/accuracy": acc,
-                 "test/loss": 2.0 - acc, "test/accuracy_ts": acc, "test/temperature": 1.3}
+        final = {
+            "val/loss": 2.0 - acc + 0.01 * rng.standard_normal(),
+            "test/accuracy": acc,
+            "test/loss": 2.0 - acc,
+            "test/accuracy_ts": acc,
+            "test/temperature": 1.3,
+        }
         if (n, lr, s) not in skip:
             write_run(root, f"{i}_{n}_mqar_seed{s}", n, lr, s, final)
     return root
@@ -112,7 +146,10 @@ def test_load_runs_reads_every_run_and_flattens_the_config(mixed):
     (mixed / "23_running" / "run.json").write_text((mixed / "0_softmax_mqar_seed0" / "run.json").read_text())
     (mixed / "24_torn").mkdir()
     (mixed / "24_torn" / "metrics.json").write_text('{"status": "compl')
-    assert {r.path.name: r.status for r in load_runs(mixed)[-2:]} == {"23_running": "incomplete", "24_torn": "unreadable"}
+    assert {r.path.name: r.status for r in load_runs(mixed)[-2:]} == {
+        "23_running": "incomplete",
+        "24_torn": "unreadable",
+    }
     early = {r.path.name: r for r in runs if r.status == "failed"}
     assert early["21_kl_mqar_seed2"].config["normalizer"] == "kl"  # placed from Hydra's .hydra/ record
     assert early["22_kl_mqar_seed2"].config == {}
@@ -182,8 +219,10 @@ def test_which_best_reads_the_best_record(tmp_path):
 
 def runs_of(values, seeds=None, normalizer="a"):
     seeds = range(len(values)) if seeds is None else seeds
-    return [Run(Path(f"{normalizer}{s}"), "completed", {"normalizer": normalizer, "seed": s}, {"test/accuracy": v})
-            for s, v in zip(seeds, values)]
+    return [
+        Run(Path(f"{normalizer}{s}"), "completed", {"normalizer": normalizer, "seed": s}, {"test/accuracy": v})
+        for s, v in zip(seeds, values)
+    ]
 
 
 def test_bootstrap_ci_contains_the_mean_and_shrinks_with_more_seeds():
@@ -229,6 +268,7 @@ def test_fewer_than_three_pairs_give_the_differences_and_no_p_value():
     want = stats.ttest_rel([0.7, 0.6, 0.9], list(base.values()))
     assert (three.t, three.p) == pytest.approx((want.statistic, want.pvalue), rel=1e-10)
     from attnlab.report.tables import to_markdown
+
     md = to_markdown(table)
     [kl_row] = [line for line in md.splitlines() if line.startswith("| kl |")]
     assert "+0.075 (2 pairs: +0.12, +0.03; no test)" in kl_row and "p=" not in kl_row
@@ -273,9 +313,13 @@ def test_paired_p_value_is_ttest_rel_on_matched_seeds():
     lin = {s: base[s] + 0.2 + 0.001 * rng.standard_normal() for s in range(5)}  # a large, consistent effect
     mid = {s: base[s] + d for s, d in zip(range(3), (0.1, 0.2, 0.3))}  # |mean Δ| = 2·std Δ, yet p ≈ 0.07
     same = dict(base)  # identical to the baseline on every seed
-    runs = (runs_of(list(base.values()), list(base), "softmax") + runs_of(list(kl.values()), list(kl), "kl")
-            + runs_of(list(lin.values()), list(lin), "linear") + runs_of(list(mid.values()), list(mid), "relu")
-            + runs_of(list(same.values()), list(same), "entmax"))
+    runs = (
+        runs_of(list(base.values()), list(base), "softmax")
+        + runs_of(list(kl.values()), list(kl), "kl")
+        + runs_of(list(lin.values()), list(lin), "linear")
+        + runs_of(list(mid.values()), list(mid), "relu")
+        + runs_of(list(same.values()), list(same), "entmax")
+    )
     table = summarize(runs, metrics=["test/accuracy"], baseline="normalizer=softmax")
     s = cell(table, normalizer="kl").stats["test/accuracy"]
     matched = [0, 1, 2, 3]
@@ -297,8 +341,14 @@ def test_paired_p_value_is_ttest_rel_on_matched_seeds():
 
 def test_select_lr_picks_the_best_validation_lr_per_group(tmp_path):
     """val/loss is lowest at softmax 1e-3 and kl 1e-2; test accuracy, best elsewhere, must not steer the choice."""
-    val = {("softmax", 0.001): 1.0, ("softmax", 0.01): 1.5, ("softmax", 0.03): 1.2,
-           ("kl", 0.001): 1.4, ("kl", 0.01): 1.1, ("kl", 0.03): 0.9}  # kl@0.03 has a diverged seed
+    val = {
+        ("softmax", 0.001): 1.0,
+        ("softmax", 0.01): 1.5,
+        ("softmax", 0.03): 1.2,
+        ("kl", 0.001): 1.4,
+        ("kl", 0.01): 1.1,
+        ("kl", 0.03): 0.9,
+    }  # kl@0.03 has a diverged seed
     i = 0
     for (n, lr), v in val.items():
         for s in range(3):
@@ -339,8 +389,11 @@ def test_csv_round_trips_and_latex_uses_booktabs(tmp_path):
         rows = list(csv.DictReader(f))
     assert len(rows) == len(table.rows()) == 4 * 2
     for got, want in zip(rows, table.rows()):
-        assert (got["normalizer"], float(got["optim.lr"]), got["metric"]) == \
-            (want["normalizer"], want["optim.lr"], want["metric"])
+        assert (got["normalizer"], float(got["optim.lr"]), got["metric"]) == (
+            want["normalizer"],
+            want["optim.lr"],
+            want["metric"],
+        )
         assert int(got["n"]) == want["n"] and int(got["completed"]) == want["completed"]
         for k in ("mean", "std", "ci_low", "ci_high", "diff_mean", "p"):
             assert float(got[k]) == want[k] or (math.isnan(float(got[k])) and math.isnan(want[k]))
@@ -407,7 +460,7 @@ def test_log_y_patterns_pick_the_log_scaled_curves(tmp_path, monkeypatch):
 
     grid_sweep(tmp_path, lrs=(0.001,))
     for r in load_runs(tmp_path):
-        write_events(r.path, {"grad_norm/layer_0": [10.0 ** -k for k in range(4)], "val/loss": [1.0, 0.5, 0.2, 0.1]})
+        write_events(r.path, {"grad_norm/layer_0": [10.0**-k for k in range(4)], "val/loss": [1.0, 0.5, 0.2, 0.1]})
     table = summarize(load_runs(tmp_path))
     fig = report_write.draw_curves(table, "grad_norm/layer_0", log_y=True)
     ax = fig.axes[0]
@@ -442,8 +495,18 @@ def test_cli_exits_2_on_a_missing_or_empty_dir(tmp_path, capsys):
 
 def test_cli_writes_the_report(tmp_path, capsys):
     grid_sweep(tmp_path)
-    report_cli.main([str(tmp_path), "--metrics", "test/accuracy", "--baseline", "normalizer=softmax", "--curves",
-                 "--out", str(tmp_path / "rep")])
+    report_cli.main(
+        [
+            str(tmp_path),
+            "--metrics",
+            "test/accuracy",
+            "--baseline",
+            "normalizer=softmax",
+            "--curves",
+            "--out",
+            str(tmp_path / "rep"),
+        ]
+    )
     out = capsys.readouterr().out
     assert "| normalizer | optim.lr | n | diverged | failed | test/accuracy |" in out
     assert {p.name for p in (tmp_path / "rep").iterdir()} == {"report.md", "report.tex", "report.csv"}
@@ -455,8 +518,15 @@ def test_report_of_a_real_tiny_sweep(tmp_path):
     from cli_helpers import TINY, TINY_TASK, run_cli
 
     sweep = tmp_path / "sweep"
-    run_cli("-m", "normalizer=softmax,linear", "seed=0,1", *TINY, *TINY_TASK["mqar"], f"hydra.sweep.dir={sweep}",
-            cwd=tmp_path)
+    run_cli(
+        "-m",
+        "normalizer=softmax,linear",
+        "seed=0,1",
+        *TINY,
+        *TINY_TASK["mqar"],
+        f"hydra.sweep.dir={sweep}",
+        cwd=tmp_path,
+    )
     runs = load_runs(sweep)
     assert len(runs) == 4 and {r.status for r in runs} == {"completed"}
     table = summarize(runs, baseline="normalizer=softmax")
@@ -477,15 +547,24 @@ def test_report_of_a_real_tiny_sweep(tmp_path):
     assert (sweep / "report" / "report.csv").exists()
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--baseline", "normalizer=sofmax"], "baseline 'normalizer=sofmax' matches no cell; normalizer values: kl, softmax"),
-    (["--group-by", "normaliser"], "unknown group key(s) normaliser; varying keys: normalizer, optim.lr"),
-    (["--metrics", "test/acc"], "metric 'test/acc' matches nothing; available: test/accuracy, test/accuracy_ts,"),
-    (["--select-lr", "--select-by", "val/los"], "select_by metric val/los in no completed run's final record"),
-    (["--curves", "val/*", "grad_norm/*"], "curve pattern 'grad_norm/*' matches nothing; available: train/loss, val/loss"),
-    (["--curves", "val/*", "--log-y", "train/*"], "--log-y pattern 'train/*' matches nothing; available: val/loss"),
-    (["--columns", "0"], "--columns 0; allowed: an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (
+            ["--baseline", "normalizer=sofmax"],
+            "baseline 'normalizer=sofmax' matches no cell; normalizer values: kl, softmax",
+        ),
+        (["--group-by", "normaliser"], "unknown group key(s) normaliser; varying keys: normalizer, optim.lr"),
+        (["--metrics", "test/acc"], "metric 'test/acc' matches nothing; available: test/accuracy, test/accuracy_ts,"),
+        (["--select-lr", "--select-by", "val/los"], "select_by metric val/los in no completed run's final record"),
+        (
+            ["--curves", "val/*", "grad_norm/*"],
+            "curve pattern 'grad_norm/*' matches nothing; available: train/loss, val/loss",
+        ),
+        (["--curves", "val/*", "--log-y", "train/*"], "--log-y pattern 'train/*' matches nothing; available: val/loss"),
+        (["--columns", "0"], "--columns 0; allowed: an integer >= 1"),
+    ],
+)
 def test_a_pattern_that_matches_nothing_exits_2_naming_what_exists(tmp_path, capsys, args, named):
     grid_sweep(tmp_path, seeds=(0, 1))
     for r in load_runs(tmp_path):
@@ -504,8 +583,10 @@ def test_metrics_and_curves_accept_glob_patterns(tmp_path):
     table = summarize(load_runs(tmp_path), metrics=["test/acc*", "test/accuracy", "val/loss"])
     assert table.metrics == ["test/accuracy", "test/accuracy_ts", "val/loss"]  # each once, in pattern order
     report_cli.main([str(tmp_path), "--curves", "val/*", "--log-y", "val/l*"])
-    assert sorted(p.name for p in (tmp_path / "report").glob("*.png")) == ["curve_val_accuracy.png",
-                                                                           "curve_val_loss.png"]
+    assert sorted(p.name for p in (tmp_path / "report").glob("*.png")) == [
+        "curve_val_accuracy.png",
+        "curve_val_loss.png",
+    ]
 
 
 def test_a_wide_table_is_split_per_metric_group_and_each_part_states_n(tmp_path):
@@ -526,9 +607,14 @@ def test_a_wide_table_is_split_per_metric_group_and_each_part_states_n(tmp_path)
     heads = [[h.strip() for h in t[0].strip("|").split("|")] for t in tables]
     assert [h[4:] for h in heads] == [
         ["test/accuracy", "test/loss", "Δ test/accuracy vs normalizer=softmax", "Δ test/loss vs normalizer=softmax"],
-        ["test/accuracy_ts", "test/temperature", "Δ test/accuracy_ts vs normalizer=softmax",
-         "Δ test/temperature vs normalizer=softmax"],
-        ["val/loss", "Δ val/loss vs normalizer=softmax"]]
+        [
+            "test/accuracy_ts",
+            "test/temperature",
+            "Δ test/accuracy_ts vs normalizer=softmax",
+            "Δ test/temperature vs normalizer=softmax",
+        ],
+        ["val/loss", "Δ val/loss vs normalizer=softmax"],
+    ]
     assert all(h[:4] == ["normalizer", "n", "diverged", "failed"] and len(h) <= 8 for h in heads)
     assert "Table 1 of 3: test/accuracy, test/loss" in md
     for t, h in zip(tables, heads):  # every part holds the same cells as the full table, n included

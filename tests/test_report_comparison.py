@@ -20,9 +20,17 @@ def runs(normalizer, accs, eces=None, nll_is_loss=True):
     out = []
     for s, (a, e) in enumerate(zip(accs, eces)):
         final = {"test/accuracy": a, "test/ece": e, "test/loss": 2 - a, "test/nll": 2 - a if nll_is_loss else 1.0}
-        out.append(Run(Path(f"{normalizer}{s}"), "completed", {"normalizer": normalizer, "seed": s, "task": "mqar"},
-                       final, baseline=BASE, headline="test/accuracy",
-                       baseline_labels={"test/accuracy": {"baseline/accuracy": "chance"}}))
+        out.append(
+            Run(
+                Path(f"{normalizer}{s}"),
+                "completed",
+                {"normalizer": normalizer, "seed": s, "task": "mqar"},
+                final,
+                baseline=BASE,
+                headline="test/accuracy",
+                baseline_labels={"test/accuracy": {"baseline/accuracy": "chance"}},
+            )
+        )
     return out
 
 
@@ -34,15 +42,20 @@ def test_the_first_line_names_the_comparison_and_the_best_comes_first():
     md = to_markdown(table).splitlines()
     assert md[0] == "# normalizer=kl, normalizer=linear against normalizer=softmax (final parameters)"
     acc = md.index("- **test/accuracy** (higher is better; task baselines: chance 0.125)")
-    ranked = md[acc + 1: acc + 4]
-    assert [line.split(":")[0].strip() for line in ranked] == ["1. normalizer=kl", "2. normalizer=softmax",
-                                                               "3. normalizer=linear"]
+    ranked = md[acc + 1 : acc + 4]
+    assert [line.split(":")[0].strip() for line in ranked] == [
+        "1. normalizer=kl",
+        "2. normalizer=softmax",
+        "3. normalizer=linear",
+    ]
     d = np.subtract(KL, SOFTMAX)  # the paired Δ, its Student-t interval (4 pairs) and ttest_rel's p, independently
     lo, hi = stats.t.interval(0.95, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
     p = stats.ttest_rel(KL, SOFTMAX).pvalue
-    assert ranked[0] == (f"  1. normalizer=kl: Δ {d.mean():+.3g} [{lo:+.3g}, {hi:+.3g}], n=4 pairs, p={p:.3g}; "
-                         f"{np.mean(KL):.3g} [{table.cells[0].stats['test/accuracy'].ci_low:.3g}, "
-                         f"{table.cells[0].stats['test/accuracy'].ci_high:.3g}] (n=4)")
+    assert ranked[0] == (
+        f"  1. normalizer=kl: Δ {d.mean():+.3g} [{lo:+.3g}, {hi:+.3g}], n=4 pairs, p={p:.3g}; "
+        f"{np.mean(KL):.3g} [{table.cells[0].stats['test/accuracy'].ci_low:.3g}, "
+        f"{table.cells[0].stats['test/accuracy'].ci_high:.3g}] (n=4)"
+    )
     loss = md.index("- **test/loss** (lower is better)")
     assert md[loss + 1].startswith("  1. normalizer=kl: Δ -")  # lower loss first
 

@@ -14,8 +14,13 @@ from attnlab.report import load_runs
 
 
 def sweep_yaml(root, task, params=None):
-    OmegaConf.save({"hydra": {"overrides": {"task": task, "hydra": ["hydra.mode=MULTIRUN"]},
-                              "sweeper": {"params": params}}, "trainer": {"vmap_seeds": 1}}, root / "multirun.yaml")
+    OmegaConf.save(
+        {
+            "hydra": {"overrides": {"task": task, "hydra": ["hydra.mode=MULTIRUN"]}, "sweeper": {"params": params}},
+            "trainer": {"vmap_seeds": 1},
+        },
+        root / "multirun.yaml",
+    )
 
 
 def test_interrupted_sweep_lists_what_is_missing_by_name_and_never_says_complete(tmp_path, capsys):
@@ -30,8 +35,10 @@ def test_interrupted_sweep_lists_what_is_missing_by_name_and_never_says_complete
     assert report_cli.cli([str(tmp_path), "--curves"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "# normalizer=kl, normalizer=softmax compared (final parameters)"  # the report's title
-    assert out[1:3] == ["", "2 of 4 runs completed; missing: 2_normalizer=kl,seed=0 "
-                        "(incomplete), 3_normalizer=kl,seed=1 (not started)."]
+    assert out[1:3] == [
+        "",
+        "2 of 4 runs completed; missing: 2_normalizer=kl,seed=0 (incomplete), 3_normalizer=kl,seed=1 (not started).",
+    ]
     assert not any(line.startswith("Complete") for line in out)
 
 

@@ -16,10 +16,12 @@ from attnlab.report.verdict import comparisons, holm, verdict
 
 SEEDS = range(5)
 BASE = {0.001: [0.50, 0.52, 0.48, 0.51, 0.49], 0.003: [0.60, 0.61, 0.59, 0.62, 0.58]}
-SHIFT = {("kl", 0.001): None,  # the same computation as softmax
-         ("kl", 0.003): [0.01, -0.02, 0.015, -0.005, 0.01],
-         ("linear", 0.001): [-0.10, -0.12, -0.09, -0.11, -0.10],
-         ("linear", 0.003): [0.02, 0.03, 0.01, 0.025, 0.015]}
+SHIFT = {
+    ("kl", 0.001): None,  # the same computation as softmax
+    ("kl", 0.003): [0.01, -0.02, 0.015, -0.005, 0.01],
+    ("linear", 0.001): [-0.10, -0.12, -0.09, -0.11, -0.10],
+    ("linear", 0.003): [0.02, 0.03, 0.01, 0.025, 0.015],
+}
 
 
 def accuracy(norm, lr, seed):
@@ -66,8 +68,12 @@ def test_the_verdict_names_what_differs_after_holm_and_what_is_identical(tmp_pat
     table = summarize(load_runs(sweep(tmp_path)), baseline="normalizer=softmax" if given else None)
     rows = {(c.cell.key["normalizer"], c.cell.key["optim.lr"]): c for c in comparisons(table, "normalizer=softmax")}
     tested = [k for k in SHIFT if SHIFT[k] is not None]
-    p = np.array([stats.ttest_rel([accuracy(*k, s) for s in SEEDS], [accuracy("softmax", k[1], s) for s in SEEDS]
-                                  ).pvalue for k in tested])
+    p = np.array(
+        [
+            stats.ttest_rel([accuracy(*k, s) for s in SEEDS], [accuracy("softmax", k[1], s) for s in SEEDS]).pvalue
+            for k in tested
+        ]
+    )
     adjusted = hand_holm(p)
     assert [rows[k].stat.p for k in tested] == pytest.approx(p, rel=1e-9)
     assert [rows[k].adjusted for k in tested] == pytest.approx(adjusted, rel=1e-9)
@@ -81,13 +87,19 @@ def test_the_verdict_names_what_differs_after_holm_and_what_is_identical(tmp_pat
     assert "scipy.stats.ttest_rel" in text
     [line] = [t for t in text.splitlines() if t.startswith("- **test/accuracy**")]
     i = tested.index(("linear", 0.001))
-    assert (f"differ from normalizer=softmax beyond seed noise: normalizer=linear, optim.lr=0.001 (worse: Δ -0.104, "
-            f"p={p[i]:.3g}, Holm-adjusted p={adjusted[i]:.3g})") in line
+    assert (
+        f"differ from normalizer=softmax beyond seed noise: normalizer=linear, optim.lr=0.001 (worse: Δ -0.104, "
+        f"p={p[i]:.3g}, Holm-adjusted p={adjusted[i]:.3g})"
+    ) in line
     j = tested.index(("kl", 0.003))
-    assert (f"indistinguishable from it at this level: normalizer=kl, optim.lr=0.003 (Δ +0.002, Holm-adjusted "
-            f"p={adjusted[j]:.3g})") in line
-    assert "identical to it (every seed, every metric equal to float tolerance: one computation): " \
-           "normalizer=kl, optim.lr=0.001" in line
+    assert (
+        f"indistinguishable from it at this level: normalizer=kl, optim.lr=0.003 (Δ +0.002, Holm-adjusted "
+        f"p={adjusted[j]:.3g})"
+    ) in line
+    assert (
+        "identical to it (every seed, every metric equal to float tolerance: one computation): "
+        "normalizer=kl, optim.lr=0.001" in line
+    )
     assert line.index("differ from") < line.index("indistinguishable") < line.index("identical to it")
 
 

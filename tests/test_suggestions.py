@@ -63,8 +63,11 @@ def has(cfg, key: str) -> bool:
 
 def check_line(case: list[str], line: str) -> list[str]:
     """What is wrong with the suggestions of `line`, the refusal of `case`; empty when each one works."""
-    base = dict(o.lstrip("+").split("=", 1) for o in validation_table.command_line(case, Path("/unused"))
-                if not o.startswith("hydra."))
+    base = dict(
+        o.lstrip("+").split("=", 1)
+        for o in validation_table.command_line(case, Path("/unused"))
+        if not o.startswith("hydra.")
+    )
     fix, alternatives, refused = suggestions(line)
     prose = re.sub(r"allowed( in \w+)?: [^;]*", "", line)  # lists of a group's options name leaves
     wrong = [f"{w!r} reads as a key without its group" for w in SNAKE.findall(prose) if w not in NAMES]
@@ -79,20 +82,26 @@ def check_line(case: list[str], line: str) -> list[str]:
         except (HydraException, OmegaConfBaseException) as exc:
             wrong.append(f"{sorted(overrides.items())} does not compose: {str(exc).splitlines()[0]}")
             continue
-        wrong += [f"{k} is not in the composed config of {sorted(overrides.items())}" for k in sorted(keys)
-                  if not has(cfg, k)]
+        wrong += [
+            f"{k} is not in the composed config of {sorted(overrides.items())}" for k in sorted(keys) if not has(cfg, k)
+        ]
     return wrong
 
 
-@pytest.mark.parametrize("case, needle", [
-    (["normalizer=softmax", "normalizer.prior=recency"], "normalizer.prior is an option of normalizer=kl"),
-    (["normalizer=linear", "normalizer.slope=0.2"], "e.g. normalizer=kl normalizer.slope=0.2"),
-    (["trainer.stepz=3"], "did you mean trainer.steps?"),
-    (["model.causal=false"], "model.causal=true or model.causal=null"),
-    (["task=lm", "task.path={short_text}", "task.seq_len=64"], "task.seq_len=51 or smaller"),
-    (["task=lm", "task.path={short_text}", "task.val_fraction=0.5", "task.test_fraction=0.5"],
-     "smaller task.val_fraction and task.test_fraction"),
-])
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        (["normalizer=softmax", "normalizer.prior=recency"], "normalizer.prior is an option of normalizer=kl"),
+        (["normalizer=linear", "normalizer.slope=0.2"], "e.g. normalizer=kl normalizer.slope=0.2"),
+        (["trainer.stepz=3"], "did you mean trainer.steps?"),
+        (["model.causal=false"], "model.causal=true or model.causal=null"),
+        (["task=lm", "task.path={short_text}", "task.seq_len=64"], "task.seq_len=51 or smaller"),
+        (
+            ["task=lm", "task.path={short_text}", "task.val_fraction=0.5", "task.test_fraction=0.5"],
+            "smaller task.val_fraction and task.test_fraction",
+        ),
+    ],
+)
 def test_a_refusal_suggests_keys_of_the_config_it_composes(tmp_path, case, needle):
     validation_table.cases(tmp_path)  # writes the short text
     case = [o.format(short_text=tmp_path / "short.txt") for o in case]
@@ -119,17 +128,23 @@ def test_the_shortest_seq_len_a_short_corpus_suggests_builds_the_task(tmp_path):
 
 
 def test_the_checker_catches_a_suggestion_that_does_not_work():
-    assert check_line(["normalizer=softmax", "normalizer.prior=recency"],
-                      "normalizer.prior is not a key of the config "
-                      "(did you mean normalizer.prior or normalizer.power?)")
+    assert check_line(
+        ["normalizer=softmax", "normalizer.prior=recency"],
+        "normalizer.prior is not a key of the config (did you mean normalizer.prior or normalizer.power?)",
+    )
     assert check_line(["task=lm"], "the val split is short; use a larger val_fraction or a smaller seq_len")
     assert check_line(["model.causal=false"], "use model.causal=true") == []
 
 
 @pytest.mark.slow  # the whole table: ~60 cases through the entry point, ~40 s
 def test_every_suggestion_of_the_validation_table_composes():
-    proc = subprocess.run([sys.executable, str(Path(validation_table.__file__))], capture_output=True, text=True,
-                          env={**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, str(Path(validation_table.__file__))],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"},
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [r.split(" | ") for r in proc.stdout.splitlines() if r.startswith("| `")]
     assert len(rows) >= 50, proc.stdout[-2000:]

@@ -22,18 +22,39 @@ from attnlab.run.files import finished_with
 from attnlab.sweep.definition import resume_command
 
 STEPS = 100
-SWEEP = [*TINY, *TINY_TASK["mqar"], f"trainer.steps={STEPS}", "trainer.log_every=10", "trainer.eval_every=50",
-         "trainer.checkpoint_every=10"]
+SWEEP = [
+    *TINY,
+    *TINY_TASK["mqar"],
+    f"trainer.steps={STEPS}",
+    "trainer.log_every=10",
+    "trainer.eval_every=50",
+    "trainer.checkpoint_every=10",
+]
 
 
 def test_resume_command_pins_the_sweep_dir_and_keeps_the_sweeps_own_overrides(tmp_path):
-    OmegaConf.save({"hydra": {"overrides": {
-        "task": ["normalizer=softmax,linear", "model.layer_normalizers=[softmax,linear]"],
-        "hydra": ["hydra.mode=MULTIRUN", "hydra/launcher=joblib", f"hydra.sweep.dir={tmp_path}/old"]}}},
-        tmp_path / "multirun.yaml")
+    OmegaConf.save(
+        {
+            "hydra": {
+                "overrides": {
+                    "task": ["normalizer=softmax,linear", "model.layer_normalizers=[softmax,linear]"],
+                    "hydra": ["hydra.mode=MULTIRUN", "hydra/launcher=joblib", f"hydra.sweep.dir={tmp_path}/old"],
+                }
+            }
+        },
+        tmp_path / "multirun.yaml",
+    )
     cmd = shlex.split(resume_command(tmp_path, "/x/attnlab/__main__.py"))
-    assert cmd == [sys.executable, "-m", "attnlab", "-m", "normalizer=softmax,linear",
-                   "model.layer_normalizers=[softmax,linear]", "hydra/launcher=joblib", f"hydra.sweep.dir={tmp_path}"]
+    assert cmd == [
+        sys.executable,
+        "-m",
+        "attnlab",
+        "-m",
+        "normalizer=softmax,linear",
+        "model.layer_normalizers=[softmax,linear]",
+        "hydra/launcher=joblib",
+        f"hydra.sweep.dir={tmp_path}",
+    ]
     assert shlex.split(resume_command(tmp_path, "/usr/bin/attnlab-train"))[:2] == ["attnlab-train", "-m"]
 
 
@@ -41,8 +62,14 @@ def test_resume_command_pins_the_sweep_dir_and_keeps_the_sweeps_own_overrides(tm
 def test_sigint_mid_job_then_the_printed_command_completes_every_job_once(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}
     sweep = tmp_path / "sweep"
-    proc = subprocess.Popen([sys.executable, "-m", "attnlab", "-m", "seed=0,1,2", *SWEEP, f"hydra.sweep.dir={sweep}"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "attnlab", "-m", "seed=0,1,2", *SWEEP, f"hydra.sweep.dir={sweep}"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     while not (sweep / "1_seed=1" / "checkpoints" / "10").exists():  # job 1 is training
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(0.05)
@@ -74,14 +101,23 @@ def _write_run(run_dir, config, status, seeds=None):
         (run_dir / "run.json").write_text(json.dumps({"config": config}))
         (run_dir / "metrics.json").write_text(json.dumps({"status": status}))
     else:
-        (run_dir / "seeds.json").write_text(json.dumps({"config": config, "seeds": {
-            str(s): {"status": st} for s, st in zip(seeds, status)}}))
+        (run_dir / "seeds.json").write_text(
+            json.dumps({"config": config, "seeds": {str(s): {"status": st} for s, st in zip(seeds, status)}})
+        )
 
 
-@pytest.mark.parametrize(("status", "seeds", "final"), [
-    ("completed", None, "completed"), ("diverged", None, "diverged"), ("interrupted", None, None),
-    ("failed", None, None), (["completed", "diverged"], [0, 1], "diverged"),
-    (["completed", "completed"], [0, 1], "completed"), (["diverged", "interrupted"], [0, 1], None)])
+@pytest.mark.parametrize(
+    ("status", "seeds", "final"),
+    [
+        ("completed", None, "completed"),
+        ("diverged", None, "diverged"),
+        ("interrupted", None, None),
+        ("failed", None, None),
+        (["completed", "diverged"], [0, 1], "diverged"),
+        (["completed", "completed"], [0, 1], "completed"),
+        (["diverged", "interrupted"], [0, 1], None),
+    ],
+)
 def test_a_resumed_sweep_skips_completed_and_diverged_jobs_only(tmp_path, status, seeds, final):
     config = {"seed": 0, "trainer": {"steps": 9, "resume": False}, "optim": {"lr": 1000.0}}
     _write_run(tmp_path, config, status, seeds)
@@ -93,17 +129,41 @@ def test_a_resumed_sweep_skips_completed_and_diverged_jobs_only(tmp_path, status
 def test_a_diverged_sweep_job_is_not_run_again_on_resume(tmp_path):
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}
     sweep = tmp_path / "sweep"
-    first = subprocess.run([sys.executable, "-m", "attnlab", "-m", "optim.lr=100000.0,0.001", *TINY, *TINY_TASK["mqar"],
-                            "trainer.steps=40", "trainer.log_every=2", "trainer.checkpoint_every=2",
-                            "optim.warmup_steps=0", f"hydra.sweep.dir={sweep}"],
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    first = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnlab",
+            "-m",
+            "optim.lr=100000.0,0.001",
+            *TINY,
+            *TINY_TASK["mqar"],
+            "trainer.steps=40",
+            "trainer.log_every=2",
+            "trainer.checkpoint_every=2",
+            "optim.warmup_steps=0",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     jobs = {j: metrics(sweep / j) for j in ("0_optim.lr=100000.0", "1_optim.lr=0.001")}
     assert [m["status"] for m in jobs.values()] == ["diverged", "completed"], jobs
     assert (sweep / "0_optim.lr=100000.0" / "checkpoints").is_dir()  # what a resume would have continued from
     written = {j: (sweep / j / "metrics.json").stat().st_mtime_ns for j in jobs}
-    again = subprocess.run(resume_command(sweep, "/x/attnlab/__main__.py"), shell=True, cwd=tmp_path, env=env,
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        resume_command(sweep, "/x/attnlab/__main__.py"),
+        shell=True,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "0_optim.lr=100000.0 already diverged" in again.stderr
     assert "1_optim.lr=0.001 already completed" in again.stderr

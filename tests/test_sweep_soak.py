@@ -24,8 +24,16 @@ from attnlab import exits
 
 STEPS = 60
 JOBS = ["0_seed=0", "1_seed=1", "2_seed=2"]
-SWEEP = ["-m", "seed=0,1,2", *TINY, *TINY_TASK["mqar"], f"trainer.steps={STEPS}", "trainer.log_every=10",
-         "trainer.eval_every=30", "trainer.checkpoint_every=10"]
+SWEEP = [
+    "-m",
+    "seed=0,1,2",
+    *TINY,
+    *TINY_TASK["mqar"],
+    f"trainer.steps={STEPS}",
+    "trainer.log_every=10",
+    "trainer.eval_every=30",
+    "trainer.checkpoint_every=10",
+]
 INTERRUPTIONS = 4  # then one attempt left alone to finish
 ATTEMPT_TIMEOUT_S = 120
 DEADLINE_S = 300  # the whole soak; about 3 minutes on 2 busy cores
@@ -33,8 +41,9 @@ DEADLINE_S = 300  # the whole soak; about 3 minutes on 2 busy cores
 
 def _launch(argv: list[str], cwd: Path, env: dict) -> subprocess.Popen:
     # Its own session, hence its own process group: killpg reaches it (and any child) like a terminal or SLURM.
-    return subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
 
 def _sweep_started(multirun_yaml: Path, since_ns: int) -> bool:
@@ -83,7 +92,7 @@ def test_random_sigint_sigterm_then_the_printed_command_completes_every_job_exac
             raise AssertionError(f"attempt {attempt} hung:\n" + proc.communicate()[0][-3000:]) from None
         log.append(f"attempt {attempt}: {sig and signal.Signals(sig).name} -> exit {proc.returncode}")
         (tmp_path / f"attempt{attempt}.log").write_text(out)
-        assert "Traceback" not in out, f"{log[-1]}:\n{out[max(0, out.find('Traceback') - 2000):][:5000]}"
+        assert "Traceback" not in out, f"{log[-1]}:\n{out[max(0, out.find('Traceback') - 2000) :][:5000]}"
         for job, t in _completion_times(sweep).items():  # a completed job is never run again
             assert completed_at.setdefault(job, t) == t, (job, "\n".join(log))
         if proc.returncode == 0:  # the sweep finished before (or without) the signal
@@ -102,8 +111,14 @@ def test_random_sigint_sigterm_then_the_printed_command_completes_every_job_exac
         assert (m["status"], m["steps"]) == ("completed", STEPS), (job, m)
         logged = [e.step for e in events(sweep / job).Scalars("train/loss")]  # each step once, none missing
         assert logged == list(range(10, STEPS + 1, 10)), (job, logged, "\n".join(log))
-    report = subprocess.run([str(Path(sys.executable).parent / "attnlab-report"), str(sweep)],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    report = subprocess.run(
+        [str(Path(sys.executable).parent / "attnlab-report"), str(sweep)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert report.returncode == 0, report.stderr[-3000:]
     assert "3 of 3 runs completed" in report.stdout + report.stderr, report.stdout[:2000]
 
@@ -122,7 +137,7 @@ def test_sigterm_to_the_group_as_the_sweep_starts_prints_the_resume_command(tmp_
     out = proc.communicate(timeout=ATTEMPT_TIMEOUT_S)[0]
     assert proc.returncode == exits.INTERRUPTED and "Traceback" not in out, out[-3000:]
     command = shlex.split(re.search(r"resume it with:\n\s+(.+)", out).group(1))
-    assert command[command.index("-m", 2) + 1:][:len(SWEEP) - 1] == SWEEP[1:], command  # the sweep's own overrides
+    assert command[command.index("-m", 2) + 1 :][: len(SWEEP) - 1] == SWEEP[1:], command  # the sweep's own overrides
     assert not any((sweep / job / "metrics.json").exists() for job in JOBS)  # nothing ran
 
 

@@ -16,8 +16,12 @@ from attnlab import exits
 
 SWEEP = ["-m", "normalizer=softmax,linear", "seed=0,1", *TINY, *TINY_TASK["mqar"]]
 # Job directories name the swept values only (sweep.naming.job_name), in command-line order.
-JOBS = ["0_normalizer=softmax,seed=0", "1_normalizer=softmax,seed=1", "2_normalizer=linear,seed=0",
-        "3_normalizer=linear,seed=1"]
+JOBS = [
+    "0_normalizer=softmax,seed=0",
+    "1_normalizer=softmax,seed=1",
+    "2_normalizer=linear,seed=0",
+    "3_normalizer=linear,seed=1",
+]
 
 
 def test_failed_job_is_isolated_reported_and_rerun_on_resume(tmp_path):
@@ -29,8 +33,9 @@ def test_failed_job_is_isolated_reported_and_rerun_on_resume(tmp_path):
     assert "3 completed" in proc.stderr and "1 failed" in proc.stderr and JOBS[2] in proc.stderr
     failed = metrics(tmp_path / JOBS[2])
     assert failed["status"] == "failed" and failed["error"]
-    assert re.search(rf"^job {re.escape(JOBS[2])}: failed  {re.escape(failed['error'][:60])}.*  \d+\.\ds$",
-                     proc.stderr, re.M)
+    assert re.search(
+        rf"^job {re.escape(JOBS[2])}: failed  {re.escape(failed['error'][:60])}.*  \d+\.\ds$", proc.stderr, re.M
+    )
     assert proc.stderr.rstrip().splitlines()[-3] == f"  attnlab-report {tmp_path}"  # next steps even on failure
     assert (tmp_path / JOBS[2] / "error.txt").exists()
     done = {job: (tmp_path / job / "metrics.json").stat().st_mtime_ns for job in JOBS if job != JOBS[2]}
@@ -50,16 +55,26 @@ def test_changed_config_is_not_skipped(tmp_path):
     run_cli("-m", "normalizer=softmax", *TINY, *TINY_TASK["mqar"], f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
     job = tmp_path / "0"  # nothing swept: the job number alone
     shutil.rmtree(job / "checkpoints")
-    proc = run_cli("-m", "normalizer=softmax", *TINY, *TINY_TASK["mqar"], "optim.lr=1e-2",
-                   f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    proc = run_cli(
+        "-m",
+        "normalizer=softmax",
+        *TINY,
+        *TINY_TASK["mqar"],
+        "optim.lr=1e-2",
+        f"hydra.sweep.dir={tmp_path}",
+        cwd=tmp_path,
+    )
     assert "skipped" not in proc.stderr
     assert metrics(job)["status"] == "completed"
 
 
 # Every launcher: in-process (basic), 2 joblib worker processes, submitit's local executor (the SLURM code path:
 # pickled jobs run by other processes). None pins hydra.sweep.dir: each must resolve the default one once.
-LAUNCHERS = {"basic": [], "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
-             "submitit": ["hydra/launcher=submitit_local"]}
+LAUNCHERS = {
+    "basic": [],
+    "joblib": ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"],
+    "submitit": ["hydra/launcher=submitit_local"],
+}
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
@@ -83,10 +98,14 @@ def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothin
             assert re.search(line, proc.stderr, re.M)
         assert [p for p in sweep.rglob("*") if p.is_file() and p.stat().st_size == 0] == []  # no empty cli.log
     assert proc.stderr.rstrip().splitlines()[-4:] == [
-        "next:", f"  attnlab-report {printed}", f"  tensorboard --logdir {printed} --host 127.0.0.1",
-        "  then open http://127.0.0.1:6006/?smoothing=0&runColorGroup=regex:normalizer%3D(%5Cw%2B)#timeseries"]
-    report = subprocess.run([sys.executable, "-m", "attnlab.report.cli", printed], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=300)
+        "next:",
+        f"  attnlab-report {printed}",
+        f"  tensorboard --logdir {printed} --host 127.0.0.1",
+        "  then open http://127.0.0.1:6006/?smoothing=0&runColorGroup=regex:normalizer%3D(%5Cw%2B)#timeseries",
+    ]
+    report = subprocess.run(
+        [sys.executable, "-m", "attnlab.report.cli", printed], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
     assert report.returncode == 0 and "2 of 2 runs completed; none missing" in report.stdout, report.stderr[-2000:]
     assert (sweep / "report" / "report.md").exists()
 
@@ -108,10 +127,17 @@ def test_vmapped_seeds_equal_separate_runs(tmp_path, devices):
     """trainer.vmap_seeds=3 writes 3 ordinary runs, each equal (float tolerance) to that seed run alone;
     on 3 devices each device trains one seed."""
     common = [*TINY, *TINY_TASK["mqar"], "trainer.steps=6", "trainer.log_every=2", "trainer.eval_every=6"]
-    run_cli(*common, "trainer.vmap_seeds=3", "accelerator=cpu", f"accelerator.devices={devices}",
-            f"hydra.run.dir={tmp_path / 'v'}", cwd=tmp_path)
+    run_cli(
+        *common,
+        "trainer.vmap_seeds=3",
+        "accelerator=cpu",
+        f"accelerator.devices={devices}",
+        f"hydra.run.dir={tmp_path / 'v'}",
+        cwd=tmp_path,
+    )
     run_cli(*common, "seed=2", f"hydra.run.dir={tmp_path / 'alone'}", cwd=tmp_path)
     from attnlab.report import load_runs
+
     runs = load_runs(tmp_path / "v")
     assert [r.seed for r in runs] == [0, 1, 2] and all(r.status == "completed" for r in runs)
     vm, alone = metrics(tmp_path / "v" / "seed2"), metrics(tmp_path / "alone")
@@ -119,6 +145,7 @@ def test_vmapped_seeds_equal_separate_runs(tmp_path, devices):
     for key, value in alone["final"].items():
         assert vm["final"][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     from cli_helpers import scalar_curve
+
     a = [v for _, v in scalar_curve(tmp_path / "v" / "seed2", "train/loss")]
     b = [v for _, v in scalar_curve(tmp_path / "alone", "train/loss")]
     assert a == pytest.approx(b, rel=1e-5)
@@ -130,9 +157,15 @@ def test_job_names_hold_the_swept_values_only(tmp_path):
 
     from attnlab.sweep.naming import MAX_NAME, job_name
 
-    OmegaConf.save({"hydra": {"overrides": {"task": ["normalizer=softmax,kl", "task.num_kv_pairs=2,4", "seed=0",
-                                                    "trainer.steps=9"]},
-                              "sweeper": {"params": {"optim.lr": "1e-3,1e-2"}}}}, tmp_path / "multirun.yaml")
+    OmegaConf.save(
+        {
+            "hydra": {
+                "overrides": {"task": ["normalizer=softmax,kl", "task.num_kv_pairs=2,4", "seed=0", "trainer.steps=9"]},
+                "sweeper": {"params": {"optim.lr": "1e-3,1e-2"}},
+            }
+        },
+        tmp_path / "multirun.yaml",
+    )
     job = ["normalizer=kl", "task.num_kv_pairs=4", "seed=0", "trainer.steps=9", "optim.lr=1e-2"]
     assert job_name(5, str(tmp_path), job) == "5_normalizer=kl,task.num_kv_pairs=4,optim.lr=1e-2"
     assert job_name(0, str(tmp_path), ["seed=0"]) == "0"
@@ -148,14 +181,19 @@ def test_job_line_of_vmapped_seeds_and_of_a_failed_job(tmp_path):
     job = tmp_path / "4_normalizer=kl"
     for seed, (status, acc) in enumerate([("completed", 0.5), ("completed", 0.7), ("diverged", 0.0)]):
         (job / f"seed{seed}").mkdir(parents=True)
-        (job / f"seed{seed}" / "metrics.json").write_text(json.dumps({"status": status, "final": {"test/accuracy": acc},
-                                                                      "headline": "test/accuracy"}))
+        (job / f"seed{seed}" / "metrics.json").write_text(
+            json.dumps({"status": status, "final": {"test/accuracy": acc}, "headline": "test/accuracy"})
+        )
     (job / "seeds.json").write_text("{}")
-    assert job_line(job, 12.34) == "job 4_normalizer=kl: 2 completed, 1 diverged  test/accuracy 0.6000 (mean of 2 seeds)  12.3s"
+    assert (
+        job_line(job, 12.34)
+        == "job 4_normalizer=kl: 2 completed, 1 diverged  test/accuracy 0.6000 (mean of 2 seeds)  12.3s"
+    )
     reg = tmp_path / "5_task=icl_regression"
     reg.mkdir()
-    (reg / "metrics.json").write_text(json.dumps({"status": "completed", "final": {"test/r2": 0.25, "test/mse": 2.0},
-                                                  "headline": "test/mse"}))
+    (reg / "metrics.json").write_text(
+        json.dumps({"status": "completed", "final": {"test/r2": 0.25, "test/mse": 2.0}, "headline": "test/mse"})
+    )
     assert job_line(reg, 1.0) == "job 5_task=icl_regression: completed  test/mse 2.0000  1.0s"
     bad = tmp_path / "6_x=1"
     bad.mkdir()

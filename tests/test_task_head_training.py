@@ -26,8 +26,9 @@ def pairs():
 @pytest.mark.parametrize("task_name, head_name", list(pairs()))
 def test_one_step_has_finite_gradients_and_lowers_the_loss(task_name, head_name):
     with initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=["model=tiny", f"task={task_name}", f"head={head_name}",
-                                          *TASK_SMALL[task_name]])
+        cfg = compose(
+            "train", overrides=["model=tiny", f"task={task_name}", f"head={head_name}", *TASK_SMALL[task_name]]
+        )
     task, (net,), _, _ = build(cfg, head_name)
     split = task.splits["train"]
     batch = {k: getattr(split, k)[:16] for k in ("inputs", "targets", "weights", "valid")}

@@ -371,8 +371,15 @@ def test_every_task_declares_the_headline_its_short_run_reports(name, tmp_path):
     from cli_helpers import TINY, TINY_TASK, run_cli
 
     run_dir = tmp_path / "run"
-    proc = run_cli(*TINY, f"task={name}", *TINY_TASK.get(name, []), "trainer.steps=2", "trainer.eval_every=2",
-                   f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    proc = run_cli(
+        *TINY,
+        f"task={name}",
+        *TINY_TASK.get(name, []),
+        "trainer.steps=2",
+        "trainer.eval_every=2",
+        f"hydra.run.dir={run_dir}",
+        cwd=tmp_path,
+    )
     record = json.loads((run_dir / "metrics.json").read_text())
     key = record["headline"]
     assert key.startswith("test/") and math.isfinite(record["final"][key])

@@ -37,8 +37,16 @@ EVAL_STEPS = [4]
 def sweep_dir(tmp_path_factory):
     """normalizer=softmax,linear × trainer.vmap_seeds=2 (seeds 0, 1 as seed<k>/ sub-runs), 2 layers of 2 heads."""
     root = tmp_path_factory.mktemp("tb")
-    run_cli("-m", f"normalizer={','.join(NORMALIZERS)}", *TINY, *TINY_TASK["mqar"], "model.layers=2",
-            "trainer.vmap_seeds=2", f"hydra.sweep.dir={root / 'sweep'}", cwd=root)
+    run_cli(
+        "-m",
+        f"normalizer={','.join(NORMALIZERS)}",
+        *TINY,
+        *TINY_TASK["mqar"],
+        "model.layers=2",
+        "trainer.vmap_seeds=2",
+        f"hydra.sweep.dir={root / 'sweep'}",
+        cwd=root,
+    )
     return root / "sweep"
 
 
@@ -48,7 +56,7 @@ def runs(sweep_dir):
     for job in sweep_dir.iterdir():
         if job.is_dir():
             for seed_dir in (p for p in job.glob("seed*") if p.is_dir()):
-                out[(job.name.split("=", 1)[1], seed_dir.name[len("seed"):])] = seed_dir
+                out[(job.name.split("=", 1)[1], seed_dir.name[len("seed") :])] = seed_dir
     assert sorted(out) == sorted((n, s) for n in NORMALIZERS for s in ("0", "1")), sorted(out)
     return out
 
@@ -63,8 +71,10 @@ def yaml_options(group, choice):
 
 
 def test_hparams_experiment_marks_the_swept_keys_and_declares_every_choices_options(sweep_dir):
-    experiments = [metadata.parse_experiment_plugin_data(hparams_content(d)[metadata.EXPERIMENT_TAG])
-                   for d in runs(sweep_dir).values()]
+    experiments = [
+        metadata.parse_experiment_plugin_data(hparams_content(d)[metadata.EXPERIMENT_TAG])
+        for d in runs(sweep_dir).values()
+    ]
     exp = experiments[0]
     assert all(e == exp for e in experiments)  # whichever run TensorBoard picks, the same experiment
     infos = {h.name: h for h in exp.hparam_infos}
@@ -79,7 +89,13 @@ def test_hparams_experiment_marks_the_swept_keys_and_declares_every_choices_opti
     assert (infos["optim.lr"].domain_interval.min_value, infos["optim.lr"].domain_interval.max_value) == (3e-3, 3e-3)
     assert [v.bool_value for v in infos["model.qk_norm"].domain_discrete.values] == [False, True]
     assert [m.name.tag for m in exp.metric_infos] == [
-        "test/accuracy", "val/accuracy", "test/loss", "val/loss", "test/ece", "train/nonfinite_steps"]
+        "test/accuracy",
+        "val/accuracy",
+        "test/loss",
+        "val/loss",
+        "test/ece",
+        "train/nonfinite_steps",
+    ]
     # TensorBoard's own ordering (differs first, then by name); the HParams tab shows the first five.
     backend_context._sort_and_reduce_to_hparams_limit(exp, 5)
     assert [h.name for h in exp.hparam_infos] == ["head", "model", "normalizer", "seed", "task"]
@@ -88,10 +104,15 @@ def test_hparams_experiment_marks_the_swept_keys_and_declares_every_choices_opti
 def test_sweep_values_read_the_multirun_yaml(tmp_path):
     """Command-line sweeps and sweeper params both count; hydra's own keys and single values do not."""
     task = ["normalizer=softmax,kl", "seed=range(0,3)", "optim.lr=1e-3", "hydra/launcher=joblib,basic"]
-    OmegaConf.save({"hydra": {"overrides": {"task": task}, "sweeper": {"params": {"model.d_model": "16,32"}}}},
-                   tmp_path / "multirun.yaml")
-    assert tb_hparams.sweep_values(tmp_path) == {"normalizer": ["softmax", "kl"], "seed": ["0", "1", "2"],
-                                                 "model.d_model": ["16", "32"]}
+    OmegaConf.save(
+        {"hydra": {"overrides": {"task": task}, "sweeper": {"params": {"model.d_model": "16,32"}}}},
+        tmp_path / "multirun.yaml",
+    )
+    assert tb_hparams.sweep_values(tmp_path) == {
+        "normalizer": ["softmax", "kl"],
+        "seed": ["0", "1", "2"],
+        "model.d_model": ["16", "32"],
+    }
     assert tb_hparams.sweep_values(tmp_path / "missing") == {}
 
 
@@ -103,8 +124,16 @@ def test_outside_a_sweep_the_top_level_choices_are_marked():
 
 
 def test_swept_keys_come_first_and_top_level_choices_fill_the_five_ticked_columns():
-    own = {"normalizer": "kl", "task": "mqar", "head": "softmax_ce", "model": "tiny", "seed": "0", "optim.lr": 1e-3,
-           "model.d_model": 32, "normalizer.prior": "recency"}
+    own = {
+        "normalizer": "kl",
+        "task": "mqar",
+        "head": "softmax_ce",
+        "model": "tiny",
+        "seed": "0",
+        "optim.lr": 1e-3,
+        "model.d_model": 32,
+        "normalizer.prior": "recency",
+    }
     swept = {"optim.lr": ["1e-3", "3e-3"], "seed": ["0", "1"], "model.d_model": ["32", "64"]}
     marked = {k for k, (_, differs) in tb_hparams.declare(own, swept, [0]).items() if differs}
     assert marked == {"optim.lr", "seed", "model.d_model", "normalizer", "task"}
@@ -117,7 +146,10 @@ def test_a_sweep_over_tasks_declares_every_metric_in_every_run():
     own = {"task": "mqar", "head": "softmax_ce", "seed": "0"}
     logged = {"test/accuracy", "test/loss", "train/nonfinite_steps"}
     assert tb_hparams.metric_list(tb_hparams.declare(own, {}, [0]), logged) == [
-        "test/accuracy", "test/loss", "train/nonfinite_steps"]
+        "test/accuracy",
+        "test/loss",
+        "train/nonfinite_steps",
+    ]
     across = tb_hparams.declare(own, {"task": ["mqar", "icl_regression"]}, [0])
     assert tb_hparams.metric_list(across, logged) == list(tb_hparams.METRICS)
 
@@ -132,7 +164,9 @@ def test_every_run_has_its_own_hparams_and_the_declared_metrics(sweep_dir):
         assert start.hparams["optim.lr"].number_value == pytest.approx(config["optim"]["lr"])
         assert start.hparams["model.layers"].number_value == config["model"]["layers"] == 2
         own = yaml_options("normalizer", normalizer) & {k for k, v in start.hparams.items()}
-        other = yaml_options("normalizer", ({*NORMALIZERS} - {normalizer}).pop()) - yaml_options("normalizer", normalizer)
+        other = yaml_options("normalizer", ({*NORMALIZERS} - {normalizer}).pop()) - yaml_options(
+            "normalizer", normalizer
+        )
         assert own and not other & set(start.hparams)  # another choice's options: an empty cell
         end = metadata.parse_session_end_info_plugin_data(content[metadata.SESSION_END_INFO_TAG])
         assert end.status == api_pb2.STATUS_SUCCESS
@@ -192,9 +226,11 @@ def test_rendered_map_has_head_titles_a_colour_bar_and_viridis_cells(scale):
     assert [ax.get_title() for ax in heads] == ["head 0", "head 1"]
     assert len(fig.axes) == 3 and fig.axes[2].get_ylabel()  # the colour bar, with its label
     # The reference: each scale's closed form through matplotlib's viridis, read at each cell's centre.
-    ref = {"row": w_NTS / w_NTS.max(-1, keepdims=True),
-           "log": (np.log10(np.maximum(w_NTS, 1e-4)) + 4) / 4,
-           "max": w_NTS / w_NTS.max((1, 2), keepdims=True)}[scale]
+    ref = {
+        "row": w_NTS / w_NTS.max(-1, keepdims=True),
+        "log": (np.log10(np.maximum(w_NTS, 1e-4)) + 4) / 4,
+        "max": w_NTS / w_NTS.max((1, 2), keepdims=True),
+    }[scale]
     height = rgb.shape[0]
     for h, ax in enumerate(heads):
         for t in range(5):
@@ -213,7 +249,7 @@ def test_block_mean_matches_a_loop_over_blocks():
     want = np.empty_like(small)
     for i in range(200):
         for j in range(172):
-            want[:, i, j] = w_NTS[:, 3 * i:3 * i + 3, 3 * j:3 * j + 3].mean((1, 2))
+            want[:, i, j] = w_NTS[:, 3 * i : 3 * i + 3, 3 * j : 3 * j + 3].mean((1, 2))
     np.testing.assert_allclose(small, want, rtol=1e-12)
     same, one = tb_images.block_mean(w_NTS[:, :256, :100])
     assert one == 1 and np.array_equal(same, w_NTS[:, :256, :100])
@@ -228,8 +264,8 @@ def test_a_kept_figure_drawn_again_equals_a_fresh_drawing(shape, labels):
     kept = tb_images.Figures()
     for scale in ("row", "log"):
         for i, m in enumerate(maps):
-            got = kept.image(0, m, scale, f"layer 0, step {10 ** i}", labels)
-            want = tb_images.Figures().image(0, m, scale, f"layer 0, step {10 ** i}", labels)
+            got = kept.image(0, m, scale, f"layer 0, step {10**i}", labels)
+            want = tb_images.Figures().image(0, m, scale, f"layer 0, step {10**i}", labels)
             assert got.shape == want.shape and np.array_equal(got, want), (scale, i)
     fig = kept.figures[0][0]
     assert fig.get_suptitle().startswith("layer 0, step 100")
@@ -253,8 +289,11 @@ def test_images_and_histograms_are_drawn_in_the_background_and_land_in_the_event
     s.attention_images(maps_LBNTS, 7)
     s.histogram("hist/beta", [1.0, 2.0, 3.0], 7)
     s.close()
-    assert drawn == [((1, 256, 256), f"layer {i} head {h}, step 7, row scale, 4×4 block means", False)
-                     for i in range(2) for h in range(2)]
+    assert drawn == [
+        ((1, 256, 256), f"layer {i} head {h}, step 7, row scale, 4×4 block means", False)
+        for i in range(2)
+        for h in range(2)
+    ]
     acc = EventAccumulator(str(tmp_path), size_guidance={"images": 0, "histograms": 0})
     acc.Reload()
     assert sorted(acc.Tags()["images"]) == [f"attn_map/layer_{i}/head_{h}" for i in range(2) for h in range(2)]
@@ -282,8 +321,14 @@ def test_probe_text_is_written_for_a_task_that_decodes_and_only_then(tmp_path):
 
 
 def test_unknown_attn_map_scale_exits_2_naming_the_key(tmp_path):
-    proc = run_cli(*TINY, *TINY_TASK["mqar"], "trainer.attn_map_scale=bright", f"hydra.run.dir={tmp_path / 'r'}",
-                   cwd=tmp_path, check=False)
+    proc = run_cli(
+        *TINY,
+        *TINY_TASK["mqar"],
+        "trainer.attn_map_scale=bright",
+        f"hydra.run.dir={tmp_path / 'r'}",
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == 2
     assert "trainer.attn_map_scale='bright' is invalid; allowed: row, log, max" in proc.stderr
 
@@ -312,7 +357,8 @@ def _free_port() -> int:
 # The value of the settings pane's smoothing input (a number field beside its slider), through shadow roots.
 SMOOTHING_JS = r"""(() => { let found = null;
   const walk = (n) => { if (found !== null) return; if (n.shadowRoot) walk(n.shadowRoot);
-    if (n.tagName === 'INPUT' && (n.closest && n.closest('.smoothing, [class*=smoothing]'))) { found = n.value; return; }
+    if (n.tagName === 'INPUT' && (n.closest && n.closest('.smoothing, [class*=smoothing]'))) {
+      found = n.value; return; }
     for (const c of n.children || []) walk(c); };
   walk(document); return found; })()"""
 
@@ -320,8 +366,10 @@ SMOOTHING_JS = r"""(() => { let found = null;
 def _chromium():
     """The headless browser; a failure, never a skip, where `chromium` is missing (`make test` installs it)."""
     if shutil.which("chromium") is None:
-        pytest.fail("no `chromium` on PATH for the headless-browser tests: `make test` installs Debian's package "
-                    "(apt-get update && apt-get install -y chromium)")
+        pytest.fail(
+            "no `chromium` on PATH for the headless-browser tests: `make test` installs Debian's package "
+            "(apt-get update && apt-get install -y chromium)"
+        )
     from chromium_pipe import Chromium
 
     return Chromium(width=1400, height=2400)  # tall: Time Series draws only the cards in view
@@ -331,8 +379,11 @@ def _chromium():
 def _tensorboard(logdir):
     """A TensorBoard server on a free local port, answering; yields its port."""
     port = _free_port()
-    board = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host",
-                              "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    board = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -367,7 +418,7 @@ def test_hparams_tab_in_headless_chromium_opens_on_the_swept_columns(sweep_dir, 
     # The table header: Trial ID, Show Metrics, then the hparam columns shown by default. TensorBoard 2.21 lists
     # them by name, not in the declared order: the five ticked ones (the swept normalizer, the vmapped seed, the
     # top-level choices), and no other option.
-    header = leaves[leaves.index("Trial ID") + 2:]
+    header = leaves[leaves.index("Trial ID") + 2 :]
     assert header[:5] == ["head", "model", "normalizer", "seed", "task"], header[:8]
     assert not any("." in h for h in header[:8]), header[:8]
 
@@ -390,8 +441,13 @@ def test_time_series_opens_on_attention_entropy_unsmoothed_with_a_card_per_head(
     # no filter typed: the first group, 0_main, opens on each layer's entropy beside the losses
     titles = [t for t in leaves if t.startswith("/")]
     assert "0_main" in leaves and leaves.index("0_main") < leaves.index("/attn_entropy_layer_0"), titles[:8]
-    assert titles[:5] == ["/attn_entropy_layer_0", "/attn_entropy_layer_1", "/train_loss", "/val_accuracy",
-                          "/val_loss"], titles[:8]
+    assert titles[:5] == [
+        "/attn_entropy_layer_0",
+        "/attn_entropy_layer_1",
+        "/train_loss",
+        "/val_accuracy",
+        "/val_loss",
+    ], titles[:8]
     assert smoothing == "0", smoothing  # the settings pane's smoothing field reads the URL's 0 (default 0.6)
     cards = {(a, b) for a, b in zip(image_leaves, image_leaves[1:]) if a.startswith("attn_map/")}
     expected = {(f"attn_map/layer_{i}", f"/head_{h}") for i in range(2) for h in range(2)}
@@ -401,8 +457,13 @@ def test_time_series_opens_on_attention_entropy_unsmoothed_with_a_card_per_head(
 
 def _report(sweep, out):
     """`attnlab-report SWEEP --out OUT` in a fresh interpreter, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "attnlab.report.cli", str(sweep), "--out", str(out)],
-                          capture_output=True, text=True, env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "attnlab.report.cli", str(sweep), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        timeout=300,
+    )
 
 
 def test_a_report_on_healthy_runs_prints_the_report_and_nothing_on_stderr(sweep_dir, tmp_path):
@@ -423,8 +484,9 @@ def test_a_report_says_on_stderr_what_it_could_not_read(sweep_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert f"attnlab-report: warning: {no_events} has no TensorBoard event file; its curves are left out" in lines
-    assert (f"attnlab-report: warning: {bad_json / 'metrics.json'} does not parse as JSON; the run counts as "
-            "unreadable") in lines
+    assert (
+        f"attnlab-report: warning: {bad_json / 'metrics.json'} does not parse as JSON; the run counts as unreadable"
+    ) in lines
     assert len(lines) == 2, lines
 
 

@@ -76,14 +76,17 @@ def test_unknown_accelerator_platform_is_refused():
         configure("quantum")
 
 
-@pytest.mark.parametrize("overrides, needle", [
-    (["normalizer=bogus"], "normalizer=bogus unknown; allowed: entmax, kl"),
-    (["model.foo=1"], "model.foo is not a key of the config; allowed in model: causal, d_model"),
-    (["model.heads=0"], "model.heads=0 is invalid; allowed: an integer >= 1"),
-    (["trainer.resume=true"], "trainer.resume=true but"),
-    (["model.d_model=30", "model.heads=4"], "not divisible"),
-    (["normalizer.impl=cudnn"], "normalizer.impl=cudnn cannot run for softmax: platform cpu (cuDNN needs gpu)"),
-])
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["normalizer=bogus"], "normalizer=bogus unknown; allowed: entmax, kl"),
+        (["model.foo=1"], "model.foo is not a key of the config; allowed in model: causal, d_model"),
+        (["model.heads=0"], "model.heads=0 is invalid; allowed: an integer >= 1"),
+        (["trainer.resume=true"], "trainer.resume=true but"),
+        (["model.d_model=30", "model.heads=4"], "not divisible"),
+        (["normalizer.impl=cudnn"], "normalizer.impl=cudnn cannot run for softmax: platform cpu (cuDNN needs gpu)"),
+    ],
+)
 def test_cli_exits_2_with_one_line_before_compiling(tmp_path, overrides, needle):
     proc = run_cli(*TINY, *MQAR, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
     assert proc.returncode == 2
@@ -103,16 +106,19 @@ def test_output_directory_under_a_regular_file_is_one_line_and_exit_2(tmp_path, 
     proc = run_cli(*flags, *TINY, *MQAR, f"{key}={blocker / 'out'}", cwd=tmp_path, check=False)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
-    assert lines == [f"attnlab: error: {key}={blocker / 'out'} cannot be created or written: {blocker} is not a "
-                     f"directory; allowed: a directory path you can write to"], proc.stderr
+    assert lines == [
+        f"attnlab: error: {key}={blocker / 'out'} cannot be created or written: {blocker} is not a "
+        f"directory; allowed: a directory path you can write to"
+    ], proc.stderr
     assert blocker.read_text() == "not a directory"
 
 
 def test_compile_cache_under_a_regular_file_is_one_line_and_exit_2(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    proc = run_cli(*TINY, *MQAR, f"compile_cache={blocker / 'cache'}", f"hydra.run.dir={tmp_path / 'r'}",
-                   cwd=tmp_path, check=False)
+    proc = run_cli(
+        *TINY, *MQAR, f"compile_cache={blocker / 'cache'}", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False
+    )
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.startswith("attnlab: error:")]
     assert len(lines) == 1 and f"compile_cache={blocker / 'cache'} cannot be created" in lines[0], proc.stderr
@@ -124,8 +130,14 @@ def test_gpu_without_a_gpu_says_what_jax_sees_and_how_to_install(tmp_path):
 
     if jax.devices()[0].platform == "gpu":
         pytest.skip("this machine has a GPU")
-    proc = run_cli(*[o for o in TINY if not o.startswith("accelerator=")], *MQAR, "accelerator=gpu",
-                   f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
+    proc = run_cli(
+        *[o for o in TINY if not o.startswith("accelerator=")],
+        *MQAR,
+        "accelerator=gpu",
+        f"hydra.run.dir={tmp_path / 'r'}",
+        cwd=tmp_path,
+        check=False,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("attnlab: error:")]
     assert len(lines) == 1, proc.stderr
@@ -137,11 +149,15 @@ def test_sweep_command_lines_are_composed_value_by_value_before_hydra_runs():
     from attnlab.composition import compose_overrides
 
     assert compose_overrides(["seed=0,1", "normalizer=kl,softmax", "model=tiny"]) == [
-        ["seed=0", "normalizer=kl", "model=tiny"], ["seed=1", "normalizer=kl", "model=tiny"],
-        ["seed=0", "normalizer=softmax", "model=tiny"]]
+        ["seed=0", "normalizer=kl", "model=tiny"],
+        ["seed=1", "normalizer=kl", "model=tiny"],
+        ["seed=0", "normalizer=softmax", "model=tiny"],
+    ]
     # Sweeps only Hydra can expand (glob needs its config loader, interval a sweeper) are left to it.
     assert compose_overrides(["normalizer=glob(*)", "optim.lr=interval(0,1)", "seed=range(0,2)"]) == [
-        ["seed=0"], ["seed=1"]]
+        ["seed=0"],
+        ["seed=1"],
+    ]
 
 
 def test_trainer_and_optim_values_are_refused_by_their_component_without_the_cli():
@@ -150,13 +166,16 @@ def test_trainer_and_optim_values_are_refused_by_their_component_without_the_cli
 
     good = dict(steps=4, batch_size=8, eval_every=4, log_every=2, eval_batch_size=20, nonfinite="skip", seed=0)
     assert LoopConfig(**good).steps == 4
-    with pytest.raises(ValueError, match=r"^trainer.log_every=0 is invalid; allowed: an integer >= 1 and <= 2147483647$"):
+    with pytest.raises(
+        ValueError, match=r"^trainer.log_every=0 is invalid; allowed: an integer >= 1 and <= 2147483647$"
+    ):
         LoopConfig(**{**good, "log_every": 0})
     with pytest.raises(ValueError, match=r"^trainer.attn_map_scale='linear' is invalid; allowed: row, log, max$"):
         LoopConfig(**good, attn_map_scale="linear")
     with pytest.raises(ValueError, match=r"^optim.b2=1.0 is invalid; allowed: a finite number >= 0.0 and < 1.0$"):
-        optim.make_optimizer({}, lr=1e-3, warmup_steps=0, total_steps=4, weight_decay=0.0, clip_norm=1.0,
-                             b1=0.9, b2=1.0)
+        optim.make_optimizer(
+            {}, lr=1e-3, warmup_steps=0, total_steps=4, weight_decay=0.0, clip_norm=1.0, b1=0.9, b2=1.0
+        )
 
 
 def test_matmul_precision_is_the_dtypes_rule_unless_given():

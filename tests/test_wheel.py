@@ -41,8 +41,11 @@ def test_the_wheel_installs_and_trains_from_another_directory(tmp_path):
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
     dist = tmp_path / "dist"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)],
-                           capture_output=True, text=True)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)],
+        capture_output=True,
+        text=True,
+    )
     if built.returncode != 0 and "setuptools" in built.stderr and "No matching distribution" in built.stderr:
         pytest.skip("pip cannot fetch the build backend (no network, empty cache)")
     assert built.returncode == 0, built.stderr[-3000:]
@@ -50,23 +53,48 @@ def test_the_wheel_installs_and_trains_from_another_directory(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)], check=True
+    )
     # The dependencies from this interpreter's site-packages, as a plain path: its .pth files (the
     # editable attnlab) are not processed, so `import attnlab` can only find the wheel's copy.
-    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     Path(purelib, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"JAX_PLATFORMS": "cpu"}
-    where = subprocess.run([str(py), "-c", "import attnlab; print(attnlab.__file__)"], cwd=elsewhere, env=env,
-                           capture_output=True, text=True, check=True).stdout
+    where = subprocess.run(
+        [str(py), "-c", "import attnlab; print(attnlab.__file__)"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert where.startswith(purelib), where
     run_dir = elsewhere / "run"
-    proc = subprocess.run([str(venv / "bin" / "attnlab-train"), "trainer.steps=5", "model=tiny", "trainer.progress=none",
-                           "task.n_train=200", "task.n_val=40", "task.n_test=40", f"hydra.run.dir={run_dir}"],
-                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            str(venv / "bin" / "attnlab-train"),
+            "trainer.steps=5",
+            "model=tiny",
+            "trainer.progress=none",
+            "task.n_train=200",
+            "task.n_val=40",
+            "task.n_test=40",
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads((run_dir / "metrics.json").read_text())["steps"] == 5
     git = json.loads((run_dir / "run.json").read_text())["env"]["git"]

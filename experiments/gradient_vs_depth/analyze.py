@@ -48,13 +48,15 @@ def main() -> None:
         ea = EventAccumulator(str(run), size_guidance={"scalars": 0})
         ea.Reload()
         last = layers - 1
-        per_cell[(layers, norm)].append(dict(
-            sg_first=early_mean(ea, "score_grad/layer_0", args.early_steps),
-            sg_last=early_mean(ea, f"score_grad/layer_{last}", args.early_steps),
-            gn_first=early_mean(ea, "grad_norm/layer_0", args.early_steps),
-            gn_last=early_mean(ea, f"grad_norm/layer_{last}", args.early_steps),
-            gn_global=early_mean(ea, "grad_norm/global", args.early_steps),
-        ))
+        per_cell[(layers, norm)].append(
+            dict(
+                sg_first=early_mean(ea, "score_grad/layer_0", args.early_steps),
+                sg_last=early_mean(ea, f"score_grad/layer_{last}", args.early_steps),
+                gn_first=early_mean(ea, "grad_norm/layer_0", args.early_steps),
+                gn_last=early_mean(ea, f"grad_norm/layer_{last}", args.early_steps),
+                gn_global=early_mean(ea, "grad_norm/global", args.early_steps),
+            )
+        )
 
     def f(x):
         return "–" if not math.isfinite(x) else f"{x:.3g}"
@@ -66,21 +68,31 @@ def main() -> None:
         ratio_gn = m["gn_first"] / m["gn_last"] if m["gn_last"] else math.nan
         rows.append((layers, norm, len(rs), m, ratio_sg, ratio_gn))
 
-    print(f"Mean over logged steps ≤ {args.early_steps}, then over seeds (n). score_grad = ‖∂loss/∂scores‖ of a layer "
-          "(all heads); grad_norm = parameter-gradient norm of a block.\n")
-    print("| layers | normalizer | n | score_grad first | score_grad last | first/last | grad_norm first "
-          "| grad_norm last | first/last | grad_norm global |")
+    print(
+        f"Mean over logged steps ≤ {args.early_steps}, then over seeds (n). score_grad = ‖∂loss/∂scores‖ of a layer "
+        "(all heads); grad_norm = parameter-gradient norm of a block.\n"
+    )
+    print(
+        "| layers | normalizer | n | score_grad first | score_grad last | first/last | grad_norm first "
+        "| grad_norm last | first/last | grad_norm global |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for layers, norm, n, m, rsg, rgn in rows:
-        print(f"| {layers} | {norm} | {n} | {f(m['sg_first'])} | {f(m['sg_last'])} | {f(rsg)} | {f(m['gn_first'])} "
-              f"| {f(m['gn_last'])} | {f(rgn)} | {f(m['gn_global'])} |")
+        print(
+            f"| {layers} | {norm} | {n} | {f(m['sg_first'])} | {f(m['sg_last'])} | {f(rsg)} | {f(m['gn_first'])} "
+            f"| {f(m['gn_last'])} | {f(rgn)} | {f(m['gn_global'])} |"
+        )
     if args.csv:
         with open(args.csv, "w") as fh:
-            fh.write("layers,normalizer,n,score_grad_first,score_grad_last,score_ratio,grad_norm_first,grad_norm_last,"
-                     "grad_ratio,grad_norm_global\n")
+            fh.write(
+                "layers,normalizer,n,score_grad_first,score_grad_last,score_ratio,grad_norm_first,grad_norm_last,"
+                "grad_ratio,grad_norm_global\n"
+            )
             for layers, norm, n, m, rsg, rgn in rows:
-                fh.write(f"{layers},{norm},{n},{m['sg_first']},{m['sg_last']},{rsg},{m['gn_first']},{m['gn_last']},"
-                         f"{rgn},{m['gn_global']}\n")
+                fh.write(
+                    f"{layers},{norm},{n},{m['sg_first']},{m['sg_last']},{rsg},{m['gn_first']},{m['gn_last']},"
+                    f"{rgn},{m['gn_global']}\n"
+                )
 
 
 if __name__ == "__main__":

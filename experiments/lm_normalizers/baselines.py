@@ -12,9 +12,11 @@ import json
 import sys
 from pathlib import Path
 
-ROWS = [("baseline/bits_per_byte", "unigram entropy of the training text (bits per byte)"),
-        ("baseline/bits_per_byte_bigram", "bigram conditional entropy H(X_t ∣ X_t−1) (bits per byte)"),
-        ("baseline/accuracy", "majority-byte accuracy on test")]
+ROWS = [
+    ("baseline/bits_per_byte", "unigram entropy of the training text (bits per byte)"),
+    ("baseline/bits_per_byte_bigram", "bigram conditional entropy H(X_t ∣ X_t−1) (bits per byte)"),
+    ("baseline/accuracy", "majority-byte accuracy on test"),
+]
 
 
 def baselines(sweep: Path) -> tuple[dict[str, float], int]:
@@ -26,8 +28,9 @@ def baselines(sweep: Path) -> tuple[dict[str, float], int]:
             continue
         base = {k: record.get("baseline", {}).get(k) for k, _ in ROWS}
         if seen is not None and base != seen:
-            raise SystemExit(f"baselines.py: error: {path} has baselines {base}, other runs {seen}; "
-                             "one corpus and split per sweep")
+            raise SystemExit(
+                f"baselines.py: error: {path} has baselines {base}, other runs {seen}; one corpus and split per sweep"
+            )
         seen, n = base, n + 1
     if seen is None:
         raise SystemExit(f"baselines.py: error: no completed run under {sweep}")

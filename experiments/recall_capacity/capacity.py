@@ -53,8 +53,9 @@ def cell_text(values: list[float]) -> str:
 def markdown(title: str, column: str, columns: list, rows: dict, reference: tuple[str, list[str]]) -> str:
     head = "| mixer | " + " | ".join(f"{column}={c}" for c in columns) + " |"
     lines = [f"**{title}**", "", head, "|---|" + "---:|" * len(columns)]
-    lines += [f"| {m} | " + " | ".join(cell_text(cells.get(c, [])) for c in columns) + " |"
-              for m, cells in rows.items()]
+    lines += [
+        f"| {m} | " + " | ".join(cell_text(cells.get(c, [])) for c in columns) + " |" for m, cells in rows.items()
+    ]
     lines.append(f"| {reference[0]} | " + " | ".join(reference[1]) + " |")
     return "\n".join(lines)
 
@@ -72,14 +73,28 @@ def main(argv=None) -> None:
 
     cols, rows = pivot(runs, "task.num_kv_pairs", {"model.d_model": args.d_model})
     print("# Recall capacity (final parameters; mean ± std over seeds (n))\n")
-    print(markdown(f"{METRIC} against task.num_kv_pairs, model.d_model={args.d_model}", "pairs", cols, rows,
-                   ("plateau 1/pairs", [f"{1 / c:.3f}" for c in cols])))
+    print(
+        markdown(
+            f"{METRIC} against task.num_kv_pairs, model.d_model={args.d_model}",
+            "pairs",
+            cols,
+            rows,
+            ("plateau 1/pairs", [f"{1 / c:.3f}" for c in cols]),
+        )
+    )
     cols, rows = pivot(runs, "model.d_model", {"task.num_kv_pairs": args.pairs})
     h = heads.pop() if len(heads) == 1 else None
     state = [f"{h * (c // h) ** 2}" if h else "?" for c in cols]
     print()
-    print(markdown(f"{METRIC} against model.d_model, task.num_kv_pairs={args.pairs} (plateau {1 / args.pairs:.3f})",
-                   "d_model", cols, rows, ("linear state per layer (heads × head_dim²)", state)))
+    print(
+        markdown(
+            f"{METRIC} against model.d_model, task.num_kv_pairs={args.pairs} (plateau {1 / args.pairs:.3f})",
+            "d_model",
+            cols,
+            rows,
+            ("linear state per layer (heads × head_dim²)", state),
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -44,32 +44,47 @@ def main(sweep: str) -> None:
         sg = [v for t, ev in s.items() if t.startswith("score_grad/layer_") and t.count("/") == 1 for _, v in ev]
         finite_g = [(st, v) for st, v in g if math.isfinite(v)]
         spike = max(finite_g, key=lambda e: e[1]) if finite_g else (None, math.nan)
-        rows.append(dict(
-            eps=cfg["normalizer"]["eps"], offset=cfg["normalizer"]["offset"], seed=cfg["seed"],
-            status=m.get("status"), nonfinite=m.get("nonfinite_steps"),
-            min_den=min(dens) if dens else math.nan,
-            max_g=spike[1], max_g_step=spike[0],
-            med_g=float(np.median([v for _, v in finite_g])) if finite_g else math.nan,
-            max_sg=max((v for v in sg if math.isfinite(v)), default=math.nan),
-            acc=(m.get("final") or {}).get("test/accuracy", math.nan),
-        ))
-    print("| eps | offset | seed | status | non-finite steps | min denominator | max grad_norm/global (step) "
-          "| median grad_norm/global | max score_grad/layer_i | final test/accuracy |")
+        rows.append(
+            dict(
+                eps=cfg["normalizer"]["eps"],
+                offset=cfg["normalizer"]["offset"],
+                seed=cfg["seed"],
+                status=m.get("status"),
+                nonfinite=m.get("nonfinite_steps"),
+                min_den=min(dens) if dens else math.nan,
+                max_g=spike[1],
+                max_g_step=spike[0],
+                med_g=float(np.median([v for _, v in finite_g])) if finite_g else math.nan,
+                max_sg=max((v for v in sg if math.isfinite(v)), default=math.nan),
+                acc=(m.get("final") or {}).get("test/accuracy", math.nan),
+            )
+        )
+    print(
+        "| eps | offset | seed | status | non-finite steps | min denominator | max grad_norm/global (step) "
+        "| median grad_norm/global | max score_grad/layer_i | final test/accuracy |"
+    )
     print("|---:|---|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in sorted(rows, key=lambda r: (-r["eps"], r["offset"], r["seed"])):
-        print(f"| {r['eps']:g} | {r['offset']} | {r['seed']} | {r['status']} | {r['nonfinite']} | {fmt(r['min_den'])} "
-              f"| {fmt(r['max_g'])} ({r['max_g_step']}) | {fmt(r['med_g'])} | {fmt(r['max_sg'])} | {fmt(r['acc'])} |")
+        print(
+            f"| {r['eps']:g} | {r['offset']} | {r['seed']} | {r['status']} | {r['nonfinite']} | {fmt(r['min_den'])} "
+            f"| {fmt(r['max_g'])} ({r['max_g_step']}) | {fmt(r['med_g'])} | {fmt(r['max_sg'])} | {fmt(r['acc'])} |"
+        )
     # per-cell totals
     cells = defaultdict(list)
     for r in rows:
         cells[(r["eps"], r["offset"])].append(r)
     print()
-    print("| eps | offset | runs | diverged/failed | total non-finite steps | min denominator (all seeds) | max grad_norm/global (all seeds) |")
+    print(
+        "| eps | offset | runs | diverged/failed | total non-finite steps | min denominator (all seeds) "
+        "| max grad_norm/global (all seeds) |"
+    )
     print("|---:|---|---:|---:|---:|---:|---:|")
     for (eps, off), rs in sorted(cells.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
         bad = sum(r["status"] != "completed" for r in rs)
-        print(f"| {eps:g} | {off} | {len(rs)} | {bad} | {sum(r['nonfinite'] or 0 for r in rs)} "
-              f"| {fmt(min(r['min_den'] for r in rs))} | {fmt(max(r['max_g'] for r in rs))} |")
+        print(
+            f"| {eps:g} | {off} | {len(rs)} | {bad} | {sum(r['nonfinite'] or 0 for r in rs)} "
+            f"| {fmt(min(r['min_den'] for r in rs))} | {fmt(max(r['max_g'] for r in rs))} |"
+        )
 
 
 if __name__ == "__main__":

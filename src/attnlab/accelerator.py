@@ -44,8 +44,13 @@ class Accelerator:
         checks.choice("accelerator.matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
 
 
-def configure(platform: str, devices: int | None = None, cache_dir: str | None = None,
-              gpu_memory_fraction: float | None = None, distributed: bool = False) -> None:
+def configure(
+    platform: str,
+    devices: int | None = None,
+    cache_dir: str | None = None,
+    gpu_memory_fraction: float | None = None,
+    distributed: bool = False,
+) -> None:
     """Set JAX's platform and device count; must run before any JAX computation."""
     check_options(platform, devices, cache_dir, gpu_memory_fraction, distributed)
     if PLATFORMS[platform]:
@@ -63,8 +68,10 @@ def configure(platform: str, devices: int | None = None, cache_dir: str | None =
         try:
             Path(cache_dir).expanduser().mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise checks.ConfigError(f"compile_cache={cache_dir} cannot be created ({exc.strerror or exc}); "
-                             f"allowed: a writable directory, or null to disable the cache") from None
+            raise checks.ConfigError(
+                f"compile_cache={cache_dir} cannot be created ({exc.strerror or exc}); "
+                f"allowed: a writable directory, or null to disable the cache"
+            ) from None
         jax.config.update("jax_compilation_cache_dir", str(Path(cache_dir).expanduser()))
         # Small CPU programs fall under the default thresholds and would never be cached.
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -73,15 +80,18 @@ def configure(platform: str, devices: int | None = None, cache_dir: str | None =
         check_platform(platform)
 
 
-def check_options(platform, devices=None, cache_dir=None, gpu_memory_fraction=None, distributed=False,
-                  dtype=None) -> None:
+def check_options(
+    platform, devices=None, cache_dir=None, gpu_memory_fraction=None, distributed=False, dtype=None
+) -> None:
     """Every accelerator option and compile_cache, without touching JAX (one line naming the bad one)."""
     checks.choice("accelerator.platform", platform, PLATFORMS)
     if devices is not None:
         checks.integer("accelerator.devices", devices, 1, 4096)
         if platform != "cpu":
-            raise checks.ConfigError(f"accelerator.devices={devices} only simulates devices with accelerator=cpu; "
-                             f"allowed: null on {platform}")
+            raise checks.ConfigError(
+                f"accelerator.devices={devices} only simulates devices with accelerator=cpu; "
+                f"allowed: null on {platform}"
+            )
     if gpu_memory_fraction is not None:
         checks.real("accelerator.gpu_memory_fraction", gpu_memory_fraction, 0.0, 1.0, lo_open=True)
     checks.boolean("accelerator.distributed", distributed)
@@ -105,9 +115,11 @@ def check_platform(platform: str) -> None:
     except (RuntimeError, AssertionError):
         seen = "no device"
     install = INSTALL.get(platform, "")
-    raise checks.ConfigError(f"accelerator={platform} asks for JAX platform {PLATFORMS[platform]!r}, but JAX "
-                     f"{jax.__version__} sees only: {seen}; allowed here: accelerator=auto or cpu"
-                     + (f"; to add {platform} support: {install}" if install else ""))
+    raise checks.ConfigError(
+        f"accelerator={platform} asks for JAX platform {PLATFORMS[platform]!r}, but JAX "
+        f"{jax.__version__} sees only: {seen}; allowed here: accelerator=auto or cpu"
+        + (f"; to add {platform} support: {install}" if install else "")
+    )
 
 
 def compute_dtype(dtype: str | None):
@@ -138,9 +150,10 @@ def limit_threads(launcher_target: str, n_jobs: int | None) -> None:
     cores = os.cpu_count() or 1
     n = cores if not n_jobs or n_jobs < 0 else n_jobs
     threads = max(1, cores // n)
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               f" --xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}"
-                               f" intra_op_parallelism_threads={threads}").strip()
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}"
+        f" intra_op_parallelism_threads={threads}"
+    ).strip()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
 

@@ -21,7 +21,7 @@ def rope(x_BNTH, positions_T, base: float = 10000.0):
     ang_TF = positions_T[:, None].astype(jnp.float32) * inv_freq[None]
     cos, sin = jnp.cos(ang_TF)[None, None], jnp.sin(ang_TF)[None, None]
     x1, x2 = x_BNTH[..., : H // 2], x_BNTH[..., H // 2 : 2 * (H // 2)]
-    rot = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x_BNTH[..., 2 * (H // 2):]], -1)
+    rot = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin, x_BNTH[..., 2 * (H // 2) :]], -1)
     return rot.astype(x_BNTH.dtype)
 
 
@@ -49,17 +49,30 @@ class ShortConv(nnx.Module):
         xp_BTC = jnp.pad(x_BTC, ((0, 0), (left, k - 1 - left), (0, 0)))
         w_KC = self.kernel[...].astype(x_BTC.dtype)
         # y_t = Σ_j w_j · x_{t − left + j}: a sum of k shifted copies (k is small, 2–8).
-        y_BTC = sum(w_KC[None, j:j + 1] * xp_BTC[:, j:j + T] for j in range(k))
+        y_BTC = sum(w_KC[None, j : j + 1] * xp_BTC[:, j : j + T] for j in range(k))
         return jax.nn.silu(y_BTC)
 
 
 class MultiHeadAttention(nnx.Module):
     """q, k, v projections → normalizer → output projection; returns (y_BTD, stats)."""
 
-    def __init__(self, d_model: int, num_heads: int, make_normalizer: Callable[..., Normalizer], *,
-                 use_rope: bool, qk_norm: bool, seq_len: int, dtype, rngs: nnx.Rngs, short_conv: int = 0):
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        make_normalizer: Callable[..., Normalizer],
+        *,
+        use_rope: bool,
+        qk_norm: bool,
+        seq_len: int,
+        dtype,
+        rngs: nnx.Rngs,
+        short_conv: int = 0,
+    ):
         self.num_heads, self.head_dim = num_heads, d_model // num_heads
-        self.qkv = nnx.Linear(d_model, 3 * d_model, use_bias=False, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
+        self.qkv = nnx.Linear(
+            d_model, 3 * d_model, use_bias=False, dtype=dtype, dot_general=dense_dot_general, rngs=rngs
+        )
         self.out = nnx.Linear(d_model, d_model, use_bias=False, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
         self.normalizer = make_normalizer(num_heads=num_heads, head_dim=self.head_dim, rngs=rngs)
         self.use_rope, self.qk_norm = use_rope, qk_norm

@@ -45,16 +45,21 @@ def flags(final: dict[str, float], baseline: dict[str, float], n: int) -> dict[s
     for metric in METRICS:
         value = final.get(f"test/{metric}")
         if isinstance(value, (int, float)) and math.isfinite(value):
-            out[f"test/{metric}"] = {"baseline": p0, "n": n, "threshold": limit, "within_noise": value <= limit,
-                                     "lower": lower, "below": value < lower}
+            out[f"test/{metric}"] = {
+                "baseline": p0,
+                "n": n,
+                "threshold": limit,
+                "within_noise": value <= limit,
+                "lower": lower,
+                "below": value < lower,
+            }
     return out
 
 
 def describe(flag: dict) -> str:
     """How the run summary marks a flagged metric ('' when it is not flagged)."""
     if flag.get("below"):
-        return (f"below chance (< {flag['lower']:.4f}: {1 - LEVEL:.1%} point of Binomial(n={flag['n']}, "
-                f"baseline)/n)")
+        return f"below chance (< {flag['lower']:.4f}: {1 - LEVEL:.1%} point of Binomial(n={flag['n']}, baseline)/n)"
     if flag.get("within_noise"):
         return f"≈chance (<= {flag['threshold']:.4f}: {LEVEL:.1%} point of Binomial(n={flag['n']}, baseline)/n)"
     return ""

@@ -23,13 +23,16 @@ def signals_held(method):
     tracebacks at exit (found by tests/test_sweep_soak.py); a checkpoint read or write is short, so the
     signal waits for it and then reaches whatever handler was installed (train.StopRequest, the sweep's).
     """
+
     @functools.wraps(method)
     def held(*args, **kwargs):
         if threading.current_thread() is not threading.main_thread():
             return method(*args, **kwargs)
         came: list[int] = []
-        old = {sig: signal.signal(sig, lambda signum, frame: came.append(signum))
-               for sig in (signal.SIGINT, signal.SIGTERM)}
+        old = {
+            sig: signal.signal(sig, lambda signum, frame: came.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
         try:
             return method(*args, **kwargs)
         finally:
@@ -37,6 +40,7 @@ def signals_held(method):
                 signal.signal(sig, signal.SIG_DFL if handler is None else handler)
             if came:
                 signal.raise_signal(came[0])
+
     return held
 
 
@@ -52,15 +56,17 @@ class Checkpoints:
     def __init__(self, run_dir: Path, keep: int = 2):
         self.directory = Path(run_dir).resolve() / "checkpoints"
         options = ocp.CheckpointManagerOptions(
-            preservation_policy=pp.LatestN(keep), enable_async_checkpointing=False, create=True)
+            preservation_policy=pp.LatestN(keep), enable_async_checkpointing=False, create=True
+        )
         self.manager = ocp.CheckpointManager(self.directory, options=options)
 
     @signals_held
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
         if step in self.manager.all_steps():
             return
-        self.manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                        meta=ocp.args.JsonSave(meta)), force=True)
+        self.manager.save(
+            step, args=ocp.args.Composite(state=ocp.args.StandardSave(state), meta=ocp.args.JsonSave(meta)), force=True
+        )
         self.manager.wait_until_finished()
 
     @signals_held
@@ -74,12 +80,16 @@ class Checkpoints:
         steps = self.steps()
         for step in reversed(steps):
             try:
-                out = self.manager.restore(step, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(template), meta=ocp.args.JsonRestore()))
+                out = self.manager.restore(
+                    step, args=ocp.args.Composite(state=ocp.args.StandardRestore(template), meta=ocp.args.JsonRestore())
+                )
                 return step, out["state"], out["meta"]
             except Exception as exc:  # a partial or corrupt checkpoint: try the one before
-                warnings.warn(f"checkpoint {self.directory / str(step)} is unreadable ({type(exc).__name__}: "
-                              f"{str(exc)[:200]}); falling back to an earlier one", stacklevel=2)
+                warnings.warn(
+                    f"checkpoint {self.directory / str(step)} is unreadable ({type(exc).__name__}: "
+                    f"{str(exc)[:200]}); falling back to an earlier one",
+                    stacklevel=2,
+                )
         if steps:
             raise CheckpointError(f"no usable checkpoint in {self.directory} (tried steps {steps})")
         return None

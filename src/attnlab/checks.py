@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
+
 class ConfigError(ValueError):
     """Bad user input, refused in one line (exit 2). Only this is a refusal: any other exception while building
     a run is a bug, reported as a failed run with its traceback. A ValueError, so callers catching that still work."""
@@ -33,8 +34,13 @@ def real(key: str, value, lo: float = -math.inf, hi: float = math.inf, *, lo_ope
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     ok = ok and (value > lo if lo_open else value >= lo) and (value < hi if hi_open else value <= hi)
     if not ok:
-        bounds = [f"{'>' if lo_open else '>='} {lo}" if lo > -math.inf else "", f"{'<' if hi_open else '<='} {hi}" if hi < math.inf else ""]
-        raise ConfigError(f"{key}={value!r} is invalid; allowed: a finite number {' and '.join(b for b in bounds if b)}")
+        bounds = [
+            f"{'>' if lo_open else '>='} {lo}" if lo > -math.inf else "",
+            f"{'<' if hi_open else '<='} {hi}" if hi < math.inf else "",
+        ]
+        raise ConfigError(
+            f"{key}={value!r} is invalid; allowed: a finite number {' and '.join(b for b in bounds if b)}"
+        )
     return float(value)
 
 

@@ -16,8 +16,15 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import chance, checks, composition, construct, exits, outdir, registry
-from attnlab.run.files import (compute_record, finished_with, hparams_of, record_failure, record_refused, write_results,
-                               write_run_json)
+from attnlab.run.files import (
+    compute_record,
+    finished_with,
+    hparams_of,
+    record_failure,
+    record_refused,
+    write_results,
+    write_run_json,
+)
 from attnlab.run.summary import smaller_lr
 from attnlab.sweep import naming, signals
 
@@ -32,11 +39,15 @@ def validate(cfg: DictConfig, device_count: int) -> None:
 
     t = cfg.trainer
     checks.integer("trainer.vmap_seeds", t.vmap_seeds, 1, 4096)
-    _require(seeds_over_devices(t.vmap_seeds, device_count) or t.batch_size % device_count == 0,
-             f"trainer.batch_size={t.batch_size} is not divisible by the device count ({device_count}), "
-             f"nor is trainer.vmap_seeds={t.vmap_seeds}")
-    _require(checks.is_int(cfg.seed) and 0 <= cfg.seed < 2**31 - t.vmap_seeds,
-             f"seed={cfg.seed!r} is invalid; allowed: an integer in [0, 2^31 - trainer.vmap_seeds)")
+    _require(
+        seeds_over_devices(t.vmap_seeds, device_count) or t.batch_size % device_count == 0,
+        f"trainer.batch_size={t.batch_size} is not divisible by the device count ({device_count}), "
+        f"nor is trainer.vmap_seeds={t.vmap_seeds}",
+    )
+    _require(
+        checks.is_int(cfg.seed) and 0 <= cfg.seed < 2**31 - t.vmap_seeds,
+        f"seed={cfg.seed!r} is invalid; allowed: an integer in [0, 2^31 - trainer.vmap_seeds)",
+    )
     checks.choice("task.default_head", cfg.task.get("default_head"), registry.choices("head"))
     composition.no_unknown_keys(cfg)
 
@@ -54,16 +65,25 @@ def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> lis
     if names is None:
         return [construct.build("normalizer", node, deferred=FROM_ATTENTION)]
     allowed = registry.choices("normalizer")
-    _require(OmegaConf.is_list(names) and len(names) > 0 and all(isinstance(n, str) for n in names),
-             f"model.layer_normalizers={names!r} is invalid; allowed: null or a non-empty list of names "
-             f"from {', '.join(allowed)}, e.g. [softmax,linear]")
+    _require(
+        OmegaConf.is_list(names) and len(names) > 0 and all(isinstance(n, str) for n in names),
+        f"model.layer_normalizers={names!r} is invalid; allowed: null or a non-empty list of names "
+        f"from {', '.join(allowed)}, e.g. [softmax,linear]",
+    )
     unknown = [n for n in names if n not in allowed]
-    _require(not unknown, f"model.layer_normalizers={list(names)} names unknown normalizer(s) "
-                          f"{', '.join(unknown)}; allowed: {', '.join(allowed)}")
+    _require(
+        not unknown,
+        f"model.layer_normalizers={list(names)} names unknown normalizer(s) "
+        f"{', '.join(unknown)}; allowed: {', '.join(allowed)}",
+    )
     if selected is None:  # outside Hydra: the YAML whose _target_ the composed normalizer has
         selected = registry.name_of("normalizer", registry.resolve_target(node.get("_target_")))
-    return [construct.build("normalizer", node if n == selected else registry.load("normalizer", n),
-                            deferred=FROM_ATTENTION) for n in names]
+    return [
+        construct.build(
+            "normalizer", node if n == selected else registry.load("normalizer", n), deferred=FROM_ATTENTION
+        )
+        for n in names
+    ]
 
 
 def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
@@ -91,24 +111,40 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     check_positions(task, model.get("positional"), model.get("max_len"))
     make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
     causal = task.granularity == "token" if model.get("causal") is None else bool(model["causal"])
-    _require(not (task.granularity == "token" and not causal),
-             "model.causal=false with a per-token task lets each position see its own target; use model.causal=true or model.causal=null")
-    causal_only = sorted({registry.name_of("normalizer", m.func) for m in make_normalizer
-                          if getattr(m.func, "causal_only", False)})
+    _require(
+        not (task.granularity == "token" and not causal),
+        "model.causal=false with a per-token task lets each position see its own target; "
+        "use model.causal=true or model.causal=null",
+    )
+    causal_only = sorted(
+        {registry.name_of("normalizer", m.func) for m in make_normalizer if getattr(m.func, "causal_only", False)}
+    )
     setting = "null" if model.get("causal") is None else str(model["causal"]).lower()
-    _require(causal or not causal_only,
-             f"normalizer={','.join(causal_only)} needs causal attention, but task={type(task).__name__} is a "
-             f"per-{task.granularity} task, bidirectional with model.causal={setting}; allowed: a per-token task "
-             f"(e.g. task=mqar, task=lm) with model.causal=null or true")
+    _require(
+        causal or not causal_only,
+        f"normalizer={','.join(causal_only)} needs causal attention, but task={type(task).__name__} is a "
+        f"per-{task.granularity} task, bidirectional with model.causal={setting}; allowed: a per-token task "
+        f"(e.g. task=mqar, task=lm) with model.causal=null or true",
+    )
     head_cfg = node("head") if cfg.get("head") else registry.load("head", head_name)
 
     def make_net(seed: int) -> Net:
         rngs = nnx.Rngs(seed)
-        body = construct.build("model", {**model, "causal": causal}, read=("layer_normalizers",), rngs=rngs,
-                          pooled=task.granularity == "sequence", make_normalizer=make_normalizer, seq_len=task.seq_len,
-                          vocab_size=task.vocab_size, input_dim=task.input_dim, dtype=dtype)
-        return Net(body, construct.build("head", head_cfg, d_model=model["d_model"], num_classes=task.num_classes,
-                                         rngs=rngs))
+        body = construct.build(
+            "model",
+            {**model, "causal": causal},
+            read=("layer_normalizers",),
+            rngs=rngs,
+            pooled=task.granularity == "sequence",
+            make_normalizer=make_normalizer,
+            seq_len=task.seq_len,
+            vocab_size=task.vocab_size,
+            input_dim=task.input_dim,
+            dtype=dtype,
+        )
+        return Net(
+            body, construct.build("head", head_cfg, d_model=model["d_model"], num_classes=task.num_classes, rngs=rngs)
+        )
 
     nets = [make_net(cfg.seed + i) for i in range(cfg.trainer.vmap_seeds)]
     return task, nets, make_tx(nnx.state(nets[0], nnx.Param), total_steps=loop.steps), loop
@@ -131,10 +167,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         cfg.trainer.resume = True
     try:
         _require(os.access(run_dir, os.W_OK), f"run directory {run_dir} is not writable")
-        _require(not cfg.trainer.resume or has_checkpoint,
-                 f"trainer.resume=true but {run_dir / 'checkpoints'} does not exist or is empty "
-                 f"(resume needs hydra.run.dir=<the run's directory>)")
+        _require(
+            not cfg.trainer.resume or has_checkpoint,
+            f"trainer.resume=true but {run_dir / 'checkpoints'} does not exist or is empty "
+            f"(resume needs hydra.run.dir=<the run's directory>)",
+        )
         from attnlab.accelerator import apply_matmul_precision, configure, limit_threads
+
         limit_threads(str(hc.launcher.get("_target_", "")), hc.launcher.get("n_jobs"))
         a = construct.build("accelerator", OmegaConf.to_container(cfg.accelerator, resolve=True))
         configure(a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction, a.distributed)
@@ -179,8 +218,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
     if not multirun and any(r["status"] == "diverged" for r in records):
         d, r = next((d, r) for d, r in zip(run_dirs, records) if r["status"] == "diverged")
-        print(f"attnlab: run diverged {r['error']}; {smaller_lr({'config': resolved})} (record in {d / 'metrics.json'})",
-              file=sys.stderr)
+        print(
+            f"attnlab: run diverged {r['error']}; {smaller_lr({'config': resolved})} (record in {d / 'metrics.json'})",
+            file=sys.stderr,
+        )
         sys.exit(exits.DIVERGED)
     stopped = [r for r in records if r["status"] == "interrupted"]
     if stopped and multirun:  # one Ctrl-C/SIGTERM stops the sweep
@@ -213,13 +254,21 @@ def _failed(run_dir: Path, record: dict[str, Any], multirun: bool) -> dict[str, 
     return record
 
 
-def _train(cfg, task, nets, tx, loop, run_dirs: list[Path], checkpoint_dir: Path, hparams: list[dict],
-           declared: dict):
+def _train(cfg, task, nets, tx, loop, run_dirs: list[Path], checkpoint_dir: Path, hparams: list[dict], declared: dict):
     from attnlab.accelerator import data_mesh
     from attnlab.train import fit
 
-    return fit(nets, task, tx, loop, mesh=data_mesh(), run_dirs=run_dirs, checkpoint_dir=checkpoint_dir,
-               hparams=hparams, declared=declared)
+    return fit(
+        nets,
+        task,
+        tx,
+        loop,
+        mesh=data_mesh(),
+        run_dirs=run_dirs,
+        checkpoint_dir=checkpoint_dir,
+        hparams=hparams,
+        declared=declared,
+    )
 
 
 # The process id makes two launches in the same microsecond still land in different directories. Cached like

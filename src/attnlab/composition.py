@@ -18,13 +18,19 @@ def no_unknown_keys(cfg, overrides: list[str] | None = None) -> None:
     construct.refuse_unknown(sorted(set(cfg) - top - set(groups)), sorted(top - {"hydra"}))
     for group, choice in (mistakes.chosen(overrides) if overrides is not None else {}).items():
         if choice and choice.startswith("_") and (registry.CONFIG_DIR / group / f"{choice}.yaml").is_file():
-            raise ConfigError(f"{group}={choice} unknown (a base its choices inherit, no choice itself); "
-                              f"allowed: {', '.join(registry.choices(group))}")
+            raise ConfigError(
+                f"{group}={choice} unknown (a base its choices inherit, no choice itself); "
+                f"allowed: {', '.join(registry.choices(group))}"
+            )
         if choice not in registry.choices(group) or not cfg.get(group):
             continue  # head: null (the task's default head, known once the task is)
         allowed = sorted(set(registry.load(group, choice)) - {"_target_"})
-        construct.refuse_unknown(sorted(set(cfg[group]) - set(allowed) - {"_target_"}), allowed, group,
-                                 choice if registry.varies(group) else None)
+        construct.refuse_unknown(
+            sorted(set(cfg[group]) - set(allowed) - {"_target_"}),
+            allowed,
+            group,
+            choice if registry.varies(group) else None,
+        )
 
 
 def one_line(message: str) -> str:
@@ -37,7 +43,6 @@ def compose_overrides(overrides: list[str], groups: set[str] | None = None) -> l
     """The single-run override lists a command line stands for: first values, then each other swept value
     (only of the keys in `groups` when given: a swept option's values cannot break composition, a choice can)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
-
     from hydra.errors import HydraException
 
     key, values = [], []
@@ -51,7 +56,7 @@ def compose_overrides(overrides: list[str], groups: set[str] | None = None) -> l
     variants = [base]
     for i, vs in enumerate(values):
         if groups is None or key[i].lstrip("+~") in groups:
-            variants += [base[:i] + [f"{key[i]}={v}"] + base[i + 1:] for v in vs[1:]]
+            variants += [base[:i] + [f"{key[i]}={v}"] + base[i + 1 :] for v in vs[1:]]
     return variants
 
 

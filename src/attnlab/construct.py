@@ -23,8 +23,11 @@ def refuse_unknown(unknown: list[str], allowed: list[str], group: str | None = N
     keys = [f"{group}.{k}" if group else k for k in sorted(unknown)]
     picked = [f"{group}={choice}"] if choice else None
     owners = mistakes.owners(keys[0], picked) if choice else []
-    hint = (f" (an option of {' and '.join(f'{group}={n}' for n in owners)})" if owners
-            else mistakes.did_you_mean(keys[0], picked))
+    hint = (
+        f" (an option of {' and '.join(f'{group}={n}' for n in owners)})"
+        if owners
+        else mistakes.did_you_mean(keys[0], picked)
+    )
     where = f" for {group}={choice}" if choice else ""
     if group is None:
         listed = f"allowed at the top level: {', '.join(sorted(allowed))} and the groups {', '.join(mistakes.groups())}"
@@ -52,8 +55,10 @@ def check_keys(group: str, cls, node: dict[str, Any], read=(), given=(), deferre
     missing = [k for k in accepted if k not in node]
     if missing:
         yaml = f"configs/{group}/{choice or registry.name_of(group, cls) or '<name>'}.yaml"
-        raise ConfigError(f"{cls.__name__}.__init__ takes {', '.join(missing)} but {yaml} has no such key; "
-                          f"every option needs a YAML line (its default)")
+        raise ConfigError(
+            f"{cls.__name__}.__init__ takes {', '.join(missing)} but {yaml} has no such key; "
+            f"every option needs a YAML line (its default)"
+        )
 
 
 def build(group: str, node: dict[str, Any], read=(), deferred=(), **given):

@@ -14,8 +14,13 @@ DIVERGED = 3  # non-finite training (a sweep: a job diverged; the other jobs sti
 INTERRUPTED = 130  # SIGINT or SIGTERM (128 + SIGINT, as a shell reports Ctrl-C): checkpointed, resume command printed
 
 # A sweep's exit code: the first of these statuses that one of its runs has (sweep.summary.statuses).
-SWEEP_PRECEDENCE = (("interrupted", INTERRUPTED), ("failed", FAILED), ("unfinished", FAILED), ("refused", REFUSED),
-                    ("diverged", DIVERGED))
+SWEEP_PRECEDENCE = (
+    ("interrupted", INTERRUPTED),
+    ("failed", FAILED),
+    ("unfinished", FAILED),
+    ("refused", REFUSED),
+    ("diverged", DIVERGED),
+)
 
 
 def of_sweep(statuses) -> int:

@@ -45,8 +45,9 @@ def dense_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_ele
     """A drop-in `dot_general` for nnx.Linear (contracting lhs's last axis with rhs's first) using `matmul`."""
     (contract_l, contract_r), (batch_l, batch_r) = dimension_numbers
     if tuple(contract_l) != (lhs.ndim - 1,) or tuple(contract_r) != (0,) or batch_l or batch_r or precision is not None:
-        return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
-                                   preferred_element_type=preferred_element_type, **kwargs)
+        return jax.lax.dot_general(
+            lhs, rhs, dimension_numbers, precision=precision, preferred_element_type=preferred_element_type, **kwargs
+        )
     out = matmul(lhs, rhs)
     return out if preferred_element_type is None else out.astype(preferred_element_type)
 

@@ -21,7 +21,7 @@ def tag(group: str, *modules: nnx.Module | nnx.Variable) -> None:
     if group not in GROUPS:
         raise ValueError(f"gradient group {group!r} is not one of {GROUPS}")
     for module in modules:
-        for _, var in ([(None, module)] if isinstance(module, nnx.Variable) else nnx.iter_graph(module)):
+        for _, var in [(None, module)] if isinstance(module, nnx.Variable) else nnx.iter_graph(module):
             if isinstance(var, nnx.Param) and not isinstance(var, NormalizerParam) and group_of(var) is None:
                 var.set_metadata(group=group)
 
@@ -45,8 +45,10 @@ def leaf_groups(params: nnx.State) -> tuple[list[str], list[int]]:
         names = [_key_name(k) for k in path]
         group = group_of(var)
         if group is None:
-            raise ValueError(f"parameter {'.'.join(names)} has no gradient group: its module must call "
-                             f"attnlab.groups.tag(group, ...) with one of {GROUPS}")
+            raise ValueError(
+                f"parameter {'.'.join(names)} has no gradient group: its module must call "
+                f"attnlab.groups.tag(group, ...) with one of {GROUPS}"
+            )
         layers.append(int(names[names.index("blocks") + 1]) if "blocks" in names else -1)
         groups.append(("beta:" if "beta" in names else "") + group)
     return groups, layers

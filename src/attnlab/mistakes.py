@@ -16,13 +16,45 @@ from attnlab import registry
 
 SWEEP_FLAGS = ("-m", "--multirun")  # Hydra's flags that make a command a sweep
 # Hydra's own flags (hydra/_internal/utils.py get_args_parser); anything else starting with '-' is a mistake.
-HYDRA_FLAGS = {"-h", "--help", "-hp", "--hydra-help", "--version", "-c", "--cfg", "--resolve", "-p", "--package",
-               "-r", "--run", *SWEEP_FLAGS, "-sc", "--shell-completion", "-cp", "--config-path", "-cn",
-               "--config-name", "-cd", "--config-dir", "--experimental-rerun", "-i", "--info"}
+HYDRA_FLAGS = {
+    "-h",
+    "--help",
+    "-hp",
+    "--hydra-help",
+    "--version",
+    "-c",
+    "--cfg",
+    "--resolve",
+    "-p",
+    "--package",
+    "-r",
+    "--run",
+    *SWEEP_FLAGS,
+    "-sc",
+    "--shell-completion",
+    "-cp",
+    "--config-path",
+    "-cn",
+    "--config-name",
+    "-cd",
+    "--config-dir",
+    "--experimental-rerun",
+    "-i",
+    "--info",
+}
 # Names other frameworks use for a key or a choice here.
-SYNONYMS = {"learning_rate": "optim.lr", "epochs": "trainer.steps", "max_steps": "trainer.steps",
-            "num_steps": "trainer.steps", "iterations": "trainer.steps", "batch": "trainer.batch_size",
-            "bs": "trainer.batch_size", "device": "accelerator", "cuda": "gpu", "attention": "normalizer"}
+SYNONYMS = {
+    "learning_rate": "optim.lr",
+    "epochs": "trainer.steps",
+    "max_steps": "trainer.steps",
+    "num_steps": "trainer.steps",
+    "iterations": "trainer.steps",
+    "batch": "trainer.batch_size",
+    "bs": "trainer.batch_size",
+    "device": "accelerator",
+    "cuda": "gpu",
+    "attention": "normalizer",
+}
 
 
 def groups() -> list[str]:
@@ -126,8 +158,10 @@ def check_sweep(overrides: list[str], multirun: bool) -> str | None:
     swept = [o.input_line for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()]
     if not swept:
         return None
-    return (f"several values need -m for a sweep: attnlab-train -m {' '.join(swept)} ...; "
-            f"for a list value use brackets, e.g. model.layer_normalizers=[softmax,linear]")
+    return (
+        f"several values need -m for a sweep: attnlab-train -m {' '.join(swept)} ...; "
+        f"for a list value use brackets, e.g. model.layer_normalizers=[softmax,linear]"
+    )
 
 
 def explain(message: str, overrides: list[str] | None = None) -> str | None:
@@ -140,10 +174,13 @@ def explain(message: str, overrides: list[str] | None = None) -> str | None:
         elsewhere = owners(key, overrides)
         if elsewhere:
             mine = chosen(overrides).get(group)
-            value = next((o.partition("=")[2] for o in overrides or [] if o.split("=", 1)[0].lstrip("+~") == key),
-                         "...")
-            return (f"{key} is an option of {' and '.join(f'{group}={n}' for n in elsewhere)}, not of {group}={mine}; "
-                    f"e.g. {group}={elsewhere[0]} {key}={value}")
+            value = next(
+                (o.partition("=")[2] for o in overrides or [] if o.split("=", 1)[0].lstrip("+~") == key), "..."
+            )
+            return (
+                f"{key} is an option of {' and '.join(f'{group}={n}' for n in elsewhere)}, not of {group}={mine}; "
+                f"e.g. {group}={elsewhere[0]} {key}={value}"
+            )
         allowed = [k for k in known_keys(overrides) if k.startswith(group + ".")] if "." in key else []
         hint = did_you_mean(key, overrides)
         tail = f"; allowed in {group}: {', '.join(k.split('.', 1)[1] for k in allowed)}" if allowed and not hint else ""

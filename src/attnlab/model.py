@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -55,23 +54,50 @@ def check_options(values: dict) -> None:
     if values["window"] is not None:  # null: no window
         checks.integer("model.window", values["window"], 1, 2**31 - 1)
     checks.integer("model.short_conv", values["short_conv"], 0, MAX_SHORT_CONV)
-    checks.require(d_model % heads == 0, f"model.d_model={d_model} is not divisible by model.heads={heads}; "
-                                         f"allowed: heads dividing d_model")
+    checks.require(
+        d_model % heads == 0,
+        f"model.d_model={d_model} is not divisible by model.heads={heads}; allowed: heads dividing d_model",
+    )
     table = (values["vocab_size"] or values["input_dim"] or 0) + max_len
     params = layers * (4 + 2 * mlp_ratio) * d_model**2 + table * d_model
-    checks.require(params <= MAX_PARAMS, f"model.d_model={d_model}, model.layers={layers}, model.mlp_ratio={mlp_ratio}, "
-                                         f"model.max_len={max_len} make ~{params:.2g} parameters; "
-                                         f"allowed: at most {MAX_PARAMS:.0e}")
+    checks.require(
+        params <= MAX_PARAMS,
+        f"model.d_model={d_model}, model.layers={layers}, model.mlp_ratio={mlp_ratio}, "
+        f"model.max_len={max_len} make ~{params:.2g} parameters; "
+        f"allowed: at most {MAX_PARAMS:.0e}",
+    )
 
 
 class Block(nnx.Module):
     """x + attn(LN(x)); x + MLP(LN(x))."""
 
-    def __init__(self, d_model, num_heads, mlp_ratio, dropout, make_normalizer, *, use_rope, qk_norm,
-                 seq_len, dtype, rngs, short_conv=0):
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        mlp_ratio,
+        dropout,
+        make_normalizer,
+        *,
+        use_rope,
+        qk_norm,
+        seq_len,
+        dtype,
+        rngs,
+        short_conv=0,
+    ):
         self.ln1 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
-        self.attn = MultiHeadAttention(d_model, num_heads, make_normalizer, use_rope=use_rope, qk_norm=qk_norm,
-                                       seq_len=seq_len, dtype=dtype, rngs=rngs, short_conv=short_conv)
+        self.attn = MultiHeadAttention(
+            d_model,
+            num_heads,
+            make_normalizer,
+            use_rope=use_rope,
+            qk_norm=qk_norm,
+            seq_len=seq_len,
+            dtype=dtype,
+            rngs=rngs,
+            short_conv=short_conv,
+        )
         self.ln2 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
         self.fc1 = nnx.Linear(d_model, mlp_ratio * d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
         self.fc2 = nnx.Linear(mlp_ratio * d_model, d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
@@ -80,8 +106,9 @@ class Block(nnx.Module):
         tag("mlp", self.fc1, self.fc2)
 
     def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic, rngs):
-        a_BTD, stats = self.attn(self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS,
-                                 training=not deterministic)
+        a_BTD, stats = self.attn(
+            self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS, training=not deterministic
+        )
         x_BTD = x_BTD + self.drop(a_BTD, deterministic=deterministic, rngs=rngs)
         h = self.fc2(gelu(self.fc1(self.ln2(x_BTD))))
         return x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs), stats
@@ -100,28 +127,64 @@ class Transformer(nnx.Module):
     `remat` (false | true | "dots") recomputes each block in the backward pass (attnlab.remat).
     """
 
-    def __init__(self, *, d_model: int, heads: int, layers: int, mlp_ratio: int, dropout: float,
-                 positional: str, max_len: int, causal: bool, qk_norm: bool, pooled: bool,
-                 make_normalizer: Callable[..., Normalizer] | Sequence[Callable[..., Normalizer]], seq_len: int,
-                 vocab_size: int | None = None, input_dim: int | None = None, dtype=jnp.float32,
-                 window: int | None = None, short_conv: int = 0, remat: bool | str = False, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        heads: int,
+        layers: int,
+        mlp_ratio: int,
+        dropout: float,
+        positional: str,
+        max_len: int,
+        causal: bool,
+        qk_norm: bool,
+        pooled: bool,
+        make_normalizer: Callable[..., Normalizer] | Sequence[Callable[..., Normalizer]],
+        seq_len: int,
+        vocab_size: int | None = None,
+        input_dim: int | None = None,
+        dtype=jnp.float32,
+        window: int | None = None,
+        short_conv: int = 0,
+        remat: bool | str = False,
+        rngs: nnx.Rngs,
+    ):
         check_options(locals())  # each option's range, one line naming it (ZeroDivisionError before)
         if positional in ("learned", "sinusoidal") and seq_len > max_len:
-            raise checks.ConfigError(f"sequence length {seq_len} exceeds model.max_len={max_len} of the {positional} table")
+            raise checks.ConfigError(
+                f"sequence length {seq_len} exceeds model.max_len={max_len} of the {positional} table"
+            )
         if (vocab_size is None) == (input_dim is None):
             raise ValueError("exactly one of vocab_size (token inputs) and input_dim (vector inputs) is needed")
         makers = list(make_normalizer) if isinstance(make_normalizer, Sequence) else [make_normalizer]
-        self.embed = (nnx.Embed(vocab_size, d_model, dtype=dtype, rngs=rngs) if vocab_size
-                      else nnx.Linear(input_dim, d_model, dtype=dtype, rngs=rngs))
+        self.embed = (
+            nnx.Embed(vocab_size, d_model, dtype=dtype, rngs=rngs)
+            if vocab_size
+            else nnx.Linear(input_dim, d_model, dtype=dtype, rngs=rngs)
+        )
         self.positional, self.causal, self.pooled, self.dtype = positional, causal, pooled, dtype
         self.window, self.remat = window, remat
         if positional == "learned":
             self.pos = nnx.Embed(max_len, d_model, embedding_init=nnx.initializers.normal(0.02), dtype=dtype, rngs=rngs)
-        self.blocks = nnx.List([
-            Block(d_model, heads, mlp_ratio, dropout, makers[i % len(makers)], use_rope=positional == "rope",
-                  qk_norm=qk_norm, seq_len=seq_len, dtype=dtype, rngs=rngs, short_conv=short_conv)
-            for i in range(layers)
-        ])
+        self.blocks = nnx.List(
+            [
+                Block(
+                    d_model,
+                    heads,
+                    mlp_ratio,
+                    dropout,
+                    makers[i % len(makers)],
+                    use_rope=positional == "rope",
+                    qk_norm=qk_norm,
+                    seq_len=seq_len,
+                    dtype=dtype,
+                    rngs=rngs,
+                    short_conv=short_conv,
+                )
+                for i in range(layers)
+            ]
+        )
         self.ln_f = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
         tag("embedding", self.embed, *([self.pos] if positional == "learned" else []))
         tag("norm", self.ln_f)
@@ -158,8 +221,16 @@ class Transformer(nnx.Module):
     def __call__(self, inputs, valid_BT, *, with_stats=False, score_probes=None, deterministic=True, rngs=None):
         x_BTD = self.embed_inputs(inputs)
         mask = self.mask(valid_BT)
-        x_BTD, per_layer = run_blocks(self.blocks, x_BTD, mask, score_probes, rngs, remat=self.remat,
-                                      with_stats=with_stats, deterministic=deterministic)
+        x_BTD, per_layer = run_blocks(
+            self.blocks,
+            x_BTD,
+            mask,
+            score_probes,
+            rngs,
+            remat=self.remat,
+            with_stats=with_stats,
+            deterministic=deterministic,
+        )
         x_BTD = self.ln_f(x_BTD)
         stats = stack_layer_stats(per_layer) if with_stats else {}
         if not self.pooled:

@@ -31,8 +31,9 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
         del params, extra_args
         g_norm = optax.tree.norm(updates) if grad_norm is None else grad_norm
         trigger = g_norm < max_norm
-        return jax.tree.map(lambda t: jax.lax.select(trigger, t, (t / g_norm.astype(t.dtype)) * max_norm),
-                            updates), state
+        return jax.tree.map(
+            lambda t: jax.lax.select(trigger, t, (t / g_norm.astype(t.dtype)) * max_norm), updates
+        ), state
 
     return optax.GradientTransformationExtraArgs(lambda params: optax.ClipByGlobalNormState(), update)
 
@@ -55,18 +56,40 @@ def check_options(*, lr, warmup_steps, weight_decay, clip_norm, b1, b2, final_fr
     checks.real("optim.final_fraction", final_fraction, 0.0, 1.0)
 
 
-def make_optimizer(params: nnx.State, *, lr: float, warmup_steps: int, total_steps: int, weight_decay: float,
-                   clip_norm: float, b1: float, b2: float, final_fraction: float = 0.1):
+def make_optimizer(
+    params: nnx.State,
+    *,
+    lr: float,
+    warmup_steps: int,
+    total_steps: int,
+    weight_decay: float,
+    clip_norm: float,
+    b1: float,
+    b2: float,
+    final_fraction: float = 0.1,
+):
     """optax chain: clip by global norm, then AdamW with the decay mask and schedule."""
-    check_options(lr=lr, warmup_steps=warmup_steps, weight_decay=weight_decay, clip_norm=clip_norm, b1=b1, b2=b2,
-                  final_fraction=final_fraction)
+    check_options(
+        lr=lr,
+        warmup_steps=warmup_steps,
+        weight_decay=weight_decay,
+        clip_norm=clip_norm,
+        b1=b1,
+        b2=b2,
+        final_fraction=final_fraction,
+    )
     # inject_hyperparams keeps the learning rate the update used in the optimizer state, so the logged
     # opt/lr is the one applied (current_lr), not a schedule rebuilt elsewhere.
     adamw = optax.inject_hyperparams(optax.adamw, static_args=("b1", "b2", "weight_decay", "mask"))
     return optax.chain(
         clip_by_global_norm(clip_norm),
-        adamw(learning_rate=schedule(lr, warmup_steps, total_steps, final_fraction), b1=b1, b2=b2,
-              weight_decay=weight_decay, mask=decay_mask(params)),
+        adamw(
+            learning_rate=schedule(lr, warmup_steps, total_steps, final_fraction),
+            b1=b1,
+            b2=b2,
+            weight_decay=weight_decay,
+            mask=decay_mask(params),
+        ),
     )
 
 

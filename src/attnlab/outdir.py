@@ -57,8 +57,11 @@ def check(key: str, path: Any) -> None:
     """Exit 2 with one line naming the key and the directory when it cannot be created or written."""
     reason = unwritable_reason(Path(str(path)))
     if reason:
-        print(f"attnlab: error: {key}={path} cannot be created or written: {reason}; "
-              f"allowed: a directory path you can write to", file=sys.stderr)
+        print(
+            f"attnlab: error: {key}={path} cannot be created or written: {reason}; "
+            f"allowed: a directory path you can write to",
+            file=sys.stderr,
+        )
         sys.exit(exits.REFUSED)
 
 

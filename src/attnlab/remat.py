@@ -25,6 +25,7 @@ def run_blocks(blocks, x_BTD, mask, probes, rngs, *, remat, with_stats: bool, de
     With remat and dropout, each block's dropout key is one draw of the outer `rngs` stream, so
     the masks differ from remat=false (the losses agree exactly without dropout).
     """
+
     def run(block, x_BTD, probe, r):
         return block(x_BTD, mask, with_stats=with_stats, score_probe_BNTS=probe, deterministic=deterministic, rngs=r)
 

@@ -30,11 +30,11 @@ def grad_norms(grads, groups, layers, num_layers) -> dict[str, jax.Array]:
     parts = {"global": [True] * len(groups)}
     parts.update({f"group/{name}": [g.endswith(name) for g in groups] for name in GROUPS})
     parts["beta"] = [g.startswith("beta:") for g in groups]
-    parts.update({f"layer/{i}": [l == i for l in layers] for i in range(num_layers)})
+    parts.update({f"layer/{i}": [layer == i for layer in layers] for i in range(num_layers)})
     # One masked row sum for every norm: a (norms, leaves) selection, not a reduction per norm.
     norm_K = jnp.sqrt(jnp.where(np.array(list(parts.values())), sq_leaf[None, :], 0.0).sum(-1))
     out = {name: norm_K[k] for k, name in enumerate(parts) if not name.startswith("layer/")}
-    out["layer"] = norm_K[len(parts) - num_layers:]
+    out["layer"] = norm_K[len(parts) - num_layers :]
     return out
 
 
@@ -119,8 +119,14 @@ def loss_of_batch(graphdef, state, batch, key, *, with_stats: bool, scored_k: in
 
     def loss_fn(params, probes):
         net = nnx.merge(graphdef, params, state["rest"])
-        feats, stats = net.body(batch["inputs"], batch["valid"], with_stats=with_stats, score_probes=probes,
-                                deterministic=False, rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)))
+        feats, stats = net.body(
+            batch["inputs"],
+            batch["valid"],
+            with_stats=with_stats,
+            score_probes=probes,
+            deterministic=False,
+            rngs=nnx.Rngs(dropout=jax.random.fold_in(key, 1)),
+        )
         feats, targets, weights = scored(feats, batch, scored_k)
         return net.head.loss(net.head(feats), targets, weights), stats
 
@@ -137,8 +143,20 @@ def batch_sampler(batch_size, batch_sharding):
     return sample
 
 
-def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batch_size, batch_sharding,
-                    num_seeds: int = 1, scored_k: int | None = None, data_axis: int | None = None):
+def make_train_step(
+    graphdef,
+    tx,
+    *,
+    groups,
+    layers,
+    num_layers,
+    num_heads,
+    batch_size,
+    batch_sharding,
+    num_seeds: int = 1,
+    scored_k: int | None = None,
+    data_axis: int | None = None,
+):
     """Jitted (state, data) -> (state, metrics), vmapped over a leading seed axis of the state.
 
     state = {params, rest (non-trainable variables), opt_state, step, key (raw key data), nonfinite,
@@ -170,21 +188,41 @@ def make_train_step(graphdef, tx, *, groups, layers, num_layers, num_heads, batc
         ok = jnp.isfinite(loss) & jnp.isfinite(norms["global"]) & new_ok
         keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(ok, new, old))
         first_bad = jnp.where((state["first_nonfinite"] < 0) & ~ok, state["step"], state["first_nonfinite"])
-        new_state = {"params": keep(params, state["params"]), "rest": state["rest"],
-                     "opt_state": keep(opt_state, state["opt_state"]),
-                     "step": state["step"] + 1, "key": state["key"], "nonfinite": state["nonfinite"] + (~ok),
-                     "first_nonfinite": first_bad}
+        new_state = {
+            "params": keep(params, state["params"]),
+            "rest": state["rest"],
+            "opt_state": keep(opt_state, state["opt_state"]),
+            "step": state["step"] + 1,
+            "key": state["key"],
+            "nonfinite": state["nonfinite"] + (~ok),
+            "first_nonfinite": first_bad,
+        }
         # The group/layer norms come from the leaf sums of the global norm, read on logging steps only.
-        metrics: dict[str, Any] = {"loss": loss, "grad_norm/global": norms["global"], "nonfinite": new_state["nonfinite"],
-                                   "grad_norm": norms, "first_nonfinite": first_bad,
-                                   "lr": current_lr(opt_state)}
+        metrics: dict[str, Any] = {
+            "loss": loss,
+            "grad_norm/global": norms["global"],
+            "nonfinite": new_state["nonfinite"],
+            "grad_norm": norms,
+            "first_nonfinite": first_bad,
+            "lr": current_lr(opt_state),
+        }
         return new_state, metrics
 
     return jax.jit(over_seeds(step, num_seeds, (0, data_axis)), donate_argnums=0)
 
 
-def make_stats_step(graphdef, *, num_layers, num_heads, batch_size, batch_sharding, probe_scores: bool,
-                    num_seeds: int = 1, scored_k: int | None = None, data_axis: int | None = None):
+def make_stats_step(
+    graphdef,
+    *,
+    num_layers,
+    num_heads,
+    batch_size,
+    batch_sharding,
+    probe_scores: bool,
+    num_seeds: int = 1,
+    scored_k: int | None = None,
+    data_axis: int | None = None,
+):
     """Jitted (state, data) -> statistics of the step `state` is about to take: attention statistics and
     dL/dz at the scores, from a separate forward (and a backward to the probes only: no weight gradients)
     on the same batch and dropout key. It returns no state: the update always comes from `make_train_step`,

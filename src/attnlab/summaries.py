@@ -21,17 +21,19 @@ from attnlab import tb_hparams, tb_images
 from attnlab.normalizers import CORE_STATS
 
 # Per layer in the custom-scalars layout: (chart title, tag pattern), every run overlaid.
-LAYER_CHARTS = (("entropy (mean over heads)", "attn_entropy/layer_{i}$"),
-                ("max weight (mean over heads)", "attn_max_weight/layer_{i}$"),
-                ("gradient at the scores (norm over heads)", "score_grad/layer_{i}$"),
-                ("gradient norm of the layer", "grad_norm/layer_{i}$"))
+LAYER_CHARTS = (
+    ("entropy (mean over heads)", "attn_entropy/layer_{i}$"),
+    ("max weight (mean over heads)", "attn_max_weight/layer_{i}$"),
+    ("gradient at the scores (norm over heads)", "score_grad/layer_{i}$"),
+    ("gradient norm of the layer", "grad_norm/layer_{i}$"),
+)
 
 
 # What a tag measures, shown in TensorBoard's tag tooltip (the first event of each tag carries it).
 # The attn_* definitions are normalizers.base.core_stats'.
 DESCRIPTIONS = {
     "attn_entropy/": "attention entropy H / log n over the admissible keys, rows renormalised (1 = uniform, "
-                     "0 = one key); mean over heads for layer_i",
+    "0 = one key); mean over heads for layer_i",
     "attn_max_weight/": "largest attention weight of a query row, mean over rows (and heads for layer_i)",
     "attn_row_mass/": "sum of a query row's weights (1 for softmax; varies for sigmoid, relu, linear)",
     "attn_max_logit/": "largest |logit| the normalizer saw (max over batch, rows and keys)",
@@ -40,7 +42,7 @@ DESCRIPTIONS = {
     "opt/lr": "learning rate of the update at this step, read from the optimizer state",
     "train/loss": "training loss of this step's batch",
     "test_len/": "a final metric on the test split rebuilt at length T (task.test_lengths), every other task option "
-                 "unchanged; attn_* as in training, mean over heads",
+    "unchanged; attn_* as in training, mean over heads",
 }
 
 
@@ -53,8 +55,11 @@ def flatten_train_metrics(m: Mapping[str, Any], prefix: str = "train", has_beta:
 
     `has_beta=False` (a model without a β, e.g. linear attention) leaves out grad_norm/beta, always 0.
     """
-    out = {f"{prefix}/loss": float(m["loss"]), "grad_norm/global": float(m["grad_norm/global"]),
-           f"{prefix}/nonfinite_steps": float(m["nonfinite"])}
+    out = {
+        f"{prefix}/loss": float(m["loss"]),
+        "grad_norm/global": float(m["grad_norm/global"]),
+        f"{prefix}/nonfinite_steps": float(m["nonfinite"]),
+    }
     for name, v in m.get("grad_norm", {}).items():
         if name == "layer":
             out.update({f"grad_norm/layer_{i}": float(x) for i, x in enumerate(np.asarray(v))})
@@ -86,11 +91,19 @@ MAIN = "0_main"
 def custom_scalars_layout(num_layers: int, headline: str = "accuracy") -> dict:
     """tensorboardX layout: loss and the headline metric first, then one category per layer with its four
     charts, then the global gradient norm."""
-    layout = {"loss and headline": {"train loss": ["Multiline", ["train/loss$"]],
-                                    "val loss": ["Multiline", ["val/loss$"]],
-                                    f"val {headline}": ["Multiline", [f"val/{headline}$"]]}}
-    layout.update({f"layer {i}": {title: ["Multiline", [pattern.format(i=i)]] for title, pattern in LAYER_CHARTS}
-                   for i in range(num_layers)})
+    layout = {
+        "loss and headline": {
+            "train loss": ["Multiline", ["train/loss$"]],
+            "val loss": ["Multiline", ["val/loss$"]],
+            f"val {headline}": ["Multiline", [f"val/{headline}$"]],
+        }
+    }
+    layout.update(
+        {
+            f"layer {i}": {title: ["Multiline", [pattern.format(i=i)]] for title, pattern in LAYER_CHARTS}
+            for i in range(num_layers)
+        }
+    )
     layout["global"] = {"gradient norm (global)": ["Multiline", ["grad_norm/global$"]]}
     return layout
 
@@ -118,8 +131,12 @@ class Summaries:
             self.described.add(tag)
             self._scalar(tag, v, step, description(tag) if first else None)
             if tag in self.main:
-                self._scalar(f"{MAIN}/{tag.replace('/', '_')}", v, step,
-                             f"a copy of {tag}, first in Time Series" if first else None)
+                self._scalar(
+                    f"{MAIN}/{tag.replace('/', '_')}",
+                    v,
+                    step,
+                    f"a copy of {tag}, first in Time Series" if first else None,
+                )
 
     def _scalar(self, tag: str, value: float, step: int, described: str | None):
         """One scalar; `described` (a tag's first event) adds its description under the scalars plugin's
@@ -128,8 +145,15 @@ class Summaries:
         if described is None:
             self.writer.add_scalar(tag, value, step)
             return
-        pb = Summary(value=[Summary.Value(tag=tag, simple_value=float(value),
-                                          metadata=create_summary_metadata(display_name="", description=described))])
+        pb = Summary(
+            value=[
+                Summary.Value(
+                    tag=tag,
+                    simple_value=float(value),
+                    metadata=create_summary_metadata(display_name="", description=described),
+                )
+            ]
+        )
         self.writer.file_writer.add_summary(XSummary.FromString(pb.SerializeToString()), step)
 
     def histogram(self, tag: str, values, step: int):
@@ -143,8 +167,12 @@ class Summaries:
         self.writer.add_custom_scalars(custom_scalars_layout(num_layers, headline))
         # attention entropy, the statistic the normalizers are compared on, beside the losses: Time Series
         # sorts its groups by name and shows attn_beta/ before attn_entropy/, below the fold
-        self.main = {"train/loss", "val/loss", f"val/{headline}",
-                     *(f"attn_entropy/layer_{i}" for i in range(num_layers))}
+        self.main = {
+            "train/loss",
+            "val/loss",
+            f"val/{headline}",
+            *(f"attn_entropy/layer_{i}" for i in range(num_layers)),
+        }
 
     def probe_text(self, task, tokens_T, step: int = 0):
         """The probe example as text (`probe/text`), for a text task (Task.is_text)."""
@@ -156,8 +184,9 @@ class Summaries:
         """`sample/continuation`: the probe's prompt and what the model wrote after it (greedy), as a code block
         so TensorBoard's Markdown keeps the text's whitespace."""
         block = "\n".join("    " + line for line in f"{prompt}▶{written}".split("\n"))
-        self.writer.add_text("sample/continuation", f"prompt ▶ greedy continuation ({len(written)} chars)\n\n{block}",
-                             step)
+        self.writer.add_text(
+            "sample/continuation", f"prompt ▶ greedy continuation ({len(written)} chars)\n\n{block}", step
+        )
 
     def attention_images(self, maps_LBNTS, step: int):
         """One RGB image per layer and head of the fixed probe example (the first validation example), drawn in
@@ -171,19 +200,28 @@ class Summaries:
                 if not np.isfinite(layer[0]).all():
                     continue
                 for h in range(layer.shape[1]):
-                    image = self.figures.image((i, h), layer[0, h:h + 1], self.attn_map_scale,
-                                               f"layer {i} head {h}, step {step}, {self.attn_map_scale} scale", labels,
-                                               first_head=h)
+                    image = self.figures.image(
+                        (i, h),
+                        layer[0, h : h + 1],
+                        self.attn_map_scale,
+                        f"layer {i} head {h}, step {step}, {self.attn_map_scale} scale",
+                        labels,
+                        first_head=h,
+                    )
                     self.writer.add_image(f"attn_map/layer_{i}/head_{h}", image, step, dataformats="HWC")
 
         self.background.submit(draw)
 
-    def hparams(self, own: Mapping[str, Any], declared: Mapping[str, tuple[list, bool]], metrics: list[str],
-                status: str):
+    def hparams(
+        self, own: Mapping[str, Any], declared: Mapping[str, tuple[list, bool]], metrics: list[str], status: str
+    ):
         """The sweep's experiment config, then this run's session start and end, in its own directory."""
         own = {k: v for k, v in own.items() if v is not None}
-        for pb in (tb_hparams.experiment_summary(declared, metrics), tb_hparams.session_start_summary(own, declared),
-                   tb_hparams.session_end_summary(status)):
+        for pb in (
+            tb_hparams.experiment_summary(declared, metrics),
+            tb_hparams.session_start_summary(own, declared),
+            tb_hparams.session_end_summary(status),
+        ):
             # tensorboard's proto and tensorboardX's are the same message in two Python classes.
             self.writer.file_writer.add_summary(XSummary.FromString(pb.SerializeToString()))
 

@@ -24,12 +24,27 @@ from attnlab import registry
 TOP_LEVEL = ("normalizer", "task", "head", "model")  # in the order they fill the ticked columns
 SHOWN = 5  # the HParams tab ticks the first five hparams (differs first, then by name)
 # Declared metrics, in this order, where the run logged them (lm tasks: bits_per_byte, perplexity).
-METRICS = ("test/accuracy", "val/accuracy", "test/loss", "val/loss", "test/bits_per_byte", "test/perplexity",
-           "test/ece", "test/mse", "test/r2", "train/nonfinite_steps")
+METRICS = (
+    "test/accuracy",
+    "val/accuracy",
+    "test/loss",
+    "val/loss",
+    "test/bits_per_byte",
+    "test/perplexity",
+    "test/ece",
+    "test/mse",
+    "test/r2",
+    "train/nonfinite_steps",
+)
 # Hydra keys whose hparam has another name (the accelerator choice would otherwise sort first).
 ALIASES = {"accelerator": "trainer.accelerator"}
-CHOICE_GROUPS = {"normalizer": "normalizer", "task": "task", "head": "head", "model": "model",
-                 "trainer.accelerator": "accelerator"}
+CHOICE_GROUPS = {
+    "normalizer": "normalizer",
+    "task": "task",
+    "head": "head",
+    "model": "model",
+    "trainer.accelerator": "accelerator",
+}
 
 
 def sweep_values(sweep_dir: Path | str | None) -> dict[str, list[str]]:
@@ -40,8 +55,11 @@ def sweep_values(sweep_dir: Path | str | None) -> dict[str, list[str]]:
     if saved is None:
         return {}
     overrides = sweep_overrides(saved)
-    return {ALIASES.get(o.key_or_group, o.key_or_group): list(o.sweep_string_iterator())
-            for o in overrides if o.is_sweep_override() and not o.key_or_group.startswith("hydra")}
+    return {
+        ALIASES.get(o.key_or_group, o.key_or_group): list(o.sweep_string_iterator())
+        for o in overrides
+        if o.is_sweep_override() and not o.key_or_group.startswith("hydra")
+    }
 
 
 def _group_options(group: str, choice: str) -> dict[str, Any]:
@@ -50,8 +68,11 @@ def _group_options(group: str, choice: str) -> dict[str, Any]:
         raw = registry.load(group, choice)
     except ValueError:
         return {}
-    return {f"{group}.{k}": v for k, v in raw.items()
-            if not k.startswith("_") and k != "defaults" and isinstance(v, (int, float, str, bool))}
+    return {
+        f"{group}.{k}": v
+        for k, v in raw.items()
+        if not k.startswith("_") and k != "defaults" and isinstance(v, (int, float, str, bool))
+    }
 
 
 def _typed(value: str, like: Any) -> Any:
@@ -87,7 +108,7 @@ def declare(own: Mapping[str, Any], swept: Mapping[str, list[str]], seeds: list[
     # Only what the sweep varies on purpose and the top-level choices are marked: an option that differs
     # only as a consequence of a swept choice (normalizer.prior in a kl/softmax sweep) stays unticked.
     marked = [k for k in swept if k in values] + (["seed"] if len(seeds) > 1 and "seed" not in swept else [])
-    marked += [k for k in TOP_LEVEL if k in values and k not in marked][:max(0, SHOWN - len(marked))]
+    marked += [k for k in TOP_LEVEL if k in values and k not in marked][: max(0, SHOWN - len(marked))]
     return {key: (list(dict.fromkeys(vals)), key in marked) for key, vals in values.items()}
 
 
@@ -129,9 +150,20 @@ def experiment_summary(declared: Mapping[str, tuple[list, bool]], metrics: list[
         elif kind == api_pb2.DATA_TYPE_FLOAT64:
             info.domain_interval.min_value, info.domain_interval.max_value = min(vals), max(vals)
         infos.append(info)
-    metric_infos = [api_pb2.MetricInfo(name=api_pb2.MetricName(tag=m), display_name=m, dataset_type=(
-        api_pb2.DATASET_VALIDATION if m.startswith("val/") else api_pb2.DATASET_TRAINING if m.startswith("train/")
-        else api_pb2.DATASET_UNKNOWN)) for m in metrics]
+    metric_infos = [
+        api_pb2.MetricInfo(
+            name=api_pb2.MetricName(tag=m),
+            display_name=m,
+            dataset_type=(
+                api_pb2.DATASET_VALIDATION
+                if m.startswith("val/")
+                else api_pb2.DATASET_TRAINING
+                if m.startswith("train/")
+                else api_pb2.DATASET_UNKNOWN
+            ),
+        )
+        for m in metrics
+    ]
     experiment = api_pb2.Experiment(hparam_infos=infos, metric_infos=metric_infos)
     return _summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment))
 

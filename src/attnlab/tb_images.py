@@ -103,8 +103,9 @@ class Figures:
     def __init__(self):
         self.figures: dict = {}  # (layer, head) -> (figure, its images, its suptitle, what fixes its layout)
 
-    def image(self, layer, map_NTS: np.ndarray, scale: str, title: str,
-              labels: list[str] | None = None, first_head: int = 0) -> np.ndarray:
+    def image(
+        self, layer, map_NTS: np.ndarray, scale: str, title: str, labels: list[str] | None = None, first_head: int = 0
+    ) -> np.ndarray:
         """The heads of `map_NTS` (from `first_head`; `layer` keys the kept figure) as a uint8 RGB image, drawn
         from ≤ MAX_SIDE² block means (said in the title); `labels` name the positions of a map small enough to
         be drawn whole."""

@@ -15,8 +15,19 @@ from .base import KINDS, Head
 from .classification import ScoresMSE, SoftmaxCE
 from .regression import MSE, HLGauss, hl_gauss_target
 
-__all__ = ["KINDS", "MSE", "HLGauss", "Head", "ScoresMSE", "SoftmaxCE", "check_compatible", "compatible",
-           "hl_gauss_target", "kind_of", "make"]
+__all__ = [
+    "KINDS",
+    "MSE",
+    "HLGauss",
+    "Head",
+    "ScoresMSE",
+    "SoftmaxCE",
+    "check_compatible",
+    "compatible",
+    "hl_gauss_target",
+    "kind_of",
+    "make",
+]
 
 
 def make(name: str, *, d_model: int, num_classes: int | None = None, rngs: nnx.Rngs, **options) -> Head:
@@ -40,5 +51,7 @@ def check_compatible(name: str, task_kind: str, task_name: str = "task") -> None
     """A ConfigError at configuration time when head `name` cannot serve the task (cli.build calls it)."""
     head_kind = kind_of(name)
     if head_kind != task_kind:
-        raise ConfigError(f"head={name} serves {head_kind}, but task {task_name} is {task_kind}; "
-                          f"heads for {task_kind}: {', '.join(compatible(task_kind))}")
+        raise ConfigError(
+            f"head={name} serves {head_kind}, but task {task_name} is {task_kind}; "
+            f"heads for {task_kind}: {', '.join(compatible(task_kind))}"
+        )

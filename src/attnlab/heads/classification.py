@@ -46,8 +46,12 @@ class _Classification(Head):
 
     def metrics_from_sums(self, sums: dict, baseline_mse=None) -> dict:
         w = jnp.maximum(sums["weight"], 1)
-        return {"accuracy": sums["accuracy"] / w, "nll": sums["nll"] / w,
-                "ece": jnp.abs(sums["ece_gap"]).sum() / w, "brier": sums["brier"] / w}
+        return {
+            "accuracy": sums["accuracy"] / w,
+            "nll": sums["nll"] / w,
+            "ece": jnp.abs(sums["ece_gap"]).sum() / w,
+            "brier": sums["brier"] / w,
+        }
 
 
 class SoftmaxCE(_Classification):
@@ -63,8 +67,16 @@ class SoftmaxCE(_Classification):
 class ScoresMSE(_Classification):
     """Without a final softmax: raw scores, square loss to one-hot; nll/ece/brier use softmax(scores)."""
 
-    def __init__(self, *, d_model: int, num_classes: int | None, rngs: nnx.Rngs,
-                 k: float = 1.0, M: float = 1.0, ece_bins: int = 15):
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_classes: int | None,
+        rngs: nnx.Rngs,
+        k: float = 1.0,
+        M: float = 1.0,
+        ece_bins: int = 15,
+    ):
         super().__init__(d_model=d_model, num_classes=num_classes, rngs=rngs, ece_bins=ece_bins)
         self.k = checks.real("head.k", k, 0.0, 1e6, lo_open=True)  # a weight on the true class: > 0
         self.M = checks.real("head.M", M, 0.0, 1e6, lo_open=True)  # the target score of the true class

@@ -27,8 +27,12 @@ class _Regression(Head):
         weights_X = upcast(weights_X)
         targets_X = upcast(self._targets(targets_X, weights_X))
         pred_X = self.predict(outputs_XK)
-        return {"weight": weights_X.sum(), "sse": (weights_X * (pred_X - targets_X) ** 2).sum(),
-                "y": (weights_X * targets_X).sum(), "yy": (weights_X * targets_X ** 2).sum()}
+        return {
+            "weight": weights_X.sum(),
+            "sse": (weights_X * (pred_X - targets_X) ** 2).sum(),
+            "y": (weights_X * targets_X).sum(),
+            "yy": (weights_X * targets_X**2).sum(),
+        }
 
     def metrics_from_sums(self, sums: dict, baseline_mse=None) -> dict:
         w = sums["weight"]
@@ -84,9 +88,17 @@ class HLGauss(_Regression):
 
     loss_is_nll = True
 
-    def __init__(self, *, d_model: int, num_classes: int | None = None, rngs: nnx.Rngs,
-                 v_min: float = -10.0, v_max: float = 10.0, num_bins: int = 64,
-                 sigma_ratio: float = 0.75):
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        num_classes: int | None = None,
+        rngs: nnx.Rngs,
+        v_min: float = -10.0,
+        v_max: float = 10.0,
+        num_bins: int = 64,
+        sigma_ratio: float = 0.75,
+    ):
         self._check_num_classes(num_classes)
         checks.real("head.v_min", v_min, -1e30, 1e30)
         if not v_min < checks.real("head.v_max", v_max, -1e30, 1e30):

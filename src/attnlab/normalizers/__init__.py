@@ -7,8 +7,16 @@ from flax import nnx
 
 from attnlab import construct
 
+from .base import (
+    CORE_STATS,
+    FixedFeatures,
+    InverseTemperature,
+    Normalizer,
+    NormalizerParam,
+    ScoreNormalizer,
+    core_stats,
+)
 from .contract import FROM_ATTENTION
-from .base import CORE_STATS, FixedFeatures, InverseTemperature, Normalizer, NormalizerParam, ScoreNormalizer, core_stats
 from .entmax import Entmax, entmax
 from .exponential import KL, Softmax, Softmax1, masked_softmax
 from .linear import Linear
@@ -19,9 +27,30 @@ from .squared import Squared
 from .stickbreaking import StickBreaking
 
 __all__ = [
-    "CORE_STATS", "KL", "Entmax", "FixedFeatures", "InverseTemperature", "Linear", "Mask", "Normalizer",
-    "NormalizerParam", "ReLU", "SSMax", "ScoreNormalizer", "Sigmoid", "Softmax", "Softmax1", "Squared", "StickBreaking",
-    "as_mask", "attend", "attention_weights", "build", "core_stats", "entmax", "masked_softmax",
+    "CORE_STATS",
+    "KL",
+    "Entmax",
+    "FixedFeatures",
+    "InverseTemperature",
+    "Linear",
+    "Mask",
+    "Normalizer",
+    "NormalizerParam",
+    "ReLU",
+    "SSMax",
+    "ScoreNormalizer",
+    "Sigmoid",
+    "Softmax",
+    "Softmax1",
+    "Squared",
+    "StickBreaking",
+    "as_mask",
+    "attend",
+    "attention_weights",
+    "build",
+    "core_stats",
+    "entmax",
+    "masked_softmax",
 ]
 
 
@@ -40,7 +69,9 @@ def attend(name: str, q_BTNH, k_BSNH, v_BSNH, mask=None, *, causal=False, with_s
     """(out_BTNH, stats) of the named normalizer; mask is None, a `Mask` or a boolean (B,T,S) / (B,N,T,S) array."""
     norm = build(name, num_heads=q_BTNH.shape[2], head_dim=q_BTNH.shape[3], **options)
     q_BNTH, k_BNSH, v_BNSH = (_heads_major(x) for x in (q_BTNH, k_BSNH, v_BSNH))
-    out_BNTH, stats = norm(q_BNTH, k_BNSH, v_BNSH, as_mask(mask, causal, _shape_BNTS(q_BTNH, k_BSNH)), with_stats=with_stats)
+    out_BNTH, stats = norm(
+        q_BNTH, k_BNSH, v_BNSH, as_mask(mask, causal, _shape_BNTS(q_BTNH, k_BSNH)), with_stats=with_stats
+    )
     return _heads_major(out_BNTH), stats
 
 

@@ -165,8 +165,17 @@ class ScoreNormalizer(Normalizer, abstract=True):
         from .impl import choose
 
         name = registry.name_of("normalizer", type(self)) or type(self).__name__  # a subclass no YAML builds
-        return choose(self.impl, self.capability(), normalizer=name,
-                      platform=jax.default_backend(), dtype=dtype, head_dim=self.head_dim, mask=mask, T=T, S=S)
+        return choose(
+            self.impl,
+            self.capability(),
+            normalizer=name,
+            platform=jax.default_backend(),
+            dtype=dtype,
+            head_dim=self.head_dim,
+            mask=mask,
+            T=T,
+            S=S,
+        )
 
     def plain_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
         """The attended output of a plain step, by the implementation `implementation` names."""
@@ -198,8 +207,9 @@ class ScoreNormalizer(Normalizer, abstract=True):
         T, S = q_BNTH.shape[2], k_BNSH.shape[2]
         rows_R = long_context.stats_rows(T)
         m_B1RS = mask.matrix_B1TS(T, S, rows_R)
-        att_BNRS, logits_BNRS, extras = self.normalize_rows(self._scores(q_BNTH[:, :, rows_R], k_BNSH), m_B1RS,
-                                                            jnp.asarray(rows_R) + (S - T))
+        att_BNRS, logits_BNRS, extras = self.normalize_rows(
+            self._scores(q_BNTH[:, :, rows_R], k_BNSH), m_B1RS, jnp.asarray(rows_R) + (S - T)
+        )
         return {**core_stats(att_BNRS, logits_BNRS, m_B1RS), **extras}
 
     def _scores(self, q_BNTH, k_BNSH):

@@ -61,8 +61,11 @@ def attention(form: BlockForm, q_BNTH, k_BNSH, v_BNSH, mask: Mask, block_size: i
     S = k_BNSH.shape[2]
     Q, K = min(block_size, T), min(block_size, S)
     Tp, Sp = -(-T // Q) * Q, -(-S // K) * K
-    kv_BS = jnp.ones((B, S), jnp.float32) if mask.key_valid_BS is None else jnp.broadcast_to(
-        mask.key_valid_BS, (B, S)).astype(jnp.float32)
+    kv_BS = (
+        jnp.ones((B, S), jnp.float32)
+        if mask.key_valid_BS is None
+        else jnp.broadcast_to(mask.key_valid_BS, (B, S)).astype(jnp.float32)
+    )
     dense_BTS = None if mask.dense_BTS is None else jnp.broadcast_to(mask.dense_BTS, (B, T, S)).astype(jnp.float32)
     n_B1T = jnp.broadcast_to(admissible_count_B1T(mask, T, S), (B, 1, T))
     geo = _Geometry(T, S, Q, K, Tp, Sp, Mask(causal=mask.causal, window=mask.window))
@@ -70,8 +73,15 @@ def attention(form: BlockForm, q_BNTH, k_BNSH, v_BNSH, mask: Mask, block_size: i
     pad_s = ((0, 0), (0, 0), (0, Sp - S), (0, 0))
     fn = (form.make or _make_attention)(form, geo)
     dense = None if dense_BTS is None else jnp.pad(dense_BTS, ((0, 0), (0, Tp - T), (0, Sp - S)))
-    out_BNTH = fn(form.params, jnp.pad(q_BNTH, pad_t), jnp.pad(k_BNSH, pad_s), jnp.pad(v_BNSH, pad_s),
-                  jnp.pad(kv_BS, ((0, 0), (0, Sp - S))), dense, jnp.pad(n_B1T, ((0, 0), (0, 0), (0, Tp - T))))
+    out_BNTH = fn(
+        form.params,
+        jnp.pad(q_BNTH, pad_t),
+        jnp.pad(k_BNSH, pad_s),
+        jnp.pad(v_BNSH, pad_s),
+        jnp.pad(kv_BS, ((0, 0), (0, Sp - S))),
+        dense,
+        jnp.pad(n_B1T, ((0, 0), (0, 0), (0, Tp - T))),
+    )
     return out_BNTH[:, :, :T]
 
 
@@ -213,8 +223,15 @@ def _make_attention(form: BlockForm, geo: _Geometry):
         init = (jax.tree.map(jnp.zeros_like, p), zeros(q), zeros(k), zeros(v))
         dp, dq, dk, dv = jax.lax.fori_loop(0, geo.Tp // Q, qblock, init)
         dense_ct = None if dense is None else jnp.zeros_like(dense)
-        return (dp, dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), jnp.zeros_like(kv), dense_ct,
-                jnp.zeros_like(n))
+        return (
+            dp,
+            dq.astype(q.dtype),
+            dk.astype(k.dtype),
+            dv.astype(v.dtype),
+            jnp.zeros_like(kv),
+            dense_ct,
+            jnp.zeros_like(n),
+        )
 
     fn.defvjp(fn_fwd, fn_bwd)
     return fn

@@ -38,8 +38,10 @@ def check_members(cls) -> None:
             # Without it, sampled rows (long-context statistics) would be normalised at positions 0..R-1.
             missing.append("normalize_rows (its normalize takes query positions)")
     if missing:
-        raise TypeError(f"normalizer {cls.__name__} does not implement {', '.join(missing)} "
-                        f"(the contract: attnlab.normalizers.base.Normalizer)")
+        raise TypeError(
+            f"normalizer {cls.__name__} does not implement {', '.join(missing)} "
+            f"(the contract: attnlab.normalizers.base.Normalizer)"
+        )
 
 
 def check_configured(cls, configs: dict[str, tuple[type, dict]]) -> None:
@@ -47,7 +49,8 @@ def check_configured(cls, configs: dict[str, tuple[type, dict]]) -> None:
     mine = {name: opts for name, (target, opts) in configs.items() if target is cls}
     if not mine:
         options = ", ".join(construct.options_of(cls, deferred=FROM_ATTENTION)[0]) or "no options"
-        raise ConfigError(f"normalizer {cls.__name__} ({options}) has no YAML in configs/normalizer/ "
-                          f"whose _target_ builds it")
+        raise ConfigError(
+            f"normalizer {cls.__name__} ({options}) has no YAML in configs/normalizer/ whose _target_ builds it"
+        )
     for name, opts in mine.items():
         construct.check_keys("normalizer", cls, opts, deferred=FROM_ATTENTION, choice=name)

@@ -13,6 +13,7 @@ from .impl import Capability
 from .mask import masked_max
 from .softmax_vjp import softmax_attention
 
+
 def masked_softmax(logits_BNTS, m_B1TS):
     """softmax over admissible keys; a row with none is all zeros (never NaN)."""
     # -inf before exp (not after) keeps the gradient finite where a masked logit is huge.
@@ -76,8 +77,9 @@ class AdaptiveTemperature:
 
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask, *, with_stats=False, score_probe_BNTS=None, training=False):
         if not self.adapts(training):
-            return super().__call__(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=with_stats,
-                                    score_probe_BNTS=score_probe_BNTS)
+            return super().__call__(
+                q_BNTH, k_BNSH, v_BNSH, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS
+            )
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, with_stats, score_probe_BNTS, normalize=self.tempered)
 
     def weights(self, q_BNTH, k_BNSH, mask):
@@ -93,8 +95,19 @@ class Softmax(AdaptiveTemperature, ScoreNormalizer):
     dense form with a hand-written backward (`softmax_attention`, faster on CPU).
     """
 
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, impl="auto",
-                 block_size=512, adaptive_temperature="off"):
+    def __init__(
+        self,
+        *,
+        num_heads,
+        head_dim,
+        rngs,
+        beta=None,
+        learnable=True,
+        per_head=True,
+        impl="auto",
+        block_size=512,
+        adaptive_temperature="off",
+    ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.set_impl(impl, block_size, head_dim)
         self.set_adaptive(adaptive_temperature)
@@ -129,8 +142,22 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
 
     PRIORS = ("uniform", "recency", "learned")
 
-    def __init__(self, *, num_heads, head_dim, rngs, prior="recency", beta=None, learnable=True,
-                 per_head=True, slope=0.1, max_distance=512, impl="auto", block_size=512, adaptive_temperature="off"):
+    def __init__(
+        self,
+        *,
+        num_heads,
+        head_dim,
+        rngs,
+        prior="recency",
+        beta=None,
+        learnable=True,
+        per_head=True,
+        slope=0.1,
+        max_distance=512,
+        impl="auto",
+        block_size=512,
+        adaptive_temperature="off",
+    ):
         checks.choice("normalizer.prior", prior, self.PRIORS)
         checks.real("normalizer.slope", slope, 0, 1e6, lo_open=True)
         checks.integer("normalizer.max_distance", max_distance, 1, 2**20)
@@ -209,8 +236,9 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
 class Softmax1(ScoreNormalizer):
     """softmax₁: exp(βzᵢ)/(1 + Σⱼ exp(βzⱼ)), attention with a null sink ("attention is off by one")."""
 
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True,
-                 impl="auto", block_size=512):
+    def __init__(
+        self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, impl="auto", block_size=512
+    ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.set_impl(impl, block_size, head_dim)
 

@@ -33,9 +33,17 @@ def fused_attention(q_BNTH, k_BNSH, v_BNSH, mask: Mask, beta_N, implementation: 
     if mask.window is not None:  # (left, right) keys beside the diagonal: p − s < w, and |p − s| < w without causal
         window = (mask.window - 1, 0 if mask.causal else mask.window - 1)
     btnh = lambda x: x.transpose(0, 2, 1, 3)  # noqa: E731
-    out_BTNH = jax.nn.dot_product_attention(btnh(q), btnh(k_BNSH), btnh(v_BNSH), scale=1.0, is_causal=mask.causal,
-                                            query_seq_lengths=query_lengths_B, key_value_seq_lengths=lengths_B,
-                                            local_window_size=window, implementation=implementation)
+    out_BTNH = jax.nn.dot_product_attention(
+        btnh(q),
+        btnh(k_BNSH),
+        btnh(v_BNSH),
+        scale=1.0,
+        is_causal=mask.causal,
+        query_seq_lengths=query_lengths_B,
+        key_value_seq_lengths=lengths_B,
+        local_window_size=window,
+        implementation=implementation,
+    )
     out_BNTH = btnh(out_BTNH)
     # The kernel makes a row with no admissible key uniform over all keys (its masked logits are a large
     # finite negative, not −inf); the dense form makes it zero. Such rows: no valid key at all, or (with a

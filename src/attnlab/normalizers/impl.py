@@ -64,8 +64,18 @@ def cudnn_problem(platform: str, dtype, head_dim: int | None, mask: Mask, T: int
     return None if problem is None else f"mask: {problem}"
 
 
-def choose(requested: str, capability: Capability, *, normalizer: str, platform: str, dtype, head_dim: int | None,
-           mask: Mask, T: int, S: int) -> str:
+def choose(
+    requested: str,
+    capability: Capability,
+    *,
+    normalizer: str,
+    platform: str,
+    dtype,
+    head_dim: int | None,
+    mask: Mask,
+    T: int,
+    S: int,
+) -> str:
     """The implementation a plain step runs: cudnn | xla | blockwise | dense; ValueError if `requested` cannot run."""
     from .long_context import AUTO_MIN_TS
 
@@ -73,8 +83,10 @@ def choose(requested: str, capability: Capability, *, normalizer: str, platform:
         raise ConfigError(f"normalizer.impl={requested} cannot run for {normalizer}: {why}")
 
     if requested in ("cudnn", "xla") and not capability.fused:
-        refuse("only softmax and kl with prior=uniform are softmax kernels; allowed here: "
-               + ", ".join(allowed(capability)))
+        refuse(
+            "only softmax and kl with prior=uniform are softmax kernels; allowed here: "
+            + ", ".join(allowed(capability))
+        )
     if requested == "cudnn":
         problem = cudnn_problem(platform, dtype, head_dim, mask, T, S)
         return "cudnn" if problem is None else refuse(problem)
@@ -98,5 +110,10 @@ def choose(requested: str, capability: Capability, *, normalizer: str, platform:
 
 def allowed(capability: Capability) -> tuple[str, ...]:
     """The impl values a normalizer of this capability accepts."""
-    return tuple(i for i in IMPLS if i in ("auto", "dense") or (i == "blockwise" and capability.blockwise)
-                 or (i in ("cudnn", "xla") and capability.fused))
+    return tuple(
+        i
+        for i in IMPLS
+        if i in ("auto", "dense")
+        or (i == "blockwise" and capability.blockwise)
+        or (i in ("cudnn", "xla") and capability.fused)
+    )

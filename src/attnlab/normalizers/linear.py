@@ -37,8 +37,9 @@ class Linear(Normalizer):
 
     exposes_scores = True  # the kernel matrix φ(Q)φ(K)ᵀ, in the parallel form
 
-    def __init__(self, *, num_heads, head_dim, rngs, feature_map="elu1", eps=1e-6, chunk_size=64,
-                 num_features=64, impl="auto"):
+    def __init__(
+        self, *, num_heads, head_dim, rngs, feature_map="elu1", eps=1e-6, chunk_size=64, num_features=64, impl="auto"
+    ):
         checks.choice("normalizer.feature_map", feature_map, FEATURE_MAPS)
         checks.real("normalizer.eps", eps, 0.0, 1e6)
         checks.integer("normalizer.chunk_size", chunk_size, 1, 2**20)
@@ -80,8 +81,9 @@ class Linear(Normalizer):
 
     def weights(self, q_BNTH, k_BNSH, mask: Mask):
         qf, kf = self._features(q_BNTH, k_BNSH, mask)
-        a_BNTS = jnp.where(mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2]),
-                           jnp.einsum("bntf,bnsf->bnts", qf, kf), 0.0)
+        a_BNTS = jnp.where(
+            mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2]), jnp.einsum("bntf,bnsf->bnts", qf, kf), 0.0
+        )
         return _divide(a_BNTS, a_BNTS.sum(-1, keepdims=True) + self.eps)
 
     def implementation(self, T: int, S: int, mask: Mask, dtype=None) -> str:
@@ -153,8 +155,9 @@ class Linear(Normalizer):
         # and the denominator sums those same weights: numerator and denominator see one set of weights.
         a_BNKCC = jnp.einsum("bnkcf,bnkdf->bnkcd", qf, kf, preferred_element_type=dtype)
         a_BNKCC = jnp.where(jnp.tril(jnp.ones((C, C), bool)), a_BNKCC, jnp.zeros((), dtype))
-        num = (jnp.einsum("bnkcd,bnkdh->bnkch", a_BNKCC, v, **acc)
-               + jnp.einsum("bnkcf,bnkfh->bnkch", qf, s_BNKFH.astype(dtype), **acc))
+        num = jnp.einsum("bnkcd,bnkdh->bnkch", a_BNKCC, v, **acc) + jnp.einsum(
+            "bnkcf,bnkfh->bnkch", qf, s_BNKFH.astype(dtype), **acc
+        )
         den = a_BNKCC.astype(jnp.float32).sum(-1) + jnp.einsum("bnkcf,bnkf->bnkc", qf.astype(jnp.float32), z_BNKF)
         return num.reshape(B, N, K * C, -1)[:, :, :T], den.reshape(B, N, K * C, 1)[:, :, :T]
 

@@ -6,7 +6,6 @@ import numpy as np
 
 from attnlab import checks
 
-
 # `impl: auto` goes blockwise (where cuDNN does not apply) once T·S reaches this (T = S = 1024;
 # see BENCHMARKS.md, attention).
 AUTO_MIN_TS = 1024 * 1024

@@ -15,8 +15,19 @@ from .blockwise import BlockForm, scaled_logits
 class Sigmoid(ScoreNormalizer):
     """σ(βz + b) per key, b = −log n (n admissible keys of the row) unless `bias` is set (Apple, 2024)."""
 
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, bias=None,
-                 impl="auto", block_size=512):
+    def __init__(
+        self,
+        *,
+        num_heads,
+        head_dim,
+        rngs,
+        beta=None,
+        learnable=True,
+        per_head=True,
+        bias=None,
+        impl="auto",
+        block_size=512,
+    ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.bias = None if bias is None else checks.real("normalizer.bias", bias, -1e6, 1e6)
         self.set_impl(impl, block_size, head_dim)
@@ -39,8 +50,9 @@ class Sigmoid(ScoreNormalizer):
 class ReLU(ScoreNormalizer):
     """relu(βz)/n, n = admissible keys of the row (Wortsman et al. 2023)."""
 
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True,
-                 impl="auto", block_size=512):
+    def __init__(
+        self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, impl="auto", block_size=512
+    ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.set_impl(impl, block_size, head_dim)
 

@@ -26,12 +26,14 @@ class SSMax(ScoreNormalizer):
     and `beta` the row mean of the effective inverse temperature β(s log n + b), comparable to softmax's β.
     """
 
-    def __init__(self, *, num_heads, head_dim, rngs, s=0.43, learnable=True, bias=False, beta=None,
-                 impl="auto", block_size=512):
+    def __init__(
+        self, *, num_heads, head_dim, rngs, s=0.43, learnable=True, bias=False, beta=None, impl="auto", block_size=512
+    ):
         s = checks.real("normalizer.s", s, -1e6, 1e6)
         checks.boolean("normalizer.learnable", learnable)
-        self.scale = 1.0 / math.sqrt(head_dim) if beta is None else checks.real("normalizer.beta", beta, 0, 1e6,
-                                                                                lo_open=True)
+        self.scale = (
+            1.0 / math.sqrt(head_dim) if beta is None else checks.real("normalizer.beta", beta, 0, 1e6, lo_open=True)
+        )
         self.has_bias = checks.boolean("normalizer.bias", bias)
         s_N = jnp.full((num_heads,), s, jnp.float32)
         self.s = NormalizerParam(s_N) if learnable else FixedFeatures(s_N)

@@ -13,7 +13,6 @@ gradients against the float64 references).
 
 from __future__ import annotations
 
-
 import jax
 import jax.numpy as jnp
 

@@ -21,24 +21,43 @@ class Squared(ScoreNormalizer):
     instability can be studied (seed 004; Qin et al. 2022). eps = 0 is allowed on purpose.
     """
 
-    def __init__(self, *, num_heads, head_dim, rngs, power=2, eps=1e-6, offset=False, beta=None,
-                 learnable=False, per_head=True, impl="auto", block_size=512):
+    def __init__(
+        self,
+        *,
+        num_heads,
+        head_dim,
+        rngs,
+        power=2,
+        eps=1e-6,
+        offset=False,
+        beta=None,
+        learnable=False,
+        per_head=True,
+        impl="auto",
+        block_size=512,
+    ):
         checks.integer("normalizer.power", power, 1, 64)  # |x|^p overflows float32 long before p = 64
         checks.real("normalizer.eps", eps, 0.0, 1e6)
         checks.boolean("normalizer.offset", offset)
         # odd Taylor polynomials go negative, so the offset form needs an even power
-        checks.require(not (offset and power % 2), f"normalizer.offset=true with normalizer.power={power} is invalid; "
-                                                   f"allowed: an even normalizer.power")
+        checks.require(
+            not (offset and power % 2),
+            f"normalizer.offset=true with normalizer.power={power} is invalid; allowed: an even normalizer.power",
+        )
         if learnable and not offset:
-            warnings.warn("squared attention without offset is scale-invariant: a learnable beta has no "
-                          "effect (set normalizer.offset=true or normalizer.learnable=false)", stacklevel=2)
+            warnings.warn(
+                "squared attention without offset is scale-invariant: a learnable beta has no "
+                "effect (set normalizer.offset=true or normalizer.learnable=false)",
+                stacklevel=2,
+            )
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.power, self.eps, self.offset = power, float(eps), bool(offset)
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
-        return BlockForm("sum", {"beta": self.beta()}, scaled_logits, gate=power_gate(self.power, self.offset),
-                         eps=self.eps)
+        return BlockForm(
+            "sum", {"beta": self.beta()}, scaled_logits, gate=power_gate(self.power, self.offset), eps=self.eps
+        )
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
@@ -52,4 +71,3 @@ class Squared(ScoreNormalizer):
         # min over rows that have at least one admissible key (empty rows have no denominator).
         min_den_N = jnp.where(has_keys, den_BNT1, jnp.inf).min((0, 2, 3))
         return att_BNTS, x_BNTS, {"beta": beta_N, "min_denominator": min_den_N}
-

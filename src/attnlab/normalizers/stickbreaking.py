@@ -31,23 +31,40 @@ class StickBreaking(ScoreNormalizer):
 
     causal_only = True  # cli.build refuses it for bidirectional models, naming the task
 
-    def __init__(self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, attend_current=False,
-                 impl="auto", block_size=512):
+    def __init__(
+        self,
+        *,
+        num_heads,
+        head_dim,
+        rngs,
+        beta=None,
+        learnable=True,
+        per_head=True,
+        attend_current=False,
+        impl="auto",
+        block_size=512,
+    ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.attend_current = checks.boolean("normalizer.attend_current", attend_current)
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
-        return BlockForm("stickbreaking", {"beta": self.beta()}, scaled_logits,
-                         make=lambda form, geo: _make_blocks(geo, self.attend_current))
+        return BlockForm(
+            "stickbreaking",
+            {"beta": self.beta()},
+            scaled_logits,
+            make=lambda form, geo: _make_blocks(geo, self.attend_current),
+        )
 
     @staticmethod
     def require_causal(mask: Mask) -> None:
         """Refuse a bidirectional mask: without an order of keys before the query there is no stick to break."""
         if not mask.causal:
-            raise ConfigError("normalizer=stickbreaking needs causal attention (it splits a unit stick from the "
-                              "most recent key back) and this mask is bidirectional; allowed: a causal mask "
-                              "(per-token tasks with model.causal=null|true; attend(..., causal=True))")
+            raise ConfigError(
+                "normalizer=stickbreaking needs causal attention (it splits a unit stick from the "
+                "most recent key back) and this mask is bidirectional; allowed: a causal mask "
+                "(per-token tasks with model.causal=null|true; attend(..., causal=True))"
+            )
 
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
         self.require_causal(mask)
@@ -111,8 +128,9 @@ def _make_blocks(geo, attend_current: bool):
                 acc, c = carry
                 j = hi - 1 - t
                 att, _, _, _, keep = block(p, q_blk, _rows(k, j, K), kv, dense, i, j, c)
-                acc = acc + jnp.einsum("bnqk,bnkh->bnqh", att.astype(v.dtype), _rows(v, j, K),
-                                       preferred_element_type=jnp.float32)
+                acc = acc + jnp.einsum(
+                    "bnqk,bnkh->bnqh", att.astype(v.dtype), _rows(v, j, K), preferred_element_type=jnp.float32
+                )
                 return acc, c + keep
 
             acc, _ = jax.lax.fori_loop(0, hi - lo, body, (jnp.zeros((B, N, Q, H)), jnp.zeros((B, N, Q))))
@@ -166,8 +184,15 @@ def _make_blocks(geo, attend_current: bool):
         init = (zeros(p["beta"]), zeros(q), zeros(k), zeros(v))
         dbeta, dq, dk, dv = jax.lax.fori_loop(0, geo.Tp // Q, qblock, init)
         dense_ct = None if dense is None else jnp.zeros_like(dense)
-        return ({"beta": dbeta}, dq.astype(q.dtype), dk.astype(k.dtype), dv.astype(v.dtype), jnp.zeros_like(kv),
-                dense_ct, jnp.zeros_like(n))
+        return (
+            {"beta": dbeta},
+            dq.astype(q.dtype),
+            dk.astype(k.dtype),
+            dv.astype(v.dtype),
+            jnp.zeros_like(kv),
+            dense_ct,
+            jnp.zeros_like(n),
+        )
 
     fn.defvjp(fn_fwd, fn_bwd)
     return fn

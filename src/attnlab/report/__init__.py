@@ -16,17 +16,46 @@ equal to float32 tolerance: one computation, never shown as Δ 0).
 
 Modules, one concern each: load (run directories and TensorBoard scalars → records), stats (one metric
 over seeds: intervals, paired comparison, lr selection), cells (grouping runs into cells: `summarize`),
-verdict (the opening conclusion), tables (Markdown, LaTeX, CSV), plots (learning curves), write (a report directory), cli (`attnlab-report`).
+verdict (the opening conclusion), tables (Markdown, LaTeX, CSV), plots (learning curves), write (a report
+directory), cli (`attnlab-report`).
 """
 
 from attnlab.report.cells import Cell, Table, default_metrics, summarize
 from attnlab.report.load import (
-    LR, SEED, Run, drifted_keys, load_runs, read_scalars, same_value, sort_key, varying_keys,
+    LR,
+    SEED,
+    Run,
+    drifted_keys,
+    load_runs,
+    read_scalars,
+    same_value,
+    sort_key,
+    varying_keys,
 )
 from attnlab.report.stats import HIGHER_IS_BETTER, MIN_PAIRS, SMALL_N, Stat, bootstrap_ci, t_ci
 from attnlab.report.write import write_report
 from attnlab.run.record import STATUSES
 
-__all__ = ["HIGHER_IS_BETTER", "LR", "MIN_PAIRS", "SEED", "SMALL_N", "STATUSES", "Cell", "Run", "Stat", "Table", "bootstrap_ci",
-           "default_metrics", "drifted_keys", "load_runs", "read_scalars", "same_value", "sort_key", "summarize",
-           "t_ci", "varying_keys", "write_report"]
+__all__ = [
+    "HIGHER_IS_BETTER",
+    "LR",
+    "MIN_PAIRS",
+    "SEED",
+    "SMALL_N",
+    "STATUSES",
+    "Cell",
+    "Run",
+    "Stat",
+    "Table",
+    "bootstrap_ci",
+    "default_metrics",
+    "drifted_keys",
+    "load_runs",
+    "read_scalars",
+    "same_value",
+    "sort_key",
+    "summarize",
+    "t_ci",
+    "varying_keys",
+    "write_report",
+]

@@ -8,8 +8,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnlab.report.load import LR, Run, drifted_keys, same_value, sort_key, varying_keys
 from attnlab.report import stats
+from attnlab.report.load import LR, Run, drifted_keys, same_value, sort_key, varying_keys
 from attnlab.report.stats import Stat
 from attnlab.run.record import STATUSES  # always counted; others (interrupted, incomplete) when present
 
@@ -91,11 +91,26 @@ class Table:
             base = {**c.key, **({LR: c.lr} if self.select_lr else {})}
             for m in self.metrics:
                 s = c.stats[m]
-                out.append({**base, "metric": m, "n": s.n, "low_n": s.low_n, "mean": s.mean, "std": s.std,
-                            "ci_low": s.ci_low, "ci_high": s.ci_high, "ci_method": s.ci_method,
-                            **{st: c.count(st) for st in self.statuses}, "n_pairs": s.n_pairs,
-                            "diff_mean": s.diff_mean, "diff_std": s.diff_std, "t": s.t, "p": s.p,
-                            "within_noise": s.within_noise})
+                out.append(
+                    {
+                        **base,
+                        "metric": m,
+                        "n": s.n,
+                        "low_n": s.low_n,
+                        "mean": s.mean,
+                        "std": s.std,
+                        "ci_low": s.ci_low,
+                        "ci_high": s.ci_high,
+                        "ci_method": s.ci_method,
+                        **{st: c.count(st) for st in self.statuses},
+                        "n_pairs": s.n_pairs,
+                        "diff_mean": s.diff_mean,
+                        "diff_std": s.diff_std,
+                        "t": s.t,
+                        "p": s.p,
+                        "within_noise": s.within_noise,
+                    }
+                )
         return out
 
     def completeness(self) -> list[str]:
@@ -103,8 +118,11 @@ class Table:
         keys = self.group_by + ([LR] if self.select_lr else [])
         fmt = lambda c: ", ".join(f"{k}={c[k]}" for k in keys) or "all runs"  # noqa: E731
         lines = [f"Missing cell (no run): {fmt(c)}" for c in self.missing]
-        lines += [f"Fewer seeds: {fmt(c)} has {n} completed of {self.max_seeds}"
-                  + (f" (missing seed {', '.join(map(str, s))})" if s else "") for c, n, s in self.short]
+        lines += [
+            f"Fewer seeds: {fmt(c)} has {n} completed of {self.max_seeds}"
+            + (f" (missing seed {', '.join(map(str, s))})" if s else "")
+            for c, n, s in self.short
+        ]
         if lines or self.missing_runs:  # never "complete" while a job of the sweep has no outcome
             return lines
         return [f"Complete: every expected cell has {self.max_seeds} completed seed(s)."]
@@ -116,13 +134,27 @@ def default_metrics(runs: list[Run], which: str) -> list[str]:
     found = {k for rec in done for k in rec}
     # test/nll equal to test/loss in every run (softmax_ce, hlgauss: the loss is the NLL) is one metric, not two
     same = "test/nll" in found and all(rec.get("test/nll") == rec.get("test/loss") for rec in done)
-    return sorted(k for k in found if k.startswith("test/") and not k.endswith("_ts") and k != "test/temperature"
-                  and not (same and k == "test/nll"))
+    return sorted(
+        k
+        for k in found
+        if k.startswith("test/")
+        and not k.endswith("_ts")
+        and k != "test/temperature"
+        and not (same and k == "test/nll")
+    )
 
 
-def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[str] | None = None,
-              which: str = "final", baseline: str | None = None, select_lr: bool = False,
-              select_by: str = "val/loss", n_boot: int = 2000, seed: int = 0) -> Table:
+def summarize(
+    runs: list[Run],
+    group_by: list[str] | None = None,
+    metrics: list[str] | None = None,
+    which: str = "final",
+    baseline: str | None = None,
+    select_lr: bool = False,
+    select_by: str = "val/loss",
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> Table:
     """Group runs into cells and summarize each metric over seeds (see the module docstring)."""
     if which not in ("final", "best"):
         raise ValueError(f"which={which!r}; allowed: final, best")
@@ -140,10 +172,18 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
     found = sorted({k for r in done for k in (r.final if which == "final" else r.best)})
     metrics = default_metrics(runs, which) if metrics is None else expand(metrics, found) if done else list(metrics)
     if select_lr and done and select_by not in found:
-        raise ValueError(f"select_by metric {select_by} in no completed run's {which} record; "
-                         f"available: {', '.join(found)}")
-    table = Table(group_by=group_by, metrics=metrics, which=which, cells=[], baseline=baseline,
-                  select_lr=select_lr, select_by=select_by if select_lr else None)
+        raise ValueError(
+            f"select_by metric {select_by} in no completed run's {which} record; available: {', '.join(found)}"
+        )
+    table = Table(
+        group_by=group_by,
+        metrics=metrics,
+        which=which,
+        cells=[],
+        baseline=baseline,
+        select_lr=select_lr,
+        select_by=select_by if select_lr else None,
+    )
     groups: dict[tuple, list[Run]] = {}
     for r in runs:
         groups.setdefault(tuple(r.config.get(k) for k in group_by), []).append(r)
@@ -158,22 +198,30 @@ def summarize(runs: list[Run], group_by: list[str] | None = None, metrics: list[
         _apply_baseline(table, baseline, n_boot, seed)
     _completeness(table, runs)
     if any(c.below_chance(m) for c in table.cells for m in metrics):
-        table.notes.append("below chance: the cell's mean accuracy is below the 2.5% point of Binomial(n, baseline)/n "
-                           "over the n test targets: worse than guessing, not merely at chance (attnlab.chance).")
+        table.notes.append(
+            "below chance: the cell's mean accuracy is below the 2.5% point of Binomial(n, baseline)/n "
+            "over the n test targets: worse than guessing, not merely at chance (attnlab.chance)."
+        )
     if any(c.near_chance(m) and not c.below_chance(m) for c in table.cells for m in metrics):
-        table.notes.append("≈chance: the cell's mean accuracy is within noise of the task's baseline (at or below the "
-                           "97.5% point of Binomial(n, baseline)/n over the n test targets; attnlab.chance).")
+        table.notes.append(
+            "≈chance: the cell's mean accuracy is within noise of the task's baseline (at or below the "
+            "97.5% point of Binomial(n, baseline)/n over the n test targets; attnlab.chance)."
+        )
     drift = [k for k in drifted_keys(runs) if k not in group_by]
     if drift and configured:
-        table.notes.append(f"Config key(s) present in only some runs, not grouped: {', '.join(drift)} "
-                           "(the config changed during the sweep?).")
+        table.notes.append(
+            f"Config key(s) present in only some runs, not grouped: {', '.join(drift)} "
+            "(the config changed during the sweep?)."
+        )
     if len(configured) < len(runs):
         table.notes.append(f"{len(runs) - len(configured)} run(s) have no readable config; grouped under None.")
     done_seeds = [[r.seed for r in c.runs if r.status == "completed"] for c in table.cells]
     dupes = [c.label() for c, seeds in zip(table.cells, done_seeds) if len(set(seeds)) < len(seeds)]
     if dupes:
-        table.notes.append(f"Several runs share a seed in: {'; '.join(dupes)} (a varying key may be missing from "
-                           "the grouping); their values are averaged per seed for pairing.")
+        table.notes.append(
+            f"Several runs share a seed in: {'; '.join(dupes)} (a varying key may be missing from "
+            "the grouping); their values are averaged per seed for pairing."
+        )
     return table
 
 
@@ -192,8 +240,10 @@ def expand(patterns: list[str], names: list[str], what: str = "metric") -> list[
 def _apply_baseline(table: Table, spec: str, n_boot: int, seed: int) -> None:
     key, sep, text = spec.partition("=")
     if not sep or key not in table.group_by:
-        raise ValueError(f"baseline {spec!r} must be KEY=VALUE with KEY one of the group keys: "
-                         f"{', '.join(table.group_by) or '(none)'}")
+        raise ValueError(
+            f"baseline {spec!r} must be KEY=VALUE with KEY one of the group keys: "
+            f"{', '.join(table.group_by) or '(none)'}"
+        )
     if not any(same_value(c.key[key], text) for c in table.cells):
         values = sorted({c.key[key] for c in table.cells}, key=sort_key)
         raise ValueError(f"baseline {spec!r} matches no cell; {key} values: {', '.join(map(str, values))}")
@@ -213,8 +263,11 @@ def partners(table: Table, spec: str) -> list[tuple[Cell, Cell]]:
     for c in table.cells:
         if same_value(c.key.get(key), text):
             continue
-        base = [b for b in table.cells if same_value(b.key.get(key), text)
-                and all(b.key[k] == v for k, v in c.key.items() if k != key)]
+        base = [
+            b
+            for b in table.cells
+            if same_value(b.key.get(key), text) and all(b.key[k] == v for k, v in c.key.items() if k != key)
+        ]
         if base:
             out.append((c, base[0]))
     return out
@@ -229,6 +282,7 @@ IDENTICAL_RTOL, IDENTICAL_ATOL = 1e-5, 1e-6
 def identical(cell: Cell, base: Cell, which: str) -> bool:
     """Whether `cell` and `base` completed the same seeds and every metric of every seed agrees to float32
     tolerance (IDENTICAL_RTOL, IDENTICAL_ATOL)."""
+
     def records(c):
         return {r.seed: (r.final if which == "final" else r.best) for r in c.runs if r.status == "completed"}
 
@@ -237,9 +291,12 @@ def identical(cell: Cell, base: Cell, which: str) -> bool:
         return False
     for s in a:
         keys = {k for k in {*a[s], *b[s]} if k != "step"}
-        if not keys or not all(isinstance(a[s].get(k), (int, float)) and isinstance(b[s].get(k), (int, float))
-                               and math.isclose(a[s][k], b[s][k], rel_tol=IDENTICAL_RTOL, abs_tol=IDENTICAL_ATOL)
-                               for k in keys):
+        if not keys or not all(
+            isinstance(a[s].get(k), (int, float))
+            and isinstance(b[s].get(k), (int, float))
+            and math.isclose(a[s][k], b[s][k], rel_tol=IDENTICAL_RTOL, abs_tol=IDENTICAL_ATOL)
+            for k in keys
+        ):
             return False
     return True
 
@@ -256,6 +313,8 @@ def _completeness(table: Table, runs: list[Run]) -> None:
     table.missing = [dict(zip(keys, t)) for t in itertools.product(*values) if t not in present]
     all_seeds = sorted(set().union(*present.values()), key=sort_key) if present else []
     table.max_seeds = max((len(s) for s in present.values()), default=0)
-    table.short = [(dict(zip(keys, t)), len(s), [x for x in all_seeds if x not in s])
-                   for t, s in sorted(present.items(), key=lambda kv: tuple(map(sort_key, kv[0])))
-                   if len(s) < table.max_seeds]
+    table.short = [
+        (dict(zip(keys, t)), len(s), [x for x in all_seeds if x not in s])
+        for t, s in sorted(present.items(), key=lambda kv: tuple(map(sort_key, kv[0])))
+        if len(s) < table.max_seeds
+    ]

@@ -22,26 +22,50 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep (Hydra multirun) directory, or a single run")
     p.add_argument("--group-by", nargs="+", metavar="KEY", help="default: the varying config keys except the seed")
     p.add_argument("--metrics", nargs="+", metavar="METRIC", help="default: the test/ metrics")
-    p.add_argument("--which", choices=("final", "best"), default="final",
-                   help="final parameters, or the best-validation-loss ones")
-    p.add_argument("--baseline", metavar="KEY=VALUE",
-                   help="paired comparison against this group, e.g. normalizer=softmax")
-    p.add_argument("--select-lr", action="store_true",
-                   help=f"per group, keep the {LR} with the best mean --select-by metric "
-                        "(a validation metric, so the test split stays unseen)")
+    p.add_argument(
+        "--which", choices=("final", "best"), default="final", help="final parameters, or the best-validation-loss ones"
+    )
+    p.add_argument(
+        "--baseline", metavar="KEY=VALUE", help="paired comparison against this group, e.g. normalizer=softmax"
+    )
+    p.add_argument(
+        "--select-lr",
+        action="store_true",
+        help=f"per group, keep the {LR} with the best mean --select-by metric "
+        "(a validation metric, so the test split stays unseen)",
+    )
     p.add_argument("--select-by", default="val/loss", metavar="METRIC", help="lr selection metric (default val/loss)")
-    p.add_argument("--curves", nargs="*", metavar="PATTERN",
-                   help="TensorBoard scalar tags or fnmatch patterns to plot with seed bands, e.g. 'val/*' "
-                        f"(default: {' '.join(DEFAULT_CURVES)}; none: no plots); one that matches no tag is an error")
-    p.add_argument("--log-y", nargs="+", default=[], metavar="PATTERN",
-                   help="curves whose tag matches one of these fnmatch patterns get a log y axis (geometric mean "
-                        "and spread), e.g. 'grad_norm/*' 'score_grad/*'")
-    p.add_argument("--columns", type=int, default=MAX_COLUMNS, metavar="N",
-                   help=f"at most N columns per Markdown/LaTeX table; a wider one is split, one table per metric "
-                        f"group (default {MAX_COLUMNS})")
+    p.add_argument(
+        "--curves",
+        nargs="*",
+        metavar="PATTERN",
+        help="TensorBoard scalar tags or fnmatch patterns to plot with seed bands, e.g. 'val/*' "
+        f"(default: {' '.join(DEFAULT_CURVES)}; none: no plots); one that matches no tag is an error",
+    )
+    p.add_argument(
+        "--log-y",
+        nargs="+",
+        default=[],
+        metavar="PATTERN",
+        help="curves whose tag matches one of these fnmatch patterns get a log y axis (geometric mean "
+        "and spread), e.g. 'grad_norm/*' 'score_grad/*'",
+    )
+    p.add_argument(
+        "--columns",
+        type=int,
+        default=MAX_COLUMNS,
+        metavar="N",
+        help=f"at most N columns per Markdown/LaTeX table; a wider one is split, one table per metric "
+        f"group (default {MAX_COLUMNS})",
+    )
     p.add_argument("--out", metavar="DIR", help="output directory (default SWEEP_DIR/report)")
-    p.add_argument("--alpha", type=float, default=0.05, metavar="LEVEL",
-                   help="family-wise level of the verdict's Holm-corrected tests (default 0.05)")
+    p.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        metavar="LEVEL",
+        help="family-wise level of the verdict's Holm-corrected tests (default 0.05)",
+    )
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of each CI (cells and paired Δs)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     return p
@@ -70,8 +94,9 @@ def cli(argv: Iterable[str] | None = None) -> int:
         return exits.REFUSED
     runs = load_runs(root)
     if not runs:
-        print(f"attnlab-report: error: no runs under {root} (no metrics.json, run.json or .hydra/ found)",
-              file=sys.stderr)
+        print(
+            f"attnlab-report: error: no runs under {root} (no metrics.json, run.json or .hydra/ found)", file=sys.stderr
+        )
         return exits.REFUSED
     if not 0 < args.alpha < 1:
         print(f"attnlab-report: error: --alpha {args.alpha}; allowed: a level in (0, 1)", file=sys.stderr)
@@ -81,8 +106,17 @@ def cli(argv: Iterable[str] | None = None) -> int:
         return exits.REFUSED
     cache: dict = {}
     try:
-        table = summarize(runs, args.group_by, args.metrics, args.which, args.baseline, args.select_lr,
-                          args.select_by, args.n_boot, args.seed)
+        table = summarize(
+            runs,
+            args.group_by,
+            args.metrics,
+            args.which,
+            args.baseline,
+            args.select_lr,
+            args.select_by,
+            args.n_boot,
+            args.seed,
+        )
         curves, log_y = _curves(table, args.curves, args.log_y, cache)
         table.progress, table.missing_runs = expected.progress(root, runs)
         table.alpha = args.alpha

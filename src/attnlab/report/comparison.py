@@ -73,11 +73,14 @@ def _line(table: Table, c: Cell, metric: str) -> str:
 def comparison(table: Table) -> list[str]:
     """The opening section, headline metric first (Table.judged_by), cells best first."""
     order = [*table.judged_by, *(m for m in table.metrics if m not in table.judged_by)]
-    intro = (f"Per metric, each cell's mean paired difference Δ to {table.baseline} over the seeds both completed, "
-             f"its 95% interval, the number of pairs and the paired t-test p (from {MIN_PAIRS} pairs); then the "
-             "cell's mean [95% interval] (n). Best first." if table.baseline else
-             "Per metric, each cell's mean [95% interval] (n), best first; --baseline KEY=VALUE adds paired "
-             "differences.")
+    intro = (
+        f"Per metric, each cell's mean paired difference Δ to {table.baseline} over the seeds both completed, "
+        f"its 95% interval, the number of pairs and the paired t-test p (from {MIN_PAIRS} pairs); then the "
+        "cell's mean [95% interval] (n). Best first."
+        if table.baseline
+        else "Per metric, each cell's mean [95% interval] (n), best first; --baseline KEY=VALUE adds paired "
+        "differences."
+    )
     out = ["## Comparison", "", intro, ""]
     for m in order:
         better = "higher" if higher_is_better(m) else "lower"

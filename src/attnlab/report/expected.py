@@ -16,7 +16,7 @@ def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.errors import HydraException
 
-    from attnlab.sweep.definition import multirun_config, swept_keys, sweep_overrides
+    from attnlab.sweep.definition import multirun_config, sweep_overrides, swept_keys
     from attnlab.sweep.naming import named_job
 
     saved = multirun_config(sweep_dir)  # read and parsed once for every job's name (not per job)

@@ -36,8 +36,10 @@ def lengths_and_headline(table: Table) -> tuple[list[int], str | None]:
 def length_stats(table: Table, n_boot: int = 2000, seed: int = 0) -> tuple[str | None, list[int], list[dict]]:
     """(headline metric, lengths, per cell {length: Stat}): stats.cell_stat of test_len/<T>/<metric>."""
     lengths, metric = lengths_and_headline(table)
-    per_cell = [{t: cell_stat(c.runs, f"test_len/{t}/{metric}", table.which, n_boot, seed) for t in lengths}
-                for c in table.cells]
+    per_cell = [
+        {t: cell_stat(c.runs, f"test_len/{t}/{metric}", table.which, n_boot, seed) for t in lengths}
+        for c in table.cells
+    ]
     return metric, lengths, per_cell
 
 
@@ -63,17 +65,31 @@ def draw(table: Table, metric: str, lengths: list[int], per_cell: list[dict]):
         xs = [t for t in lengths if stats[t].n]
         if not xs:
             continue
-        (line,) = ax.plot(xs, [stats[t].mean for t in xs], marker="o", markersize=3,
-                          label=f"{_label(table, c)} ({max(stats[t].n for t in xs)} runs)")
+        (line,) = ax.plot(
+            xs,
+            [stats[t].mean for t in xs],
+            marker="o",
+            markersize=3,
+            label=f"{_label(table, c)} ({max(stats[t].n for t in xs)} runs)",
+        )
         band = [t for t in xs if math.isfinite(stats[t].ci_low)]
         if band:
-            ax.fill_between(band, [stats[t].ci_low for t in band], [stats[t].ci_high for t in band],
-                            color=line.get_color(), alpha=0.2, linewidth=0)
+            ax.fill_between(
+                band,
+                [stats[t].ci_low for t in band],
+                [stats[t].ci_high for t in band],
+                color=line.get_color(),
+                alpha=0.2,
+                linewidth=0,
+            )
     ax.set_xscale("log", base=2)
     ax.set_xticks(lengths, [str(t) for t in lengths])
     ax.minorticks_off()
-    ax.set(title=f"test {metric} against length (mean over seeds, 95% CI band)", xlabel="test length",
-           ylabel=f"test {metric}")
+    ax.set(
+        title=f"test {metric} against length (mean over seeds, 95% CI band)",
+        xlabel="test length",
+        ylabel=f"test {metric}",
+    )
     ax.legend(fontsize="small")
     fig.tight_layout()
     return fig
@@ -86,14 +102,22 @@ def section(table: Table, out_dir: Path, n_boot: int = 2000, seed: int = 0) -> t
     if not lengths:
         return [], []
     header = [*table.group_by, *([f"{LR} (selected)"] if table.select_lr else []), *map(str, lengths)]
-    rows = [[str(v) for v in c.key.values()] + ([str(c.lr)] if table.select_lr else [])
-            + [_text(stats[t]) for t in lengths] for c, stats in zip(table.cells, per_cell)]
+    rows = [
+        [str(v) for v in c.key.values()] + ([str(c.lr)] if table.select_lr else []) + [_text(stats[t]) for t in lengths]
+        for c, stats in zip(table.cells, per_cell)
+    ]
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    lines = ["", f"## Length generalisation: test {metric} per test length ({table.which} parameters)", "",
-             f"Columns: the length T of task.test_lengths (test_len/T/{metric}); each cell: mean ± std across "
-             "seeds [95% CI of the mean], over its completed runs, as in the tables above.", "",
-             "| " + " | ".join(map(esc, header)) + " |", "|" + "---|" * len(header),
-             *("| " + " | ".join(map(esc, r)) + " |" for r in rows)]
+    lines = [
+        "",
+        f"## Length generalisation: test {metric} per test length ({table.which} parameters)",
+        "",
+        f"Columns: the length T of task.test_lengths (test_len/T/{metric}); each cell: mean ± std across "
+        "seeds [95% CI of the mean], over its completed runs, as in the tables above.",
+        "",
+        "| " + " | ".join(map(esc, header)) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(map(esc, r)) + " |" for r in rows),
+    ]
     out = Path(out_dir)
     with open(out / "lengths.csv", "w", newline="") as f:
         w = csv.writer(f)

@@ -16,8 +16,17 @@ LR = "optim.lr"
 SEED = "seed"
 MISSING = "<missing>"
 # How a run was executed, not what it computes: never a default group key even when it varies.
-OPERATIONAL = frozenset({"trainer.vmap_seeds", "trainer.resume", "trainer.progress", "trainer.checkpoint_every", "compile_cache",
-                         "accelerator.gpu_memory_fraction", "accelerator.distributed"})
+OPERATIONAL = frozenset(
+    {
+        "trainer.vmap_seeds",
+        "trainer.resume",
+        "trainer.progress",
+        "trainer.checkpoint_every",
+        "compile_cache",
+        "accelerator.gpu_memory_fraction",
+        "accelerator.distributed",
+    }
+)
 
 
 @dataclass
@@ -85,8 +94,10 @@ def _json(path: Path):
 def _read_run(path: Path, metrics) -> Run:
     """The run in `path`, given its metrics.json as _json read it."""
     rec = _json(path / "run.json")
-    for name, content, then in (("metrics.json", metrics, "the run counts as unreadable"),
-                                ("run.json", rec, "its config is read from .hydra/ where there is one")):
+    for name, content, then in (
+        ("metrics.json", metrics, "the run counts as unreadable"),
+        ("run.json", rec, "its config is read from .hydra/ where there is one"),
+    ):
         if content == "unreadable":
             log.warning("attnlab-report: warning: %s does not parse as JSON; %s", path / name, then)
     if metrics is None:
@@ -111,18 +122,30 @@ def _read_run(path: Path, metrics) -> Run:
         config = _flat_config(yaml.safe_load((h / "config.yaml").read_text()) or {}, runtime.get("choices", {}))
         if (h / "overrides.yaml").exists():
             swept = tuple(_override_key(o) for o in yaml.safe_load((h / "overrides.yaml").read_text()) or [])
-    return Run(path=path, status=status, config=config, final=metrics.get("final") or {},
-               best=metrics.get("best") or {}, error=metrics.get("error"), swept=swept,
-               chance=metrics.get("chance") or {},
-               baseline=metrics.get("baseline") or {}, headline=metrics.get("headline"),
-               baseline_labels=metrics.get("baseline_labels") or {})
+    return Run(
+        path=path,
+        status=status,
+        config=config,
+        final=metrics.get("final") or {},
+        best=metrics.get("best") or {},
+        error=metrics.get("error"),
+        swept=swept,
+        chance=metrics.get("chance") or {},
+        baseline=metrics.get("baseline") or {},
+        headline=metrics.get("headline"),
+        baseline_labels=metrics.get("baseline_labels") or {},
+    )
 
 
 def _refused(path: Path, metrics) -> bool:
     """A single command refused as bad input before it ran (what attnlab before issue 22 left in outputs/): no
     run. A refused job of a sweep stays: it is a failed cell of the sweep's grid. `metrics`: its metrics.json."""
-    return (isinstance(metrics, dict) and str(metrics.get("error", "")).startswith("configuration:")
-            and not (path / "run.json").exists() and not (path.parent / "multirun.yaml").exists())
+    return (
+        isinstance(metrics, dict)
+        and str(metrics.get("error", "")).startswith("configuration:")
+        and not (path / "run.json").exists()
+        and not (path.parent / "multirun.yaml").exists()
+    )
 
 
 def _natural(p: Path):

@@ -68,6 +68,7 @@ def draw_curves(table: Table, tag: str, cache: dict | None = None, log_y: bool =
     ax = fig.add_subplot()
     if len(table.cells) > 10:  # the default cycle repeats after 10 colours
         from matplotlib import colormaps
+
         ax.set_prop_cycle(color=colormaps["tab20"].colors)
     drawn, dropped = False, 0
     for c in table.cells:

@@ -12,9 +12,18 @@ from attnlab.report.load import LR, Run, sort_key
 HIGHER_IS_BETTER = ("accuracy", "accuracy_ts", "r2")  # metric name endings where larger wins
 # The values a metric can take (by name ending); an interval is clipped to it (an ECE interval never
 # goes below 0). Multiclass Brier is a sum of squares over classes: at most 2.
-RANGES = {"accuracy": (0.0, 1.0), "ece": (0.0, 1.0), "brier": (0.0, 2.0), "r2": (-math.inf, 1.0),
-          "perplexity": (1.0, math.inf), "loss": (0.0, math.inf), "nll": (0.0, math.inf), "mse": (0.0, math.inf),
-          "bits_per_byte": (0.0, math.inf), "temperature": (0.0, math.inf)}
+RANGES = {
+    "accuracy": (0.0, 1.0),
+    "ece": (0.0, 1.0),
+    "brier": (0.0, 2.0),
+    "r2": (-math.inf, 1.0),
+    "perplexity": (1.0, math.inf),
+    "loss": (0.0, math.inf),
+    "nll": (0.0, math.inf),
+    "mse": (0.0, math.inf),
+    "bits_per_byte": (0.0, math.inf),
+    "temperature": (0.0, math.inf),
+}
 
 
 def higher_is_better(metric: str) -> bool:
@@ -103,9 +112,15 @@ def cell_stat(runs: list[Run], metric: str, which: str, n_boot: int, seed: int) 
         by_seed.setdefault(s, []).append(v)
     method = "bootstrap" if len(x) >= SMALL_N else "t" if len(x) >= 2 else "none"
     lo, hi = clip(_interval(x, n_boot, seed), metric)
-    return Stat(n=len(x), mean=float(x.mean()) if len(x) else math.nan,
-                std=float(x.std(ddof=1)) if len(x) > 1 else math.nan, ci_low=lo, ci_high=hi, ci_method=method,
-                by_seed={s: float(np.mean(v)) for s, v in by_seed.items()})
+    return Stat(
+        n=len(x),
+        mean=float(x.mean()) if len(x) else math.nan,
+        std=float(x.std(ddof=1)) if len(x) > 1 else math.nan,
+        ci_low=lo,
+        ci_high=hi,
+        ci_method=method,
+        by_seed={s: float(np.mean(v)) for s, v in by_seed.items()},
+    )
 
 
 def compare(stat: Stat, base: Stat, metric: str = "", n_boot: int = 2000, seed: int = 0, test: bool = True) -> None:

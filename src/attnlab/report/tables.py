@@ -12,8 +12,18 @@ from attnlab.report.load import LR
 from attnlab.report.stats import MIN_PAIRS, SMALL_N
 
 MAX_COLUMNS = 10  # columns of one Markdown/LaTeX table before it is split (--columns)
-TEX_ESCAPES = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
-               "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+TEX_ESCAPES = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def num(x: float, sign: bool = False) -> str:
@@ -26,8 +36,12 @@ def _stat_text(cell: Cell, metric: str, pm: str) -> str:
     if s.n == 0:
         return "–"
     text = f"{num(s.mean)} {pm} {num(s.std)} [{num(s.ci_low)}, {num(s.ci_high)}]" if s.n > 1 else num(s.mean)
-    return (text + (f" (n={s.n})" if s.n != done else "") + (" low n" if s.low_n else "")
-            + (" below chance" if cell.below_chance(metric) else " ≈chance" if cell.near_chance(metric) else ""))
+    return (
+        text
+        + (f" (n={s.n})" if s.n != done else "")
+        + (" low n" if s.low_n else "")
+        + (" below chance" if cell.below_chance(metric) else " ≈chance" if cell.near_chance(metric) else "")
+    )
 
 
 def _diff_text(cell: Cell, metric: str) -> str:
@@ -55,7 +69,7 @@ def metric_chunks(table: Table, max_columns: int = MAX_COLUMNS) -> list[list[str
     groups: dict[str, list[str]] = {}
     for m in table.metrics:
         groups.setdefault(m.split("/", 1)[0] if "/" in m else "", []).append(m)
-    return [g[i:i + room] for g in groups.values() for i in range(0, len(g), room)]
+    return [g[i : i + room] for g in groups.values() for i in range(0, len(g), room)]
 
 
 def display(table: Table, pm: str = "±", metrics: list[str] | None = None) -> tuple[list[str], list[list[str]]]:
@@ -77,33 +91,50 @@ def display(table: Table, pm: str = "±", metrics: list[str] | None = None) -> t
 
 def _explain(table: Table) -> list[str]:
     ns = [s.n for c in table.cells for s in c.stats.values() if s.n]
-    lines = [f"Metrics of the {table.which} parameters over the completed runs of each cell: mean ± std across "
-             f"seeds (ddof=1) [95% CI of the mean: percentile bootstrap from n={SMALL_N}; below, marked 'low n', "
-             "the Student-t interval, none for n=1]; n counts completed runs "
-             f"(here {min(ns, default=0)} to {max(ns, default=0)} per cell)."]
+    lines = [
+        f"Metrics of the {table.which} parameters over the completed runs of each cell: mean ± std across "
+        f"seeds (ddof=1) [95% CI of the mean: percentile bootstrap from n={SMALL_N}; below, marked 'low n', "
+        "the Student-t interval, none for n=1]; n counts completed runs "
+        f"(here {min(ns, default=0)} to {max(ns, default=0)} per cell)."
+    ]
     if table.baseline:
-        lines.append(f"Δ: paired difference to {table.baseline} on the seeds both completed, paired t-test p from "
-                     f"{MIN_PAIRS} pairs (below, the differences and no test); "
-                     "'within seed noise' when |mean Δ| <= std of Δ across seeds.")
+        lines.append(
+            f"Δ: paired difference to {table.baseline} on the seeds both completed, paired t-test p from "
+            f"{MIN_PAIRS} pairs (below, the differences and no test); "
+            "'within seed noise' when |mean Δ| <= std of Δ across seeds."
+        )
     if table.select_lr:
-        lines.append(f"Learning rate selected per cell by the best mean {table.select_by} (validation, so the test "
-                     "metrics stay unseen): each normalizer is compared at the rate that suits it. Rates at which "
-                     "a run diverged or failed are taken only when no other rate is clean.")
+        lines.append(
+            f"Learning rate selected per cell by the best mean {table.select_by} (validation, so the test "
+            "metrics stay unseen): each normalizer is compared at the rate that suits it. Rates at which "
+            "a run diverged or failed are taken only when no other rate is clean."
+        )
         for c in table.cells:
             scores = ", ".join(f"{lr}: {num(v)}" for lr, v in sorted(c.lr_scores.items(), key=lambda kv: str(kv[0])))
             lines.append(f"- {c.label()}: {LR}={c.lr} ({table.select_by} by rate: {scores})")
     return lines
 
 
-def to_markdown(table: Table, images: Iterable[Path] = (), notes: Iterable[str] = (),
-                max_columns: int = MAX_COLUMNS) -> str:
+def to_markdown(
+    table: Table, images: Iterable[Path] = (), notes: Iterable[str] = (), max_columns: int = MAX_COLUMNS
+) -> str:
     """The report as Markdown: explanation, table(s) (see metric_chunks), completeness, notes, curve images."""
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
     from attnlab.report.comparison import comparison, title
     from attnlab.report.verdict import verdict
 
-    out = [title(table), "", *([table.progress, ""] if table.progress else []), *verdict(table), "",
-           *comparison(table), "", f"## Tables ({table.which} parameters)", "", *_explain(table)]
+    out = [
+        title(table),
+        "",
+        *([table.progress, ""] if table.progress else []),
+        *verdict(table),
+        "",
+        *comparison(table),
+        "",
+        f"## Tables ({table.which} parameters)",
+        "",
+        *_explain(table),
+    ]
     chunks = metric_chunks(table, max_columns)
     for i, metrics in enumerate(chunks):
         header, rows = display(table, metrics=metrics)
@@ -126,8 +157,13 @@ def to_latex(table: Table, max_columns: int = MAX_COLUMNS) -> str:
     tabulars = []
     for metrics in metric_chunks(table, max_columns):
         header, rows = display(table, pm="PLUSMINUS", metrics=metrics)
-        lines = [f"% {', '.join(metrics)}", r"\begin{tabular}{" + "l" * n_keys + "r" * (len(header) - n_keys) + "}",
-                 r"\toprule", " & ".join(map(cell, header)) + r" \\", r"\midrule"]
+        lines = [
+            f"% {', '.join(metrics)}",
+            r"\begin{tabular}{" + "l" * n_keys + "r" * (len(header) - n_keys) + "}",
+            r"\toprule",
+            " & ".join(map(cell, header)) + r" \\",
+            r"\midrule",
+        ]
         lines += [" & ".join(map(cell, r)) + r" \\" for r in rows]
         tabulars.append("\n".join([*lines, r"\bottomrule", r"\end{tabular}"]) + "\n")
     return "\n\\medskip\n\n".join(tabulars)

@@ -92,18 +92,29 @@ def _sentence(metric: str, rows: list[Comparison], spec: str, alpha: float) -> s
     untested = [c for c in rows if not c.same and not c.tested()]
     parts = []
     if differ:
-        parts.append("differ from " + spec + " beyond seed noise: "
-                     + "; ".join(f"{c.cell.label()} ({_effect(c)})" for c in differ))
+        parts.append(
+            "differ from "
+            + spec
+            + " beyond seed noise: "
+            + "; ".join(f"{c.cell.label()} ({_effect(c)})" for c in differ)
+        )
     if same_noise:
-        parts.append("indistinguishable from it at this level: "
-                     + "; ".join(f"{c.cell.label()} (Δ {c.stat.diff_mean:+.3g}, Holm-adjusted p={c.adjusted:.3g})"
-                                 for c in same_noise))
+        parts.append(
+            "indistinguishable from it at this level: "
+            + "; ".join(
+                f"{c.cell.label()} (Δ {c.stat.diff_mean:+.3g}, Holm-adjusted p={c.adjusted:.3g})" for c in same_noise
+            )
+        )
     if same:
-        parts.append("identical to it (every seed, every metric equal to float tolerance: one computation): "
-                     + ", ".join(c.cell.label() for c in same))
+        parts.append(
+            "identical to it (every seed, every metric equal to float tolerance: one computation): "
+            + ", ".join(c.cell.label() for c in same)
+        )
     if untested:
-        parts.append(f"not tested (fewer than {MIN_PAIRS} seeds completed in both): "
-                     + ", ".join(f"{c.cell.label()} ({c.stat.n_pairs} paired)" for c in untested))
+        parts.append(
+            f"not tested (fewer than {MIN_PAIRS} seeds completed in both): "
+            + ", ".join(f"{c.cell.label()} ({c.stat.n_pairs} paired)" for c in untested)
+        )
     return f"- **{metric}**: " + ("; ".join(parts) if parts else "no cell to compare") + "."
 
 
@@ -111,17 +122,22 @@ def verdict(table: Table) -> list[str]:
     """The Verdict section: its method in one paragraph, then one sentence per metric."""
     spec = baseline_of(table)
     if spec is None:
-        return ["## Verdict", "", "No baseline: --baseline KEY=VALUE (e.g. normalizer=softmax) names the cell the "
-                "others are tested against."]
+        return [
+            "## Verdict",
+            "",
+            "No baseline: --baseline KEY=VALUE (e.g. normalizer=softmax) names the cell the others are tested against.",
+        ]
     rows = comparisons(table, spec)
     if not rows:
         return ["## Verdict", "", f"No cell has a partner in {spec} to compare with."]
     n_tests = sum(c.tested() for c in rows)
     metrics = metrics_of(table)
     chosen = "" if table.baseline else " (the default; --baseline KEY=VALUE picks another)"
-    method = (f"Against {spec}{chosen}, on {', '.join(metrics)} ({table.which} parameters): a paired t-test on the "
-              f"seeds both completed (scipy.stats.ttest_rel, from {MIN_PAIRS} pairs), with Holm's correction over "
-              f"the {n_tests} (cell, metric) comparison(s) tested, at family-wise α = {table.alpha:g}.")
+    method = (
+        f"Against {spec}{chosen}, on {', '.join(metrics)} ({table.which} parameters): a paired t-test on the "
+        f"seeds both completed (scipy.stats.ttest_rel, from {MIN_PAIRS} pairs), with Holm's correction over "
+        f"the {n_tests} (cell, metric) comparison(s) tested, at family-wise α = {table.alpha:g}."
+    )
     lines = ["## Verdict", "", method, ""]
     for m in metrics:
         lines.append(_sentence(m, [c for c in rows if c.metric == m], spec, table.alpha))

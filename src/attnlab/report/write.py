@@ -11,8 +11,14 @@ from attnlab.report.cells import Table
 from attnlab.report.tables import MAX_COLUMNS, to_latex, to_markdown, write_csv
 
 
-def write_report(table: Table, out_dir, curves: Iterable[str] = ("val/loss", "train/loss"),
-                 log_y: Iterable[str] = (), cache: dict | None = None, max_columns: int = MAX_COLUMNS) -> list[Path]:
+def write_report(
+    table: Table,
+    out_dir,
+    curves: Iterable[str] = ("val/loss", "train/loss"),
+    log_y: Iterable[str] = (),
+    cache: dict | None = None,
+    max_columns: int = MAX_COLUMNS,
+) -> list[Path]:
     """report.md, report.tex, report.csv, curve_<tag>.png (and the length section's files, report.lengths) in
     `out_dir`; returns the files written.
 

@@ -61,8 +61,12 @@ def compute_record(net, seq_len: int, precision: str) -> dict[str, Any]:
     if without:  # score_grad is one program for the whole model (steps.make_stats_step): say why it is absent
         names = ", ".join(f"{i} ({type(net.body.blocks[i].attn.normalizer).__name__})" for i in without)
         print(f"attnlab: score_grad not logged: layer(s) {names} expose no score matrix", file=sys.stderr)
-    return {"attention_impl": impls, "matmul_precision": precision, "compute_dtype": np.dtype(net.body.dtype).name,
-            "score_grad_layers": [] if without else list(range(len(impls)))}
+    return {
+        "attention_impl": impls,
+        "matmul_precision": precision,
+        "compute_dtype": np.dtype(net.body.dtype).name,
+        "score_grad_layers": [] if without else list(range(len(impls))),
+    }
 
 
 def record_refused(run_dir: Path, record: dict[str, Any], exc: Exception) -> dict[str, Any]:
@@ -82,8 +86,15 @@ def record_failure(run_dir: Path, record: dict[str, Any]) -> None:
     print(f"attnlab: run failed: {record['error']} (traceback in {run_dir / 'error.txt'})", file=sys.stderr)
 
 
-def write_run_json(seeds: list[int], run_dirs: list[Path], resolved: dict, choices: dict, overrides: list,
-                   task, compute: dict | None = None) -> None:
+def write_run_json(
+    seeds: list[int],
+    run_dirs: list[Path],
+    resolved: dict,
+    choices: dict,
+    overrides: list,
+    task,
+    compute: dict | None = None,
+) -> None:
     """run.json in each seed's directory: its config, choices, overrides, environment (and lm corpus), and
     `compute` (run.files.compute_record: attention_impl per layer, matmul_precision, compute_dtype), and where the
     training data lives (`train_data`: device, or host-stream for an lm text over task.device_text_bytes)."""
@@ -91,13 +102,23 @@ def write_run_json(seeds: list[int], run_dirs: list[Path], resolved: dict, choic
     for seed, d in zip(seeds, run_dirs):
         d.mkdir(parents=True, exist_ok=True)
         corpus = {"corpus": task.corpus} if getattr(task, "corpus", None) else {}  # the lm task's text identity
-        write_json(d / "run.json", {"config": {**resolved, "seed": seed}, "choices": choices,
-                                    "overrides": overrides, "env": env, **corpus, **(compute or {}),
-                                    "train_data": task.train_data})
+        write_json(
+            d / "run.json",
+            {
+                "config": {**resolved, "seed": seed},
+                "choices": choices,
+                "overrides": overrides,
+                "env": env,
+                **corpus,
+                **(compute or {}),
+                "train_data": task.train_data,
+            },
+        )
 
 
-def write_results(seeds: list[int], run_dirs: list[Path], records: list[dict], run_dir: Path, resolved: dict,
-                  *, print_summaries: bool) -> None:
+def write_results(
+    seeds: list[int], run_dirs: list[Path], records: list[dict], run_dir: Path, resolved: dict, *, print_summaries: bool
+) -> None:
     """metrics.json per seed (and its summary on stdout), diverged.json beside it for a seed whose record holds
     a diagnosis (train.final.diagnose; kept out of metrics.json); seeds.json in run_dir when several seeds ran."""
     for d, rec in zip(run_dirs, records):
@@ -108,5 +129,12 @@ def write_results(seeds: list[int], run_dirs: list[Path], records: list[dict], r
         if print_summaries:
             print_summary({**rec, "run_dir": str(d)})
     if len(records) > 1:
-        write_json(run_dir / "seeds.json", {"config": resolved, "seeds": {
-            str(s): {"status": r["status"], "run_dir": str(d)} for s, d, r in zip(seeds, run_dirs, records)}})
+        write_json(
+            run_dir / "seeds.json",
+            {
+                "config": resolved,
+                "seeds": {
+                    str(s): {"status": r["status"], "run_dir": str(d)} for s, d, r in zip(seeds, run_dirs, records)
+                },
+            },
+        )

@@ -37,14 +37,24 @@ def git_state() -> dict[str, Any]:
     package = Path(__file__).resolve().parents[1]  # attnlab/, this module being attnlab/run/record.py
     root = package.parents[1]  # a checkout is <root>/src/attnlab; a wheel is site-packages/attnlab
     try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=package, capture_output=True, text=True,
-                             check=True).stdout.strip()
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=package, capture_output=True, text=True, check=True
+        ).stdout.strip()
         # A venv inside some other repository must not record that repository's SHA as attnlab's.
         if package.parent.name != "src" or Path(top).resolve() != root:
             raise LookupError
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                    capture_output=True, text=True, check=True).stdout.strip())
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "--untracked-files=no"],
+                cwd=root,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout.strip()
+        )
         return {"sha": sha, "dirty": dirty}
     except (OSError, subprocess.CalledProcessError, LookupError):
         try:
@@ -65,7 +75,11 @@ def environment() -> dict[str, Any]:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return {
-        "git": git_state(), "versions": versions, "python": platform.python_version(),
-        "devices": [str(d) for d in jax.devices()], "backend": jax.default_backend(),
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "host": platform.node(),
+        "git": git_state(),
+        "versions": versions,
+        "python": platform.python_version(),
+        "devices": [str(d) for d in jax.devices()],
+        "backend": jax.default_backend(),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "host": platform.node(),
     }

@@ -76,16 +76,23 @@ def print_summary(record: dict[str, Any]) -> None:
     """The summary a single run prints on stdout when it ends."""
     print("\n".join(opening_lines(record)))
     final, base = record.get("final", {}), record.get("baseline", {})
-    print(f"run: {record['run_dir']}  status: {record['status']}  steps: {record.get('steps')}  "
-          f"({record.get('steps_per_sec', 0):.1f} steps/s, compile {record.get('compile_time_s', 0):.1f}s)")
+    print(
+        f"run: {record['run_dir']}  status: {record['status']}  steps: {record.get('steps')}  "
+        f"({record.get('steps_per_sec', 0):.1f} steps/s, compile {record.get('compile_time_s', 0):.1f}s)"
+    )
     if record.get("diverged"):
-        print(f"  diverged at step {record['diverged']['step']}: {record['diverged']['reason']}; "
-              f"{smaller_lr(run_json(record))}")
+        print(
+            f"  diverged at step {record['diverged']['step']}: {record['diverged']['reason']}; "
+            f"{smaller_lr(run_json(record))}"
+        )
     for key in sorted(k for k in final if k.startswith("test/")):
         b = base.get("baseline/" + key.split("/", 1)[1])
         flag = record.get("chance", {}).get(key, {})
-        print(f"  {key:24s} {final[key]:.4f}" + ("" if b is None else f"   (baseline {b:.4f})")
-              + (f"  {describe(flag)}" if describe(flag) else ""))
+        print(
+            f"  {key:24s} {final[key]:.4f}"
+            + ("" if b is None else f"   (baseline {b:.4f})")
+            + (f"  {describe(flag)}" if describe(flag) else "")
+        )
     timing = record.get("timing") or {}
     if timing:  # where the wall time went (train.PHASES); steps/s above counts the train loop alone
         parts = ", ".join(f"{k} {v:.1f}" for k, v in timing.items() if k != "total")

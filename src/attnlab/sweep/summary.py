@@ -40,8 +40,9 @@ JOB_MARKERS = (".hydra", "run.json", "metrics.json", "seeds.json")
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
     """The job directories of a sweep."""
-    return sorted(p for p in Path(sweep_dir).iterdir()
-                  if p.is_dir() and any((p / marker).exists() for marker in JOB_MARKERS))
+    return sorted(
+        p for p in Path(sweep_dir).iterdir() if p.is_dir() and any((p / marker).exists() for marker in JOB_MARKERS)
+    )
 
 
 def statuses(sweep_dir: Path) -> list[tuple[str, Path]]:
@@ -134,5 +135,3 @@ class SweepSummary(Callback):
         code = exits.of_sweep(s for s, _ in runs)
         if code != exits.COMPLETED:
             sys.exit(code)
-
-

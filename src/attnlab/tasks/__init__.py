@@ -12,8 +12,18 @@ from attnlab.tasks.lm import LanguageModel
 from attnlab.tasks.max_retrieval import MaxRetrieval
 from attnlab.tasks.mqar import MQAR
 
-__all__ = ["Task", "Split", "build", "make", "MQAR", "ListOps", "ICLRegression", "Digits", "LanguageModel",
-           "MaxRetrieval"]
+__all__ = [
+    "Task",
+    "Split",
+    "build",
+    "make",
+    "MQAR",
+    "ListOps",
+    "ICLRegression",
+    "Digits",
+    "LanguageModel",
+    "MaxRetrieval",
+]
 
 
 def make(name: str, **options) -> Task:

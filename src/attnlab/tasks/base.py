@@ -148,12 +148,15 @@ class Task:
     def judged_by(self) -> dict:
         """What metrics.json says a run is judged by: `headline`, the test metric (test/<headline_metric>), and
         `baseline_labels`, {test metric: {baseline key: label}} (the keys of metrics.json's final and baseline)."""
-        return {"headline": f"test/{self.headline_metric}",
-                "baseline_labels": {f"test/{m}": {f"baseline/{k}": label for k, label in refs.items()}
-                                    for m, refs in self.baseline_labels.items()}}
+        return {
+            "headline": f"test/{self.headline_metric}",
+            "baseline_labels": {
+                f"test/{m}": {f"baseline/{k}": label for k, label in refs.items()}
+                for m, refs in self.baseline_labels.items()
+            },
+        }
 
-    def batches(self, batch_size: int, key_data_S2=None, *, start: int = 0, stop: int | None = None,
-                sharding=None):
+    def batches(self, batch_size: int, key_data_S2=None, *, start: int = 0, stop: int | None = None, sharding=None):
         """What every training step draws its batch from (attnlab.tasks.batches), in host memory; the caller
         places resident data on the devices. `key_data_S2` (the seeds' raw keys), `start`/`stop` (the steps to
         run) and `sharding` (one seed's data per device) serve a task whose data is streamed.

@@ -63,8 +63,15 @@ class ICLRegression(Task):
         self.default_head = default_head
         sizes = split_sizes(n_train, n_val, n_test)
         self.options = dict(
-            dim=dim, n_points=n_points, noise_std=noise_std, ridge=ridge, seed=seed,
-            n_train=n_train, n_val=n_val, n_test=n_test, default_head=default_head,
+            dim=dim,
+            n_points=n_points,
+            noise_std=noise_std,
+            ridge=ridge,
+            seed=seed,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
+            default_head=default_head,
         )
         self.splits = disjoint_splits(self._sample, sizes, check_int("seed", seed, 0))
 

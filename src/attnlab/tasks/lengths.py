@@ -25,8 +25,9 @@ def check_test_lengths(value) -> list[int]:
         return []
     ok = isinstance(value, (list, tuple)) and all(checks.is_int(t) and t >= 1 for t in value)
     if not ok or len(set(value)) != len(value):
-        raise ConfigError(f"task.test_lengths={value!r} is invalid; allowed: null or a list of distinct "
-                          "integers >= 1, e.g. [64,256]")
+        raise ConfigError(
+            f"task.test_lengths={value!r} is invalid; allowed: null or a list of distinct integers >= 1, e.g. [64,256]"
+        )
     return sorted(int(t) for t in value)
 
 
@@ -41,8 +42,10 @@ def length_tasks(task, test_lengths) -> dict:
         return {}
     option = type(task).length_option
     if option is None:
-        raise ConfigError(f"task.test_lengths={lengths} is not available for {type(task).__name__}: "
-                          f"{type(task).no_length_reason}; allowed with {LENGTH_OPTIONS}")
+        raise ConfigError(
+            f"task.test_lengths={lengths} is not available for {type(task).__name__}: "
+            f"{type(task).no_length_reason}; allowed with {LENGTH_OPTIONS}"
+        )
     shrink = {k: 1 for k in ("n_train", "n_val") if k in task.options}
     out = {}
     for length in lengths:
@@ -58,6 +61,8 @@ def check_positions(task, positional: str, max_len: int) -> None:
     longest = max((t.seq_len for t in task.at_lengths.values()), default=0)
     if positional in TABLE_POSITIONALS and longest > max_len:
         lengths = sorted(task.at_lengths)
-        raise ConfigError(f"task.test_lengths={lengths} needs sequences of {longest} positions, beyond the "
-                          f"model.positional={positional} table of model.max_len={max_len}; raise model.max_len "
-                          f"to >= {longest} or use model.positional=rope or none")
+        raise ConfigError(
+            f"task.test_lengths={lengths} needs sequences of {longest} positions, beyond the "
+            f"model.positional={positional} table of model.max_len={max_len}; raise model.max_len "
+            f"to >= {longest} or use model.positional=rope or none"
+        )

@@ -103,8 +103,16 @@ class ListOps(Task):
         self.default_head = default_head
         sizes = split_sizes(n_train, n_val, n_test)
         self.options = dict(
-            max_depth=max_depth, max_args=max_args, min_length=min_length, max_length=max_length,
-            seq_len=seq_len, seed=seed, n_train=n_train, n_val=n_val, n_test=n_test, default_head=default_head,
+            max_depth=max_depth,
+            max_args=max_args,
+            min_length=min_length,
+            max_length=max_length,
+            seq_len=seq_len,
+            seed=seed,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
+            default_head=default_head,
         )
         self.splits = disjoint_splits(self._sample, sizes, check_int("seed", seed, 0))
 

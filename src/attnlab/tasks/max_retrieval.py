@@ -37,14 +37,24 @@ class MaxRetrieval(Task):
         self.n_items = check_int("n_items", n_items, 1, 2**24)
         self.min_items = self.n_items if min_items is None else check_int("min_items", min_items, 1, 2**24)
         if self.min_items > self.n_items:
-            raise ConfigError(f"task.min_items={min_items} is invalid; allowed: 1 <= min_items <= "
-                              f"task.n_items={n_items} (or null: every set has n_items items)")
+            raise ConfigError(
+                f"task.min_items={min_items} is invalid; allowed: 1 <= min_items <= "
+                f"task.n_items={n_items} (or null: every set has n_items items)"
+            )
         self.num_classes = check_int("num_classes", num_classes, 2, 2**16)
         self.seq_len = self.n_items + 1
         self.input_dim, self.vocab_size = self.num_classes + 2, None
         self.default_head = default_head
-        self.options = dict(n_items=n_items, min_items=min_items, num_classes=num_classes, seed=seed,
-                            n_train=n_train, n_val=n_val, n_test=n_test, default_head=default_head)
+        self.options = dict(
+            n_items=n_items,
+            min_items=min_items,
+            num_classes=num_classes,
+            seed=seed,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
+            default_head=default_head,
+        )
         self.splits = disjoint_splits(self._sample, split_sizes(n_train, n_val, n_test), check_int("seed", seed, 0))
 
     def _sample(self, rng: np.random.Generator, n: int) -> Split:
@@ -56,7 +66,7 @@ class MaxRetrieval(Task):
         item = np.arange(self.n_items)[None, :] < sizes[:, None]
         inputs = np.zeros((n, T, C + 2), np.float32)
         inputs[:, :-1, 0] = np.where(item, priority, 0.0)
-        inputs[:, :-1, 1:C + 1] = np.eye(C, dtype=np.float32)[classes] * item[..., None]
+        inputs[:, :-1, 1 : C + 1] = np.eye(C, dtype=np.float32)[classes] * item[..., None]
         rows = np.arange(n)
         inputs[rows, sizes, C + 1] = 1.0  # the query token
         best = np.argmax(np.where(item, priority, -1.0), axis=1)

@@ -47,8 +47,15 @@ class MQAR(Task):
         self.default_head = default_head
         sizes = split_sizes(n_train, n_val, n_test)
         self.options = dict(
-            vocab_size=vocab_size, seq_len=seq_len, num_kv_pairs=num_kv_pairs, power_a=power_a,
-            random_filler=random_filler, seed=seed, n_train=n_train, n_val=n_val, n_test=n_test,
+            vocab_size=vocab_size,
+            seq_len=seq_len,
+            num_kv_pairs=num_kv_pairs,
+            power_a=power_a,
+            random_filler=random_filler,
+            seed=seed,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
             default_head=default_head,
         )
         self.splits = disjoint_splits(self._sample, sizes, check_int("seed", seed, 0))

@@ -19,13 +19,13 @@ from attnlab.groups import leaf_groups
 from attnlab.progress import Phases
 from attnlab.steps import Net, probes_supported
 from attnlab.train.config import LoopConfig
-from attnlab.train.stopping import Diverged, StopRequest
-from attnlab.train.trees import pad_split
 from attnlab.train.evaluation import Evaluator, final_metrics
+from attnlab.train.final import seed_records
 from attnlab.train.logs import Logs
 from attnlab.train.loop import CompiledSteps, compile_steps, run_steps, save
-from attnlab.train.final import seed_records
 from attnlab.train.state import LoopState, Placement, initial_loop
+from attnlab.train.stopping import Diverged, StopRequest
+from attnlab.train.trees import pad_split
 
 # metrics.json's `timing`: seconds per phase, none counted twice (train_loop excludes its evaluation,
 # images and checkpoints), so they sum to at most `total` (the rest: imports aside, writing the records).
@@ -34,9 +34,19 @@ PHASES = ("build", "compile", "train_loop", "evaluation", "final_metrics", "imag
 __all__ = ["Diverged", "LoopConfig", "LoopState", "StopRequest", "fit", "pad_split"]
 
 
-def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path], checkpoint_dir: Path,
-        hparams: list[dict] | None = None, declared: dict | None = None,
-        on_compiled: Callable[[CompiledSteps, dict, dict], None] | None = None) -> list[dict[str, Any]]:
+def fit(
+    nets: list[Net],
+    task,
+    tx,
+    cfg: LoopConfig,
+    *,
+    mesh,
+    run_dirs: list[Path],
+    checkpoint_dir: Path,
+    hparams: list[dict] | None = None,
+    declared: dict | None = None,
+    on_compiled: Callable[[CompiledSteps, dict, dict], None] | None = None,
+) -> list[dict[str, Any]]:
     """Train one net per seed (cfg.seed + i) on `task` as one vmapped program; one record per seed.
 
     Seed i logs to run_dirs[i]; the stacked state is checkpointed in checkpoint_dir. hparams[i] is seed
@@ -56,16 +66,36 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
         data = train_data(task, placement, loop.state, batch_size=cfg.batch_size, start=loop.start, stop=cfg.steps)
         evaluator = Evaluator.build(graphdef, task, cfg, S, placement.replicated, head=nets[0].head)
     with phases("compile"):
-        steps = compile_steps(graphdef, tx, loop.state, data, cfg, placement, groups=groups, layers=layers,
-                              num_layers=num_layers, num_heads=nets[0].body.blocks[0].attn.num_heads,
-                              probe_scores=probes_supported(nets[0]), num_seeds=S, scored_k=task.scored_positions())
+        steps = compile_steps(
+            graphdef,
+            tx,
+            loop.state,
+            data,
+            cfg,
+            placement,
+            groups=groups,
+            layers=layers,
+            num_layers=num_layers,
+            num_heads=nets[0].body.blocks[0].attn.num_heads,
+            probe_scores=probes_supported(nets[0]),
+            num_seeds=S,
+            scored_k=task.scored_positions(),
+        )
     if on_compiled is not None:
         on_compiled(steps, loop.state, data)
     with phases("compile"):  # the evaluation programs too: no eval step pays for a compile
         evaluator = evaluator.compiled(loop.state["params"], loop.state["rest"])
     with phases("build"):
-        logs = Logs.open(run_dirs, cfg, loop.start, has_beta=any(g.startswith("beta:") for g in groups),
-                         loss_is_nll=nets[0].head.loss_is_nll, num_layers=num_layers, task=task, probe_inputs=evaluator.probe["inputs"])
+        logs = Logs.open(
+            run_dirs,
+            cfg,
+            loop.start,
+            has_beta=any(g.startswith("beta:") for g in groups),
+            loss_is_nll=nets[0].head.loss_is_nll,
+            num_layers=num_layers,
+            task=task,
+            probe_inputs=evaluator.probe["inputs"],
+        )
     with phases("train_loop"):
         run_steps(loop, steps, data, cfg, logs, evaluator, ckpt, phases)
     steps_done = int(jax.device_get(loop.state["step"][0]))
@@ -79,15 +109,32 @@ def fit(nets: list[Net], task, tx, cfg: LoopConfig, *, mesh, run_dirs: list[Path
         for s in logs.summaries:
             s.wait()
     timing = {**{k: phases.seconds.get(k, 0.0) for k in PHASES}, "total": time.perf_counter() - t_start}
-    rates = {"wall_time_s": timing["total"], "compile_time_s": timing["compile"],
-             "steps_per_sec": (steps_done - loop.start) / max(timing["train_loop"], 1e-9),
-             "seeds_over_devices": placement.seed_parallel, "timing": timing}
-    return seed_records(loop, cfg, logs, evaluator.baseline, finals, best_finals, steps_done=steps_done,
-                        data=data, hparams=hparams, declared=declared, timing=rates, judged_by=task.judged_by())
+    rates = {
+        "wall_time_s": timing["total"],
+        "compile_time_s": timing["compile"],
+        "steps_per_sec": (steps_done - loop.start) / max(timing["train_loop"], 1e-9),
+        "seeds_over_devices": placement.seed_parallel,
+        "timing": timing,
+    }
+    return seed_records(
+        loop,
+        cfg,
+        logs,
+        evaluator.baseline,
+        finals,
+        best_finals,
+        steps_done=steps_done,
+        data=data,
+        hparams=hparams,
+        declared=declared,
+        timing=rates,
+        judged_by=task.judged_by(),
+    )
 
 
-def _final_metrics(loop: LoopState, evaluator: Evaluator, head, steps_done: int,
-                   phases: Phases) -> tuple[list[dict], list[dict]]:
+def _final_metrics(
+    loop: LoopState, evaluator: Evaluator, head, steps_done: int, phases: Phases
+) -> tuple[list[dict], list[dict]]:
     """Per seed, the final metrics of the last and of the best parameters; none for an interrupted run (its
     resumed run computes them: evaluating parameters that are not the run's result would only delay the stop)."""
     if loop.status == "interrupted":
@@ -102,10 +149,18 @@ def _final_metrics(loop: LoopState, evaluator: Evaluator, head, steps_done: int,
         return finals, final_metrics(evaluator, loop.best_params, rest, head, phases)
 
 
-def train_data(task, placement: Placement, state: dict | None = None, *, batch_size: int = 0, start: int = 0,
-               stop: int | None = None):
+def train_data(
+    task,
+    placement: Placement,
+    state: dict | None = None,
+    *,
+    batch_size: int = 0,
+    start: int = 0,
+    stop: int | None = None,
+):
     """What every step draws its batch from (Task.batches): resident data placed on the devices, or the task's
     stream of steps start..stop − 1 for `state`'s seed keys, one seed's data per device (per_seed)."""
-    data = task.batches(batch_size, None if state is None else state["key"], start=start, stop=stop,
-                        sharding=placement.per_seed)
+    data = task.batches(
+        batch_size, None if state is None else state["key"], start=start, stop=stop, sharding=placement.per_seed
+    )
     return data if data.streamed else put(data, placement.replicated)

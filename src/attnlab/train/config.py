@@ -32,16 +32,22 @@ class LoopConfig:
         if self.eval_every in (None, "auto"):  # a val curve of about four points on short runs, one per 200 on long
             object.__setattr__(self, "eval_every", auto_eval_every(self.steps))
         elif checks.is_int(self.eval_every) and self.eval_every > self.steps:
-            warnings.warn(f"trainer.eval_every={self.eval_every} > trainer.steps={self.steps}: validation runs only "
-                          f"at the end (one point per val curve); trainer.eval_every=auto evaluates every "
-                          f"{auto_eval_every(self.steps)}")
+            warnings.warn(
+                f"trainer.eval_every={self.eval_every} > trainer.steps={self.steps}: validation runs only "
+                f"at the end (one point per val curve); trainer.eval_every=auto evaluates every "
+                f"{auto_eval_every(self.steps)}",
+                stacklevel=2,
+            )
         for key in ("batch_size", "eval_every", "log_every", "eval_batch_size"):
             checks.integer(f"trainer.{key}", getattr(self, key), 1, 2**31 - 1)
         checks.integer("trainer.checkpoint_every", self.checkpoint_every, 0, 2**31 - 1)  # 0: signals and the end
         checks.boolean("trainer.resume", self.resume)
         checks.real("trainer.max_skipped", self.max_skipped, 0.0, 1.0)
-        for key, allowed in (("nonfinite", ("skip", "stop")), ("attn_map_scale", ("row", "log", "max")),
-                             ("progress", MODES)):
+        for key, allowed in (
+            ("nonfinite", ("skip", "stop")),
+            ("attn_map_scale", ("row", "log", "max")),
+            ("progress", MODES),
+        ):
             checks.choice(f"trainer.{key}", getattr(self, key), allowed)
 
 

@@ -41,21 +41,35 @@ class Evaluator:
 
     @classmethod
     def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated, head) -> "Evaluator":
-        evals = {s: put(pad_split(task.splits[s], cfg.eval_batch_size), replicated)
-                 for s in ("val", "test")}
-        evaluate = make_evaluate(graphdef, head, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds,
-                                 scored_k=task.scored_positions())
+        evals = {s: put(pad_split(task.splits[s], cfg.eval_batch_size), replicated) for s in ("val", "test")}
+        evaluate = make_evaluate(
+            graphdef, head, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds, scored_k=task.scored_positions()
+        )
         programs, baseline = {s: evaluate for s in evals}, {s: task.baseline(s) for s in ("val", "test")}
         for length, at in task.at_lengths.items():  # task.test_lengths: one more program per length
             name, rows = split_name(length), length_batch(cfg.eval_batch_size, task.seq_len, at.seq_len)
             evals[name] = jax.device_put(pad_split(at.splits["test"], rows), replicated)
-            programs[name] = make_evaluate(graphdef, head, eval_batch_size=rows, num_seeds=num_seeds,
-                                           scored_k=at.scored_positions(), attention_stats=True)
+            programs[name] = make_evaluate(
+                graphdef,
+                head,
+                eval_batch_size=rows,
+                num_seeds=num_seeds,
+                scored_k=at.scored_positions(),
+                attention_stats=True,
+            )
             baseline[name] = at.baseline("test")
-        return cls(programs=programs, maps=make_maps(graphdef, num_seeds=num_seeds), task=task,
-                   evals=evals, baseline=baseline,
-                   probe={k: evals["val"][k][:1] for k in ("inputs", "valid")}, num_seeds=num_seeds,
-                   replicated=replicated, fit=_fit, sample=over_all_seeds(task.continuation(graphdef), num_seeds))
+        return cls(
+            programs=programs,
+            maps=make_maps(graphdef, num_seeds=num_seeds),
+            task=task,
+            evals=evals,
+            baseline=baseline,
+            probe={k: evals["val"][k][:1] for k in ("inputs", "valid")},
+            num_seeds=num_seeds,
+            replicated=replicated,
+            fit=_fit,
+            sample=over_all_seeds(task.continuation(graphdef), num_seeds),
+        )
 
     def compiled(self, params, rest) -> "Evaluator":
         """The same evaluator with every program compiled ahead of time for these params (one per split)."""
@@ -64,9 +78,12 @@ class Evaluator:
         probe = (params, rest, self.probe["inputs"], self.probe["valid"])
         _, sample = programs["val"].out_info  # the fit takes the val sample as (and where) the program leaves it
         return dataclasses.replace(
-            self, programs=programs, maps=self.maps.lower(*probe).compile(),
+            self,
+            programs=programs,
+            maps=self.maps.lower(*probe).compile(),
             sample=None if self.sample is None else self.sample.lower(*probe).compile(),
-            fit=self.fit if sample is None else self.fit.lower(*sample[:3]).compile())
+            fit=self.fit if sample is None else self.fit.lower(*sample[:3]).compile(),
+        )
 
     @property
     def length_splits(self) -> list[str]:
@@ -92,8 +109,9 @@ class Evaluator:
         hit = self.last.get(split)
         if hit is not None and hit[0] is params and hit[1] is temperature:
             return hit[2]
-        metrics, sample = self.programs[split](params, rest, self.evals[split], self._mse(split),
-                                               self._temperature(temperature))
+        metrics, sample = self.programs[split](
+            params, rest, self.evals[split], self._mse(split), self._temperature(temperature)
+        )
         host = {k: v for k, v in jax.device_get(metrics).items() if temperature is not None or not k.endswith("_ts")}
         per_seed = [{k: float(v[i]) for k, v in host.items()} for i in range(self.num_seeds)]
         result = [{**m, **self.task.derived_metrics(m)} for m in per_seed], sample
@@ -111,9 +129,16 @@ def length_batch(eval_batch_size: int, train_len: int, length: int) -> int:
     return eval_batch_size if length <= train_len else max(1, eval_batch_size * train_len**2 // length**2)
 
 
-def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
-                  max_positions: int = calibration.CALIBRATION_POSITIONS, scored_k: int | None = None,
-                  attention_stats: bool = False):
+def make_evaluate(
+    graphdef,
+    head,
+    *,
+    eval_batch_size: int,
+    num_seeds: int = 1,
+    max_positions: int = calibration.CALIBRATION_POSITIONS,
+    scored_k: int | None = None,
+    attention_stats: bool = False,
+):
     """Jitted (params, rest, split, baseline_mse, temperature) -> (metrics, calibration sample or None), over seeds.
 
     One lax.scan over the split's eval batches carries the head's metric sums (Head.metric_sums) and,
@@ -137,28 +162,44 @@ def make_evaluate(graphdef, head, *, eval_batch_size: int, num_seeds: int = 1,
             if classify:  # append this batch's weighted positions after those already kept; the rest drop
                 z, y, wk, count = calibration.calibration_sample(net.head.logits(outs), y, w, n)
                 at = jnp.where(jnp.arange(z.shape[0]) < count, carry["count"] + jnp.arange(z.shape[0]), n)
-                carry["sample"] = tuple(buf.at[at].set(v.astype(buf.dtype), mode="drop")
-                                        for buf, v in zip(carry["sample"], (z, y, wk)))
+                carry["sample"] = tuple(
+                    buf.at[at].set(v.astype(buf.dtype), mode="drop") for buf, v in zip(carry["sample"], (z, y, wk))
+                )
                 carry["count"] = jnp.minimum(carry["count"] + count, n)
             return carry, None
 
-        sums, (outs, _, _) = jax.eval_shape(functools.partial(_one_batch, net, t=temperature, k=scored_k,
-                                                              attention_stats=attention_stats),
-                                            jax.tree.map(lambda a: a[0], chunks))
+        sums, (outs, _, _) = jax.eval_shape(
+            functools.partial(_one_batch, net, t=temperature, k=scored_k, attention_stats=attention_stats),
+            jax.tree.map(lambda a: a[0], chunks),
+        )
         carry = {"sums": jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), sums)}
         if classify:
             C = outs.shape[-1]
-            buffers = (jnp.zeros((n, C), jnp.float32), jnp.zeros((n,), split["targets"].dtype),
-                       jnp.zeros((n,), jnp.float32))
+            buffers = (
+                jnp.zeros((n, C), jnp.float32),
+                jnp.zeros((n,), split["targets"].dtype),
+                jnp.zeros((n,), jnp.float32),
+            )
             carry.update(count=jnp.int32(0), sample=buffers)
         carry, _ = jax.lax.scan(batch, carry, chunks)
         sums = dict(carry["sums"])
         attn = _attention_means(sums.pop("attn")) if attention_stats else {}
         w = jnp.maximum(sums["weight"], 1)
-        ts = {"ece_ts": jnp.abs(sums.pop("ece_gap_ts")).sum() / w, "nll_ts": sums.pop("nll_ts") / w,
-              "accuracy_ts": sums.pop("accuracy_ts") / w} if classify else {}
-        metrics = {"loss": sums.pop("loss") / w, **net.head.metrics_from_sums(sums, baseline_mse=baseline_mse), **ts,
-                   **attn}
+        ts = (
+            {
+                "ece_ts": jnp.abs(sums.pop("ece_gap_ts")).sum() / w,
+                "nll_ts": sums.pop("nll_ts") / w,
+                "accuracy_ts": sums.pop("accuracy_ts") / w,
+            }
+            if classify
+            else {}
+        )
+        metrics = {
+            "loss": sums.pop("loss") / w,
+            **net.head.metrics_from_sums(sums, baseline_mse=baseline_mse),
+            **ts,
+            **attn,
+        }
         return metrics, ((*carry["sample"], carry["count"]) if classify else None)
 
     return jax.jit(over_seeds(evaluate, num_seeds, (0, 0, None, None, 0)))
@@ -170,8 +211,11 @@ ATTENTION_STATS = ("entropy", "max_weight")  # per test length (make_evaluate's 
 def _attention_means(attn: dict) -> dict:
     """{attn_<stat>/layer_i: mean over heads} from the example-weighted (L, N) sums and the example count."""
     examples = jnp.maximum(attn["examples"], 1)
-    return {f"attn_{stat}/layer_{i}": attn[stat][i].mean() / examples
-            for stat in ATTENTION_STATS for i in range(attn[stat].shape[0])}
+    return {
+        f"attn_{stat}/layer_{i}": attn[stat][i].mean() / examples
+        for stat in ATTENTION_STATS
+        for i in range(attn[stat].shape[0])
+    }
 
 
 def _one_batch(net, b, t, k, attention_stats=False):
@@ -187,9 +231,11 @@ def _one_batch(net, b, t, k, attention_stats=False):
     sums["loss"] = total(net.head.loss(outs, y, w), w_up)
     if net.head.kind == "classification":
         z, y_c = upcast(net.head.logits(outs)) / t, net.head._targets(y, w_up)
-        sums.update(nll_ts=total(calibration.nll(z, y_c, w_up), w_up),
-                    accuracy_ts=total(calibration.accuracy(z, y_c, w_up), w_up),
-                    ece_gap_ts=calibration.ece_gaps(jax.nn.softmax(z, axis=-1), y_c, w_up, net.head.ece_bins))
+        sums.update(
+            nll_ts=total(calibration.nll(z, y_c, w_up), w_up),
+            accuracy_ts=total(calibration.accuracy(z, y_c, w_up), w_up),
+            ece_gap_ts=calibration.ece_gaps(jax.nn.softmax(z, axis=-1), y_c, w_up, net.head.ece_bins),
+        )
     if attention_stats:
         examples = b["valid"].any(1).sum().astype(jnp.float32)  # padding rows (pad_split) have no valid token
         sums["attn"] = {**{s: stats[s] * examples for s in ATTENTION_STATS}, "examples": examples}
@@ -201,8 +247,17 @@ def over_all_seeds(sample: Callable | None, num_seeds: int) -> Callable | None:
     return None if sample is None else jax.jit(over_seeds(sample, num_seeds, (0, 0, None, None)))
 
 
-def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluator: Evaluator, summaries,
-                  metrics: dict | None, loss_is_nll: bool, phases=None):
+def evaluate_step(
+    step: int,
+    state: dict,
+    best: list[dict],
+    best_params,
+    evaluator: Evaluator,
+    summaries,
+    metrics: dict | None,
+    loss_is_nll: bool,
+    phases=None,
+):
     """Validation, attention images and histograms on an eval step; updates `best` in place and returns
     the best params (per seed: these params where val loss improved, else the previous best).
 
@@ -219,13 +274,14 @@ def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluat
         written = np.asarray(sample(state["params"], state["rest"], probe["inputs"], probe["valid"]))
     improved = []
     for i, val in enumerate(vals):
-        summaries[i].scalars(step, {**eval_scalars("val", val, loss_is_nll),
-                                    **prefixed("baseline_val", evaluator.baseline["val"])})
+        summaries[i].scalars(
+            step, {**eval_scalars("val", val, loss_is_nll), **prefixed("baseline_val", evaluator.baseline["val"])}
+        )
         summaries[i].attention_images(maps[i], step)
         if sample is not None:
             summaries[i].continuation(*evaluator.task.split_continuation(written[i, 0]), step)
         for name in ("beta", "entropy"):
-            values = np.asarray(attn.get(name, np.zeros(0)))[i:i + 1]
+            values = np.asarray(attn.get(name, np.zeros(0)))[i : i + 1]
             values = values[~np.isnan(values)]  # NaN: hybrid layers without this statistic
             if values.size:
                 summaries[i].histogram(f"hist/{name}", values, step)
@@ -233,8 +289,9 @@ def evaluate_step(step: int, state: dict, best: list[dict], best_params, evaluat
         if improved[-1]:
             best[i] = {**prefixed("val", val), "step": step}
     mask = jnp.asarray(improved)
-    return jax.tree.map(lambda b, p: jnp.where(mask.reshape((-1,) + (1,) * (p.ndim - 1)), p, b),
-                        best_params, state["params"])
+    return jax.tree.map(
+        lambda b, p: jnp.where(mask.reshape((-1,) + (1,) * (p.ndim - 1)), p, b), best_params, state["params"]
+    )
 
 
 def final_metrics(evaluator: Evaluator, params, rest, head, phases=None) -> list[dict[str, float]]:

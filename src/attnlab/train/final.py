@@ -13,14 +13,27 @@ from attnlab.summaries import eval_scalars
 from attnlab.tasks.lengths import LENGTH_PREFIX
 from attnlab.tb_hparams import metric_list
 from attnlab.train.config import LoopConfig
-from attnlab.train.stopping import divergence
-from attnlab.train.trees import prefixed, seed_slice
 from attnlab.train.logs import Logs
 from attnlab.train.state import LoopState
+from attnlab.train.stopping import divergence
+from attnlab.train.trees import prefixed, seed_slice
 
-def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, finals: list[dict],
-                 best_finals: list[dict], *, steps_done: int, data: dict,
-                 hparams: list[dict] | None, declared: dict | None, timing: dict, judged_by: dict) -> list[dict]:
+
+def seed_records(
+    loop: LoopState,
+    cfg: LoopConfig,
+    logs: Logs,
+    baseline: dict,
+    finals: list[dict],
+    best_finals: list[dict],
+    *,
+    steps_done: int,
+    data: dict,
+    hparams: list[dict] | None,
+    declared: dict | None,
+    timing: dict,
+    judged_by: dict,
+) -> list[dict]:
     """One record per seed; writes each seed's last TensorBoard entries and closes its writer.
 
     `timing` holds wall_time_s, compile_time_s, steps_per_sec (training steps over the train loop's own
@@ -48,27 +61,55 @@ def seed_records(loop: LoopState, cfg: LoopConfig, logs: Logs, baseline: dict, f
             best_finals[i] = {k: v for k, v in best_finals[i].items() if np.isfinite(v)}
         if status == "completed":
             tests = {k.split("/", 1)[1]: v for k, v in finals[i].items() if k.startswith("test/")}
-            summaries.scalars(steps_done, {**eval_scalars("test", tests, logs.loss_is_nll),
-                                           **prefixed("baseline_test", baseline["test"]), **length_scalars(finals[i])})
+            summaries.scalars(
+                steps_done,
+                {
+                    **eval_scalars("test", tests, logs.loss_is_nll),
+                    **prefixed("baseline_test", baseline["test"]),
+                    **length_scalars(finals[i]),
+                },
+            )
         if hparams is not None and status != "interrupted":  # a resumed run writes them when it ends
             logged = {*finals[i], "train/nonfinite_steps"}
             # status as a column too: TensorBoard's session status has no "diverged" (only success/failure).
-            summaries.hparams({**hparams[i], "status": status}, {**(declared or {}), "status": (list(STATUSES), False)},
-                              metric_list(declared or {}, logged), status)
+            summaries.hparams(
+                {**hparams[i], "status": status},
+                {**(declared or {}), "status": (list(STATUSES), False)},
+                metric_list(declared or {}, logged),
+                status,
+            )
         summaries.close()
         best = loop.best[i]
-        records.append({
-            "status": status, "error": error, "diverged": diverged, "final": finals[i],
-            "best": {**best, **best_finals[i]} if "step" in best else {},
-            "baseline": {**prefixed("baseline", baseline["test"]), **prefixed("baseline_val", baseline["val"]),
-                         **{k: v for s, b in baseline.items() if s.startswith(LENGTH_PREFIX)
-                            for k, v in prefixed(f"baseline_{s}", b).items()}},
-            "steps": steps_done, "resumed_from": loop.start or None, "nonfinite_steps": int(nonfinite[i]),
-            "wall_time_s": timing["wall_time_s"], "compile_time_s": timing["compile_time_s"],
-            "steps_per_sec": timing["steps_per_sec"], "vmapped_seeds": len(logs.summaries),
-            "seeds_over_devices": timing["seeds_over_devices"], "timing": timing["timing"], **judged_by,
-            **({"diagnosis": diagnosis} if diagnosis else {}),
-        })
+        records.append(
+            {
+                "status": status,
+                "error": error,
+                "diverged": diverged,
+                "final": finals[i],
+                "best": {**best, **best_finals[i]} if "step" in best else {},
+                "baseline": {
+                    **prefixed("baseline", baseline["test"]),
+                    **prefixed("baseline_val", baseline["val"]),
+                    **{
+                        k: v
+                        for s, b in baseline.items()
+                        if s.startswith(LENGTH_PREFIX)
+                        for k, v in prefixed(f"baseline_{s}", b).items()
+                    },
+                },
+                "steps": steps_done,
+                "resumed_from": loop.start or None,
+                "nonfinite_steps": int(nonfinite[i]),
+                "wall_time_s": timing["wall_time_s"],
+                "compile_time_s": timing["compile_time_s"],
+                "steps_per_sec": timing["steps_per_sec"],
+                "vmapped_seeds": len(logs.summaries),
+                "seeds_over_devices": timing["seeds_over_devices"],
+                "timing": timing["timing"],
+                **judged_by,
+                **({"diagnosis": diagnosis} if diagnosis else {}),
+            }
+        )
     return records
 
 
@@ -82,5 +123,8 @@ def diagnose(state, data, batch_size: int, last_scalars: dict) -> dict:
     first = int(jax.device_get(state["first_nonfinite"]))
     bad = {**state, "step": jnp.int32(first)}
     batch = jax.device_get(sample_batch(data.for_step(first, state["key"]), step_key(bad), batch_size))
-    return {"first_nonfinite_step": first + 1, "last_logged": last_scalars,
-            "batch": {k: np.asarray(v).tolist() for k, v in batch.items()}}
+    return {
+        "first_nonfinite_step": first + 1,
+        "last_logged": last_scalars,
+        "batch": {k: np.asarray(v).tolist() for k, v in batch.items()},
+    }

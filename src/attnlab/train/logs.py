@@ -12,9 +12,9 @@ import numpy as np
 from attnlab.progress import Progress
 from attnlab.summaries import Summaries, flatten_train_metrics
 from attnlab.train.config import LoopConfig
+from attnlab.train.state import LoopState
 from attnlab.train.stopping import Diverged, divergence
 from attnlab.train.trees import seed_slice
-from attnlab.train.state import LoopState
 
 
 @dataclasses.dataclass
@@ -27,11 +27,23 @@ class Logs:
     loss_is_nll: bool
 
     @classmethod
-    def open(cls, run_dirs: list[Path], cfg: LoopConfig, start: int, *, has_beta: bool,
-             loss_is_nll: bool, num_layers: int, task, probe_inputs) -> "Logs":
+    def open(
+        cls,
+        run_dirs: list[Path],
+        cfg: LoopConfig,
+        start: int,
+        *,
+        has_beta: bool,
+        loss_is_nll: bool,
+        num_layers: int,
+        task,
+        probe_inputs,
+    ) -> "Logs":
         # purge_step: a resumed run rewrites the steps after its checkpoint, so TensorBoard drops the old ones.
-        summaries = [Summaries(str(d), purge_step=start + 1 if start else None, attn_map_scale=cfg.attn_map_scale)
-                     for d in run_dirs]
+        summaries = [
+            Summaries(str(d), purge_step=start + 1 if start else None, attn_map_scale=cfg.attn_map_scale)
+            for d in run_dirs
+        ]
         progress = Progress(cfg.progress, cfg.steps, start)
         for s in summaries:
             s.layout(num_layers, task.headline_metric)
@@ -53,8 +65,13 @@ def flush(loop: LoopState, logs: Logs, cfg: LoopConfig) -> None:
     for i in range(S):
         scalars = flatten_train_metrics(seed_slice(host, i), has_beta=logs.has_beta)
         # the rate the optimizer applied at this step (optim.current_lr), not a schedule recomputed here
-        scalars.update({"opt/lr": float(host["lr"][i]), "perf/steps_per_sec": rate,
-                        "perf/examples_per_sec": rate * cfg.batch_size * S})
+        scalars.update(
+            {
+                "opt/lr": float(host["lr"][i]),
+                "perf/steps_per_sec": rate,
+                "perf/examples_per_sec": rate * cfg.batch_size * S,
+            }
+        )
         logs.summaries[i].scalars(step, scalars)
         loop.last_scalars[i] = scalars
     logs.progress.update(step, 0, float(np.mean(host["loss"])))

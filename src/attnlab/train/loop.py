@@ -1,4 +1,4 @@
-"""The compiled steps, and the step loop: step → log → eval → checkpoint, until done, diverged (stop policy) or signalled."""
+"""The compiled steps, and the step loop: step → log → eval → checkpoint, until done, diverged or signalled."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from attnlab.checkpoint import Checkpoints
 from attnlab.progress import Phases
 from attnlab.steps import make_stats_step, make_train_step
 from attnlab.train.config import LoopConfig
-from attnlab.train.stopping import Diverged, StopRequest
 from attnlab.train.evaluation import Evaluator, evaluate_step
 from attnlab.train.logs import Logs, flush
 from attnlab.train.state import LoopState, Placement
+from attnlab.train.stopping import Diverged, StopRequest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,12 +32,19 @@ class CompiledSteps:
 def save(loop: LoopState, logs: Logs, cfg: LoopConfig, ckpt: Checkpoints, step: int) -> None:
     """Checkpoint the stacked state, best params and best metrics (after writing any pending logs)."""
     flush(loop, logs, cfg)
-    ckpt.save(step, {"train": loop.state, "best_params": loop.best_params},
-              {"best": loop.best})
+    ckpt.save(step, {"train": loop.state, "best_params": loop.best_params}, {"best": loop.best})
 
 
-def run_steps(loop: LoopState, steps: CompiledSteps, data: dict, cfg: LoopConfig, logs: Logs,
-              evaluator: Evaluator, ckpt: Checkpoints, phases: Phases) -> None:
+def run_steps(
+    loop: LoopState,
+    steps: CompiledSteps,
+    data: dict,
+    cfg: LoopConfig,
+    logs: Logs,
+    evaluator: Evaluator,
+    ckpt: Checkpoints,
+    phases: Phases,
+) -> None:
     """Steps loop.start+1..cfg.steps; sets loop.status/error on a signal or divergence.
 
     Eval steps are timed as `evaluation` (their images as `images`), saves as `checkpoints`, in `phases`.
@@ -56,9 +63,17 @@ def run_steps(loop: LoopState, steps: CompiledSteps, data: dict, cfg: LoopConfig
                     flush(loop, logs, cfg)
                     jax.block_until_ready(loop.state)  # the steps' compute is the loop's time, not the evaluation's
                     with phases("evaluation"):
-                        loop.best_params = evaluate_step(step, loop.state, loop.best, loop.best_params, evaluator,
-                                                         logs.summaries, metrics if log_now else None,
-                                                         logs.loss_is_nll, phases=phases)
+                        loop.best_params = evaluate_step(
+                            step,
+                            loop.state,
+                            loop.best,
+                            loop.best_params,
+                            evaluator,
+                            logs.summaries,
+                            metrics if log_now else None,
+                            logs.loss_is_nll,
+                            phases=phases,
+                        )
                 stopped_by = stop.agreed()
                 if stopped_by is not None:
                     jax.block_until_ready(loop.state)
@@ -79,8 +94,9 @@ def run_steps(loop: LoopState, steps: CompiledSteps, data: dict, cfg: LoopConfig
             logs.progress.close()
 
 
-def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placement, *, groups, layers,
-                  probe_scores: bool, **shape) -> CompiledSteps:
+def compile_steps(
+    graphdef, tx, state, data, cfg: LoopConfig, placement: Placement, *, groups, layers, probe_scores: bool, **shape
+) -> CompiledSteps:
     """The train step and the statistics program compiled ahead of time (`shape`: their shared options).
 
     A logging step runs the statistics program on the state before the step, then the same train step
@@ -88,8 +104,9 @@ def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placeme
     `data.next()` (attnlab.tasks.batches): resident data is itself; streamed data (train_data: host-stream)
     is the step's own batch of windows, one per seed, read once per step by both programs of a logging step.
     """
-    common = dict(batch_size=cfg.batch_size, batch_sharding=placement.batch,
-                  data_axis=0 if data.streamed else None, **shape)
+    common = dict(
+        batch_size=cfg.batch_size, batch_sharding=placement.batch, data_axis=0 if data.streamed else None, **shape
+    )
     arg = data.spec()
     plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **common).lower(state, arg).compile()
     statistics = make_stats_step(graphdef, probe_scores=probe_scores, **common).lower(state, arg).compile()
@@ -101,5 +118,9 @@ def compile_steps(graphdef, tx, state, data, cfg: LoopConfig, placement: Placeme
         state, metrics = plain(state, data)
         return state, {**metrics, **extra}
 
-    return CompiledSteps(plain=lambda state, _: plain(state, stream.next()), stats=stats, train_program=plain,
-                         statistics_program=statistics)
+    return CompiledSteps(
+        plain=lambda state, _: plain(state, stream.next()),
+        stats=stats,
+        train_program=plain,
+        statistics_program=statistics,
+    )

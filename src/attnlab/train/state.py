@@ -10,7 +10,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from attnlab.accelerator import put, seeds_over_devices
 from attnlab.checkpoint import CheckpointError, Checkpoints
@@ -56,10 +57,14 @@ def fresh_state(nets, tx, seed: int) -> dict:
     """The step-0 train state (the steps' `state`): nets[i]'s params and the key of seed + i, stacked over seeds."""
     S = len(nets)
     splits = [nnx.split(n, nnx.Param, ...) for n in nets]
-    state = {"params": stack([p for _, p, _ in splits]), "rest": stack([r for _, _, r in splits]),
-             "step": jnp.zeros((S,), jnp.int32), "nonfinite": jnp.zeros((S,), jnp.int32),
-             "first_nonfinite": jnp.full((S,), -1, jnp.int32),
-             "key": jnp.stack([jax.random.key_data(jax.random.key(seed + i)) for i in range(S)])}
+    state = {
+        "params": stack([p for _, p, _ in splits]),
+        "rest": stack([r for _, _, r in splits]),
+        "step": jnp.zeros((S,), jnp.int32),
+        "nonfinite": jnp.zeros((S,), jnp.int32),
+        "first_nonfinite": jnp.full((S,), -1, jnp.int32),
+        "key": jnp.stack([jax.random.key_data(jax.random.key(seed + i)) for i in range(S)]),
+    }
     state["opt_state"] = jax.vmap(tx.init)(state["params"])
     return state
 
@@ -78,10 +83,12 @@ def initial_loop(nets, tx, cfg: LoopConfig, ckpt: Checkpoints, placement: Placem
         state, best, best_params = saved["train"], meta["best"], saved["best_params"]
     start = int(state["step"][0])
     if restored is not None:
-        print(f"attnlab: resumed from step {start} of {cfg.steps} (checkpoint {ckpt.directory / str(restored[0])})",
-              file=sys.stderr, flush=True)
+        print(
+            f"attnlab: resumed from step {start} of {cfg.steps} (checkpoint {ckpt.directory / str(restored[0])})",
+            file=sys.stderr,
+            flush=True,
+        )
     state = put(state, placement.per_seed)
     # A real copy: the step donates (and so deletes) the state's own buffers.
     best_params = jax.tree.map(jnp.copy, put(best_params, placement.per_seed))
-    return LoopState(state=state, best=best, best_params=best_params, start=start,
-                     last_scalars=[{} for _ in range(S)])
+    return LoopState(state=state, best=best, best_params=best_params, start=start, last_scalars=[{} for _ in range(S)])

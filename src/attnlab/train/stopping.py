@@ -29,8 +29,10 @@ def divergence(cfg: LoopConfig, nonfinite: int) -> str | None:
     if cfg.nonfinite == "stop" and nonfinite > 0:
         return "non-finite loss, gradient or parameters (trainer.nonfinite=stop)"
     if nonfinite > skip_limit(cfg):
-        return (f"{nonfinite} non-finite steps skipped, more than trainer.max_skipped={cfg.max_skipped:g} "
-                f"of trainer.steps={cfg.steps}")
+        return (
+            f"{nonfinite} non-finite steps skipped, more than trainer.max_skipped={cfg.max_skipped:g} "
+            f"of trainer.steps={cfg.steps}"
+        )
     return None
 
 

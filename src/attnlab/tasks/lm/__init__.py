@@ -4,8 +4,26 @@ and how a model continues a prompt (continuation.py)."""
 
 from __future__ import annotations
 
-from attnlab.tasks.lm.task import (DEVICE_TEXT_BYTES, EVAL_BYTES, PAD, LanguageModel, bigram_entropy_bits,
-                                   check_device_text_bytes, eval_windows, split_documents, unigram_entropy_bits)
+from attnlab.tasks.lm.task import (
+    DEVICE_TEXT_BYTES,
+    EVAL_BYTES,
+    PAD,
+    LanguageModel,
+    bigram_entropy_bits,
+    check_device_text_bytes,
+    eval_windows,
+    split_documents,
+    unigram_entropy_bits,
+)
 
-__all__ = ["DEVICE_TEXT_BYTES", "EVAL_BYTES", "PAD", "LanguageModel", "bigram_entropy_bits", "check_device_text_bytes",
-           "eval_windows", "split_documents", "unigram_entropy_bits"]
+__all__ = [
+    "DEVICE_TEXT_BYTES",
+    "EVAL_BYTES",
+    "PAD",
+    "LanguageModel",
+    "bigram_entropy_bits",
+    "check_device_text_bytes",
+    "eval_windows",
+    "split_documents",
+    "unigram_entropy_bits",
+]

@@ -20,8 +20,14 @@ def identity(source: str, docs: list[bytes], **extra) -> dict:
     """Source, Python version (of the text's source: this interpreter unless `extra` names another), size in
     bytes, sha256 of the documents joined in order, and their number."""
     digest = hashlib.sha256(SEPARATOR.join(docs)).hexdigest()
-    return {"source": source, "python": sys.version.split()[0], "bytes": sum(map(len, docs)),
-            "sha256": digest, "documents": len(docs), **extra}
+    return {
+        "source": source,
+        "python": sys.version.split()[0],
+        "bytes": sum(map(len, docs)),
+        "sha256": digest,
+        "documents": len(docs),
+        **extra,
+    }
 
 
 # The default corpus is CPython 3.11.7's pydoc topics, shipped as package data: each Python release rewrites
@@ -42,8 +48,10 @@ def pydoc_topics(path: Path = PYDOC_TOPICS) -> tuple[list[bytes], dict]:
     docs = [shipped["topics"][name].encode("utf-8") for name in sorted(shipped["topics"])]
     ident = identity("pydoc_data.topics", docs, python=shipped["python"])
     if ident["sha256"] != PYDOC_TOPICS_SHA256:
-        raise RuntimeError(f"the default lm corpus {path} has sha256 {ident['sha256']}, not the pinned "
-                           f"{PYDOC_TOPICS_SHA256}: a damaged install; reinstall attnlab")
+        raise RuntimeError(
+            f"the default lm corpus {path} has sha256 {ident['sha256']}, not the pinned "
+            f"{PYDOC_TOPICS_SHA256}: a damaged install; reinstall attnlab"
+        )
     return docs, ident
 
 
@@ -93,10 +101,15 @@ def from_hf(name: str, config: str | None, split: str, column: str, data_files) 
     try:
         ds = datasets.load_dataset(name, config, split=split, data_files=data_files)
     except Exception as exc:  # network, unknown name or split: one line, not a traceback
-        raise ConfigError(f"task.hf_dataset={name!r} (config {config!r}, split {split!r}) could not be loaded: "
-                         f"{type(exc).__name__}: {exc}") from exc
+        raise ConfigError(
+            f"task.hf_dataset={name!r} (config {config!r}, split {split!r}) could not be loaded: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     if column not in ds.column_names:
-        raise ConfigError(f"task.hf_column={column!r} is not a column of {name!r}; allowed: {', '.join(ds.column_names)}")
+        raise ConfigError(
+            f"task.hf_column={column!r} is not a column of {name!r}; allowed: {', '.join(ds.column_names)}"
+        )
     docs = [str(x).encode("utf-8") for x in ds[column] if x and str(x).strip()]
-    return docs, identity(f"hf:{name}", docs, config=config, split=split, column=column,
-                          datasets_version=datasets.__version__)
+    return docs, identity(
+        f"hf:{name}", docs, config=config, split=split, column=column, datasets_version=datasets.__version__
+    )

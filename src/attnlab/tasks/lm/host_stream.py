@@ -29,8 +29,10 @@ def window_starts(key, batch_size: int, span: int):
     at INT32_MAX (task.device_text_bytes cannot exceed it); the host path goes further (host_starts).
     """
     if span > INT32_MAX:
-        raise ConfigError(f"a training text of {span} windows cannot be indexed on the device (int32 offsets, "
-                          f"at most {INT32_MAX}); lower task.device_text_bytes so that it streams from the host")
+        raise ConfigError(
+            f"a training text of {span} windows cannot be indexed on the device (int32 offsets, "
+            f"at most {INT32_MAX}); lower task.device_text_bytes so that it streams from the host"
+        )
     return jax.random.randint(key, (batch_size,), 0, span)
 
 
@@ -68,8 +70,12 @@ def host_starts(key_data_S2, step: int, batch_size: int, span: int) -> np.ndarra
 def text_batch(win_BW):
     """Windows of seq_len + 1 bytes as a batch: inputs are byte + 1 (0 is padding), targets the next byte."""
     ones_BT = jnp.ones(win_BW[:, 1:].shape)
-    return {"inputs": win_BW[:, :-1] + 1, "targets": win_BW[:, 1:], "weights": ones_BT.astype(jnp.float32),
-            "valid": ones_BT.astype(bool)}
+    return {
+        "inputs": win_BW[:, :-1] + 1,
+        "targets": win_BW[:, 1:],
+        "weights": ones_BT.astype(jnp.float32),
+        "valid": ones_BT.astype(bool),
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,8 +116,19 @@ class HostStream:
 
     streamed = True
 
-    def __init__(self, text_U8: np.ndarray, window: int, key_data_S2, batch_size: int, sharding=None, *,
-                 start: int = 0, stop: int | None = None, prefetch: int = 4, threads: int = 2):
+    def __init__(
+        self,
+        text_U8: np.ndarray,
+        window: int,
+        key_data_S2,
+        batch_size: int,
+        sharding=None,
+        *,
+        start: int = 0,
+        stop: int | None = None,
+        prefetch: int = 4,
+        threads: int = 2,
+    ):
         self.text, self.window, self.batch_size, self.sharding = text_U8, window, batch_size, sharding
         self.span = len(text_U8) - window + 1
         self.keys = np.asarray(jax.device_get(key_data_S2))
@@ -141,7 +158,8 @@ class HostStream:
 
             stop = self.stop if self.stop is not None else INT32_MAX
             loader = grain.MapDataset.range(self.start, stop).map(self.windows)
-            self._it = iter(loader.to_iter_dataset(grain.ReadOptions(num_threads=self.threads,
-                                                                     prefetch_buffer_size=self.prefetch)))
+            self._it = iter(
+                loader.to_iter_dataset(grain.ReadOptions(num_threads=self.threads, prefetch_buffer_size=self.prefetch))
+            )
         win_SBW = next(self._it)
         return Windows(jnp.asarray(win_SBW) if self.sharding is None else jax.device_put(win_SBW, self.sharding))

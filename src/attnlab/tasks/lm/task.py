@@ -30,7 +30,7 @@ def bigram_entropy_bits(text_U8: np.ndarray, chunk: int = 2**24) -> float:
     """H(X_t | X_{t−1}) = H(X_{t−1}, X_t) − H(X_{t−1}) in bits, over the consecutive pairs of `text`."""
     joint = np.zeros(256 * 256)
     for lo in range(0, max(len(text_U8) - 1, 0), chunk):  # chunks: int64 pairs of a whole corpus are 8× its size
-        part = np.asarray(text_U8[lo:lo + chunk + 1])
+        part = np.asarray(text_U8[lo : lo + chunk + 1])
         joint += np.bincount(part[:-1].astype(np.int64) * 256 + part[1:], minlength=256 * 256)
     joint /= max(len(text_U8) - 1, 1)
     prev = joint.reshape(256, 256).sum(1)
@@ -59,7 +59,8 @@ class LanguageModel(Task):
     rest to train, so no test text is seen in training; fewer than 3 documents (one long file) are
     split by contiguous byte ranges instead (corpus.byte_ranges; `corpus.split` in run.json says
     which). Each split's documents are joined and `n_<split>` random windows of seq_len + 1 bytes are
-    drawn from it (seeded; n_val/n_test=auto: eval_windows); a val/train window equal to an earlier split's is redrawn. Training does not use the fixed train windows: each step
+    drawn from it (seeded; n_val/n_test=auto: eval_windows); a val/train window equal to an earlier split's
+    is redrawn. Training does not use the fixed train windows: each step
     draws its own from the whole training text (`batches`: host_stream.TextWindows, or a HostStream over
     task.device_text_bytes), at offsets from (seed, step). `corpus` records the source's identity (for run.json).
     Baselines, in bits per byte, are the training text's unigram entropy and bigram conditional entropy.
@@ -70,33 +71,75 @@ class LanguageModel(Task):
     length_option = "seq_len"  # task.test_lengths sets it
     is_text = True
     headline_metric = "bits_per_byte"
-    baseline_labels = {"bits_per_byte": {"bits_per_byte": "unigram", "bits_per_byte_bigram": "bigram"},
-                       "accuracy": {"accuracy": "majority byte"}}
+    baseline_labels = {
+        "bits_per_byte": {"bits_per_byte": "unigram", "bits_per_byte_bigram": "bigram"},
+        "accuracy": {"accuracy": "majority byte"},
+    }
 
-    def __init__(self, seq_len: int = 64, path: str | None = None, hf_dataset: str | None = None,
-                 hf_config: str | None = None, hf_split: str = "train", hf_column: str = "text",
-                 hf_data_files: str | None = None, val_fraction: float = 0.1, test_fraction: float = 0.1,
-                 seed: int = 0, n_train: int = 500, n_val: int | str = "auto", n_test: int | str = "auto",
-                 default_head: str = "softmax_ce", device_text_bytes: int = DEVICE_TEXT_BYTES):
+    def __init__(
+        self,
+        seq_len: int = 64,
+        path: str | None = None,
+        hf_dataset: str | None = None,
+        hf_config: str | None = None,
+        hf_split: str = "train",
+        hf_column: str = "text",
+        hf_data_files: str | None = None,
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
+        seed: int = 0,
+        n_train: int = 500,
+        n_val: int | str = "auto",
+        n_test: int | str = "auto",
+        default_head: str = "softmax_ce",
+        device_text_bytes: int = DEVICE_TEXT_BYTES,
+    ):
         self.seq_len = check_int("seq_len", seq_len, 2)
-        for key, value in (("path", path), ("hf_dataset", hf_dataset), ("hf_config", hf_config),
-                           ("hf_split", hf_split), ("hf_column", hf_column), ("hf_data_files", hf_data_files)):
+        for key, value in (
+            ("path", path),
+            ("hf_dataset", hf_dataset),
+            ("hf_config", hf_config),
+            ("hf_split", hf_split),
+            ("hf_column", hf_column),
+            ("hf_data_files", hf_data_files),
+        ):
             if value is not None and not (isinstance(value, str) and value):
-                raise ConfigError(f"task.{key}={value!r} is invalid; allowed: a non-empty string"
-                                 + ("" if key in ("hf_split", "hf_column") else " or null"))
+                raise ConfigError(
+                    f"task.{key}={value!r} is invalid; allowed: a non-empty string"
+                    + ("" if key in ("hf_split", "hf_column") else " or null")
+                )
         if path is not None and hf_dataset is not None:
-            raise ConfigError(f"task.path={path!r} and task.hf_dataset={hf_dataset!r} exclude each other; "
-                             "allowed: one or neither")
-        fractions = {"test": check_float("test_fraction", test_fraction, 0.0, 0.5, lo_open=True),
-                     "val": check_float("val_fraction", val_fraction, 0.0, 0.5, lo_open=True)}
-        sizes = {s: check_int(f"n_{s}", eval_windows(f"n_{s}", n, self.seq_len), 1) for s, n in zip(SPLITS, (n_train, n_val, n_test))}
+            raise ConfigError(
+                f"task.path={path!r} and task.hf_dataset={hf_dataset!r} exclude each other; allowed: one or neither"
+            )
+        fractions = {
+            "test": check_float("test_fraction", test_fraction, 0.0, 0.5, lo_open=True),
+            "val": check_float("val_fraction", val_fraction, 0.0, 0.5, lo_open=True),
+        }
+        sizes = {
+            s: check_int(f"n_{s}", eval_windows(f"n_{s}", n, self.seq_len), 1)
+            for s, n in zip(SPLITS, (n_train, n_val, n_test))
+        }
         seed = check_int("seed", seed, 0)
         self.vocab_size, self.num_classes, self.input_dim = 257, 256, None
         self.default_head = default_head
-        self.options = dict(seq_len=seq_len, path=path, hf_dataset=hf_dataset, hf_config=hf_config, hf_split=hf_split,
-                            hf_column=hf_column, hf_data_files=hf_data_files, val_fraction=val_fraction,
-                            test_fraction=test_fraction, seed=seed, n_train=n_train, n_val=n_val, n_test=n_test,
-                            default_head=default_head, device_text_bytes=device_text_bytes)
+        self.options = dict(
+            seq_len=seq_len,
+            path=path,
+            hf_dataset=hf_dataset,
+            hf_config=hf_config,
+            hf_split=hf_split,
+            hf_column=hf_column,
+            hf_data_files=hf_data_files,
+            val_fraction=val_fraction,
+            test_fraction=test_fraction,
+            seed=seed,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
+            default_head=default_head,
+            device_text_bytes=device_text_bytes,
+        )
         budget = check_device_text_bytes(device_text_bytes)
         if hf_dataset is not None:
             docs, self.corpus = corpus.from_hf(hf_dataset, hf_config, hf_split, hf_column, hf_data_files)
@@ -107,8 +150,10 @@ class LanguageModel(Task):
         rngs = dict(zip(("documents", *SPLITS), np.random.SeedSequence(seed).spawn(1 + len(SPLITS))))
         if len(docs) >= 3:
             self.documents = split_documents(docs, fractions, np.random.default_rng(rngs["documents"]))
-            self.text = {s: np.frombuffer(corpus.SEPARATOR.join([docs[i] for i in idx]), np.uint8)
-                         for s, idx in self.documents.items()}
+            self.text = {
+                s: np.frombuffer(corpus.SEPARATOR.join([docs[i] for i in idx]), np.uint8)
+                for s, idx in self.documents.items()
+            }
             self.corpus["split"] = "by document"
         else:  # one long text: no documents to hold out, so contiguous byte ranges (still no shared text)
             ranges = corpus.byte_ranges(corpus.SEPARATOR.join(docs), fractions)
@@ -120,17 +165,22 @@ class LanguageModel(Task):
         self.splits, seen = {}, set()
         for s in ("test", "val", "train"):  # test first: it does not change with n_train
             windows = self._windows(self.text[s], sizes[s], np.random.default_rng(rngs[s]), seen)
-            self.splits[s] = Split(windows[:, :-1].astype(np.int32) + 1, windows[:, 1:].astype(np.int32),
-                                   np.ones((sizes[s], self.seq_len), np.float32),
-                                   np.ones((sizes[s], self.seq_len), bool))
+            self.splits[s] = Split(
+                windows[:, :-1].astype(np.int32) + 1,
+                windows[:, 1:].astype(np.int32),
+                np.ones((sizes[s], self.seq_len), np.float32),
+                np.ones((sizes[s], self.seq_len), bool),
+            )
         self.splits = {s: self.splits[s] for s in SPLITS}
         # Over the budget the training text leaves host memory for a cache file the loader maps (host_stream).
         self.train_data = "device" if len(self.text["train"]) <= budget else "host-stream"
         if self.train_data == "host-stream":
             self.text["train"] = text_cache.memmap_text(self.text["train"])
         train = self.text["train"]
-        self._entropy = {"bits_per_byte": unigram_entropy_bits(train),
-                         "bits_per_byte_bigram": bigram_entropy_bits(train)}
+        self._entropy = {
+            "bits_per_byte": unigram_entropy_bits(train),
+            "bits_per_byte_bigram": bigram_entropy_bits(train),
+        }
 
     def _check_split_lengths(self, fractions: dict[str, float]):
         """Each split must hold one window of seq_len + 1 bytes; the fix names keys that exist and values that work."""
@@ -143,12 +193,15 @@ class LanguageModel(Task):
         if longest >= 2:
             fixes.append(f"task.seq_len={longest} or smaller")
         if s == "train":  # the train split is what val and test leave
-            fixes.append(f"smaller task.val_fraction and task.test_fraction "
-                         f"(now {fractions['val']} and {fractions['test']})")
+            fixes.append(
+                f"smaller task.val_fraction and task.test_fraction (now {fractions['val']} and {fractions['test']})"
+            )
         elif fractions[s] < 0.5:
             fixes.append(f"a larger task.{s}_fraction (now {fractions[s]}, at most 0.5)")
-        raise ConfigError(f"the {s} split holds {len(self.text[s])} bytes ({self.corpus['split']}), fewer than "
-                          f"task.seq_len + 1 = {self.seq_len + 1}; " + ", or ".join(fixes))
+        raise ConfigError(
+            f"the {s} split holds {len(self.text[s])} bytes ({self.corpus['split']}), fewer than "
+            f"task.seq_len + 1 = {self.seq_len + 1}; " + ", or ".join(fixes)
+        )
 
     def _windows(self, text_U8, n: int, rng, seen: set, max_rounds: int = 50) -> np.ndarray:
         """n windows of seq_len + 1 bytes at uniform random offsets, none with the inputs of an earlier split."""
@@ -161,8 +214,10 @@ class LanguageModel(Task):
             if len(kept) == n:
                 break
         if len(kept) < n:
-            raise ConfigError(f"could not draw {n} windows unseen in other splits; use more text (task.path) or a "
-                              f"smaller task.seq_len (now {self.seq_len})")
+            raise ConfigError(
+                f"could not draw {n} windows unseen in other splits; use more text (task.path) or a "
+                f"smaller task.seq_len (now {self.seq_len})"
+            )
         seen.update(w[:-1].tobytes() for w in kept)
         return np.stack(kept)
 
@@ -173,8 +228,11 @@ class LanguageModel(Task):
         text, window = self.text["train"], self.seq_len + 1
         if self.train_data == "device":
             return TextWindows(text, np.arange(window, dtype=np.int32))
-        print(f"attnlab: train_data: host-stream (the training text, {len(text)} bytes, is over "
-              f"task.device_text_bytes; memory-mapped from {getattr(text, 'filename', '?')})", file=sys.stderr)
+        print(
+            f"attnlab: train_data: host-stream (the training text, {len(text)} bytes, is over "
+            f"task.device_text_bytes; memory-mapped from {getattr(text, 'filename', '?')})",
+            file=sys.stderr,
+        )
         return HostStream(text, window, key_data_S2, batch_size, sharding, start=start, stop=stop)
 
     def baseline(self, split: str) -> dict[str, float]:
@@ -205,8 +263,10 @@ class LanguageModel(Task):
 def check_device_text_bytes(value) -> int:
     """task.device_text_bytes: at most INT32_MAX, the largest text the device's int32 offsets index."""
     if isinstance(value, int) and not isinstance(value, bool) and value > INT32_MAX:
-        raise ConfigError(f"task.device_text_bytes={value} is invalid; allowed: an integer in [0, {INT32_MAX}] "
-                          "(window offsets on the device are int32); a larger text streams from the host by itself")
+        raise ConfigError(
+            f"task.device_text_bytes={value} is invalid; allowed: an integer in [0, {INT32_MAX}] "
+            "(window offsets on the device are int32); a larger text streams from the host by itself"
+        )
     return check_int("device_text_bytes", value, 0)
 
 

@@ -33,6 +33,8 @@ def memmap_text(text_U8: np.ndarray) -> np.memmap:
             data.tofile(tmp)
             os.replace(tmp, path)
         except OSError as exc:
-            raise ConfigError(f"the training text cannot be cached in {path.parent} ({exc.strerror or exc}); "
-                              "allowed: a writable ATTNLAB_CACHE directory") from None
+            raise ConfigError(
+                f"the training text cannot be cached in {path.parent} ({exc.strerror or exc}); "
+                "allowed: a writable ATTNLAB_CACHE directory"
+            ) from None
     return np.memmap(path, np.uint8, mode="r")
