@@ -127,6 +127,9 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
         f"(e.g. task=mqar, task=lm) with model.causal=null or true",
     )
     head_cfg = node("head") if cfg.get("head") else registry.load("head", head_name)
+    # The sequences one device holds in a step (the batch, or the seeds, split over the devices): what the dense
+    # attention form's memory grows with.
+    device_batch = -(-loop.batch_size * cfg.trainer.vmap_seeds // jax.device_count())
 
     def make_net(seed: int) -> Net:
         rngs = nnx.Rngs(seed)
@@ -141,6 +144,8 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
             vocab_size=task.vocab_size,
             input_dim=task.input_dim,
             dtype=dtype,
+            batch_size=device_batch,  # the attention backend is chosen as the model is built (normalizers/impl.py)
+            test_lengths=[at.seq_len for at in task.at_lengths.values()],
         )
         return Net(
             body, construct.build("head", head_cfg, d_model=model["d_model"], num_classes=task.num_classes, rngs=rngs)
@@ -185,7 +190,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         for w in caught:
             print(f"attnlab: warning: {w.message}", file=sys.stderr)
         precision = apply_matmul_precision(cfg.accelerator.get("matmul_precision"), nets[0].body.dtype)
-        compute = compute_record(nets[0], task.seq_len, precision)  # refuses an impl that cannot run here
+        compute = compute_record(nets[0], task.seq_len, precision)
     except ConfigError as exc:
         print(f"attnlab: error: {exc}", file=sys.stderr)
         if not multirun:  # a refused command leaves nothing behind (a refused sweep job is a failed cell)

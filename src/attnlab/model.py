@@ -13,6 +13,7 @@ from attnlab.attention import MultiHeadAttention
 from attnlab.fast_vjp import dense_dot_general, gelu
 from attnlab.groups import tag
 from attnlab.normalizers import Mask, Normalizer
+from attnlab.normalizers.impl import Workload
 from attnlab.remat import run_blocks
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "none")
@@ -125,6 +126,9 @@ class Transformer(nnx.Module):
     `window` (None: off) limits each query to its `window` nearest admissible keys (Mask.window);
     `short_conv` (0: off) is the width of a short convolution on q, k, v (attention.ShortConv);
     `remat` (false | true | "dots") recomputes each block in the backward pass (attnlab.remat).
+
+    Given `batch_size` (the sequences a device holds in a step), each layer's attention backend is chosen here,
+    once, at seq_len and each of `test_lengths` (choose_backends); without it, on a layer's first trace.
     """
 
     def __init__(
@@ -148,6 +152,8 @@ class Transformer(nnx.Module):
         window: int | None = None,
         short_conv: int = 0,
         remat: bool | str = False,
+        batch_size: int | None = None,
+        test_lengths: Sequence[int] = (),
         rngs: nnx.Rngs,
     ):
         check_options(locals())  # each option's range, one line naming it (ZeroDivisionError before)
@@ -188,6 +194,15 @@ class Transformer(nnx.Module):
         self.ln_f = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
         tag("embedding", self.embed, *([self.pos] if positional == "learned" else []))
         tag("norm", self.ln_f)
+        if batch_size is not None:
+            self.choose_backends(batch_size, heads, sorted({seq_len, *test_lengths}))
+
+    def choose_backends(self, batch_size: int, heads: int, lengths: Sequence[int]) -> None:
+        """Record each layer's attention backend at each length (normalizers/impl.py); ConfigError if a layer's
+        normalizer.impl cannot run here. Without remat every layer's score tensors wait for the backward at once."""
+        workload = Workload(batch_size, heads, layers=1 if self.remat is True else len(self.blocks))
+        for block in self.blocks:
+            block.attn.normalizer.record_backends(lengths, self.mask_at, self.dtype, workload)
 
     def embed_inputs(self, inputs):
         """Token or vector embedding plus the additive positional encoding."""
@@ -203,10 +218,13 @@ class Transformer(nnx.Module):
         """The admissible keys; padding is right padding (the Task contract), so it is a key length."""
         return Mask(key_valid_BS=valid_BT, causal=self.causal, window=self.window, right_padded=True)
 
+    def mask_at(self, T: int) -> Mask:
+        """The mask of length-T sequences with no padding (what the backend choice depends on is its structure)."""
+        return self.mask(jnp.ones((1, T), bool))
+
     def attention_impl(self, T: int) -> list[str]:
-        """The attention implementation each layer's plain step runs at sequence length T (run.json)."""
-        mask = self.mask(jnp.ones((1, T), bool))
-        return [b.attn.normalizer.implementation(T, T, mask, self.dtype) for b in self.blocks]
+        """The backend each layer's plain step runs at sequence length T (run.json), as chosen at build."""
+        return [b.attn.normalizer.backend(T, T, self.mask_at(T), self.dtype) for b in self.blocks]
 
     def attention_maps(self, inputs, valid_BT):
         """Explicit (L, B, N, T, S) attention matrices, for diagnostics (images on eval steps)."""

@@ -12,7 +12,7 @@ import optax
 from flax import nnx
 
 from attnlab.groups import GROUPS
-from attnlab.normalizers.long_context import skip_score_probe
+from attnlab.normalizers import sampled_rows
 from attnlab.optim import current_lr
 from attnlab.tasks.batches import key_at
 
@@ -236,7 +236,7 @@ def make_stats_step(
         T = batch["valid"].shape[1]
         loss_fn = loss_of_batch(graphdef, state, batch, key, with_stats=True, scored_k=scored_k)
         # No B×N×T×T probe at length: the statistics stay blockwise and score_grad is not logged.
-        if not probe_scores or skip_score_probe(T, T):
+        if not probe_scores or sampled_rows.at_length(T, T):
             return {"attn": loss_fn(state["params"], None)[1]}
         probes = [jnp.zeros((batch_size, num_heads, T, T)) for _ in range(num_layers)]
         (_, attn), probe_grads = jax.value_and_grad(loss_fn, argnums=1, has_aux=True)(state["params"], probes)

@@ -15,6 +15,9 @@ from flax import nnx
 
 from attnlab import checks, registry
 
+from . import blockwise, impl, sampled_rows
+from .contract import check_members
+from .fused import fused_attention
 from .mask import Mask
 
 
@@ -104,20 +107,54 @@ class Normalizer(nnx.Module):
 
     mode_dependent = False
     exposes_scores = False
+    impl, head_dim = "dense", None  # the requested normalizer.impl; head dim (cuDNN's limits): set_impl
+    backends = ()  # ((T, S, backend), ...): chosen when the model was built (record_backends)
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs):
         super().__init_subclass__(**kwargs)
         if not abstract:
-            from .contract import check_members
-
-            check_members(cls)
+            check_members(cls, Normalizer, ScoreNormalizer)
 
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats: bool = False):
         raise NotImplementedError
 
-    def implementation(self, T: int, S: int, mask: Mask, dtype) -> str:
-        """The name of the path a plain (no-statistics) step takes at T queries, S keys (run.json: attention_impl)."""
-        return "dense"
+    def capability(self) -> impl.Capability:
+        """What this normalizer can run besides its dense form."""
+        return impl.Capability()
+
+    def set_impl(self, requested, head_dim: int) -> None:
+        """Validate and keep `normalizer.impl` (head_dim: for cuDNN's limits)."""
+        self.impl = checks.choice("normalizer.impl", requested, impl.allowed(self.capability()))
+        self.head_dim = head_dim
+
+    def choose_backend(self, T: int, S: int, mask: Mask, dtype, workload: impl.Workload) -> str:
+        """impl.choose for this normalizer on the default platform; ConfigError if its impl cannot run there."""
+        platform = jax.default_backend()
+        return impl.choose(
+            self.impl,
+            self.capability(),
+            normalizer=registry.name_of("normalizer", type(self)) or type(self).__name__,  # a class no YAML builds
+            platform=platform,
+            dtype=dtype,
+            head_dim=self.head_dim,
+            mask=mask,
+            T=T,
+            S=S,
+            dense_bytes=impl.dense_score_bytes(workload, T, S),
+            budget_bytes=impl.memory_budget(platform),
+        )
+
+    def record_backends(self, lengths, mask_of, dtype, workload: impl.Workload) -> None:
+        """Choose, once, the backend at each sequence length (T = S) of `lengths`; mask_of(T): the model's mask."""
+        self.backends = tuple((T, T, self.choose_backend(T, T, mask_of(T), dtype, workload)) for T in lengths)
+
+    def backend(self, T: int, S: int, mask: Mask, dtype, workload: impl.Workload | None = None) -> str:
+        """The backend of a plain step at T queries, S keys (run.json: attention_impl): the one recorded when the
+        model was built, else chosen now for `workload` (a normalizer used on its own; default one sequence)."""
+        for t, s, chosen in self.backends:
+            if (t, s) == (T, S):
+                return chosen
+        return self.choose_backend(T, S, mask, dtype, workload or impl.Workload(batch=1, heads=1))
 
     def weights(self, q_BNTH, k_BNSH, mask: Mask):
         raise NotImplementedError
@@ -129,11 +166,11 @@ class ScoreNormalizer(Normalizer, abstract=True):
     Subclasses implement `normalize(z_BNTS, m_B1TS) -> (att_BNTS, logits_BNTS, extras)`, where
     logits are the scaled scores the normalizer acts on (for max |logit|). `score_probe_BNTS`,
     a zero array added to z, lets the trainer read dL/dz (the gradient at the normalizer input).
-    A plain step runs the implementation `implementation` names (normalizers/impl.py); a step
-    with statistics or a score probe runs the dense form (blockwise with sampled rows at length).
+    A plain step runs the backend `backend` names (normalizers/impl.py); a step with statistics or a
+    score probe runs the dense form (the plain step's output and sampled rows where that keeps no T×S matrix).
     """
 
-    impl, block_size, head_dim = "dense", 512, None  # dense unless the subclass takes the options (set_impl)
+    block_size = 512  # set_impl
     exposes_scores = True
 
     def normalize(self, z_BNTS, m_B1TS):
@@ -147,43 +184,19 @@ class ScoreNormalizer(Normalizer, abstract=True):
         """The elementwise piece for blockwise attention (blockwise.BlockForm), or None: dense only."""
         return None
 
-    def capability(self):
-        """What this normalizer can run besides its dense form (impl.Capability)."""
-        from .impl import Capability
+    def capability(self) -> impl.Capability:
+        return impl.Capability(fused=False, blockwise=self.block_form() is not None)
 
-        return Capability(fused=False, blockwise=self.block_form() is not None)
-
-    def set_impl(self, impl, block_size, head_dim: int):
-        """Validate and keep `normalizer.impl` and `normalizer.block_size` (head_dim: for cuDNN's limits)."""
-        from .impl import allowed
-        from .long_context import check_block_size
-
-        self.impl = checks.choice("normalizer.impl", impl, allowed(self.capability()))
-        self.block_size, self.head_dim = check_block_size(block_size), head_dim
-
-    def implementation(self, T: int, S: int, mask: Mask, dtype) -> str:
-        from .impl import choose
-
-        name = registry.name_of("normalizer", type(self)) or type(self).__name__  # a subclass no YAML builds
-        return choose(
-            self.impl,
-            self.capability(),
-            normalizer=name,
-            platform=jax.default_backend(),
-            dtype=dtype,
-            head_dim=self.head_dim,
-            mask=mask,
-            T=T,
-            S=S,
-        )
+    def set_impl(self, requested, head_dim: int, block_size=512) -> None:
+        """Validate and keep `normalizer.impl`, `normalizer.block_size` (head_dim: for cuDNN's limits)."""
+        super().set_impl(requested, head_dim)
+        self.block_size = impl.check_block_size(block_size)
 
     def plain_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
-        """The attended output of a plain step, by the implementation `implementation` names."""
-        T, S = q_BNTH.shape[2], k_BNSH.shape[2]
-        path = self.implementation(T, S, mask, q_BNTH.dtype)
+        """The attended output of a plain step, by its backend."""
+        B, N, T, _ = q_BNTH.shape
+        path = self.backend(T, k_BNSH.shape[2], mask, q_BNTH.dtype, impl.Workload(B, N))
         if path in ("cudnn", "xla"):
-            from .fused import fused_attention
-
             return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta(), path)
         if path == "blockwise":
             return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=False)[0]
@@ -194,18 +207,14 @@ class ScoreNormalizer(Normalizer, abstract=True):
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, False, None)[0]
 
     def _blockwise_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool):
-        """(out, stats) by blockwise attention; statistics on evenly spaced query rows (long_context)."""
-        from . import blockwise
-
+        """(out, stats) by blockwise attention; statistics on evenly spaced query rows (sampled_rows)."""
         out_BNTH = blockwise.attention(self.block_form(), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size)
         return out_BNTH, (self._row_stats(q_BNTH, k_BNSH, mask) if with_stats else {})
 
     def _row_stats(self, q_BNTH, k_BNSH, mask: Mask):
-        """Statistics on long_context.stats_rows evenly spaced query rows: no T×S array at length."""
-        from . import long_context
-
+        """Statistics on sampled_rows.stats_rows evenly spaced query rows: no T×S array at length."""
         T, S = q_BNTH.shape[2], k_BNSH.shape[2]
-        rows_R = long_context.stats_rows(T)
+        rows_R = sampled_rows.stats_rows(T)
         m_B1RS = mask.matrix_B1TS(T, S, rows_R)
         att_BNRS, logits_BNRS, extras = self.normalize_rows(
             self._scores(q_BNTH[:, :, rows_R], k_BNSH), m_B1RS, jnp.asarray(rows_R) + (S - T)
@@ -223,14 +232,13 @@ class ScoreNormalizer(Normalizer, abstract=True):
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
         if not with_stats and score_probe_BNTS is None:
             return self.plain_call(q_BNTH, k_BNSH, v_BNSH, mask), {}
-        T, S = q_BNTH.shape[2], k_BNSH.shape[2]
+        B, N, T, _ = q_BNTH.shape
+        S = k_BNSH.shape[2]
         if score_probe_BNTS is None and self.capability().blockwise and mask.dense_BNTS is None:
-            from .long_context import AUTO_MIN_TS
-
-            # Statistics at length, on sampled rows, wherever the plain step keeps no T×S matrix; the
-            # output by the plain step's own path (cuDNN's flash kernel, not blockwise loops, on a GPU).
-            path = self.implementation(T, S, mask, q_BNTH.dtype)
-            if path == "blockwise" or (path in ("cudnn", "xla") and T * S >= AUTO_MIN_TS):
+            # Statistics on sampled rows wherever the plain step keeps no T×S matrix (blockwise; the fused
+            # kernels at length); the output by the plain step's own backend (cuDNN's flash kernel on a GPU).
+            path = self.backend(T, S, mask, q_BNTH.dtype, impl.Workload(B, N))
+            if path == "blockwise" or (path in ("cudnn", "xla") and sampled_rows.at_length(T, S)):
                 return self.plain_call(q_BNTH, k_BNSH, v_BNSH, mask), self._row_stats(q_BNTH, k_BNSH, mask)
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, with_stats, score_probe_BNTS)
 

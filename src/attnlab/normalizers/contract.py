@@ -26,16 +26,15 @@ def takes_positions(cls) -> bool:
     return len(inspect.signature(cls.normalize).parameters) > 3
 
 
-def check_members(cls) -> None:
-    """Refuse a concrete normalizer class that leaves a contract member unimplemented."""
-    from .base import Normalizer, ScoreNormalizer
-
-    missing = [m for m in ("__call__", "weights") if _inherited(cls, m, Normalizer)]
-    if issubclass(cls, ScoreNormalizer):
-        if _inherited(cls, "normalize", ScoreNormalizer):
+def check_members(cls, normalizer_base, score_base) -> None:
+    """Refuse a concrete normalizer class that leaves a contract member unimplemented (Normalizer and
+    ScoreNormalizer, given by base.py, which calls this as each class is defined)."""
+    missing = [m for m in ("__call__", "weights") if _inherited(cls, m, normalizer_base)]
+    if issubclass(cls, score_base):
+        if _inherited(cls, "normalize", score_base):
             missing.append("normalize")
-        elif takes_positions(cls) and _inherited(cls, "normalize_rows", ScoreNormalizer):
-            # Without it, sampled rows (long-context statistics) would be normalised at positions 0..R-1.
+        elif takes_positions(cls) and _inherited(cls, "normalize_rows", score_base):
+            # Without it, sampled rows (sampled_rows.py) would be normalised at positions 0..R-1.
             missing.append("normalize_rows (its normalize takes query positions)")
     if missing:
         raise TypeError(

@@ -9,16 +9,15 @@ import jax.numpy as jnp
 
 from attnlab import checks
 
+from . import impl, sampled_rows
 from .base import FixedFeatures, Normalizer, core_stats
-from .long_context import skip_score_probe, stats_rows
 from .mask import Mask
 
 FEATURE_MAPS = ("elu1", "relu", "favor")
-IMPLS = ("auto", "chunked", "parallel")
 
 
 class Linear(Normalizer):
-    """Kernelised attention in three agreeing forms (`implementation` names the one a step takes):
+    """Kernelised attention in three agreeing forms, its backends (impl.linear_form chooses one):
 
     - `chunked` (causal, T = S): O(T) — within a chunk of `chunk_size` the masked quadratic form,
       across chunks an exclusive prefix sum of φ(K)ᵀV (flash-linear-attention's chunk form), its matmuls
@@ -29,8 +28,8 @@ class Linear(Normalizer):
       window, causal T ≠ S or a score probe.
 
     `impl`: auto (chunked once T exceeds one chunk, bidirectional without a causal mask),
-    chunked (the O(T) form whenever the mask allows) or parallel. Statistics at T·S ≥
-    long_context.AUTO_MIN_TS are computed on long_context.stats_rows query rows, so no T×S array
+    chunked (the O(T) form whenever the mask allows) or parallel. Statistics at length
+    (sampled_rows.at_length) are computed on sampled_rows.stats_rows query rows, so no T×S array
     is built. Padding keys are excluded in every form by zeroing φ(k). q and k are not scaled
     (elu1 as in the paper). eps is added to the denominator (1e-6 as in idiap/fast-transformers).
     """
@@ -44,8 +43,8 @@ class Linear(Normalizer):
         checks.real("normalizer.eps", eps, 0.0, 1e6)
         checks.integer("normalizer.chunk_size", chunk_size, 1, 2**20)
         checks.integer("normalizer.num_features", num_features, 1, 2**16)
-        self.impl = checks.choice("normalizer.impl", impl, IMPLS)
         self.feature_map, self.eps, self.chunk_size = feature_map, float(eps), int(chunk_size)
+        self.set_impl(impl, head_dim)
         if feature_map == "favor":
             self.omega = FixedFeatures(_orthogonal_gaussian(rngs.params(), num_features, head_dim))
 
@@ -86,19 +85,15 @@ class Linear(Normalizer):
         )
         return _divide(a_BNTS, a_BNTS.sum(-1, keepdims=True) + self.eps)
 
-    def implementation(self, T: int, S: int, mask: Mask, dtype=None) -> str:
-        """The form a step without score probe takes: "chunked", "bidirectional" or "parallel"."""
-        if mask.has_dense or mask.window is not None or (mask.causal and T != S) or self.impl == "parallel":
-            return "parallel"
-        if not mask.causal:
-            return "bidirectional"
-        return "chunked" if self.impl == "chunked" or T > self.chunk_size else "parallel"
+    def capability(self) -> impl.Capability:
+        return impl.Capability(linear_chunk=self.chunk_size)
 
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
         qf, kf = self._features(q_BNTH, k_BNSH, mask)
         v = v_BNSH.astype(jnp.float32)
-        T, S = q_BNTH.shape[2], k_BNSH.shape[2]
-        path = self.implementation(T, S, mask, q_BNTH.dtype)
+        B, N, T, _ = q_BNTH.shape
+        S = k_BNSH.shape[2]
+        path = self.backend(T, S, mask, q_BNTH.dtype, impl.Workload(B, N))
         if score_probe_BNTS is not None or path == "parallel":
             # The probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
             num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)
@@ -111,7 +106,7 @@ class Linear(Normalizer):
         if not with_stats:
             return out_BNTH, {}
         # At length, statistics on sampled query rows: the full T×S kernel matrix is what ran out of memory.
-        rows_R = stats_rows(T) if skip_score_probe(T, S) else None
+        rows_R = sampled_rows.stats_rows(T) if sampled_rows.at_length(T, S) else None
         m_B1RS = mask.matrix_B1TS(T, S, rows_R)
         qf_rows = qf if rows_R is None else qf[:, :, rows_R]
         a_BNRS = jnp.where(m_B1RS, jnp.einsum("bnrf,bnsf->bnrs", qf_rows, kf), 0.0)
