@@ -1,4 +1,5 @@
-"""normalizer.impl: the choice as a pure function (a table, refusals included), and the XLA path of
+"""normalizer.impl: the backend choice as a pure function (a table, refusals included), its memory budget, the
+choice recorded at build and read by the plain step, the logging step and run.json, and the XLA path of
 jax.nn.dot_product_attention (is_causal, key lengths, local_window_size) against the dense form."""
 
 import re
@@ -11,7 +12,6 @@ from flax import nnx
 
 from attnlab import normalizers as nz
 from attnlab.normalizers import Mask, impl
-from attnlab.normalizers.long_context import AUTO_MIN_TS
 
 pytestmark = pytest.mark.numerics
 
@@ -19,9 +19,10 @@ SOFTMAX, KL_RECENCY, ENTMAX = impl.Capability(True, True), impl.Capability(False
 BF16, F32 = jnp.bfloat16, jnp.float32
 PAD = jnp.ones((2, 8), bool)
 RIGHT = Mask(key_valid_BS=PAD, causal=True, right_padded=True)
-LONG = 1024  # T = S = 1024: T·S reaches AUTO_MIN_TS
+LONG = 1024  # T = S = 1024: the dense scores over the budget in the table (OVER), sampled statistics rows
+OVER = {LONG}  # the lengths at which the table's dense_bytes exceed budget_bytes
 
-# (requested, capability, platform, dtype, head_dim, mask, T, S) -> the path, or the refusal's reason.
+# (requested, capability, platform, dtype, head_dim, mask, T, S) -> the backend, or the refusal's reason.
 TABLE = [
     ("auto", SOFTMAX, "gpu", BF16, 64, RIGHT, 8, 8, "cudnn"),
     ("auto", SOFTMAX, "gpu", BF16, 64, Mask(causal=True, window=4), 8, 8, "cudnn"),
@@ -36,7 +37,7 @@ TABLE = [
     ("auto", SOFTMAX, "gpu", BF16, 64, Mask(), 8, 16, "cudnn"),  # cross-attention without causality
     ("auto", SOFTMAX, "cpu", BF16, 64, RIGHT, 8, 8, "dense"),
     ("auto", SOFTMAX, "cpu", F32, 64, RIGHT, LONG, LONG, "blockwise"),
-    ("auto", SOFTMAX, "tpu", BF16, 64, RIGHT, LONG, LONG - 1, "dense"),  # just under the threshold
+    ("auto", SOFTMAX, "tpu", BF16, 64, RIGHT, LONG, LONG - 1, "dense"),  # within the budget
     ("auto", KL_RECENCY, "gpu", BF16, 64, RIGHT, 8, 8, "dense"),
     ("auto", KL_RECENCY, "gpu", BF16, 64, RIGHT, LONG, LONG, "blockwise"),
     ("auto", ENTMAX, "gpu", BF16, 64, RIGHT, LONG, LONG, "dense"),
@@ -62,8 +63,10 @@ TABLE = [
 
 @pytest.mark.parametrize("requested, cap, platform, dtype, H, mask, T, S, expected", TABLE)
 def test_the_choice_is_a_pure_function_of_its_arguments(requested, cap, platform, dtype, H, mask, T, S, expected):
+    over = T in OVER and S in OVER
     args = dict(normalizer="softmax", platform=platform, dtype=dtype, head_dim=H, mask=mask, T=T, S=S)
-    if expected in impl.IMPLS:
+    args.update(dense_bytes=2 if over else 1, budget_bytes=1)
+    if expected in impl.SCORE_IMPLS:
         assert impl.choose(requested, cap, **args) == expected
     else:
         with pytest.raises(
@@ -71,10 +74,6 @@ def test_the_choice_is_a_pure_function_of_its_arguments(requested, cap, platform
         ) as e:
             impl.choose(requested, cap, **args)
         assert "\n" not in str(e.value)
-
-
-def test_threshold_is_long_contexts():
-    assert LONG * LONG == AUTO_MIN_TS
 
 
 @pytest.mark.parametrize(
@@ -143,7 +142,7 @@ def test_xla_path_equals_the_dense_form_forward_and_gradients(name, opts, scenar
     q = jnp.asarray(rng.normal(size=(3, 3, T, 8)), jnp.float32)
     k, v = (jnp.asarray(rng.normal(size=(3, 3, S, 8)), jnp.float32) for _ in range(2))
     mask = lengths_mask(lengths, S, causal=causal, window=window)
-    assert nz.build(name, num_heads=3, head_dim=8, impl="xla", **opts).implementation(T, S, mask, F32) == "xla"
+    assert nz.build(name, num_heads=3, head_dim=8, impl="xla", **opts).backend(T, S, mask, F32) == "xla"
     out_x, g_x = out_and_grads(name, "xla", q, k, v, mask, opts)
     out_d, g_d = out_and_grads(name, "dense", q, k, v, mask, opts)
     np.testing.assert_allclose(out_x, out_d, atol=2e-6, rtol=1e-5)
@@ -154,11 +153,64 @@ def test_xla_path_equals_the_dense_form_forward_and_gradients(name, opts, scenar
     assert np.abs(np.asarray(jax.tree.leaves(g_x[0])[0])).min() > 1e-3  # dβ (the only parameter) is exercised
 
 
-def test_model_reports_the_implementation_of_every_layer():
+# Every normalizer: (the impl values it accepts; auto within the memory budget on cpu, gpu; auto over it on cpu,
+# gpu), at bfloat16, head dim 64, a causal right-padded mask. tpu chooses as cpu (no cuDNN).
+EVERY = {
+    "softmax": ("auto cudnn xla blockwise dense", "dense", "cudnn", "blockwise", "cudnn"),
+    "kl": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),  # the recency prior: a bias
+    "softmax1": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
+    "sigmoid": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
+    "relu": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
+    "squared": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
+    "ssmax": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
+    "stickbreaking": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
+    "entmax": ("auto dense", "dense", "dense", "dense", "dense"),  # no blockwise form
+    "linear": ("auto chunked parallel", "parallel", "parallel", "chunked", "chunked"),  # one chunk at T=8
+}
+EVERY_IMPL = dict.fromkeys(impl.SCORE_IMPLS + impl.LINEAR_IMPLS)
+
+
+@pytest.mark.parametrize("platform", ["cpu", "gpu", "tpu"])
+@pytest.mark.parametrize("requested", list(EVERY_IMPL))
+@pytest.mark.parametrize("name", sorted(EVERY))
+def test_every_normalizer_impl_and_platform_chooses_its_backend_or_refuses_in_one_line(name, requested, platform):
+    from attnlab import registry
+
+    assert set(EVERY) == set(registry.choices("normalizer"))
+    accepts, *auto = EVERY[name]
+    norm = nz.build(name, num_heads=2, head_dim=64)
+    assert impl.allowed(norm.capability()) == tuple(accepts.split())
+    for over, T in ((False, 8), (True, LONG)):
+        args = dict(normalizer=name, platform=platform, dtype=BF16, head_dim=64, mask=RIGHT, T=T, S=T)
+        args.update(dense_bytes=2 if over else 1, budget_bytes=1)
+        if requested not in accepts.split():
+            expected = (
+                f"^normalizer\\.impl={requested} cannot run for {name}: .*; allowed here: {', '.join(accepts.split())}$"
+            )
+        elif requested == "cudnn" and platform != "gpu":
+            expected = f"^normalizer\\.impl=cudnn cannot run for {name}: platform {platform} \\(cuDNN needs gpu\\)$"
+        else:
+            expected = auto[2 * over + (platform == "gpu")] if requested == "auto" else requested
+        if expected.startswith("^"):
+            with pytest.raises(ValueError, match=expected):
+                impl.choose(requested, norm.capability(), **args)
+        else:
+            assert impl.choose(requested, norm.capability(), **args) == expected, (T, platform)
+
+
+def test_the_dense_score_bytes_and_the_default_budgets_are_the_documented_ones():
+    """B·N·T·S × 8 bytes (float32 z and w) × the layers the backward holds, by hand; budgets of an unreporting
+    device."""
+    assert impl.dense_score_bytes(impl.Workload(batch=3, heads=5, layers=2), 7, 11) == 3 * 5 * 7 * 11 * 8 * 2 == 18480
+    assert impl.dense_score_bytes(impl.Workload(batch=1, heads=1), 1024, 1024) == 8 * 2**20
+    assert impl.memory_budget("cpu") == 2**30  # a CPU's memory is the host's: always the default
+    assert impl.memory_budget("gpu") == 10 * 2**30  # no GPU device here (a deviceless compile): the default
+
+
+def tiny_transformer(makers, **kw):
     from attnlab.model import Transformer
 
-    makers = [lambda **kw: nz.build("softmax", impl="xla", **kw), lambda **kw: nz.build("relu", **kw)]
-    net = Transformer(
+    return Transformer(
         d_model=16,
         heads=2,
         layers=3,
@@ -173,9 +225,70 @@ def test_model_reports_the_implementation_of_every_layer():
         seq_len=8,
         vocab_size=5,
         rngs=nnx.Rngs(0),
+        **kw,
     )
+
+
+def test_the_model_chooses_each_layers_backend_at_build_by_the_memory_budget():
+    """B=32, N=2, 3 layers at T=1024: 32·2·1024²·8·3 = 1.5 GiB of dense scores > the CPU's 1 GiB: blockwise; under
+    remat=true one layer's, 0.5 GiB: dense. At T=8 dense; the fused layers take the impl they were given."""
+    makers = [lambda **kw: nz.build("softmax", impl="xla", **kw), lambda **kw: nz.build("relu", **kw)]
+    net = tiny_transformer(makers, batch_size=32, test_lengths=[LONG])
+    assert impl.dense_score_bytes(impl.Workload(32, 2, 3), LONG, LONG) == 3 * 2**29 > impl.memory_budget("cpu")
     assert net.attention_impl(8) == ["xla", "dense", "xla"]
     assert net.attention_impl(LONG) == ["xla", "blockwise", "xla"]
+    assert net.blocks[1].attn.normalizer.backends == ((8, 8, "dense"), (LONG, LONG, "blockwise"))
+    remat = tiny_transformer(makers, batch_size=32, test_lengths=[LONG], remat=True)
+    assert remat.attention_impl(LONG) == ["xla", "dense", "xla"]
+
+
+def test_a_refused_impl_is_refused_when_the_model_is_built():
+    makers = [lambda **kw: nz.build("softmax", impl="cudnn", **kw)]
+    with pytest.raises(ValueError, match=r"^normalizer\.impl=cudnn cannot run for softmax: platform cpu"):
+        tiny_transformer(makers, batch_size=2)
+
+
+def relu_run(monkeypatch, budget_at_build: int, budget_after: int) -> dict:
+    """bench_gpu.attnlab_run (cli.build, compute_record, the compiled plain and logging steps, as a run) of a
+    relu model at T=16, blocks of 8, under a CPU budget that changes once the model is built."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import bench_gpu
+
+    from attnlab import cli
+
+    real_build = cli.build
+
+    def build_then_change_the_budget(*args, **kwargs):
+        built = real_build(*args, **kwargs)
+        monkeypatch.setitem(impl.DEFAULT_BUDGET_BYTES, "cpu", budget_after)
+        return built
+
+    monkeypatch.setitem(impl.DEFAULT_BUDGET_BYTES, "cpu", budget_at_build)
+    monkeypatch.setattr(cli, "build", build_then_change_the_budget)
+    overrides = ["accelerator=cpu", "model=tiny", "task=mqar", "task.seq_len=16", "trainer.batch_size=2"]
+    options = ["normalizer=relu", "normalizer.block_size=8", "task.n_train=8", "task.n_val=4", "task.n_test=4"]
+    return bench_gpu.attnlab_run(overrides + options)
+
+
+def test_plain_step_logging_step_and_run_json_read_the_choice_made_at_build(monkeypatch):
+    """A budget that sends relu blockwise while the model is built, then grows so that a new choice would be dense:
+    run.json's attention_impl says blockwise, and neither the compiled plain step nor the logging step's program
+    holds a B×N×T×T array (f32[2,2,16,16]), which the dense run's programs do. Statistics rows are sampled (4 of
+    them) at every length here, so the logging step runs the plain step's backend rather than probing the scores."""
+    from attnlab.normalizers import sampled_rows
+
+    monkeypatch.setattr(sampled_rows, "SAMPLED_MIN_TS", 0)
+    monkeypatch.setattr(sampled_rows, "STATS_ROWS", 4)
+    txt = re.compile(r"f32\[2,2,16,16\]")
+    run = relu_run(monkeypatch, budget_at_build=0, budget_after=2**62)
+    assert impl.memory_budget("cpu") == 2**62 and run["impl"] == ["blockwise"]
+    assert [len(txt.findall(p.as_text())) for p in (run["steps"].train_program, run["statistics"])] == [0, 0]
+    dense = relu_run(monkeypatch, budget_at_build=2**62, budget_after=0)
+    assert dense["impl"] == ["dense"]
+    assert all(txt.search(p.as_text()) for p in (dense["steps"].train_program, dense["statistics"]))
 
 
 def test_xla_path_in_bfloat16_keeps_beta_gradient_close_to_float32():
@@ -255,7 +368,7 @@ def test_statistics_at_length_keep_the_fused_output_and_the_sampled_row_statisti
     q, k, v = (jnp.asarray(rng.normal(size=(1, 3, LONG, 8)), jnp.float32) for _ in range(3))
     mask = Mask(causal=True)
     fused, block = (nz.build("softmax", num_heads=3, head_dim=8, impl=i) for i in ("xla", "blockwise"))
-    assert fused.implementation(LONG, LONG, mask, F32) == "xla"
+    assert fused.backend(LONG, LONG, mask, F32) == "xla"
     out, stats = jax.jit(lambda q, k, v: fused(q, k, v, mask, with_stats=True))(q, k, v)
     plain, _ = jax.jit(lambda q, k, v: fused(q, k, v, mask))(q, k, v)
     np.testing.assert_array_equal(out, plain)

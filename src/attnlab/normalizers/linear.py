@@ -94,8 +94,9 @@ class Linear(Normalizer):
         B, N, T, _ = q_BNTH.shape
         S = k_BNSH.shape[2]
         path = self.backend(T, S, mask, q_BNTH.dtype, impl.Workload(B, N))
-        if score_probe_BNTS is not None or path == "parallel":
-            # The probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
+        # The score probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
+        path = "parallel" if score_probe_BNTS is not None else path
+        if path == "parallel":
             num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)
         elif path == "chunked":
             num, den = self._chunked(qf, kf, v_BNSH)  # in the compute dtype: its matmuls take bfloat16
