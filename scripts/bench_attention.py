@@ -41,6 +41,7 @@ from bench_common import (
 from flax import nnx
 
 from attnlab.normalizers import Mask, build
+from attnlab.normalizers.impl import Workload
 
 SECTION = "## Attention: dense vs blockwise (scripts/bench_attention.py)"
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +58,8 @@ class Case:
         norm = build(
             name, num_heads=args.heads, head_dim=args.head_dim, rngs=nnx.Rngs(0), impl=impl, block_size=args.block_size
         )
-        self.ran = norm.implementation(T, T, Mask(causal=True), args.dtype)  # the path this program runs
+        # The backend this program runs (the normalizer chooses on its first trace, for its batch and heads).
+        self.ran = norm.backend(T, T, Mask(causal=True), args.dtype, Workload(args.batch, args.heads))
         graphdef, state = nnx.split(norm)
 
         def loss(q, k, v, ct, state):

@@ -7,7 +7,7 @@ import pytest
 from flax import nnx
 
 from attnlab import normalizers as nz
-from attnlab.normalizers import long_context
+from attnlab.normalizers import impl, sampled_rows
 
 pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
 
@@ -138,8 +138,8 @@ def test_matches_dot_product_attention_with_bfloat16_and_T_not_multiple_of_block
 
 
 def test_auto_rule_and_sampled_statistics(monkeypatch):
-    monkeypatch.setattr(long_context, "AUTO_MIN_TS", 24 * 24)
-    monkeypatch.setattr(long_context, "STATS_ROWS", 5)
+    monkeypatch.setitem(impl.DEFAULT_BUDGET_BYTES, "cpu", 0)  # auto: every dense score tensor over the budget
+    monkeypatch.setattr(sampled_rows, "STATS_ROWS", 5)
     q, k, v = qkv(24, 24, B=1)
     out_b, stats_b = jax.jit(lambda q, k, v: nz.attend("kl", q, k, v, causal=True, prior="recency"))(q, k, v)
     out_d, stats_d = jax.jit(lambda q, k, v: nz.attend("kl", q, k, v, causal=True, prior="recency", impl="dense"))(
@@ -147,7 +147,7 @@ def test_auto_rule_and_sampled_statistics(monkeypatch):
     )
     np.testing.assert_allclose(out_b, out_d, rtol=2e-5, atol=2e-6)
     # The sampled statistics are the dense ones restricted to rows 0, 6, 12, 17, 23 (independent reference).
-    rows = long_context.stats_rows(24, 5)
+    rows = sampled_rows.stats_rows(24, 5)
     np.testing.assert_array_equal(rows, [0, 6, 12, 17, 23])
     att = nz.attention_weights("kl", q, k, causal=True, prior="recency")[:, :, rows]
     p = np.asarray(att, np.float64)

@@ -333,22 +333,22 @@ def test_adaptive_temperature_gradient_matches_finite_differences_of_the_referen
 
 
 def test_stickbreaking_at_length_goes_blockwise_with_statistics_on_sampled_rows(monkeypatch):
-    """impl=auto past the length threshold: the blockwise output equals the dense one, and the leftover mass
+    """impl=auto over the memory budget: the blockwise output equals the dense one, and the leftover mass
     is the reference's on the sampled rows (positions passed, so each row leaves out its own key)."""
-    from attnlab.normalizers import long_context
+    from attnlab.normalizers import impl, sampled_rows
 
-    monkeypatch.setattr(long_context, "AUTO_MIN_TS", 24 * 24)
-    monkeypatch.setattr(long_context, "STATS_ROWS", 5)
+    monkeypatch.setitem(impl.DEFAULT_BUDGET_BYTES, "cpu", 0)  # auto: every dense score tensor over the budget
+    monkeypatch.setattr(sampled_rows, "STATS_ROWS", 5)
     T = 24
     q, k, v = R.qkv(50, T, T)
     norm = R.build("stickbreaking", {"block_size": 8})
-    assert norm.implementation(T, T, R.nz.Mask(causal=True), jnp.float32) == "blockwise"
+    assert norm.backend(T, T, R.nz.Mask(causal=True), jnp.float32) == "blockwise"
     out, stats = norm(q, k, v, R.nz.Mask(causal=True), with_stats=True)
     dense = R.build("stickbreaking", {"impl": "dense"})
     np.testing.assert_allclose(
         np.asarray(out), np.asarray(dense(q, k, v, R.nz.Mask(causal=True))[0]), rtol=2e-5, atol=2e-6
     )
-    rows = long_context.stats_rows(T, 5)
+    rows = sampled_rows.stats_rows(T, 5)
     m = R.admissible(R.B, T, T, causal=True)
     w = R.ref_stickbreaking(q, k, m, None, **R.options("stickbreaking"))[0][:, :, rows]
     np.testing.assert_allclose(np.asarray(stats["leftover"]), (1 - w.sum(-1)).mean((0, 2)), rtol=1e-5, atol=1e-6)

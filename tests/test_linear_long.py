@@ -9,8 +9,10 @@ import pytest
 from flax import nnx
 
 from attnlab import normalizers as nz
-from attnlab.normalizers import long_context
+from attnlab.normalizers import sampled_rows
 from attnlab.normalizers.base import core_stats
+
+F32 = jnp.float32
 
 B, N, H = 2, 3, 8
 
@@ -34,7 +36,7 @@ def test_chunked_and_parallel_agree_forward_and_backward(feature_map):
 
     def loss(form, chunk):
         norm = _linear(feature_map=feature_map, chunk_size=chunk, impl=form)
-        assert norm.implementation(T, T, mask) == form
+        assert norm.backend(T, T, mask, F32) == form
         f = lambda q, k, v: norm(q, k, v, mask)[0]  # noqa: E731
         return jax.value_and_grad(lambda q, k, v: jnp.sum(f(q, k, v) * ct), argnums=(0, 1, 2))(q, k, v)
 
@@ -52,26 +54,26 @@ def test_chunked_and_parallel_agree_forward_and_backward(feature_map):
 
 def test_implementation_names_the_path():
     causal, T = nz.Mask(causal=True), 200
-    assert _linear(chunk_size=64).implementation(T, T, causal) == "chunked"
-    assert _linear(chunk_size=256).implementation(T, T, causal) == "parallel"  # one chunk: the same matrix
-    assert _linear(chunk_size=256, impl="chunked").implementation(T, T, causal) == "chunked"
-    assert _linear(impl="parallel").implementation(T, T, causal) == "parallel"
-    assert _linear().implementation(T, T, nz.Mask()) == "bidirectional"
-    assert _linear(impl="chunked").implementation(T, T, nz.Mask(causal=True, window=8)) == "parallel"
+    assert _linear(chunk_size=64).backend(T, T, causal, F32) == "chunked"
+    assert _linear(chunk_size=256).backend(T, T, causal, F32) == "parallel"  # one chunk: the same matrix
+    assert _linear(chunk_size=256, impl="chunked").backend(T, T, causal, F32) == "chunked"
+    assert _linear(impl="parallel").backend(T, T, causal, F32) == "parallel"
+    assert _linear().backend(T, T, nz.Mask(), F32) == "bidirectional"
+    assert _linear(impl="chunked").backend(T, T, nz.Mask(causal=True, window=8), F32) == "parallel"
     with pytest.raises(ValueError, match="normalizer.impl='flash'"):
         _linear(impl="flash")
 
 
 def test_statistics_at_length_are_the_dense_statistics_of_sampled_rows():
     T = 1024  # T·T reaches AUTO_MIN_TS: statistics go to sampled rows
-    assert long_context.skip_score_probe(T, T)
+    assert sampled_rows.at_length(T, T)
     q, k, v = _qkv(3, T)
     valid = jnp.asarray(np.arange(T)[None] < np.array([[T], [T - 100]]))
     mask = nz.Mask(key_valid_BS=valid, causal=True)
     norm = _linear()
     _, stats = norm(q, k, v, mask, with_stats=True)
-    rows = long_context.stats_rows(T)
-    assert len(rows) == long_context.STATS_ROWS and rows[0] == 0 and rows[-1] == T - 1
+    rows = sampled_rows.stats_rows(T)
+    assert len(rows) == sampled_rows.STATS_ROWS and rows[0] == 0 and rows[-1] == T - 1
     # Dense reference on those rows, from the explicit weights and a float64 numpy kernel matrix.
     w = norm.weights(q, k, mask)[:, :, rows]
     qf, kf = (np.asarray(norm.phi(x, is_q), np.float64) for x, is_q in ((q, True), (k, False)))
@@ -137,7 +139,7 @@ def test_chunked_matmuls_are_tensor_core_shaped():
     q, k, v = (x.astype(jnp.bfloat16) for x in _qkv(6, T))
     norm = _linear(chunk_size=16)
     mask = nz.Mask(causal=True)
-    assert norm.implementation(T, T, mask) == "chunked"
+    assert norm.backend(T, T, mask, F32) == "chunked"
     jaxpr = jax.make_jaxpr(lambda q, k, v: norm(q, k, v, mask)[0])(q, k, v)
 
     def subjaxprs(params):  # the jaxprs a primitive holds (scan, custom_vjp, ...): a Jaxpr or a ClosedJaxpr
