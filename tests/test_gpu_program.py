@@ -1,8 +1,8 @@
 """The GPU program of the train steps, compiled for an H100 without a GPU (scripts/gpu_program.py).
 
 Needs the CUDA plugin of the installed jax: `make test-gpu-program` builds that environment and runs
-`pytest -m gpu_program`. The structure tests use model=base cut to 2 layers at B=2, T=1024 (T·S at the
-blockwise threshold, two key blocks): the full-size program's structure at a compile cost 2 cores can
+`pytest -m gpu_program`. The structure tests use model=base cut to 2 layers at B=2, T=1024 (statistics on
+sampled rows, two key blocks): the full-size program's structure at a compile cost 2 cores can
 pay. The ratio targets hold at a size, not in general (the statistics program's share grows with B and
 the layers), so they are tested at the issue's size, model=base at B=32, T=1024; the B=4, T=8192 figures
 are the script's table in BENCHMARKS.md.
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import gpu_program as gp  # noqa: E402
 
 from attnlab import registry  # noqa: E402
-from attnlab.normalizers.long_context import AUTO_MIN_TS  # noqa: E402
+from attnlab.normalizers import impl, sampled_rows  # noqa: E402
 
 pytestmark = pytest.mark.gpu_program
 
@@ -98,15 +98,29 @@ def test_softmax_and_kl_run_cudnn_flash_attention_forward_and_backward(programs,
 
 
 @pytest.mark.parametrize("name", registry.choices("normalizer"))
-def test_no_txt_buffer_at_the_blockwise_threshold(programs, name):
-    """At T·S = AUTO_MIN_TS no normalizer's plain or logging step materialises a T×T array, except one
-    with no form but the dense one (entmax: its threshold τ needs every score of a row), which says so."""
-    assert T * T >= AUTO_MIN_TS
-    p = programs(name)
+def test_no_txt_buffer_where_the_backend_keeps_none(programs, name):
+    """No plain or logging step materialises a T×T array where its backend keeps none: cuDNN (softmax, kl with its
+    uniform prior aside, auto), linear's chunked form (auto) and, asked for (within the H100's memory budget auto
+    keeps these scores dense), the blockwise form of every other normalizer; entmax, with no form but the dense one
+    (its threshold τ needs every score of a row), says so."""
+    assert sampled_rows.at_length(T, T)
+    extra = () if name in DENSE_ONLY + ("softmax", "linear") else ("normalizer.impl=blockwise",)
+    p = programs(name, extra=extra)
     if name in DENSE_ONLY:
         assert p["impl"] == ["dense"] and p["plain"].txt_buffers > 0
     else:
+        assert p["impl"] == [{"softmax": "cudnn", "linear": "chunked"}.get(name, "blockwise")]
         assert (p["plain"].txt_buffers, p["stats"].txt_buffers) == (0, 0), p["impl"]
+
+
+def test_auto_keeps_the_sigmoid_scores_dense_within_the_budget_and_goes_blockwise_beyond(programs):
+    """impl=auto on the H100 target (deviceless: the default GPU budget): B=2 at T=1024 keeps 2·8·1024²·8 bytes ·
+    2 layers = 256 MiB of dense scores, within the 10 GiB budget, so dense and T×T buffers; all 8 layers at B=32
+    keep 16 GiB, beyond it, so blockwise."""
+    assert impl.dense_score_bytes(impl.Workload(B, 8, LAYERS), T, T) == 2**28 <= impl.memory_budget("gpu")
+    assert impl.dense_score_bytes(impl.Workload(FULL_B, 8, 8), T, T) == 16 * 2**30 > impl.memory_budget("gpu")
+    p = programs("sigmoid")
+    assert p["impl"] == ["dense"] and p["plain"].txt_buffers > 0
 
 
 @pytest.mark.parametrize("name", FUSED)

@@ -125,116 +125,134 @@ def _rows(x, i, size, axis=2):
 
 def _make_attention(form: BlockForm, geo: _Geometry):
     """The custom-VJP function (params, q, k, v, kv, dense, n) -> out for one form and geometry."""
-    Q, K = geo.Q, geo.K
-    normalized = form.kind in ("exp", "sum")
-
-    def logits_block(p, q_blk, k_blk, kv, dense, n_blk, i, j):
-        m, q_pos, k_pos = geo.block_mask(kv, dense, i, j)
-        z = jnp.einsum("bnqh,bnkh->bnqk", q_blk, k_blk, preferred_element_type=jnp.float32)
-        return form.logits(p, z, q_pos, k_pos, n_blk[..., None]), m
-
-    def weights_block(x, m, r_BNQ):
-        """w of a block given the row's stored denominator r (log D for exp, D otherwise)."""
-        if form.kind == "exp":
-            return jnp.exp(jnp.where(m, x - r_BNQ[..., None], -jnp.inf))
-        return jnp.where(m, form.gate(x), 0.0) / r_BNQ[..., None]
-
-    def forward(p, q, k, v, kv, dense, n):
-        B, N, _, H = q.shape
-
-        def qblock(i):
-            q_blk, n_blk = _rows(q, i, Q), _rows(n, i, Q)
-
-            def body(j, carry):
-                acc, m_run, l_run = carry
-                x, m = logits_block(p, q_blk, _rows(k, j, K), kv, dense, n_blk, i, j)
-                v_blk = _rows(v, j, K)
-                if form.kind == "exp":
-                    m_new = jnp.maximum(m_run, jnp.where(m, x, -jnp.inf).max(-1))
-                    m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
-                    scale = jnp.exp(m_run - m_safe)
-                    g = jnp.exp(jnp.where(m, x - m_safe[..., None], -jnp.inf))
-                    acc, l_run, m_run = acc * scale[..., None], l_run * scale, m_new
-                else:
-                    g = jnp.where(m, form.gate(x), 0.0)
-                acc = acc + jnp.einsum("bnqk,bnkh->bnqh", g.astype(v.dtype), v_blk, preferred_element_type=jnp.float32)
-                return acc, m_run, l_run + g.sum(-1)
-
-            # softmax₁'s max is max(max x, 0) (exponential.py), so its running max starts at 0.
-            m0 = jnp.full((B, N, Q), 0.0 if form.sink else -jnp.inf)
-            lo, hi = geo.key_range(i)
-            acc, m_run, l_run = jax.lax.fori_loop(lo, hi, body, (jnp.zeros((B, N, Q, H)), m0, jnp.zeros((B, N, Q))))
-            if form.kind == "exp":
-                m_safe = jnp.where(jnp.isfinite(m_run), m_run, 0.0)
-                den = l_run + (jnp.exp(-m_safe) if form.sink else 0.0)
-                r = jnp.where(den > 0, m_safe + jnp.log(jnp.where(den > 0, den, 1.0)), jnp.inf)
-            elif form.kind == "sum":
-                den = r = jnp.where(n_blk > 0, l_run + form.eps, 1.0)
-            else:
-                den = r = jnp.broadcast_to(jnp.maximum(n_blk, 1.0) if form.divide_by_count else 1.0, l_run.shape)
-            out = acc / jnp.where(den > 0, den, 1.0)[..., None]
-            return out, r
-
-        out_nBNQH, r_nBNQ = jax.lax.map(qblock, jnp.arange(geo.Tp // Q))
-        out = jnp.moveaxis(out_nBNQH, 0, 2).reshape(B, N, geo.Tp, H)
-        return out, jnp.moveaxis(r_nBNQ, 0, 2).reshape(B, N, geo.Tp)
 
     @jax.custom_vjp
     def fn(p, q, k, v, kv, dense, n):
-        return forward(p, q, k, v, kv, dense, n)[0].astype(v.dtype)
+        return _forward(form, geo, p, q, k, v, kv, dense, n)[0].astype(v.dtype)
 
     def fn_fwd(p, q, k, v, kv, dense, n):
-        out, r = forward(p, q, k, v, kv, dense, n)
+        out, r = _forward(form, geo, p, q, k, v, kv, dense, n)
         return out.astype(v.dtype), (p, q, k, v, kv, dense, n, out, r)
 
-    def fn_bwd(res, do):
-        p, q, k, v, kv, dense, n, out, r = res
-        do = do.astype(jnp.float32)
-        # δ_t = Σ_s w_ts·dw_ts = dO_t·out_t (FlashAttention backward): the row-sum part of the Jacobian.
-        delta = jnp.sum(do * out, -1) if normalized else jnp.zeros(out.shape[:-1])
-
-        def qblock(i, carry):
-            dp, dq, dk, dv = carry
-            q_blk, n_blk, do_blk = _rows(q, i, Q), _rows(n, i, Q), _rows(do, i, Q)
-            r_blk, delta_blk = _rows(r, i, Q), _rows(delta, i, Q)
-
-            def body(j, c):
-                dp, dq_blk, dk, dv = c
-                v_blk = _rows(v, j, K)
-
-                def w_of(p, q_blk, k_blk):
-                    x, m = logits_block(p, q_blk, k_blk, kv, dense, n_blk, i, j)
-                    return weights_block(x, m, r_blk)
-
-                w, vjp = jax.vjp(w_of, p, q_blk, _rows(k, j, K))
-                dw = jnp.einsum("bnqh,bnkh->bnqk", do_blk, v_blk.astype(jnp.float32))
-                dp_j, dq_j, dk_j = vjp(dw - delta_blk[..., None] if normalized else dw)
-                dv_j = jnp.einsum("bnqk,bnqh->bnkh", w, do_blk)
-                dk = jax.lax.dynamic_update_slice_in_dim(dk, _rows(dk, j, K) + dk_j, j * K, 2)
-                dv = jax.lax.dynamic_update_slice_in_dim(dv, _rows(dv, j, K) + dv_j, j * K, 2)
-                return jax.tree.map(jnp.add, dp, dp_j), dq_blk + dq_j, dk, dv
-
-            lo, hi = geo.key_range(i)
-            zq = jnp.zeros(q_blk.shape, jnp.float32)
-            dp, dq_blk, dk, dv = jax.lax.fori_loop(lo, hi, body, (dp, zq, dk, dv))
-            return dp, jax.lax.dynamic_update_slice_in_dim(dq, dq_blk, i * Q, 2), dk, dv
-
-        zeros = lambda a: jnp.zeros(a.shape, jnp.float32)  # noqa: E731
-        init = (jax.tree.map(jnp.zeros_like, p), zeros(q), zeros(k), zeros(v))
-        dp, dq, dk, dv = jax.lax.fori_loop(0, geo.Tp // Q, qblock, init)
-        dense_ct = None if dense is None else jnp.zeros_like(dense)
-        return (
-            dp,
-            dq.astype(q.dtype),
-            dk.astype(k.dtype),
-            dv.astype(v.dtype),
-            jnp.zeros_like(kv),
-            dense_ct,
-            jnp.zeros_like(n),
-        )
-
-    fn.defvjp(fn_fwd, fn_bwd)
+    fn.defvjp(fn_fwd, lambda res, do: _backward(form, geo, res, do))
     return fn
+
+
+def _logits_block(form: BlockForm, geo: _Geometry, p, q_blk, k_blk, kv, dense, n_blk, i, j):
+    """(x, admissible mask) of block (i, j): the form's logits of its scores."""
+    m, q_pos, k_pos = geo.block_mask(kv, dense, i, j)
+    z = jnp.einsum("bnqh,bnkh->bnqk", q_blk, k_blk, preferred_element_type=jnp.float32)
+    return form.logits(p, z, q_pos, k_pos, n_blk[..., None]), m
+
+
+def _weights_block(form: BlockForm, x, m, r_BNQ):
+    """w of a block given the row's stored denominator r (log D for exp, D otherwise)."""
+    if form.kind == "exp":
+        return jnp.exp(jnp.where(m, x - r_BNQ[..., None], -jnp.inf))
+    return jnp.where(m, form.gate(x), 0.0) / r_BNQ[..., None]
+
+
+def _accumulate(form: BlockForm, x, m, v_blk, carry):
+    """One key block into a query block's (Σg·v, running max, Σg); exp rescales by the new running max (online
+    softmax, Milakov & Gimelshein 2018)."""
+    acc, m_run, l_run = carry
+    if form.kind == "exp":
+        m_new = jnp.maximum(m_run, jnp.where(m, x, -jnp.inf).max(-1))
+        m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+        scale = jnp.exp(m_run - m_safe)
+        g = jnp.exp(jnp.where(m, x - m_safe[..., None], -jnp.inf))
+        acc, l_run, m_run = acc * scale[..., None], l_run * scale, m_new
+    else:
+        g = jnp.where(m, form.gate(x), 0.0)
+    acc = acc + jnp.einsum("bnqk,bnkh->bnqh", g.astype(v_blk.dtype), v_blk, preferred_element_type=jnp.float32)
+    return acc, m_run, l_run + g.sum(-1)
+
+
+def _finish_rows(form: BlockForm, acc, m_run, l_run, n_blk):
+    """(out, r) of a query block: Σg·v over its denominator D, and r (log D for exp, D otherwise) for the backward."""
+    if form.kind == "exp":
+        m_safe = jnp.where(jnp.isfinite(m_run), m_run, 0.0)
+        den = l_run + (jnp.exp(-m_safe) if form.sink else 0.0)
+        r = jnp.where(den > 0, m_safe + jnp.log(jnp.where(den > 0, den, 1.0)), jnp.inf)
+    elif form.kind == "sum":
+        den = r = jnp.where(n_blk > 0, l_run + form.eps, 1.0)
+    else:
+        den = r = jnp.broadcast_to(jnp.maximum(n_blk, 1.0) if form.divide_by_count else 1.0, l_run.shape)
+    return acc / jnp.where(den > 0, den, 1.0)[..., None], r
+
+
+def _forward(form: BlockForm, geo: _Geometry, p, q, k, v, kv, dense, n):
+    """(out, r): each query block scans the key blocks it can see (lax.map over query blocks)."""
+    B, N, _, H = q.shape
+    Q, K = geo.Q, geo.K
+
+    def qblock(i):
+        q_blk, n_blk = _rows(q, i, Q), _rows(n, i, Q)
+
+        def body(j, carry):
+            x, m = _logits_block(form, geo, p, q_blk, _rows(k, j, K), kv, dense, n_blk, i, j)
+            return _accumulate(form, x, m, _rows(v, j, K), carry)
+
+        # softmax₁'s max is max(max x, 0) (exponential.py), so its running max starts at 0.
+        m0 = jnp.full((B, N, Q), 0.0 if form.sink else -jnp.inf)
+        lo, hi = geo.key_range(i)
+        acc, m_run, l_run = jax.lax.fori_loop(lo, hi, body, (jnp.zeros((B, N, Q, H)), m0, jnp.zeros((B, N, Q))))
+        return _finish_rows(form, acc, m_run, l_run, n_blk)
+
+    out_nBNQH, r_nBNQ = jax.lax.map(qblock, jnp.arange(geo.Tp // Q))
+    out = jnp.moveaxis(out_nBNQH, 0, 2).reshape(B, N, geo.Tp, H)
+    return out, jnp.moveaxis(r_nBNQ, 0, 2).reshape(B, N, geo.Tp)
+
+
+def _backward(form: BlockForm, geo: _Geometry, res, do):
+    """The cotangents of (params, q, k, v, kv, dense, n): each block's weights recomputed from the stored r
+    (FlashAttention, Alg. 4), so no T×S array is kept."""
+    p, q, k, v, kv, dense, n, out, r = res
+    Q, K = geo.Q, geo.K
+    normalized = form.kind in ("exp", "sum")
+    do = do.astype(jnp.float32)
+    # δ_t = Σ_s w_ts·dw_ts = dO_t·out_t (FlashAttention backward): the row-sum part of the Jacobian.
+    delta = jnp.sum(do * out, -1) if normalized else jnp.zeros(out.shape[:-1])
+
+    def qblock(i, carry):
+        dp, dq, dk, dv = carry
+        q_blk, n_blk, do_blk = _rows(q, i, Q), _rows(n, i, Q), _rows(do, i, Q)
+        r_blk, delta_blk = _rows(r, i, Q), _rows(delta, i, Q)
+
+        def body(j, c):
+            dp, dq_blk, dk, dv = c
+            v_blk = _rows(v, j, K)
+
+            def w_of(p, q_blk, k_blk):
+                x, m = _logits_block(form, geo, p, q_blk, k_blk, kv, dense, n_blk, i, j)
+                return _weights_block(form, x, m, r_blk)
+
+            w, vjp = jax.vjp(w_of, p, q_blk, _rows(k, j, K))
+            dw = jnp.einsum("bnqh,bnkh->bnqk", do_blk, v_blk.astype(jnp.float32))
+            dp_j, dq_j, dk_j = vjp(dw - delta_blk[..., None] if normalized else dw)
+            dv_j = jnp.einsum("bnqk,bnqh->bnkh", w, do_blk)
+            dk = jax.lax.dynamic_update_slice_in_dim(dk, _rows(dk, j, K) + dk_j, j * K, 2)
+            dv = jax.lax.dynamic_update_slice_in_dim(dv, _rows(dv, j, K) + dv_j, j * K, 2)
+            return jax.tree.map(jnp.add, dp, dp_j), dq_blk + dq_j, dk, dv
+
+        lo, hi = geo.key_range(i)
+        zq = jnp.zeros(q_blk.shape, jnp.float32)
+        dp, dq_blk, dk, dv = jax.lax.fori_loop(lo, hi, body, (dp, zq, dk, dv))
+        return dp, jax.lax.dynamic_update_slice_in_dim(dq, dq_blk, i * Q, 2), dk, dv
+
+    zeros = lambda a: jnp.zeros(a.shape, jnp.float32)  # noqa: E731
+    init = (jax.tree.map(jnp.zeros_like, p), zeros(q), zeros(k), zeros(v))
+    dp, dq, dk, dv = jax.lax.fori_loop(0, geo.Tp // Q, qblock, init)
+    dense_ct = None if dense is None else jnp.zeros_like(dense)
+    return (
+        dp,
+        dq.astype(q.dtype),
+        dk.astype(k.dtype),
+        dv.astype(v.dtype),
+        jnp.zeros_like(kv),
+        dense_ct,
+        jnp.zeros_like(n),
+    )
 
 
 def scaled_logits(p, z, q_pos, k_pos, n):
