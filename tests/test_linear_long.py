@@ -65,7 +65,7 @@ def test_implementation_names_the_path():
 
 
 def test_statistics_at_length_are_the_dense_statistics_of_sampled_rows():
-    T = 1024  # T·T reaches AUTO_MIN_TS: statistics go to sampled rows
+    T = 1024  # T·T reaches sampled_rows.SAMPLED_MIN_TS: statistics go to sampled rows
     assert sampled_rows.at_length(T, T)
     q, k, v = _qkv(3, T)
     valid = jnp.asarray(np.arange(T)[None] < np.array([[T], [T - 100]]))
