@@ -122,10 +122,13 @@ class Normalizer(nnx.Module):
         """What this normalizer can run besides its dense form."""
         return impl.Capability()
 
-    def set_impl(self, requested, head_dim: int) -> None:
-        """Validate and keep `normalizer.impl` (head_dim: for cuDNN's limits)."""
+    def set_impl(self, requested, block_size: int | None = None, head_dim: int | None = None) -> None:
+        """Validate and keep `normalizer.impl`, and `normalizer.block_size` where the normalizer has blocks
+        (head_dim: for cuDNN's limits)."""
         self.impl = checks.choice("normalizer.impl", requested, impl.allowed(self.capability()))
         self.head_dim = head_dim
+        if block_size is not None:
+            self.block_size = impl.check_block_size(block_size)
 
     def choose_backend(self, T: int, S: int, mask: Mask, dtype, workload: impl.Workload) -> str:
         """impl.choose for this normalizer on the default platform; ConfigError if its impl cannot run there."""
@@ -186,11 +189,6 @@ class ScoreNormalizer(Normalizer, abstract=True):
 
     def capability(self) -> impl.Capability:
         return impl.Capability(fused=False, blockwise=self.block_form() is not None)
-
-    def set_impl(self, requested, head_dim: int, block_size=512) -> None:
-        """Validate and keep `normalizer.impl`, `normalizer.block_size` (head_dim: for cuDNN's limits)."""
-        super().set_impl(requested, head_dim)
-        self.block_size = impl.check_block_size(block_size)
 
     def plain_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
         """The attended output of a plain step, by its backend."""

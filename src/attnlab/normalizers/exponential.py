@@ -109,7 +109,7 @@ class Softmax(AdaptiveTemperature, ScoreNormalizer):
         adaptive_temperature="off",
     ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.set_impl(impl, head_dim, block_size)
+        self.set_impl(impl, block_size, head_dim)
         self.set_adaptive(adaptive_temperature)
 
     def softmax_logits(self, z_BNTS, m_B1TS):
@@ -163,7 +163,7 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
         checks.integer("normalizer.max_distance", max_distance, 1, 2**20)
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.prior, self.max_distance = prior, int(max_distance)
-        self.set_impl(impl, head_dim, block_size)
+        self.set_impl(impl, block_size, head_dim)
         self.set_adaptive(adaptive_temperature)
         if prior == "recency":
             self.log_slope = NormalizerParam(jnp.full((num_heads,), jnp.log(slope), jnp.float32))
@@ -240,7 +240,7 @@ class Softmax1(ScoreNormalizer):
         self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, impl="auto", block_size=512
     ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.set_impl(impl, head_dim, block_size)
+        self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
         return BlockForm("exp", {"beta": self.beta()}, scaled_logits, sink=True)

@@ -44,7 +44,7 @@ class Linear(Normalizer):
         checks.integer("normalizer.chunk_size", chunk_size, 1, 2**20)
         checks.integer("normalizer.num_features", num_features, 1, 2**16)
         self.feature_map, self.eps, self.chunk_size = feature_map, float(eps), int(chunk_size)
-        self.set_impl(impl, head_dim)
+        self.set_impl(impl)
         if feature_map == "favor":
             self.omega = FixedFeatures(_orthogonal_gaussian(rngs.params(), num_features, head_dim))
 

@@ -30,7 +30,7 @@ class Sigmoid(ScoreNormalizer):
     ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.bias = None if bias is None else checks.real("normalizer.bias", bias, -1e6, 1e6)
-        self.set_impl(impl, head_dim, block_size)
+        self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
         def logits(p, z, q_pos, k_pos, n):
@@ -54,7 +54,7 @@ class ReLU(ScoreNormalizer):
         self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, impl="auto", block_size=512
     ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.set_impl(impl, head_dim, block_size)
+        self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
         return BlockForm("count", {"beta": self.beta()}, scaled_logits, gate=jax.nn.relu, divide_by_count=True)

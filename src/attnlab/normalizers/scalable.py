@@ -39,7 +39,7 @@ class SSMax(ScoreNormalizer):
         self.s = NormalizerParam(s_N) if learnable else FixedFeatures(s_N)
         if self.has_bias:
             self.b = NormalizerParam(jnp.zeros((num_heads,), jnp.float32))
-        self.set_impl(impl, head_dim, block_size)
+        self.set_impl(impl, block_size, head_dim)
 
     def params(self) -> dict:
         """s_N and b_N (zeros without `bias`): what the blockwise form differentiates."""

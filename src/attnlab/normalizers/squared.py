@@ -52,7 +52,7 @@ class Squared(ScoreNormalizer):
             )
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.power, self.eps, self.offset = power, float(eps), bool(offset)
-        self.set_impl(impl, head_dim, block_size)
+        self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
         return BlockForm(

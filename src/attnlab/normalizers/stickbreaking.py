@@ -46,7 +46,7 @@ class StickBreaking(ScoreNormalizer):
     ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.attend_current = checks.boolean("normalizer.attend_current", attend_current)
-        self.set_impl(impl, head_dim, block_size)
+        self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
         return BlockForm(
