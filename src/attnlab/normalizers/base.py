@@ -15,9 +15,10 @@ from flax import nnx
 
 from attnlab import checks, registry
 
-from . import blockwise, impl, sampled_rows
+from . import blockwise, sampled_rows
 from .contract import check_members
 from .fused import fused_attention
+from .impl import Capability, Workload, allowed, check_block_size, choose, dense_score_bytes, memory_budget
 from .mask import Mask
 
 
@@ -118,22 +119,22 @@ class Normalizer(nnx.Module):
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats: bool = False):
         raise NotImplementedError
 
-    def capability(self) -> impl.Capability:
+    def capability(self) -> Capability:
         """What this normalizer can run besides its dense form."""
-        return impl.Capability()
+        return Capability()
 
     def set_impl(self, requested, block_size: int | None = None, head_dim: int | None = None) -> None:
         """Validate and keep `normalizer.impl`, and `normalizer.block_size` where the normalizer has blocks
         (head_dim: for cuDNN's limits)."""
-        self.impl = checks.choice("normalizer.impl", requested, impl.allowed(self.capability()))
+        self.impl = checks.choice("normalizer.impl", requested, allowed(self.capability()))
         self.head_dim = head_dim
         if block_size is not None:
-            self.block_size = impl.check_block_size(block_size)
+            self.block_size = check_block_size(block_size)
 
-    def choose_backend(self, T: int, S: int, mask: Mask, dtype, workload: impl.Workload) -> str:
+    def choose_backend(self, T: int, S: int, mask: Mask, dtype, workload: Workload) -> str:
         """impl.choose for this normalizer on the default platform; ConfigError if its impl cannot run there."""
         platform = jax.default_backend()
-        return impl.choose(
+        return choose(
             self.impl,
             self.capability(),
             normalizer=registry.name_of("normalizer", type(self)) or type(self).__name__,  # a class no YAML builds
@@ -143,21 +144,21 @@ class Normalizer(nnx.Module):
             mask=mask,
             T=T,
             S=S,
-            dense_bytes=impl.dense_score_bytes(workload, T, S),
-            budget_bytes=impl.memory_budget(platform),
+            dense_bytes=dense_score_bytes(workload, T, S),
+            budget_bytes=memory_budget(platform),
         )
 
-    def record_backends(self, lengths, mask_of, dtype, workload: impl.Workload) -> None:
+    def record_backends(self, lengths, mask_of, dtype, workload: Workload) -> None:
         """Choose, once, the backend at each sequence length (T = S) of `lengths`; mask_of(T): the model's mask."""
         self.backends = tuple((T, T, self.choose_backend(T, T, mask_of(T), dtype, workload)) for T in lengths)
 
-    def backend(self, T: int, S: int, mask: Mask, dtype, workload: impl.Workload | None = None) -> str:
+    def backend(self, T: int, S: int, mask: Mask, dtype, workload: Workload | None = None) -> str:
         """The backend of a plain step at T queries, S keys (run.json: attention_impl): the one recorded when the
         model was built, else chosen now for `workload` (a normalizer used on its own; default one sequence)."""
         for t, s, chosen in self.backends:
             if (t, s) == (T, S):
                 return chosen
-        return self.choose_backend(T, S, mask, dtype, workload or impl.Workload(batch=1, heads=1))
+        return self.choose_backend(T, S, mask, dtype, workload or Workload(batch=1, heads=1))
 
     def weights(self, q_BNTH, k_BNSH, mask: Mask):
         raise NotImplementedError
@@ -187,13 +188,13 @@ class ScoreNormalizer(Normalizer, abstract=True):
         """The elementwise piece for blockwise attention (blockwise.BlockForm), or None: dense only."""
         return None
 
-    def capability(self) -> impl.Capability:
-        return impl.Capability(fused=False, blockwise=self.block_form() is not None)
+    def capability(self) -> Capability:
+        return Capability(fused=False, blockwise=self.block_form() is not None)
 
     def plain_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
         """The attended output of a plain step, by its backend."""
         B, N, T, _ = q_BNTH.shape
-        path = self.backend(T, k_BNSH.shape[2], mask, q_BNTH.dtype, impl.Workload(B, N))
+        path = self.backend(T, k_BNSH.shape[2], mask, q_BNTH.dtype, Workload(B, N))
         if path in ("cudnn", "xla"):
             return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta(), path)
         if path == "blockwise":
@@ -235,7 +236,7 @@ class ScoreNormalizer(Normalizer, abstract=True):
         if score_probe_BNTS is None and self.capability().blockwise and mask.dense_BNTS is None:
             # Statistics on sampled rows wherever the plain step keeps no T×S matrix (blockwise; the fused
             # kernels at length); the output by the plain step's own backend (cuDNN's flash kernel on a GPU).
-            path = self.backend(T, S, mask, q_BNTH.dtype, impl.Workload(B, N))
+            path = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N))
             if path == "blockwise" or (path in ("cudnn", "xla") and sampled_rows.at_length(T, S)):
                 return self.plain_call(q_BNTH, k_BNSH, v_BNSH, mask), self._row_stats(q_BNTH, k_BNSH, mask)
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, with_stats, score_probe_BNTS)

@@ -9,8 +9,9 @@ import jax.numpy as jnp
 
 from attnlab import checks
 
-from . import impl, sampled_rows
+from . import sampled_rows
 from .base import FixedFeatures, Normalizer, core_stats
+from .impl import Capability, Workload
 from .mask import Mask
 
 FEATURE_MAPS = ("elu1", "relu", "favor")
@@ -85,15 +86,15 @@ class Linear(Normalizer):
         )
         return _divide(a_BNTS, a_BNTS.sum(-1, keepdims=True) + self.eps)
 
-    def capability(self) -> impl.Capability:
-        return impl.Capability(linear_chunk=self.chunk_size)
+    def capability(self) -> Capability:
+        return Capability(linear_chunk=self.chunk_size)
 
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
         qf, kf = self._features(q_BNTH, k_BNSH, mask)
         v = v_BNSH.astype(jnp.float32)
         B, N, T, _ = q_BNTH.shape
         S = k_BNSH.shape[2]
-        path = self.backend(T, S, mask, q_BNTH.dtype, impl.Workload(B, N))
+        path = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N))
         # The score probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
         path = "parallel" if score_probe_BNTS is not None else path
         if path == "parallel":
