@@ -377,3 +377,23 @@ def test_statistics_at_length_keep_the_fused_output_and_the_sampled_row_statisti
     assert set(stats) == set(stats_b)
     for name in stats:
         np.testing.assert_array_equal(stats[name], stats_b[name], err_msg=name)
+
+
+def test_the_cli_build_records_the_backend_at_the_training_length_and_each_test_length(monkeypatch):
+    """cli.build passes the per-device batch (batch × seeds / devices) and the task's test lengths to the model:
+    8 sequences × 2 heads × T² × 8 bytes × 1 layer is 32 KiB at T=16 and 128 KiB at T=32, so a budget one byte
+    under 128 KiB keeps T=16 dense and sends 32 and 64 blockwise (with the seeds left out, T=32 would fit)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    import bench_gpu
+
+    from attnlab import cli
+
+    monkeypatch.setitem(impl.DEFAULT_BUDGET_BYTES, "cpu", 8 * 2 * 32 * 32 * 8 - 1)
+    overrides = ["accelerator=cpu", "model=tiny", "task=mqar", "task.seq_len=16", "task.test_lengths=[32,64]"]
+    cfg = bench_gpu.compose([*overrides, "normalizer=relu", "trainer.batch_size=4", "trainer.vmap_seeds=2"])
+    _, nets, _, _ = cli.build(cfg, cfg.task.default_head)
+    expected = ((16, 16, "dense"), (32, 32, "blockwise"), (64, 64, "blockwise"))
+    assert [net.body.blocks[0].attn.normalizer.backends for net in nets] == [expected, expected]
