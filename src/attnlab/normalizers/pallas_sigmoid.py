@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as pltriton
 
 from .blockwise import BlockForm, admissible_count_B1T
 from .mask import Mask
@@ -255,6 +256,9 @@ def _make_attention(geo: _Geometry, gate: str, interpret: bool):
             in_specs=in_specs,
             out_specs=out_specs,
             interpret=interpret,
+            # Triton, named: a pallas_call without compiler parameters goes to Mosaic GPU in jax 0.10+,
+            # which stages each block in shared memory, and the whole-sequence k/v blocks do not fit.
+            compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2),
         )(*operands)
 
     def beta_rows(beta_N):
