@@ -8,10 +8,13 @@ Self-Attention", apple/ml-sigmoid-attention). The backward pass recomputes each 
 over key blocks for dk, dv and one over query blocks for dq and dβ (FlashAttention-2, Dao 2023);
 there is no δ = dO·O term, the weights are not normalised over the row.
 
-Written with the generic Pallas API (`pl.pallas_call`, BlockSpecs, `lax.dot_general` in the body):
-on a GPU it lowers through Pallas's Triton backend (Ampere and later), on a CPU it runs with
-`interpret=True`. Masks: causal, sliding window and key validity (any pattern, padding included), as
-the blockwise form takes them; an explicit (B,T,S) or per-head mask is refused.
+Written with the generic Pallas API (`pl.pallas_call`, BlockSpecs, `lax.dot_general` and elementwise
+math on register tiles), which Pallas's Triton backend lowers (Ampere and later) and which runs on a
+CPU with `interpret=True`. JAX recommends its Mosaic GPU backend instead (Hopper and later; the Triton
+backend is deprecated from jax 0.11, Pallas changelog), but Mosaic GPU lowers no `dot_general`: its
+matmuls are `plgpu.wgmma` on shared-memory operands, as in jax.experimental.pallas.ops.gpu.attention_mgpu.
+Masks: causal, sliding window and key validity (any pattern, padding included), as the blockwise
+form takes them; an explicit (B,T,S) or per-head mask is refused.
 """
 
 from __future__ import annotations
@@ -28,18 +31,20 @@ from jax.experimental.pallas import triton as pltriton
 from .blockwise import BlockForm, admissible_count_B1T
 from .mask import Mask
 
-# Rows and keys of one tile: a (64, 64) f32 score block and (64, H) operands fit a Triton program's
-# registers for H ≤ 128 (jax.experimental.pallas.ops.gpu.attention uses 64/128 blocks).
-MAX_TILE = 64
+# Rows and keys of one tile, a power of two: a (64, 64) f32 score block and (64, H) operands fit a Triton
+# program's registers for H ≤ 128 (jax.experimental.pallas.ops.gpu.attention uses 64/128 blocks); Triton's
+# dot takes no dimension under 16.
+MAX_TILE, MIN_GPU_TILE = 64, 16
 GATES = {jax.nn.sigmoid: "sigmoid", jax.nn.relu: "relu"}
 
 
 def attention(form: BlockForm, q_BNTH, k_BNSH, v_BNSH, mask: Mask, block_size: int, *, interpret: bool = False):
-    """The attended output (B,N,T,H) of a pointwise `form` by the fused kernels, tiles of min(block_size, 64)."""
+    """The attended output (B,N,T,H) of a pointwise `form` by the fused kernels (tiles: `_tile`); blockwise.attention's
+    signature, and `interpret` runs the kernels as JAX operations (on a CPU)."""
     _check(form, q_BNTH, v_BNSH, mask)
     B, N, T, H = q_BNTH.shape
     S = k_BNSH.shape[2]
-    Q, K = _tile(block_size, T), _tile(block_size, S)
+    Q, K = _tile(block_size, T, interpret), _tile(block_size, S, interpret)
     Tp, Sp = -(-T // Q) * Q, -(-S // K) * K
     geo = _Geometry(T, S, Q, K, Tp, Sp, mask.causal, mask.window)
     n_B1T = jnp.broadcast_to(admissible_count_B1T(mask, T, S), (B, 1, T))
@@ -79,9 +84,10 @@ def _check(form: BlockForm, q_BNTH, v_BNSH, mask: Mask) -> None:
         )
 
 
-def _tile(block_size: int, length: int) -> int:
-    """Rows (or keys) of a tile: block_size capped at MAX_TILE, no more than the length rounded up to 8."""
-    return min(block_size, MAX_TILE, -(-length // 8) * 8)
+def _tile(block_size: int, length: int, interpret: bool) -> int:
+    """Rows (or keys) of a tile: the power of two ≤ block_size, ≤ MAX_TILE and < 2·length; ≥ 16 on a GPU."""
+    tile = 1 << (min(block_size, MAX_TILE, 2 * length - 1).bit_length() - 1)
+    return tile if interpret else max(tile, MIN_GPU_TILE)
 
 
 def _row_terms(form: BlockForm, n_B1T, T: int, S: int):
