@@ -18,16 +18,21 @@ import sys
 from unittest import mock
 
 import gpu_program as gp
+import jax
 
 IMPLS = ("dense", "blockwise", "pallas")
 
 
 @contextlib.contextmanager
-def pallas_for_blockwise():
-    """Trace blockwise attention as the fused Pallas kernels."""
+def pallas_for_blockwise(mesh):
+    """Trace blockwise attention as the fused Pallas kernels (jax ≥ 0.12 reads their Triton target from the
+    abstract mesh's device when no GPU is attached)."""
     from attnlab.normalizers import blockwise, pallas_sigmoid
 
-    with mock.patch.object(blockwise, "attention", pallas_sigmoid.attention):
+    with (
+        mock.patch.object(blockwise, "attention", pallas_sigmoid.attention),
+        jax.sharding.use_abstract_mesh(mesh.abstract_mesh),
+    ):
         yield
 
 
@@ -36,7 +41,7 @@ def program(mesh, model: str, B: int, T: int, name: str, impl: str, extra: tuple
     overrides = gp.run_overrides(
         model, B, T, name, 1, (f"normalizer.impl={impl.replace('pallas', 'blockwise')}",) + extra
     )
-    with pallas_for_blockwise() if impl == "pallas" else contextlib.nullcontext():
+    with pallas_for_blockwise(mesh) if impl == "pallas" else contextlib.nullcontext():
         p = gp.attnlab_programs(mesh, overrides)
     plain = gp.Program.of(p["plain"], T)
     return plain, gp.Program.of(p["stats"], T) + plain
