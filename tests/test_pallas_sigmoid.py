@@ -100,12 +100,29 @@ def test_refuses_what_it_does_not_compute():
         pallas_sigmoid.attention(norm.block_form(), q, k, v[..., :4], nz.Mask(), 4)
 
 
+def test_vmapped_seeds_equal_per_seed_calls():
+    """Under vmap (the trainer's vmapped seeds) the kernels give each seed's own output gradients."""
+    norm = nz.build("sigmoid", num_heads=2, head_dim=8, impl="dense")
+    mask = nz.Mask(causal=True)
+    q, k, v, ct = qkv_ct(10, 10, seed=2)
+    seeds = jnp.stack([q, q[:, :, ::-1]]), jnp.stack([k, 2 * k]), jnp.stack([v, -v])
+
+    def grads(q, k, v):
+        out = lambda q, k, v: pallas_sigmoid.attention(norm.block_form(), q, k, v, mask, 4, interpret=True)  # noqa: E731
+        return jax.grad(lambda q, k, v: jnp.sum(out(q, k, v) * ct), (0, 1, 2))(q, k, v)
+
+    batched = jax.jit(jax.vmap(grads))(*seeds)
+    for s in range(2):
+        for got, want in zip(batched, jax.jit(grads)(*(x[s] for x in seeds)), strict=True):
+            np.testing.assert_allclose(got[s], want, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.gpu_program
-@pytest.mark.parametrize("T", [1100, 2048])
-def test_kernels_compile_for_h100(T):
+@pytest.mark.parametrize(("T", "seeds"), [(1100, 1), (2048, 1), (1024, 2)])
+def test_kernels_compile_for_h100(T, seeds):
     """Forward and backward lower to three Triton kernels for an H100 (XLA compiles them, deviceless), T = 1100
-    a length whose padded size is no power of two; no T×T buffer, no loop left to XLA. (No Mosaic GPU: it
-    lowers no dot_general.)"""
+    a length whose padded size is no power of two, and vmapped over seeds; no T×T buffer, no loop left to
+    XLA. (No Mosaic GPU: it lowers no dot_general.)"""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import gpu_program as gp
 
@@ -119,11 +136,12 @@ def test_kernels_compile_for_h100(T):
 
     with gp.on_target("h100") as mesh:
         sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-        x = jax.ShapeDtypeStruct((B, N, T, H), jnp.bfloat16, sharding=sharding)
+        x = jax.ShapeDtypeStruct((seeds, B, N, T, H), jnp.bfloat16, sharding=sharding)
         ct = jax.ShapeDtypeStruct((B, N, T, H), jnp.float32, sharding=sharding)
         # jax ≥ 0.12 reads the Triton target from the abstract mesh's device when no GPU is attached.
         with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
-            compiled = jax.jit(jax.value_and_grad(loss, (0, 1, 2))).trace(x, x, x, ct).lower().compile()
+            step = jax.vmap(jax.value_and_grad(loss, (0, 1, 2)), (0, 0, 0, None))
+            compiled = jax.jit(step).trace(x, x, x, ct).lower().compile()
     program = gp.Program.of(compiled, T)
     assert program.custom_calls == {"__gpu$xla.gpu.triton": 3}
     assert program.txt_buffers == 0
