@@ -41,7 +41,7 @@ GATES = {jax.nn.sigmoid: "sigmoid", jax.nn.relu: "relu"}
 def attention(form: BlockForm, q_BNTH, k_BNSH, v_BNSH, mask: Mask, block_size: int, *, interpret: bool = False):
     """The attended output (B,N,T,H) of a pointwise `form` by the fused kernels (tiles: `_tile`); blockwise.attention's
     signature, and `interpret` runs the kernels as JAX operations (on a CPU)."""
-    _check(form, q_BNTH, v_BNSH, mask)
+    _check(form, q_BNTH, v_BNSH, mask, interpret)
     B, N, T, H = q_BNTH.shape
     S = k_BNSH.shape[2]
     Q, K = _tile(block_size, T, interpret), _tile(block_size, S, interpret)
@@ -66,7 +66,7 @@ def attention(form: BlockForm, q_BNTH, k_BNSH, v_BNSH, mask: Mask, block_size: i
     return out_BNTH[:, :, :T]
 
 
-def _check(form: BlockForm, q_BNTH, v_BNSH, mask: Mask) -> None:
+def _check(form: BlockForm, q_BNTH, v_BNSH, mask: Mask, interpret: bool) -> None:
     """Refuse what the kernels do not compute, naming what they do."""
     if form.kind != "count" or form.gate not in GATES or form.make is not None or set(form.params) != {"beta"}:
         raise ValueError(
@@ -77,6 +77,10 @@ def _check(form: BlockForm, q_BNTH, v_BNSH, mask: Mask) -> None:
         raise ValueError(
             f"pallas_sigmoid.attention needs q and v of one head dim; got {q_BNTH.shape[-1]}, {v_BNSH.shape[-1]}"
         )
+    H = q_BNTH.shape[-1]
+    if not interpret and (H < MIN_GPU_TILE or H & (H - 1)):
+        # Pallas's Triton lowering takes power-of-two arrays only, and Triton's dot no dimension under 16.
+        raise ValueError(f"pallas_sigmoid.attention on a GPU needs a head dim that is a power of two ≥ 16; got {H}")
     if mask.dense_BTS is not None or mask.dense_BNTS is not None:
         raise ValueError(
             "pallas_sigmoid.attention takes causal, window and key-validity masks; an explicit (B,T,S) or "
