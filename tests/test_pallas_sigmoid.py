@@ -90,16 +90,20 @@ def test_bfloat16_operands_match_dense_form():
 
 def test_refuses_what_it_does_not_compute():
     norm = nz.build("sigmoid", num_heads=2, head_dim=8, impl="dense")
+    relu = nz.build("relu", num_heads=2, head_dim=8, impl="dense")
+    window = nz.Mask(causal=True, window=4, key_valid_BS=jnp.ones((2, 6), bool))
+    assert pallas_sigmoid.problem(norm.block_form(), 64, window) is None
+    assert pallas_sigmoid.problem(relu.block_form(), 128, window) is None
     q, k, v, _ = qkv_ct(6, 6)
     with pytest.raises(ValueError, match="explicit"):
         dense = nz.Mask(dense_BTS=jnp.ones((2, 6, 6), bool))
         pallas_sigmoid.attention(norm.block_form(), q, k, v, dense, 4, interpret=True)
     softmax = nz.build("softmax", num_heads=2, head_dim=8, impl="dense")
-    with pytest.raises(ValueError, match="sigmoid or relu"):
+    with pytest.raises(ValueError, match="pointwise forms only"):
         pallas_sigmoid.attention(softmax.block_form(), q, k, v, nz.Mask(), 4)
     with pytest.raises(ValueError, match="one head dim"):
         pallas_sigmoid.attention(norm.block_form(), q, k, v[..., :4], nz.Mask(), 4)
-    with pytest.raises(ValueError, match="power of two ≥ 16; got 8"):  # Triton's limits, checked before lowering
+    with pytest.raises(ValueError, match="head dim 8"):  # Triton's limits, checked before lowering
         pallas_sigmoid.attention(norm.block_form(), q, k, v, nz.Mask(), 4)
 
 

@@ -66,26 +66,29 @@ def attention(form: BlockForm, q_BNTH, k_BNSH, v_BNSH, mask: Mask, block_size: i
     return out_BNTH[:, :, :T]
 
 
+def problem(form: BlockForm | None, head_dim: int | None, mask: Mask, *, interpret: bool = False) -> str | None:
+    """Why the kernels cannot compute this attention, or None if they can (for a backend choice to ask)."""
+    if form is None or form.kind != "count" or form.gate not in GATES or form.make is not None:
+        return "the kernels compute pointwise forms only (sigmoid, relu)"
+    if set(form.params) != {"beta"}:
+        return f"the kernels take the parameter beta only; got {sorted(form.params)}"
+    if not interpret and (head_dim is None or head_dim < MIN_GPU_TILE or head_dim & (head_dim - 1)):
+        # Pallas's Triton lowering takes power-of-two arrays only, and Triton's dot no dimension under 16.
+        return f"head dim {head_dim} (the Triton kernels need a power of two ≥ 16)"
+    if mask.dense_BTS is not None or mask.dense_BNTS is not None:
+        return "an explicit (B,T,S) or per-head mask (a T×S array; the kernels take causal, window, key validity)"
+    return None
+
+
 def _check(form: BlockForm, q_BNTH, v_BNSH, mask: Mask, interpret: bool) -> None:
     """Refuse what the kernels do not compute, naming what they do."""
-    if form.kind != "count" or form.gate not in GATES or form.make is not None or set(form.params) != {"beta"}:
-        raise ValueError(
-            "pallas_sigmoid.attention takes pointwise forms only: kind 'count', gate sigmoid or relu, params "
-            f"{{'beta'}} (the sigmoid and relu normalizers); got kind {form.kind!r}, params {sorted(form.params)}"
-        )
     if q_BNTH.shape[-1] != v_BNSH.shape[-1]:
         raise ValueError(
             f"pallas_sigmoid.attention needs q and v of one head dim; got {q_BNTH.shape[-1]}, {v_BNSH.shape[-1]}"
         )
-    H = q_BNTH.shape[-1]
-    if not interpret and (H < MIN_GPU_TILE or H & (H - 1)):
-        # Pallas's Triton lowering takes power-of-two arrays only, and Triton's dot no dimension under 16.
-        raise ValueError(f"pallas_sigmoid.attention on a GPU needs a head dim that is a power of two ≥ 16; got {H}")
-    if mask.dense_BTS is not None or mask.dense_BNTS is not None:
-        raise ValueError(
-            "pallas_sigmoid.attention takes causal, window and key-validity masks; an explicit (B,T,S) or "
-            "per-head mask would be a T×S array (use normalizer.impl=blockwise or dense)"
-        )
+    why = problem(form, q_BNTH.shape[-1], mask, interpret=interpret)
+    if why is not None:
+        raise ValueError(f"pallas_sigmoid.attention cannot run: {why}")
 
 
 def _tile(block_size: int, length: int, interpret: bool) -> int:
