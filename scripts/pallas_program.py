@@ -1,0 +1,89 @@
+#!/usr/bin/env python
+"""The plain step of the pointwise normalizers with the fused Pallas kernels, beside blockwise and dense:
+compiled for a GPU without one (scripts/gpu_program.py's compile, counting and table).
+
+"pallas" is the blockwise run with normalizers.blockwise.attention replaced by pallas_sigmoid.attention
+while the step is traced (normalizer.impl has no such value yet). The kernels are custom calls to
+XLA's cost analysis: their bytes are their operands and results, as gpu_program.py counts cuDNN's.
+
+    JAX_PLATFORMS=cpu python scripts/pallas_program.py [--target h100] [--shapes 4x8192] [--normalizers sigmoid,relu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import sys
+from unittest import mock
+
+import gpu_program as gp
+import jax
+
+IMPLS = ("dense", "blockwise", "pallas")
+
+
+@contextlib.contextmanager
+def pallas_for_blockwise(mesh):
+    """Trace blockwise attention as the fused Pallas kernels (jax ≥ 0.12 reads their Triton target from the
+    abstract mesh's device when no GPU is attached)."""
+    from attnlab.normalizers import blockwise, pallas_sigmoid
+
+    with (
+        mock.patch.object(blockwise, "attention", pallas_sigmoid.attention),
+        jax.sharding.use_abstract_mesh(mesh.abstract_mesh),
+    ):
+        yield
+
+
+def program(mesh, model: str, B: int, T: int, name: str, impl: str, extra: tuple = ()):
+    """(plain, logging) Programs of `name` under `impl` (dense | blockwise | pallas)."""
+    overrides = gp.run_overrides(
+        model, B, T, name, 1, (f"normalizer.impl={impl.replace('pallas', 'blockwise')}",) + extra
+    )
+    with pallas_for_blockwise(mesh) if impl == "pallas" else contextlib.nullcontext():
+        p = gp.attnlab_programs(mesh, overrides)
+    plain = gp.Program.of(p["plain"], T)
+    return plain, gp.Program.of(p["stats"], T) + plain
+
+
+def row(mesh, model: str, B: int, T: int, name: str, impl: str):
+    """(label, plain, logging, impl): a row of gpu_program.py's table."""
+    return (f"{name} impl={impl}", *program(mesh, model, B, T, name, impl), impl)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--target", default="h100", choices=sorted(gp.TARGETS))
+    p.add_argument("--shapes", default="4x8192", help="BxT, comma-separated")
+    p.add_argument("--normalizers", default="sigmoid,relu")
+    p.add_argument("--model", default="base")
+    args = p.parse_args(argv)
+    gp.check_plugin()
+    lines = []
+    for shape in args.shapes.split(","):
+        B, T = (int(x) for x in shape.lower().split("x"))
+        rows = []
+        with gp.on_target(args.target) as mesh:
+            ref_overrides = gp.run_overrides(args.model, B, T, "softmax", 1)
+            rows.append(
+                (
+                    "hand-written reference",
+                    gp.Program.of(gp.reference_program(mesh, B, T, ref_overrides), T),
+                    None,
+                    "cudnn",
+                )
+            )
+            for name in args.normalizers.split(","):
+                for impl in IMPLS:
+                    label = f"{name} impl={impl}"
+                    build = functools.partial(row, mesh, args.model, B, T, name, impl)
+                    rows.append(gp.compile_row(label, build))
+                    print(f"  B={B} T={T} {label}: {rows[-1][3]}", file=sys.stderr, flush=True)
+        lines += gp.table_lines(args.target, B, T, rows) + [""]
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
