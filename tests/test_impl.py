@@ -79,7 +79,7 @@ def test_the_choice_is_a_pure_function_of_its_arguments(requested, cap, platform
 @pytest.mark.parametrize(
     "name, opts, value, allowed",
     [
-        ("relu", {}, "xla", "auto, blockwise, dense"),
+        ("relu", {}, "xla", "auto, blockwise, dense, pallas"),
         ("kl", {"prior": "recency"}, "cudnn", "auto, blockwise, dense"),
         ("entmax", {}, "blockwise", None),  # entmax has no impl option at all
         ("softmax", {}, "flash", "auto, cudnn, xla, blockwise, dense"),
@@ -159,8 +159,8 @@ EVERY = {
     "softmax": ("auto cudnn xla blockwise dense", "dense", "cudnn", "blockwise", "cudnn"),
     "kl": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),  # the recency prior: a bias
     "softmax1": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
-    "sigmoid": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
-    "relu": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
+    "sigmoid": ("auto blockwise dense pallas", "dense", "dense", "blockwise", "blockwise"),
+    "relu": ("auto blockwise dense pallas", "dense", "dense", "blockwise", "blockwise"),
     "squared": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
     "ssmax": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
     "stickbreaking": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
@@ -189,6 +189,8 @@ def test_every_normalizer_impl_and_platform_chooses_its_backend_or_refuses_in_on
             )
         elif requested == "cudnn" and platform != "gpu":
             expected = f"^normalizer\\.impl=cudnn cannot run for {name}: platform {platform} \\(cuDNN needs gpu\\)$"
+        elif requested == "pallas" and platform != "gpu":
+            expected = f"^normalizer\\.impl=pallas cannot run for {name}: platform {platform} \\(.*compiled for gpu\\)$"
         else:
             expected = auto[2 * over + (platform == "gpu")] if requested == "auto" else requested
         if expected.startswith("^"):

@@ -15,7 +15,7 @@ from flax import nnx
 
 from attnlab import checks, registry
 
-from . import blockwise, sampled_rows
+from . import blockwise, pallas_sigmoid, sampled_rows
 from .contract import check_members
 from .fused import fused_attention
 from .impl import Capability, Workload, allowed, check_block_size, choose, dense_score_bytes, memory_budget
@@ -189,7 +189,8 @@ class ScoreNormalizer(Normalizer, abstract=True):
         return None
 
     def capability(self) -> Capability:
-        return Capability(fused=False, blockwise=self.block_form() is not None)
+        form = self.block_form()
+        return Capability(blockwise=form is not None, pallas=pallas_sigmoid.form_problem(form) is None)
 
     def plain_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
         """The attended output of a plain step, by its backend."""
@@ -199,6 +200,8 @@ class ScoreNormalizer(Normalizer, abstract=True):
             return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta(), path)
         if path == "blockwise":
             return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=False)[0]
+        if path == "pallas":
+            return pallas_sigmoid.attention(self.block_form(), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size)
         return self.dense_call(q_BNTH, k_BNSH, v_BNSH, mask)
 
     def dense_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):

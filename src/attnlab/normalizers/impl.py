@@ -10,6 +10,9 @@ used on its own (normalizers.attend, tests) makes the same call on its first tra
                cuDNN's flash kernel); softmax and KL with the uniform prior only (fused.py).
   blockwise    blockwise.py, O(T·block) memory.
   dense        the explicit T×S form (softmax: its hand-written backward, softmax_vjp.py).
+  pallas       pointwise forms (sigmoid, relu) only, GPU only: fused Pallas kernels (pallas_sigmoid.py), no
+               T×S array and one kernel per pass where blockwise launches a loop of small ones. Asked for, never
+               chosen by auto: it is checked in interpret mode and compiled for an H100, not yet timed on one.
   auto         cudnn where platform, dtype, head dim and mask allow; else dense while the T×S score
                tensors fit the platform's memory budget (`dense_score_bytes` ≤ `memory_budget`), blockwise
                beyond it. Never xla: with a mask XLA materialises the T×S matrix.
@@ -28,9 +31,10 @@ import jax.numpy as jnp
 from attnlab import checks
 from attnlab.checks import ConfigError
 
+from . import pallas_sigmoid
 from .mask import Mask
 
-SCORE_IMPLS = ("auto", "cudnn", "xla", "blockwise", "dense")
+SCORE_IMPLS = ("auto", "cudnn", "xla", "blockwise", "dense", "pallas")
 LINEAR_IMPLS = ("auto", "chunked", "parallel")
 # cuDNN flash attention (jax/_src/cudnn/fused_attention_stablehlo.py, check_is_flash_attention): fp16/bf16
 # inputs, head dim a multiple of 8 and ≤ 128 (≤ 256 from Hopper on; 128 is what every generation takes).
@@ -58,6 +62,7 @@ class Capability:
     fused: bool = False  # it is softmax(βz) over the admissible keys (jax.nn.dot_product_attention computes it)
     blockwise: bool = False  # it has a blockwise.BlockForm
     linear_chunk: int = 0  # linear attention's chunk size: its forms are chunked | bidirectional | parallel
+    pallas: bool = False  # its blockwise form is pointwise (pallas_sigmoid.form_problem is None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +99,7 @@ def allowed(capability: Capability) -> tuple[str, ...]:
         if i in ("auto", "dense")
         or (i == "blockwise" and capability.blockwise)
         or (i in ("cudnn", "xla") and capability.fused)
+        or (i == "pallas" and capability.pallas)
     )
 
 
@@ -166,6 +172,7 @@ def choose(
             "cudnn": "only softmax and kl with prior=uniform are softmax kernels",
             "xla": "only softmax and kl with prior=uniform are softmax kernels",
             "blockwise": "it has no blockwise form",
+            "pallas": "only the pointwise normalizers (sigmoid, relu) have Pallas kernels",
         }.get(requested, "no such implementation")
         refuse(f"{why}; allowed here: {', '.join(allowed(capability))}")
     if capability.linear_chunk:
@@ -182,6 +189,10 @@ def choose(
         return "blockwise"
     if requested == "dense":
         return "dense"
+    if requested == "pallas":
+        problem = f"platform {platform} (the kernels are compiled for gpu)" if platform != "gpu" else None
+        problem = problem or pallas_sigmoid.input_problem(head_dim, mask)
+        return "pallas" if problem is None else refuse(problem)
     if capability.fused and cudnn_problem(platform, dtype, head_dim, mask, T, S) is None:
         return "cudnn"
     if capability.blockwise and mask.dense_BNTS is None and dense_bytes > budget_bytes:

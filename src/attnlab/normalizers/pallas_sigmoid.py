@@ -67,11 +67,21 @@ def attention(form: BlockForm, q_BNTH, k_BNSH, v_BNSH, mask: Mask, block_size: i
 
 
 def problem(form: BlockForm | None, head_dim: int | None, mask: Mask, *, interpret: bool = False) -> str | None:
-    """Why the kernels cannot compute this attention, or None if they can (for a backend choice to ask)."""
+    """Why the kernels cannot compute this attention, or None if they can."""
+    return form_problem(form) or input_problem(head_dim, mask, interpret=interpret)
+
+
+def form_problem(form: BlockForm | None) -> str | None:
+    """Why the kernels cannot compute this normalizer's form, or None if they can (impl.Capability.pallas)."""
     if form is None or form.kind != "count" or form.gate not in GATES or form.make is not None:
         return "the kernels compute pointwise forms only (sigmoid, relu)"
     if set(form.params) != {"beta"}:
         return f"the kernels take the parameter beta only; got {sorted(form.params)}"
+    return None
+
+
+def input_problem(head_dim: int | None, mask: Mask, *, interpret: bool = False) -> str | None:
+    """Why the kernels cannot take this head dim or mask, or None if they can (impl.choose asks at build)."""
     if not interpret and (head_dim is None or head_dim < MIN_GPU_TILE or head_dim & (head_dim - 1)):
         # Pallas's Triton lowering takes power-of-two arrays only, and Triton's dot no dimension under 16.
         return f"head dim {head_dim} (the Triton kernels need a power of two ≥ 16)"
