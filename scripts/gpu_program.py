@@ -18,6 +18,7 @@ Reliable without a GPU: the attention path, T×T buffers, kernel counts, bytes a
 autotuning, cuDNN's graph build (a configuration cuDNN has no engine for fails on the GPU only), any time.
 
     JAX_PLATFORMS=cpu python scripts/gpu_program.py [--target h100] [--shapes 32x1024,4x8192] [--write]
+        [--diff-kernels]   (then each plain step's kernels less the reference's, by kind and shape)
 """
 
 from __future__ import annotations
