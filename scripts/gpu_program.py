@@ -18,6 +18,7 @@ Reliable without a GPU: the attention path, T×T buffers, kernel counts, bytes a
 autotuning, cuDNN's graph build (a configuration cuDNN has no engine for fails on the GPU only), any time.
 
     JAX_PLATFORMS=cpu python scripts/gpu_program.py [--target h100] [--shapes 32x1024,4x8192] [--write]
+        [--diff-kernels]   (then each plain step's kernels less the reference's, by kind and shape)
 """
 
 from __future__ import annotations
@@ -280,6 +281,7 @@ class Program:
     gflop: float | None
     gbytes: float | None
     peak: int | None
+    kinds: Counter = dataclasses.field(default_factory=Counter)  # kernel_kind -> launches per step
 
     @classmethod
     def of(cls, compiled, T: int) -> "Program":
@@ -303,6 +305,10 @@ class Program:
             if ins.opcode not in ("bitcast", "get-tuple-element", "tuple"):
                 txt += [np.prod(d) * DTYPE_BYTES.get(t, 4) for t, d in array_dims(ins.shape) if d.count(T) >= 2]
         unknown = sum(1 for _, ins, _ in runs if ins is not None and ins.opcode == "while" and trip_count(ins) is None)
+        kinds = Counter()
+        for _, ins, times in runs:
+            if ins is not None and ins.opcode not in NO_KERNEL:
+                kinds[kernel_kind(ins, comps)] += times
         return cls(
             kernels=sum(t for _, ins, t in runs if ins is not None and ins.opcode not in NO_KERNEL),
             unknown_trips=unknown,
@@ -313,6 +319,7 @@ class Program:
             gflop=cost[0] / 1e9,
             gbytes=cost[1] / 1e9,
             peak=peak_bytes(compiled),
+            kinds=kinds,
         )
 
     def attention_calls(self) -> str:
@@ -333,7 +340,29 @@ class Program:
             add(self.gflop, other.gflop),
             add(self.gbytes, other.gbytes),
             None if self.peak is None or other.peak is None else max(self.peak, other.peak),
+            self.kinds + other.kinds,
         )
+
+
+def kernel_kind(ins: Instruction, comps: dict) -> str:
+    """What a kernel is, to compare two programs: a fusion's kind and root opcode, a custom call's target, or
+    the opcode; then its result shape (e.g. `fusion kLoop:add f32[512]`)."""
+    kind = ins.opcode
+    if ins.opcode == "fusion":
+        fused = re.search(r"kind=(\w+)", ins.attrs)
+        body = comps.get(next(iter(called(ins, "calls")), ""), [])
+        kind += f" {fused.group(1) if fused else '?'}:{body[-1].opcode if body else '?'}"
+    elif ins.opcode == "custom-call":
+        kind += " " + re.search(r'custom_call_target="([^"]+)"', ins.attrs).group(1)
+    layoutless = re.sub(r"\{[^}]*\}", "", ins.shape)  # f32[512]{0} -> f32[512]
+    return f"{kind} {layoutless}"
+
+
+def kernel_diff(prog: "Program", ref: "Program") -> list[str]:
+    """Lines `+n kind` / `-n kind`: the kernels one program launches more or fewer times than another."""
+    diff = Counter(prog.kinds)
+    diff.subtract(ref.kinds)
+    return [f"{n:+5d}  {kind}" for kind, n in sorted(diff.items(), key=lambda kv: (-kv[1], kv[0])) if n]
 
 
 def xla_cost(text: str) -> np.ndarray:
@@ -508,6 +537,11 @@ def main(argv=None) -> int:
     p.add_argument("--model", default="base", help="model config (the reference takes its sizes)")
     p.add_argument("--override", action="append", default=[], help="a further attnlab-train override (repeatable)")
     p.add_argument("--write", action="store_true", help="write the table into BENCHMARKS.md")
+    p.add_argument(
+        "--diff-kernels",
+        action="store_true",
+        help="after the tables, each plain step's kernels less the reference's, by kind and shape",
+    )
     args = p.parse_args(argv)
     check_plugin()
     from attnlab import registry
@@ -525,12 +559,15 @@ def main(argv=None) -> int:
         ).splitlines(),
         "",
     ]
+    diffs = []
     for shape in args.shapes.split(","):
         B, T = (int(x) for x in shape.lower().split("x"))
-        lines += table_lines(
-            args.target, B, T, rows_for(args.target, B, T, names, seeds, args.model, tuple(args.override))
-        ) + [""]
-    print("\n".join(lines))
+        rows = rows_for(args.target, B, T, names, seeds, args.model, tuple(args.override))
+        lines += table_lines(args.target, B, T, rows) + [""]
+        for label, plain, _, _ in rows[1:] if args.diff_kernels else []:
+            if plain is not None:
+                diffs += [f"B={B} T={T} {label}, plain step less the reference:", *kernel_diff(plain, rows[0][1]), ""]
+    print("\n".join(lines + diffs))
     if args.write:
         write_section("\n".join(lines), ROOT / "BENCHMARKS.md", (SECTION,))
     return 0

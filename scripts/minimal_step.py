@@ -99,8 +99,7 @@ def compiled(net, cfg, loop, data, fast: bool):
 
     def step(state, data):
         params, opt_state, i, key = state
-        idx = jax.random.randint(jax.random.fold_in(key, i), (loop.batch_size,), 0, data["targets"].shape[0])
-        batch = jax.tree.map(lambda a: a[idx], data)
+        batch = data.draw(jax.random.fold_in(key, i), loop.batch_size)  # the task's rows, as attnlab draws them
         loss, grads = jax.value_and_grad(loss_fn)(params, batch, num_heads, fast)
         updates, opt_state = tx.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state, i + 1, key), loss

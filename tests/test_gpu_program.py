@@ -131,24 +131,27 @@ def test_vmapped_seeds_compile_for_the_gpu(programs, name):
 
 
 def test_plain_softmax_step_stays_within_its_measured_ratios_to_the_reference(programs):
-    """A guard on the plain step against the hand-written one: bytes and peak ≤ 1.1×, kernels ≤ 1.5×.
+    """A guard on the plain step against the hand-written one: bytes and peak ≤ 1.1×, kernels ≤ 1.33×; and the
+    per-kind kernel difference (gpu_program --diff-kernels) accounts for every extra kernel.
 
-    The aim is ≤ 1.1× in kernels too; the measured 1.47× (BENCHMARKS.md) is the per-leaf gradient reductions and
-    casts of the model's 93 parameter leaves against the reference's ~69, so this bound catches a regression,
-    not the aim."""
+    The aim is ≤ 1.1× in kernels too; measured 1.29× (BENCHMARKS.md): the reference clips no gradient (with a
+    one-reduction global-norm clip it launches 498, the weight gradients' split-K reductions no longer fusing
+    into the update) and has no β, so this bound catches a regression, not the aim."""
     ref, plain = programs("reference", full=True)["plain"], programs("softmax", full=True)["plain"]
     ratios = {"kernels": plain.kernels / ref.kernels, "bytes": plain.gbytes / ref.gbytes, "peak": plain.peak / ref.peak}
-    assert ratios["bytes"] <= 1.1 and ratios["peak"] <= 1.1 and ratios["kernels"] <= 1.5, ratios
+    assert ratios["bytes"] <= 1.1 and ratios["peak"] <= 1.1 and ratios["kernels"] <= 1.33, ratios
+    extra = sum(int(line.split()[0]) for line in gp.kernel_diff(plain, ref))
+    assert extra == plain.kernels - ref.kernels and not gp.kernel_diff(plain, plain)
 
 
 def test_logging_softmax_step_stays_within_its_measured_ratios_to_the_plain_step(programs):
-    """A guard on the logging step (statistics program + plain step): kernels ≤ 1.5×, bytes ≤ 1.6× the plain step.
+    """A guard on the logging step (statistics program + plain step): kernels ≤ 1.45×, bytes ≤ 1.6× the plain step.
 
     The aim is ≤ 1.5× in bytes; measured 1.57× (BENCHMARKS.md), so the bytes bound catches a regression only."""
     p = programs("softmax", full=True)
     logging = p["stats"] + p["plain"]
     ratios = {"kernels": logging.kernels / p["plain"].kernels, "bytes": logging.gbytes / p["plain"].gbytes}
-    assert ratios["kernels"] <= 1.5 and ratios["bytes"] <= 1.6, ratios
+    assert ratios["kernels"] <= 1.45 and ratios["bytes"] <= 1.6, ratios
 
 
 def test_the_a100_target_compiles_softmax_on_cudnn_flash_attention():

@@ -7,7 +7,7 @@ import numpy as np
 import optax
 
 from attnlab.optim import clip_by_global_norm
-from attnlab.steps import SUM_ROW, all_finite, grad_norms, leaf_sums
+from attnlab.steps import FINITE_GROUP, SUM_ROW, all_finite, grad_norms, leaf_sums
 
 SHAPES = [(3,), (SUM_ROW,), (SUM_ROW + 1,), (37, 61), (2, 3, SUM_ROW - 5), (8,)]
 
@@ -45,7 +45,8 @@ def test_grad_norms_group_the_leaf_sums_as_declared():
 
 
 def test_all_finite_sees_one_bad_element_in_any_leaf():
-    xs = leaves(2)
+    """In any leaf of any group: more leaves than two groups hold, so the last group is a partial one."""
+    xs = (leaves(2) * (2 * FINITE_GROUP // len(SHAPES) + 2))[: 2 * FINITE_GROUP + 3]
     assert bool(all_finite(xs))
     for leaf in range(len(xs)):
         for bad in (np.inf, -np.inf, np.nan):
