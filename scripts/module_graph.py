@@ -176,7 +176,7 @@ def _reachable(arrows: set[tuple[str, str]], start: str, without: tuple[str, str
 
 
 def mermaid(edges: dict[str, set[str]], inner: list[InFunction]) -> str:
-    """The package's picture: a node per subpackage (its module count) or top-level module; a solid arrow where
+    """The package's picture: a node per subpackage or top-level module; a solid arrow where
     module-level code imports the other, less those implied by a longer path of solid arrows (transitive
     reduction), a dotted one where only a function does. Modules that import none of the others and that none
     imports are left out."""
@@ -190,14 +190,11 @@ def mermaid(edges: dict[str, set[str]], inner: list[InFunction]) -> str:
             target = target.rpartition(".")[0]
         if target and unit(i.module) != unit(target) and (unit(i.module), unit(target)) not in solid:
             dotted.add((unit(i.module), unit(target)))
-    counts: dict[str, int] = {}
-    for module in known:
-        counts[unit(module)] = counts.get(unit(module), 0) + 1
     drawn = sorted({n for arrow in solid | dotted for n in arrow})
     lines = ["```mermaid", "flowchart LR"]
     for node in drawn:
         package = _is_package(f"{PACKAGE}.{node}", known)
-        lines.append(f'  {node}["{node}/ ({counts[node]})"]' if package else f"  {node}")
+        lines.append(f'  {node}["{node}/"]' if package else f"  {node}")
     lines += [f"  {a} --> {b}" for a, b in sorted(direct)]
     lines += [f"  {a} -.-> {b}" for a, b in sorted(dotted)]
     lines.append("```")
