@@ -20,15 +20,12 @@ JAX_OUT_OF_THE_CLI = (
 TENSORBOARD = "tensorboard's protobufs (import attnlab.tb_hparams: 0.22 s CPU) load once a run declares its HParams"
 REPORT_OUT_OF_TRAINING = "the console script attnlab-report is cli.report_main; attnlab-train never loads the report"
 HYDRA_OUT_OF_THE_LIBRARY = (
-    "Hydra (0.14 s CPU) loads where a command line or a sweep's overrides are parsed, not for the library calls "
-    "(normalizers.build, heads.make, tasks.make reach this module through construct) nor for attnlab-report on a "
-    "directory without multirun.yaml"
+    "Hydra (0.14 s CPU) loads where a command line or a sweep's overrides are parsed, not when the library is "
+    "used (normalizers.build, heads.make, tasks.make, train.fit) nor for attnlab-report --help"
 )
-SCIPY = (
-    "scipy.stats (0.76 s CPU) loads when a statistic needs it: attnlab-report --help and a refusal answer without it"
-)
+SCIPY = "scipy.stats (0.76 s CPU) loads when a statistic needs it: attnlab-report --help answers without it"
 MATPLOTLIB = "matplotlib (0.44 s CPU) loads when a figure is drawn"
-EVENT_FILES = "tensorboard's event reader (0.21 s CPU) loads when a report reads curves (--curves)"
+EVENT_FILES = "tensorboard's event reader (0.21 s CPU) loads when a report draws curves (not for --curves with no tag)"
 OPTIONAL = "an optional path's library: loaded only by the runs that take that path"
 NO_REASON = "none found: no cycle and no start-up cost; it can move to the top of its module"
 
