@@ -21,7 +21,10 @@ chromium:
 	@command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium) || \
 	  { echo "make test: the headless-browser tests need chromium; install it: apt-get install -y chromium" >&2; exit 1; }
 
+# ruff (pinned in the test extra, configured in pyproject.toml) checks the format and lints before the suite runs.
 test: $(STAMP) chromium
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
 	JAX_PLATFORMS=cpu $(PY) -m pytest -n 2 -q --durations=15
 
 test-slow: $(STAMP)
@@ -46,6 +49,8 @@ $(NEWEST)/.installed: pyproject.toml
 
 test-newest: $(NEWEST)/.installed chromium
 	$(NEWEST)/bin/python -c 'import jax, flax, sys; print(f"test-newest: Python {sys.version.split()[0]}, jax {jax.__version__}, flax {flax.__version__}")'
+	$(NEWEST)/bin/ruff format --check .
+	$(NEWEST)/bin/ruff check .
 	JAX_PLATFORMS=cpu $(NEWEST)/bin/python -m pytest -n 2 -q --durations=15
 
 # The train steps compiled for an H100 without a GPU (pytest -m gpu_program, scripts/gpu_program.py), in an

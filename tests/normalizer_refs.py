@@ -385,8 +385,13 @@ VARIANTS = {
     "stickbreaking": {"default": {}, "attend_current-beta1": {"attend_current": True, "beta": 1.0}},
 }
 
-# Normalizers that refuse a bidirectional mask: their reference cases run on the causal mask settings only.
-CAUSAL_ONLY = ("stickbreaking",)
+# Normalizers that refuse a bidirectional mask (class attribute `causal_only`): their reference cases run on the
+# causal mask settings only.
+CAUSAL_ONLY = tuple(
+    name
+    for name in registry.choices("normalizer")
+    if getattr(registry.resolve_target(registry.load("normalizer", name)["_target_"]), "causal_only", False)
+)
 
 
 def cases():

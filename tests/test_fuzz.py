@@ -26,7 +26,7 @@ BASE = [o for o in TINY if not o.startswith(("compile_cache=", "accelerator="))]
 def draws(draw, max_options: int = 3):
     """A task with its tiny sizes, maybe other choices (or an unknown one), then 1..max_options option values."""
     task = draw(st.sampled_from(registry.choices("task")))
-    overrides = [f"task={task}", *TINY_TASK.get(task, [])]
+    overrides = [f"task={task}", *TINY_TASK[task]]
     chosen = {"task": task, "model": "tiny"}
     defaults = {}  # option key -> its default, whose type says which drawn values are the wrong type
     for group in space.groups():

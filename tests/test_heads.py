@@ -46,34 +46,44 @@ def _np_hl_gauss(y, edges, sigma):
     return (cdf[..., 1:] - cdf[..., :-1]) / (cdf[..., -1:] - cdf[..., :1])
 
 
+def _scores_mse(head, out, y):
+    onehot = np.eye(C)[y]
+    return (head.k * ((out - head.M) ** 2 * onehot).sum(-1) + (out**2 * (1 - onehot)).sum(-1)) / C
+
+
+def _hl_gauss_ce(head, out, y):
+    p = _np_hl_gauss(y, np.linspace(head.v_min, head.v_max, head.num_bins + 1), head.sigma)
+    return -(p * scipy.special.log_softmax(out, -1)).sum(-1)
+
+
+# Per-position loss of each head in float64 numpy, from the formulas of the papers: every registered head needs one.
+HAND_LOSSES = {
+    "softmax_ce": lambda head, out, y: (
+        -np.take_along_axis(scipy.special.log_softmax(out, -1), y[..., None], -1)[..., 0]
+    ),
+    "scores_mse": _scores_mse,
+    "mse": lambda head, out, y: (out - y) ** 2,
+    "hlgauss": _hl_gauss_ce,
+}
+# Option variants per head; a head missing here runs with its YAML defaults.
+VARIANTS = {"scores_mse": [{}, {"k": 3.0, "M": 2.5}]}
+CASES = [(name, options) for name in registry.choices("head") for options in VARIANTS.get(name, [{}])]
+
+
 def _hand_loss(name, head, out, y, w):
-    """Per-head loss recomputed in float64 numpy from the formulas of the papers."""
-    out = np.asarray(out, np.float64)
-    if name == "softmax_ce":
-        loss = -np.take_along_axis(scipy.special.log_softmax(out, -1), y[..., None], -1)[..., 0]
-    elif name == "scores_mse":
-        onehot = np.eye(C)[y]
-        loss = (head.k * ((out - head.M) ** 2 * onehot).sum(-1) + (out**2 * (1 - onehot)).sum(-1)) / C
-    elif name == "mse":
-        loss = (out - y) ** 2
-    elif name == "hlgauss":
-        edges = np.linspace(head.v_min, head.v_max, head.num_bins + 1)
-        p = _np_hl_gauss(y, edges, head.sigma)
-        loss = -(p * scipy.special.log_softmax(out, -1)).sum(-1)
-    return _np_wmean(loss, w)
+    """The weighted mean of the head's float64 per-position loss."""
+    if name not in HAND_LOSSES:
+        pytest.fail(f"head {name!r} has no float64 reference in tests/test_heads.py HAND_LOSSES")
+    return _np_wmean(HAND_LOSSES[name](head, np.asarray(out, np.float64), y), w)
+
+
+def test_every_registered_head_has_a_float64_reference():
+    missing = sorted(set(registry.choices("head")) - set(HAND_LOSSES))
+    assert not missing, f"add float64 references (tests/test_heads.py HAND_LOSSES) for {missing}"
 
 
 @pytest.mark.parametrize("shape", LEADING)
-@pytest.mark.parametrize(
-    "name,options",
-    [
-        ("softmax_ce", {}),
-        ("scores_mse", {}),
-        ("scores_mse", {"k": 3.0, "M": 2.5}),
-        ("mse", {}),
-        ("hlgauss", {}),
-    ],
-)
+@pytest.mark.parametrize("name,options", CASES)
 def test_loss_matches_hand_computation_and_ignores_zero_weights(name, options, shape):
     rng = np.random.default_rng(0)
     head = _build(name, **options)

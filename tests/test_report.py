@@ -267,7 +267,7 @@ def test_fewer_than_three_pairs_give_the_differences_and_no_p_value():
     three = cell(table, normalizer="linear").stats["test/accuracy"]
     want = stats.ttest_rel([0.7, 0.6, 0.9], list(base.values()))
     assert (three.t, three.p) == pytest.approx((want.statistic, want.pvalue), rel=1e-10)
-    from attnlab.report.tables import to_markdown
+    from attnlab.report.write import to_markdown
 
     md = to_markdown(table)
     [kl_row] = [line for line in md.splitlines() if line.startswith("| kl |")]
@@ -590,7 +590,8 @@ def test_metrics_and_curves_accept_glob_patterns(tmp_path):
 
 
 def test_a_wide_table_is_split_per_metric_group_and_each_part_states_n(tmp_path):
-    from attnlab.report.tables import display, to_markdown
+    from attnlab.report.tables import display
+    from attnlab.report.write import to_markdown
 
     def value(n, lr, s):
         return 0.5 + 0.1 * (n == "kl") + 0.01 * s * (1 + s + (n == "kl"))

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from attnlab.report import Run, summarize
-from attnlab.report.tables import to_markdown
+from attnlab.report.write import to_markdown
 
 BASE = {"baseline/accuracy": 0.125}
 

@@ -29,6 +29,14 @@ def test_the_four_tasks_are_registered():
     assert {"mqar", "listops", "icl_regression", "digits"} <= set(TASKS)
 
 
+def test_every_registered_task_has_its_tiny_sizes():
+    """The CLI tests run each task at tiny sizes (tests/cli_helpers.py TINY_TASK); [] where its defaults are tiny."""
+    from cli_helpers import TINY_TASK
+
+    missing = [name for name in TASKS if name not in TINY_TASK]
+    assert not missing, f"add tiny sizes (tests/cli_helpers.py TINY_TASK) for {missing}"
+
+
 @pytest.mark.parametrize("name", TASKS)
 def test_yaml_lists_every_constructor_option(name):
     raw = registry.load("task", name)
@@ -374,7 +382,7 @@ def test_every_task_declares_the_headline_its_short_run_reports(name, tmp_path):
     proc = run_cli(
         *TINY,
         f"task={name}",
-        *TINY_TASK.get(name, []),
+        *TINY_TASK[name],
         "trainer.steps=2",
         "trainer.eval_every=2",
         f"hydra.run.dir={run_dir}",

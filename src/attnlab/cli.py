@@ -171,32 +171,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if multirun and has_checkpoint:  # re-running a sweep continues its unfinished runs
         cfg.trainer.resume = True
     try:
-        _require(os.access(run_dir, os.W_OK), f"run directory {run_dir} is not writable")
-        _require(
-            not cfg.trainer.resume or has_checkpoint,
-            f"trainer.resume=true but {run_dir / 'checkpoints'} does not exist or is empty "
-            f"(resume needs hydra.run.dir=<the run's directory>)",
-        )
-        from attnlab.accelerator import apply_matmul_precision, configure, limit_threads
-
-        limit_threads(str(hc.launcher.get("_target_", "")), hc.launcher.get("n_jobs"))
-        a = construct.build("accelerator", OmegaConf.to_container(cfg.accelerator, resolve=True))
-        configure(a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction, a.distributed)
-        head_name = choices.get("head") or cfg.task.default_head
-        choices["head"] = head_name
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            task, nets, tx, loop = build(cfg, head_name, choices.get("normalizer"))
-        for w in caught:
-            print(f"attnlab: warning: {w.message}", file=sys.stderr)
-        precision = apply_matmul_precision(cfg.accelerator.get("matmul_precision"), nets[0].body.dtype)
-        compute = compute_record(nets[0], task.seq_len, precision)
+        task, nets, tx, loop, compute = _build_run(cfg, hc, run_dir, choices, has_checkpoint)
     except ConfigError as exc:
-        print(f"attnlab: error: {exc}", file=sys.stderr)
-        if not multirun:  # a refused command leaves nothing behind (a refused sweep job is a failed cell)
-            outdir.remove_created(run_dir)
-            sys.exit(exits.REFUSED)
-        return record_refused(run_dir, record, exc)
+        return _refused(run_dir, record, exc, multirun)
     except Exception:  # not bad input: a bug while building the run, so a failed run with its traceback
         return _failed(run_dir, record, multirun)
     seeds = [cfg.seed + i for i in range(len(nets))]
@@ -221,7 +198,48 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         r["chance"] = chance.flags(r.get("final", {}), r.get("baseline", {}), chance.scored_targets(task))
     if writer:
         write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
-    if not multirun and any(r["status"] == "diverged" for r in records):
+    _exit_unless_finished(records, run_dirs, run_dir, resolved, hc.sweep.dir if multirun else None)
+    return {**records[0], "run_dir": str(run_dirs[0])}
+
+
+def _build_run(cfg: DictConfig, hc, run_dir: Path, choices: dict, has_checkpoint: bool):
+    """(task, nets, tx, loop, compute record) of a run, the process-wide settings applied; ConfigError on bad input,
+    an attention implementation that cannot run included (refused as the model is built)."""
+    _require(os.access(run_dir, os.W_OK), f"run directory {run_dir} is not writable")
+    _require(
+        not cfg.trainer.resume or has_checkpoint,
+        f"trainer.resume=true but {run_dir / 'checkpoints'} does not exist or is empty "
+        f"(resume needs hydra.run.dir=<the run's directory>)",
+    )
+    from attnlab.accelerator import apply_matmul_precision, configure, limit_threads
+
+    limit_threads(str(hc.launcher.get("_target_", "")), hc.launcher.get("n_jobs"))
+    a = construct.build("accelerator", OmegaConf.to_container(cfg.accelerator, resolve=True))
+    configure(a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction, a.distributed)
+    head_name = choices.get("head") or cfg.task.default_head
+    choices["head"] = head_name
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        task, nets, tx, loop = build(cfg, head_name, choices.get("normalizer"))
+    for w in caught:
+        print(f"attnlab: warning: {w.message}", file=sys.stderr)
+    precision = apply_matmul_precision(cfg.accelerator.get("matmul_precision"), nets[0].body.dtype)
+    return task, nets, tx, loop, compute_record(nets[0], task.seq_len, precision)
+
+
+def _refused(run_dir: Path, record: dict[str, Any], exc: ConfigError, multirun: bool) -> dict[str, Any]:
+    """Bad input: one line; a refused command leaves nothing behind and exits, a refused sweep job is a failed cell."""
+    print(f"attnlab: error: {exc}", file=sys.stderr)
+    if not multirun:
+        outdir.remove_created(run_dir)
+        sys.exit(exits.REFUSED)
+    return record_refused(run_dir, record, exc)
+
+
+def _exit_unless_finished(records: list[dict], run_dirs: list[Path], run_dir: Path, resolved: dict, sweep_dir) -> None:
+    """A single run that diverged exits with exits.DIVERGED; an interrupted one stops its sweep (sweep_dir: the
+    sweep's directory, None for a single run) or exits with exits.INTERRUPTED."""
+    if sweep_dir is None and any(r["status"] == "diverged" for r in records):
         d, r = next((d, r) for d, r in zip(run_dirs, records) if r["status"] == "diverged")
         print(
             f"attnlab: run diverged {r['error']}; {smaller_lr({'config': resolved})} (record in {d / 'metrics.json'})",
@@ -229,12 +247,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         )
         sys.exit(exits.DIVERGED)
     stopped = [r for r in records if r["status"] == "interrupted"]
-    if stopped and multirun:  # one Ctrl-C/SIGTERM stops the sweep
-        signals.interrupted(run_dir, hc.sweep.dir)
+    if stopped and sweep_dir is not None:  # one Ctrl-C/SIGTERM stops the sweep
+        signals.interrupted(run_dir, sweep_dir)
     if stopped:  # the summary above ends with the resume command
         print(f"attnlab: run {stopped[0]['error']}; checkpoint saved in {run_dir / 'checkpoints'}", file=sys.stderr)
         sys.exit(exits.INTERRUPTED)
-    return {**records[0], "run_dir": str(run_dirs[0])}
 
 
 def _writes_files() -> bool:

@@ -6,6 +6,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
 from attnlab import construct, exits, mistakes, registry
 from attnlab.checks import ConfigError
 
@@ -42,8 +47,6 @@ def one_line(message: str) -> str:
 def compose_overrides(overrides: list[str], groups: set[str] | None = None) -> list[list[str]]:
     """The single-run override lists a command line stands for: first values, then each other swept value
     (only of the keys in `groups` when given: a swept option's values cannot break composition, a choice can)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
 
     key, values = [], []
     for o in OverridesParser.create().parse_overrides(overrides):
@@ -65,9 +68,6 @@ def compose_or_exit(argv: list[str], config_dir: str) -> None:
 
     Hydra would print a multi-line message (unknown choice, key not in the config) and exit 1.
     """
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
 
     overrides = [a for a in argv if not a.startswith("-")]
     multirun = any(a in mistakes.SWEEP_FLAGS for a in argv)

@@ -8,6 +8,8 @@ import datetime
 import sys
 import time
 
+from tqdm.auto import tqdm
+
 MODES = ("auto", "bar", "lines", "none")
 
 
@@ -20,8 +22,6 @@ class Progress:
         self.mode, self.bar = mode, None
         self.total, self.start, self.t0 = total, start, time.perf_counter()
         if mode == "bar":
-            from tqdm.auto import tqdm
-
             self.bar = tqdm(total=total, initial=start, dynamic_ncols=True, desc="train")
 
     def update(self, step: int, n: int, loss: float | None):

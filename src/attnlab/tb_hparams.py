@@ -20,6 +20,7 @@ from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
 from attnlab import registry
+from attnlab.sweep.definition import multirun_config, sweep_overrides
 
 TOP_LEVEL = ("normalizer", "task", "head", "model")  # in the order they fill the ticked columns
 SHOWN = 5  # the HParams tab ticks the first five hparams (differs first, then by name)
@@ -49,7 +50,6 @@ CHOICE_GROUPS = {
 
 def sweep_values(sweep_dir: Path | str | None) -> dict[str, list[str]]:
     """{hparam name: the values it takes} of every key a multirun sweeps, from its multirun.yaml."""
-    from attnlab.sweep.definition import multirun_config, sweep_overrides
 
     saved = None if sweep_dir is None else multirun_config(sweep_dir)
     if saved is None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from attnlab import checks
@@ -136,7 +138,6 @@ class Background:
     """
 
     def __init__(self):
-        from concurrent.futures import ThreadPoolExecutor
 
         self.pool, self.pending = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tb"), []
 

@@ -18,9 +18,9 @@ from .base import (
 )
 from .contract import FROM_ATTENTION
 from .entmax import Entmax, entmax
-from .exponential import KL, Softmax, Softmax1, masked_softmax
+from .exponential import KL, Softmax, Softmax1
 from .linear import Linear
-from .mask import Mask, as_mask
+from .mask import Mask, as_mask, masked_softmax
 from .pointwise import ReLU, Sigmoid
 from .scalable import SSMax
 from .squared import Squared

@@ -10,16 +10,8 @@ from attnlab import checks
 from .base import InverseTemperature, NormalizerParam, ScoreNormalizer
 from .blockwise import BlockForm, scaled_logits
 from .impl import Capability
-from .mask import masked_max
+from .mask import masked_max, masked_softmax
 from .softmax_vjp import softmax_attention
-
-
-def masked_softmax(logits_BNTS, m_B1TS):
-    """softmax over admissible keys; a row with none is all zeros (never NaN)."""
-    # -inf before exp (not after) keeps the gradient finite where a masked logit is huge.
-    e = jnp.exp(jnp.where(m_B1TS, logits_BNTS - masked_max(logits_BNTS, m_B1TS), -jnp.inf))
-    s = e.sum(-1, keepdims=True)
-    return e / jnp.where(s > 0, s, 1.0)
 
 
 def row_mean_N(x_BNT, m_B1TS):

@@ -99,3 +99,11 @@ def masked_max(x_BNTS, m_B1TS, keepdims=True):
     """Row maximum over admissible entries (0 where a row has none), without gradient."""
     x = jnp.where(m_B1TS, x_BNTS, -jnp.inf).max(-1, keepdims=keepdims)
     return jax.lax.stop_gradient(jnp.where(jnp.isfinite(x), x, 0.0))
+
+
+def masked_softmax(logits_BNTS, m_B1TS):
+    """softmax over admissible keys; a row with none is all zeros (never NaN)."""
+    # -inf before exp (not after) keeps the gradient finite where a masked logit is huge.
+    e = jnp.exp(jnp.where(m_B1TS, logits_BNTS - masked_max(logits_BNTS, m_B1TS), -jnp.inf))
+    s = e.sum(-1, keepdims=True)
+    return e / jnp.where(s > 0, s, 1.0)

@@ -15,7 +15,8 @@ from attnlab import checks
 
 from .base import FixedFeatures, NormalizerParam, ScoreNormalizer
 from .blockwise import BlockForm
-from .exponential import masked_softmax, row_mean_N
+from .exponential import row_mean_N
+from .mask import masked_softmax
 
 
 class SSMax(ScoreNormalizer):

@@ -16,10 +16,10 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .mask import masked_softmax
+
 
 def _forward(q_BNTH, k_BNSH, v_BNSH, beta_N, m_B1TS):
-    from .exponential import masked_softmax  # the one definition of the weights
-
     z_BNTS = jnp.einsum("bnth,bnsh->bnts", q_BNTH, k_BNSH, preferred_element_type=jnp.float32)
     p_BNTS = masked_softmax(beta_N[None, :, None, None] * z_BNTS, m_B1TS)
     return jnp.einsum("bnts,bnsh->bnth", p_BNTS.astype(v_BNSH.dtype), v_BNSH), p_BNTS

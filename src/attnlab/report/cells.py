@@ -158,6 +158,27 @@ def summarize(
     """Group runs into cells and summarize each metric over seeds (see the module docstring)."""
     if which not in ("final", "best"):
         raise ValueError(f"which={which!r}; allowed: final, best")
+    group_by = _group_keys(runs, group_by, select_lr)
+    metrics = _metrics(runs, metrics, which, select_lr, select_by)
+    table = Table(
+        group_by=group_by,
+        metrics=metrics,
+        which=which,
+        cells=[],
+        baseline=baseline,
+        select_lr=select_lr,
+        select_by=select_by if select_lr else None,
+    )
+    table.cells = _cells(runs, group_by, metrics, which, select_lr, select_by, n_boot, seed)
+    if baseline:
+        _apply_baseline(table, baseline, n_boot, seed)
+    _completeness(table, runs)
+    table.notes += _notes(table, runs)
+    return table
+
+
+def _group_keys(runs: list[Run], group_by: list[str] | None, select_lr: bool) -> list[str]:
+    """The keys cells are grouped by (the varying keys by default; not the learning rate under select_lr)."""
     configured = [r for r in runs if r.config]
     known = set().union(*(r.config for r in configured)) if configured else set()
     group_by = varying_keys(runs) if group_by is None else list(group_by)
@@ -168,6 +189,11 @@ def summarize(
         if len({r.config.get(LR) for r in configured}) < 2:
             raise ValueError(f"select_lr needs a sweep over {LR}; this one has a single learning rate")
         group_by = [k for k in group_by if k != LR]
+    return group_by
+
+
+def _metrics(runs: list[Run], metrics: list[str] | None, which: str, select_lr: bool, select_by: str) -> list[str]:
+    """The metrics summarized: the defaults, or the given names and patterns matched against the completed runs'."""
     done = [r for r in runs if r.status == "completed"]
     found = sorted({k for r in done for k in (r.final if which == "final" else r.best)})
     metrics = default_metrics(runs, which) if metrics is None else expand(metrics, found) if done else list(metrics)
@@ -175,54 +201,55 @@ def summarize(
         raise ValueError(
             f"select_by metric {select_by} in no completed run's {which} record; available: {', '.join(found)}"
         )
-    table = Table(
-        group_by=group_by,
-        metrics=metrics,
-        which=which,
-        cells=[],
-        baseline=baseline,
-        select_lr=select_lr,
-        select_by=select_by if select_lr else None,
-    )
+    return metrics
+
+
+def _cells(runs, group_by, metrics, which, select_lr, select_by, n_boot, seed) -> list[Cell]:
+    """One cell per value of the group keys, in sort order: its runs (those of the selected lr) and statistics."""
     groups: dict[tuple, list[Run]] = {}
     for r in runs:
         groups.setdefault(tuple(r.config.get(k) for k in group_by), []).append(r)
+    cells = []
     for key in sorted(groups, key=lambda t: tuple(map(sort_key, t))):
         cell = Cell(key=dict(zip(group_by, key)), runs=groups[key])
         if select_lr:
             cell.lr, cell.lr_scores = stats.select_lr(cell.runs, select_by, which)
             cell.runs = [r for r in cell.runs if r.config.get(LR) == cell.lr] if cell.lr is not None else cell.runs
         cell.stats = {m: stats.cell_stat(cell.runs, m, which, n_boot, seed) for m in metrics}
-        table.cells.append(cell)
-    if baseline:
-        _apply_baseline(table, baseline, n_boot, seed)
-    _completeness(table, runs)
+        cells.append(cell)
+    return cells
+
+
+def _notes(table: Table, runs: list[Run]) -> list[str]:
+    """What a reader of the table must know: cells at or below chance, config keys not grouped, runs without a
+    config, seeds shared within a cell."""
+    notes, metrics, configured = [], table.metrics, [r for r in runs if r.config]
     if any(c.below_chance(m) for c in table.cells for m in metrics):
-        table.notes.append(
+        notes.append(
             "below chance: the cell's mean accuracy is below the 2.5% point of Binomial(n, baseline)/n "
             "over the n test targets: worse than guessing, not merely at chance (attnlab.chance)."
         )
     if any(c.near_chance(m) and not c.below_chance(m) for c in table.cells for m in metrics):
-        table.notes.append(
+        notes.append(
             "≈chance: the cell's mean accuracy is within noise of the task's baseline (at or below the "
             "97.5% point of Binomial(n, baseline)/n over the n test targets; attnlab.chance)."
         )
-    drift = [k for k in drifted_keys(runs) if k not in group_by]
+    drift = [k for k in drifted_keys(runs) if k not in table.group_by]
     if drift and configured:
-        table.notes.append(
+        notes.append(
             f"Config key(s) present in only some runs, not grouped: {', '.join(drift)} "
             "(the config changed during the sweep?)."
         )
     if len(configured) < len(runs):
-        table.notes.append(f"{len(runs) - len(configured)} run(s) have no readable config; grouped under None.")
+        notes.append(f"{len(runs) - len(configured)} run(s) have no readable config; grouped under None.")
     done_seeds = [[r.seed for r in c.runs if r.status == "completed"] for c in table.cells]
     dupes = [c.label() for c, seeds in zip(table.cells, done_seeds) if len(set(seeds)) < len(seeds)]
     if dupes:
-        table.notes.append(
+        notes.append(
             f"Several runs share a seed in: {'; '.join(dupes)} (a varying key may be missing from "
             "the grouping); their values are averaged per seed for pairing."
         )
-    return table
+    return notes
 
 
 def expand(patterns: list[str], names: list[str], what: str = "metric") -> list[str]:

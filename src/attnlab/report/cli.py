@@ -13,6 +13,7 @@ from attnlab.report import expected, plots
 from attnlab.report.cells import Table, expand, summarize
 from attnlab.report.load import LR, load_runs
 from attnlab.report.tables import MAX_COLUMNS
+from attnlab.report.write import write_report
 
 DEFAULT_CURVES = ("val/loss", "train/loss")
 
@@ -85,7 +86,6 @@ def _curves(table: Table, patterns: list[str] | None, log_y: list[str], cache: d
 
 def cli(argv: Iterable[str] | None = None) -> int:
     """Run the report; returns the exit status."""
-    from attnlab.report.write import write_report
 
     args = _parser().parse_args(argv)
     root = Path(args.sweep_dir)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from attnlab.report.load import Run
 from attnlab.run.record import STATUSES  # the outcomes; anything else has no result yet
+from attnlab.sweep.definition import multirun_config, sweep_overrides, swept_keys
+from attnlab.sweep.naming import named_job
 
 
 def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
@@ -15,9 +17,6 @@ def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
     sweep's definition cannot be read (no multirun.yaml, or a sweep the basic sweeper does not expand)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.errors import HydraException
-
-    from attnlab.sweep.definition import multirun_config, sweep_overrides, swept_keys
-    from attnlab.sweep.naming import named_job
 
     saved = multirun_config(sweep_dir)  # read and parsed once for every job's name (not per job)
     try:

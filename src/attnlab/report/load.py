@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 log = logging.getLogger(__name__)  # unconfigured: Python's last-resort handler writes warnings to stderr
 LR = "optim.lr"
 SEED = "seed"
@@ -114,7 +116,6 @@ def _read_run(path: Path, metrics) -> Run:
     elif (path / ".hydra" / "config.yaml").exists():
         # Runs that failed before training have no run.json; Hydra's own record of the job (written
         # before it starts) still places them in their cell. safe_load builds plain data, never objects.
-        import yaml
 
         h = path / ".hydra"
         hydra = yaml.safe_load((h / "hydra.yaml").read_text()) if (h / "hydra.yaml").exists() else {}

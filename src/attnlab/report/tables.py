@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import math
 from pathlib import Path
-from typing import Iterable
 
 from attnlab.report.cells import Cell, Table
 from attnlab.report.load import LR
@@ -115,35 +114,17 @@ def _explain(table: Table) -> list[str]:
     return lines
 
 
-def to_markdown(
-    table: Table, images: Iterable[Path] = (), notes: Iterable[str] = (), max_columns: int = MAX_COLUMNS
-) -> str:
-    """The report as Markdown: explanation, table(s) (see metric_chunks), completeness, notes, curve images."""
+def markdown_tables(table: Table, max_columns: int = MAX_COLUMNS) -> list[str]:
+    """The tables section of report.md: its heading, how to read it, the table(s) (see metric_chunks)."""
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    from attnlab.report.comparison import comparison, title
-    from attnlab.report.verdict import verdict
-
-    out = [
-        title(table),
-        "",
-        *([table.progress, ""] if table.progress else []),
-        *verdict(table),
-        "",
-        *comparison(table),
-        "",
-        f"## Tables ({table.which} parameters)",
-        "",
-        *_explain(table),
-    ]
+    out = [f"## Tables ({table.which} parameters)", "", *_explain(table)]
     chunks = metric_chunks(table, max_columns)
     for i, metrics in enumerate(chunks):
         header, rows = display(table, metrics=metrics)
         out += ["", f"Table {i + 1} of {len(chunks)}: {', '.join(metrics)}"] if len(chunks) > 1 else [""]
         out += ["| " + " | ".join(map(esc, header)) + " |", "|" + "---|" * len(header)]
         out += ["| " + " | ".join(map(esc, r)) + " |" for r in rows]
-    out += ["", *table.completeness(), *table.notes, *notes]
-    out += [""] + [f"![{p.stem}]({p.name})" for p in images]
-    return "\n".join(out).rstrip() + "\n"
+    return out
 
 
 def tex_escape(s: str) -> str:

@@ -8,7 +8,9 @@ from typing import Iterable
 
 from attnlab.report import lengths, plots
 from attnlab.report.cells import Table
-from attnlab.report.tables import MAX_COLUMNS, to_latex, to_markdown, write_csv
+from attnlab.report.comparison import comparison, title
+from attnlab.report.tables import MAX_COLUMNS, markdown_tables, to_latex, write_csv
+from attnlab.report.verdict import verdict
 
 
 def write_report(
@@ -39,3 +41,23 @@ def write_report(
     (out / "report.tex").write_text(to_latex(table, max_columns))
     write_csv(table, out / "report.csv")
     return [out / "report.md", out / "report.tex", out / "report.csv", *images, *length_files]
+
+
+def to_markdown(
+    table: Table, images: Iterable[Path] = (), notes: Iterable[str] = (), max_columns: int = MAX_COLUMNS
+) -> str:
+    """report.md: title, progress, verdict, comparison, the tables (tables.markdown_tables), completeness, notes,
+    curve images."""
+    out = [
+        title(table),
+        "",
+        *([table.progress, ""] if table.progress else []),
+        *verdict(table),
+        "",
+        *comparison(table),
+        "",
+        *markdown_tables(table, max_columns),
+    ]
+    out += ["", *table.completeness(), *table.notes, *notes]
+    out += [""] + [f"![{p.stem}]({p.name})" for p in images]
+    return "\n".join(out).rstrip() + "\n"

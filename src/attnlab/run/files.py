@@ -8,6 +8,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab.run.record import FINISHED, environment, read_json, write_json
@@ -51,7 +52,6 @@ def finished_with(run_dir: Path, resolved: dict) -> str | None:
 def compute_record(net, seq_len: int, precision: str) -> dict[str, Any]:
     """Each layer's attention implementation and the matmul precision set (accelerator.apply_matmul_precision);
     printed, and kept in run.json."""
-    import numpy as np
 
     from attnlab.steps import probes_per_layer
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 
 from attnlab import exits
 from attnlab.run.record import FINISHED
@@ -110,7 +111,6 @@ class SweepSummary(Callback):
         self._start = time.perf_counter()
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        from hydra.types import RunMode
 
         if config.hydra.mode == RunMode.MULTIRUN:  # a single run prints its own summary (run.summary.print_summary)
             wall_s = time.perf_counter() - getattr(self, "_start", time.perf_counter())
