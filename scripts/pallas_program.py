@@ -2,8 +2,7 @@
 """The plain step of the pointwise normalizers with the fused Pallas kernels, beside blockwise and dense:
 compiled for a GPU without one (scripts/gpu_program.py's compile, counting and table).
 
-"pallas" is the blockwise run with normalizers.blockwise.attention replaced by pallas_sigmoid.attention
-while the step is traced (normalizer.impl has no such value yet). The kernels are custom calls to
+Each row is a run's step at `normalizer.impl=dense|blockwise|pallas`. The kernels are custom calls to
 XLA's cost analysis: their bytes are their operands and results, as gpu_program.py counts cuDNN's.
 
     JAX_PLATFORMS=cpu python scripts/pallas_program.py [--target h100] [--shapes 4x8192] [--normalizers sigmoid,relu]
@@ -15,7 +14,6 @@ import argparse
 import contextlib
 import functools
 import sys
-from unittest import mock
 
 import gpu_program as gp
 import jax
@@ -23,25 +21,11 @@ import jax
 IMPLS = ("dense", "blockwise", "pallas")
 
 
-@contextlib.contextmanager
-def pallas_for_blockwise(mesh):
-    """Trace blockwise attention as the fused Pallas kernels (jax ≥ 0.12 reads their Triton target from the
-    abstract mesh's device when no GPU is attached)."""
-    from attnlab.normalizers import blockwise, pallas_sigmoid
-
-    with (
-        mock.patch.object(blockwise, "attention", pallas_sigmoid.attention),
-        jax.sharding.use_abstract_mesh(mesh.abstract_mesh),
-    ):
-        yield
-
-
 def program(mesh, model: str, B: int, T: int, name: str, impl: str, extra: tuple = ()):
     """(plain, logging) Programs of `name` under `impl` (dense | blockwise | pallas)."""
-    overrides = gp.run_overrides(
-        model, B, T, name, 1, (f"normalizer.impl={impl.replace('pallas', 'blockwise')}",) + extra
-    )
-    with pallas_for_blockwise(mesh) if impl == "pallas" else contextlib.nullcontext():
+    overrides = gp.run_overrides(model, B, T, name, 1, (f"normalizer.impl={impl}",) + extra)
+    # jax ≥ 0.12 reads the kernels' Triton target from the abstract mesh's device when no GPU is attached.
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if impl == "pallas" else contextlib.nullcontext():
         p = gp.attnlab_programs(mesh, overrides)
     plain = gp.Program.of(p["plain"], T)
     return plain, gp.Program.of(p["stats"], T) + plain
