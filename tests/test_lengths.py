@@ -230,3 +230,37 @@ def test_the_report_tabulates_the_headline_metric_per_length(tmp_path, capsys):
         lines = f.read().splitlines()
     assert lines[0] == "normalizer,metric,length,n,mean,std,ci_low,ci_high" and len(lines) == 1 + 2 * 3
     assert (tmp_path / "sweep" / "report" / "lengths.png").stat().st_size > 1000
+
+
+def length_table_rows(report_md: str) -> dict[str, list[str]]:
+    """{normalizer: its cells} of the report's length table."""
+    section = report_md.split("## Length generalisation")[1]
+    return {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| normalizer")
+    }
+
+
+def test_the_length_table_bootstraps_with_the_requested_n_boot_and_seed(tmp_path):
+    from attnlab.report.cli import cli
+
+    rng = np.random.default_rng(3)
+    acc = {s: {16: 0.9, 64: float(x)} for s, x in enumerate(rng.uniform(0.2, 0.8, 6))}  # 6 seeds: bootstrapped
+    for seed, by_length in acc.items():
+        write_run(tmp_path / "sweep", f"{seed}_normalizer=ssmax,seed={seed}", "ssmax", seed, by_length)
+
+    def interval(n_boot, seed):
+        out = tmp_path / f"report_{n_boot}_{seed}"
+        args = ["--group-by", "normalizer", "--curves", "--n-boot", str(n_boot), "--seed", str(seed), "--out", str(out)]
+        assert cli([str(tmp_path / "sweep"), *args]) == 0
+        return length_table_rows((out / "report.md").read_text())["ssmax"][1].split("[")[1]
+
+    x = np.array([acc[s][64] for s in sorted(acc)])
+    for n_boot, seed in ((300, 7), (1000, 8)):
+        # numpy's percentile bootstrap of the mean, drawn here from the same generator and seed.
+        means = x[np.random.default_rng(seed).integers(0, len(x), (n_boot, len(x)))].mean(axis=1)
+        lo, hi = np.percentile(means, [2.5, 97.5])
+        assert interval(n_boot, seed) == f"{lo:.3g}, {hi:.3g}]"
+    assert interval(300, 7) == interval(300, 7)  # the same seed, the same interval
+    assert interval(300, 7) != interval(300, 9)
