@@ -55,6 +55,49 @@ def test_mqar_at_a_longer_length_is_its_own_generator_there_with_the_same_pairs(
     assert max(max(p) for p in pos) >= 16  # queries lie beyond the training length
 
 
+def context_pairs(row, vocab_size):
+    """The leading key-value pairs of an MQAR row, read from the tokens: a key in [1, V/2), then a value in [V/2, V)."""
+    half, n = vocab_size // 2, 0
+    while 2 * n + 1 < len(row) and 1 <= row[2 * n] < half and half <= row[2 * n + 1] < vocab_size:
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize(
+    ("test_pairs", "test_lengths", "want"),
+    [("scale", [48, 16, 32], {16: 3, 32: 6, 48: 9}), ([5, 2], [40, 24], {40: 5, 24: 2}), ("same", [48], {48: 3})],
+)
+def test_mqar_test_pairs_sets_the_pairs_of_each_test_length(test_pairs, test_lengths, want):
+    opts = dict(seq_len=16, vocab_size=64, num_kv_pairs=3, seed=4, **SMALL)
+    task = tasks.make("mqar", **opts, test_lengths=test_lengths, test_pairs=test_pairs)
+    assert sorted(task.at_lengths) == sorted(want)
+    for length, pairs in want.items():
+        split = task.at_lengths[length].splits["test"]
+        assert split.inputs.shape == (30, length)
+        pos, vals = mqar_labels(split.inputs, pairs)
+        for i, row in enumerate(split.inputs):
+            assert context_pairs(row, 64) == pairs
+            assert len(pos[i]) == pairs and np.flatnonzero(split.weights[i]).tolist() == pos[i]
+            assert split.targets[i, pos[i]].tolist() == vals[i]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(test_pairs="more", test_lengths=[32]), "task.test_pairs='more' is invalid; allowed: same, scale, or a"),
+        (dict(test_pairs=[0], test_lengths=[32]), "task.test_pairs=[0] is invalid; allowed: same, scale, or a"),
+        (dict(test_pairs=[4, 8], test_lengths=[32]), "has 2 counts for 1 task.test_lengths=[32]; allowed: same, scale"),
+        (dict(test_pairs=[4]), "has 1 counts for 0 task.test_lengths=[]"),
+        (dict(test_pairs="scale", test_lengths=[64]), "gives 12 pairs at task.seq_len=64; allowed: at most min("),
+        (dict(test_pairs=[9], test_lengths=[32]), "gives 9 pairs at task.seq_len=32; allowed: at most min(seq_len/4"),
+    ],
+)
+def test_mqar_impossible_test_pairs_are_refused_in_one_line(options, message):
+    with pytest.raises(ConfigError) as err:
+        tasks.make("mqar", seq_len=16, vocab_size=16, num_kv_pairs=3, **SMALL, **options)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
 def test_max_retrieval_sets_grow_to_the_test_length():
     task = tasks.make("max_retrieval", n_items=6, min_items=3, num_classes=5, seed=2, **SMALL, test_lengths=[24])
     split = task.at_lengths[24].splits["test"]
