@@ -44,3 +44,18 @@ def test_entropy_is_normalised_by_log_n():
     assert ic.entropy_normalised(np.array([1.0, 0.0, 0.0])) == 0.0
     w = np.array([0.5, 0.25, 0.25])
     assert ic.entropy_normalised(2 * w) == pytest.approx(-(w * np.log(w)).sum() / np.log(3))  # rows renormalised
+
+
+def test_query_rows_reads_the_weighted_row_over_its_causal_keys():
+    spec = importlib.util.spec_from_file_location("query_rows", SCRIPT.parent / "query_rows.py")
+    qr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(qr)
+    rng = np.random.default_rng(0)
+    maps = np.tril(rng.uniform(0.1, 1.0, (2, 5, 5)))  # causal rows; not normalised (sigmoid-like mass)
+    weights = np.zeros((2, 5))
+    weights[0, 2] = weights[1, 4] = 1.0
+    max_w, ent = qr.query_row_stats(maps, weights)
+    for b, q in ((0, 2), (1, 4)):
+        row = maps[b, q, : q + 1]
+        p = row / row.sum()
+        assert max_w[b] == pytest.approx(row.max()) and ent[b] == pytest.approx(-(p * np.log(p)).sum() / np.log(q + 1))
