@@ -29,7 +29,7 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by normalizer normalizer.learn
 nice -n 10 "$BIN/python" "$HERE/init_curves.py" "$SWEEP/report"
 
 if [ "$COPY" = 1 ]; then
-  cp "$SWEEP/report/report.md" "$SWEEP/report/init.md" "$HERE/"
+  cp "$SWEEP/report/report.md" "$SWEEP/report/init.md" "$SWEEP/report/query_rows.md" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
