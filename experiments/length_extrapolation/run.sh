@@ -29,9 +29,12 @@ mkdir -p "$SWEEP"
 ) > "$SWEEP/rope.log" 2>&1 &
 nice -n 10 "$BIN/attnlab-train" -m normalizer=stickbreaking,softmax,ssmax model.positional=none optim.lr=3e-3 \
   "${COMMON[@]}" "hydra.sweep.dir=$SWEEP/none" ${EXTRA[@]+"${EXTRA[@]}"} > "$SWEEP/none.log" 2>&1
+# Longer (1500 steps): softmax and ssmax with RoPE, which had not left MQAR's plateau at 500 steps.
+nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax,ssmax model.positional=rope optim.lr=3e-3 \
+  "${COMMON[@]}" trainer.steps=1500 "hydra.sweep.dir=$SWEEP/rope_long" ${EXTRA[@]+"${EXTRA[@]}"} > "$SWEEP/long.log" 2>&1
 wait
 
-nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.positional normalizer \
+nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.positional normalizer trainer.steps \
   --metrics test/accuracy test/loss --baseline normalizer=softmax --curves val/accuracy
 
 if [ "$COPY" = 1 ]; then
