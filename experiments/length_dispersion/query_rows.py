@@ -111,9 +111,23 @@ def draw(results: dict, lengths: list[int], path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+def cached_job_stats(job: Path) -> tuple[str, dict]:
+    """(label, stats) of a job, read once and kept in the job's query_rows.json (a re-run reads it back)."""
+    cache = job / "query_rows.json"
+    if cache.is_file():
+        saved = json.loads(cache.read_text())
+        return saved["label"], {(p, int(t)): np.array(v) for p, t, v in saved["stats"]}
+    stats, name = job_stats(job)
+    cache.write_text(json.dumps({"label": name, "stats": [[p, t, v.tolist()] for (p, t), v in stats.items()]}))
+    return name, stats
+
+
 def main(sweep: str, out_dir: str) -> None:
     jobs = sorted(p.parent for p in Path(sweep).glob("*/*/checkpoints"))
-    results = dict(sorted(job_stats(j)[::-1] for j in jobs))
+    done = [j for j in jobs if (j / "seed0" / "metrics.json").is_file()]  # a job still training is left out
+    for j in sorted(set(jobs) - set(done)):
+        print(f"query_rows: {j} has not finished; left out", file=sys.stderr)
+    results = dict(sorted(cached_job_stats(j) for j in done))
     lengths = sorted({t for stats in results.values() for _, t in stats})
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
