@@ -55,6 +55,49 @@ def test_mqar_at_a_longer_length_is_its_own_generator_there_with_the_same_pairs(
     assert max(max(p) for p in pos) >= 16  # queries lie beyond the training length
 
 
+def context_pairs(row, vocab_size):
+    """The leading key-value pairs of an MQAR row, read from the tokens: a key in [1, V/2), then a value in [V/2, V)."""
+    half, n = vocab_size // 2, 0
+    while 2 * n + 1 < len(row) and 1 <= row[2 * n] < half and half <= row[2 * n + 1] < vocab_size:
+        n += 1
+    return n
+
+
+@pytest.mark.parametrize(
+    ("test_pairs", "test_lengths", "want"),
+    [("scale", [48, 16, 32], {16: 3, 32: 6, 48: 9}), ([5, 2], [40, 24], {40: 5, 24: 2}), ("same", [48], {48: 3})],
+)
+def test_mqar_test_pairs_sets_the_pairs_of_each_test_length(test_pairs, test_lengths, want):
+    opts = dict(seq_len=16, vocab_size=64, num_kv_pairs=3, seed=4, **SMALL)
+    task = tasks.make("mqar", **opts, test_lengths=test_lengths, test_pairs=test_pairs)
+    assert sorted(task.at_lengths) == sorted(want)
+    for length, pairs in want.items():
+        split = task.at_lengths[length].splits["test"]
+        assert split.inputs.shape == (30, length)
+        pos, vals = mqar_labels(split.inputs, pairs)
+        for i, row in enumerate(split.inputs):
+            assert context_pairs(row, 64) == pairs
+            assert len(pos[i]) == pairs and np.flatnonzero(split.weights[i]).tolist() == pos[i]
+            assert split.targets[i, pos[i]].tolist() == vals[i]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (dict(test_pairs="more", test_lengths=[32]), "task.test_pairs='more' is invalid; allowed: same, scale, or a"),
+        (dict(test_pairs=[0], test_lengths=[32]), "task.test_pairs=[0] is invalid; allowed: same, scale, or a"),
+        (dict(test_pairs=[4, 8], test_lengths=[32]), "has 2 counts for 1 task.test_lengths=[32]; allowed: same, scale"),
+        (dict(test_pairs=[4]), "has 1 counts for 0 task.test_lengths=[]"),
+        (dict(test_pairs="scale", test_lengths=[64]), "gives 12 pairs at task.seq_len=64; allowed: at most min("),
+        (dict(test_pairs=[9], test_lengths=[32]), "gives 9 pairs at task.seq_len=32; allowed: at most min(seq_len/4"),
+    ],
+)
+def test_mqar_impossible_test_pairs_are_refused_in_one_line(options, message):
+    with pytest.raises(ConfigError) as err:
+        tasks.make("mqar", seq_len=16, vocab_size=16, num_kv_pairs=3, **SMALL, **options)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
 def test_max_retrieval_sets_grow_to_the_test_length():
     task = tasks.make("max_retrieval", n_items=6, min_items=3, num_classes=5, seed=2, **SMALL, test_lengths=[24])
     split = task.at_lengths[24].splits["test"]
@@ -230,3 +273,37 @@ def test_the_report_tabulates_the_headline_metric_per_length(tmp_path, capsys):
         lines = f.read().splitlines()
     assert lines[0] == "normalizer,metric,length,n,mean,std,ci_low,ci_high" and len(lines) == 1 + 2 * 3
     assert (tmp_path / "sweep" / "report" / "lengths.png").stat().st_size > 1000
+
+
+def length_table_rows(report_md: str) -> dict[str, list[str]]:
+    """{normalizer: its cells} of the report's length table."""
+    section = report_md.split("## Length generalisation")[1]
+    return {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| normalizer")
+    }
+
+
+def test_the_length_table_bootstraps_with_the_requested_n_boot_and_seed(tmp_path):
+    from attnlab.report.cli import cli
+
+    rng = np.random.default_rng(3)
+    acc = {s: {16: 0.9, 64: float(x)} for s, x in enumerate(rng.uniform(0.2, 0.8, 6))}  # 6 seeds: bootstrapped
+    for seed, by_length in acc.items():
+        write_run(tmp_path / "sweep", f"{seed}_normalizer=ssmax,seed={seed}", "ssmax", seed, by_length)
+
+    def interval(n_boot, seed):
+        out = tmp_path / f"report_{n_boot}_{seed}"
+        args = ["--group-by", "normalizer", "--curves", "--n-boot", str(n_boot), "--seed", str(seed), "--out", str(out)]
+        assert cli([str(tmp_path / "sweep"), *args]) == 0
+        return length_table_rows((out / "report.md").read_text())["ssmax"][1].split("[")[1]
+
+    x = np.array([acc[s][64] for s in sorted(acc)])
+    for n_boot, seed in ((300, 7), (1000, 8)):
+        # numpy's percentile bootstrap of the mean, drawn here from the same generator and seed.
+        means = x[np.random.default_rng(seed).integers(0, len(x), (n_boot, len(x)))].mean(axis=1)
+        lo, hi = np.percentile(means, [2.5, 97.5])
+        assert interval(n_boot, seed) == f"{lo:.3g}, {hi:.3g}]"
+    assert interval(300, 7) == interval(300, 7)  # the same seed, the same interval
+    assert interval(300, 7) != interval(300, 9)

@@ -68,6 +68,8 @@ class Table:
     progress: str | None = None  # "N of M runs completed; missing: ..." against the sweep's definition
     missing_runs: list[str] = field(default_factory=list)  # jobs not started, runs without an outcome
     alpha: float = 0.05  # the verdict's family-wise level (attnlab.report.verdict)
+    n_boot: int = 2000  # bootstrap resamples of every interval summarize computed (and the length table's)
+    seed: int = 0  # the bootstrap's seed
 
     @property
     def judged_by(self) -> dict[str, dict[str, str]]:
@@ -168,6 +170,8 @@ def summarize(
         baseline=baseline,
         select_lr=select_lr,
         select_by=select_by if select_lr else None,
+        n_boot=n_boot,
+        seed=seed,
     )
     table.cells = _cells(runs, group_by, metrics, which, select_lr, select_by, n_boot, seed)
     if baseline:

@@ -67,8 +67,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="LEVEL",
         help="family-wise level of the verdict's Holm-corrected tests (default 0.05)",
     )
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples of each CI (cells and paired Δs)")
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument(
+        "--n-boot", type=int, default=2000, help="bootstrap resamples of each CI (cells, paired Δs, the length table)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (every table)")
     return p
 
 

@@ -33,11 +33,12 @@ def lengths_and_headline(table: Table) -> tuple[list[int], str | None]:
     return (sorted(found[metric]) if metric else []), metric
 
 
-def length_stats(table: Table, n_boot: int = 2000, seed: int = 0) -> tuple[str | None, list[int], list[dict]]:
-    """(headline metric, lengths, per cell {length: Stat}): stats.cell_stat of test_len/<T>/<metric>."""
+def length_stats(table: Table) -> tuple[str | None, list[int], list[dict]]:
+    """(headline metric, lengths, per cell {length: Stat}): stats.cell_stat of test_len/<T>/<metric>, its
+    bootstrap intervals drawn with the table's n_boot and seed (attnlab-report --n-boot, --seed)."""
     lengths, metric = lengths_and_headline(table)
     per_cell = [
-        {t: cell_stat(c.runs, f"test_len/{t}/{metric}", table.which, n_boot, seed) for t in lengths}
+        {t: cell_stat(c.runs, f"test_len/{t}/{metric}", table.which, table.n_boot, table.seed) for t in lengths}
         for c in table.cells
     ]
     return metric, lengths, per_cell
@@ -95,10 +96,10 @@ def draw(table: Table, metric: str, lengths: list[int], per_cell: list[dict]):
     return fig
 
 
-def section(table: Table, out_dir: Path, n_boot: int = 2000, seed: int = 0) -> tuple[list[str], list[Path]]:
+def section(table: Table, out_dir: Path) -> tuple[list[str], list[Path]]:
     """Markdown lines of the length section and the files written (lengths.csv, lengths.png); nothing when no
     run was evaluated at other lengths."""
-    metric, lengths, per_cell = length_stats(table, n_boot, seed)
+    metric, lengths, per_cell = length_stats(table)
     if not lengths:
         return [], []
     header = [*table.group_by, *([f"{LR} (selected)"] if table.select_lr else []), *map(str, lengths)]

@@ -129,6 +129,10 @@ class Task:
     no_length_reason = "it has no length option"
     at_lengths: dict = types.MappingProxyType({})  # length -> the task rebuilt at it (tasks.lengths.length_tasks)
 
+    def length_options(self, lengths: list[int]) -> dict[int, dict]:
+        """{length: the options the task is rebuilt with at it} for task.test_lengths (tasks.lengths)."""
+        return {t: {self.length_option: t} for t in lengths}
+
     def baseline(self, split: str) -> dict[str, float]:
         """Reference scores on a split (chance/majority accuracy, or reference and zero-predictor MSE)."""
         raise NotImplementedError

@@ -6,7 +6,8 @@ from __future__ import annotations
 from attnlab import checks
 from attnlab.checks import ConfigError
 
-# What a length means, per task: the option test_lengths sets (MQAR: the same pairs in a longer context).
+# What a length means, per task: the option test_lengths sets (MQAR: the same pairs in a longer context, or
+# more with task.test_pairs).
 LENGTH_OPTIONS = "mqar and lm (seq_len), icl_regression (n_points), max_retrieval (n_items)"
 LENGTH_PREFIX = "test_len/"  # a length's split: its metrics are test_len/<T>/<metric> (metrics.json, TensorBoard)
 
@@ -39,6 +40,7 @@ def length_tasks(task, test_lengths) -> dict:
     split the task would have at that length; at the training length, the ordinary test split itself)."""
     lengths = check_test_lengths(test_lengths)
     if not lengths:
+        task.length_options([])  # refuses options that need test lengths (MQAR's list of test_pairs)
         return {}
     option = type(task).length_option
     if option is None:
@@ -48,12 +50,12 @@ def length_tasks(task, test_lengths) -> dict:
         )
     shrink = {k: 1 for k in ("n_train", "n_val") if k in task.options}
     out = {}
-    for length in lengths:
+    for length, options in task.length_options([int(t) for t in test_lengths]).items():
         try:
-            out[length] = type(task)(**{**task.options, option: length, **shrink})
+            out[length] = type(task)(**{**task.options, **options, **shrink})
         except ConfigError as exc:
             raise ConfigError(f"task.test_lengths: at task.{option}={length}: {exc}") from None
-    return out
+    return dict(sorted(out.items()))
 
 
 def check_positions(task, positional: str, max_len: int) -> None:

@@ -5,7 +5,19 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab import checks
+from attnlab.checks import ConfigError
 from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits, split_sizes
+
+TEST_PAIRS_ALLOWED = "same, scale, or a list of integers >= 1, one per test length (e.g. [8,16])"
+
+
+def check_test_pairs(value):
+    """task.test_pairs: `same`, `scale` or a list of pair counts >= 1 (MQAR.length_options checks each fits)."""
+    if value in ("same", "scale"):
+        return value
+    if isinstance(value, (list, tuple)) and value and all(checks.is_int(k) and k >= 1 for k in value):
+        return [int(k) for k in value]
+    raise ConfigError(f"task.test_pairs={value!r} is invalid; allowed: {TEST_PAIRS_ALLOWED}")
 
 
 class MQAR(Task):
@@ -17,6 +29,10 @@ class MQAR(Task):
     replacement from the power law ``p(g) ∝ a (g+1)^(a-1)``. The label (the paired value) sits
     at the query position itself, so a causal model predicts it from the prefix; only query
     positions carry weight. Unlike zoology, ``vocab_size > seq_len`` is not required.
+
+    ``test_pairs`` sets the pairs of the test splits at other lengths (task.test_lengths): ``same``
+    (num_kv_pairs in a longer context), ``scale`` (num_kv_pairs · T / seq_len, rounded down, at least 1:
+    the same pairs per token) or a list of integers, one per test length in the order given.
     """
 
     kind = "classification"
@@ -30,6 +46,7 @@ class MQAR(Task):
         num_kv_pairs: int = 4,
         power_a: float = 0.01,
         random_filler: bool = False,
+        test_pairs="same",
         seed: int = 0,
         n_train: int = 20000,
         n_val: int = 1000,
@@ -38,10 +55,10 @@ class MQAR(Task):
     ):
         self.vocab_size = check_int("vocab_size", vocab_size, 4)
         self.seq_len = check_int("seq_len", seq_len, 4)
-        # 2k context tokens plus k queries at even offsets need 4k positions (zoology asserts the same).
-        self.num_kv_pairs = check_int("num_kv_pairs", num_kv_pairs, 1, min(self.seq_len // 4, self.vocab_size // 2 - 1))
+        self.num_kv_pairs = check_int("num_kv_pairs", num_kv_pairs, 1, self.max_pairs(self.seq_len))
         self.power_a = check_float("power_a", power_a, 0.0, lo_open=True)
         self.random_filler = checks.boolean("task.random_filler", random_filler)
+        self.test_pairs = check_test_pairs(test_pairs)
         self.num_classes = self.vocab_size  # targets are token ids
         self.input_dim = None
         self.default_head = default_head
@@ -52,6 +69,7 @@ class MQAR(Task):
             num_kv_pairs=num_kv_pairs,
             power_a=power_a,
             random_filler=random_filler,
+            test_pairs=test_pairs,
             seed=seed,
             n_train=n_train,
             n_val=n_val,
@@ -59,6 +77,38 @@ class MQAR(Task):
             default_head=default_head,
         )
         self.splits = disjoint_splits(self._sample, sizes, check_int("seed", seed, 0))
+
+    def max_pairs(self, seq_len: int) -> int:
+        """The most pairs at a length: 2k context tokens plus k queries at even offsets need 4k positions
+        (zoology asserts the same), and k distinct keys from [1, V/2)."""
+        return min(seq_len // 4, self.vocab_size // 2 - 1)
+
+    def length_options(self, lengths: list[int]) -> dict[int, dict]:
+        """{T: seq_len T and its number of pairs} (see `test_pairs`); a count a length cannot hold is refused."""
+        if isinstance(self.test_pairs, list) and len(self.test_pairs) != len(lengths):
+            raise ConfigError(
+                f"task.test_pairs={self.test_pairs} has {len(self.test_pairs)} counts for {len(lengths)} "
+                f"task.test_lengths={lengths}; allowed: same, scale or one count per test length"
+            )
+        out = {}
+        for i, length in enumerate(lengths):
+            pairs = self.pairs_at(length, i)
+            if pairs > self.max_pairs(length):
+                raise ConfigError(
+                    f"task.test_pairs={self.test_pairs} gives {pairs} pairs at task.seq_len={length}; allowed: at "
+                    f"most min(seq_len/4, vocab_size/2 - 1) = {self.max_pairs(length)} (raise task.vocab_size or "
+                    "lower the pairs)"
+                )
+            out[length] = {"seq_len": length, "num_kv_pairs": pairs}
+        return out
+
+    def pairs_at(self, length: int, index: int) -> int:
+        """The pairs of the test split at the index-th test length."""
+        if self.test_pairs == "same":
+            return self.num_kv_pairs
+        if self.test_pairs == "scale":
+            return max(1, self.num_kv_pairs * length // self.seq_len)
+        return self.test_pairs[index]
 
     def _sample(self, rng: np.random.Generator, n: int) -> Split:
         """Draw n examples (possibly with duplicates; the caller drops them)."""

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# length_dispersion: max weight, normalised entropy and accuracy against the number of keys n on max retrieval
+# (Veličković et al. 2024), trained at 16 items and tested at 16 … 1024 (64×), for softmax (β fixed, β learnable,
+# each ± adaptive temperature at evaluation), ssmax, sigmoid (bias −log n) and stick-breaking; 3 vmapped seeds each.
+# The closed-form curves at initialisation come from init_curves.py (no training).
+# Usage: bash experiments/length_dispersion/run.sh [extra Hydra overrides, appended to every run]
+# SWEEP=<dir> moves the sweep (default runs/length_dispersion, git-ignored); COPY=0 keeps the study folder untouched.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+BIN="${BIN:-$ROOT/.venv/bin}"
+SWEEP="${SWEEP:-$ROOT/runs/length_dispersion}"
+COPY="${COPY:-1}"
+EXTRA=("$@")
+START=$SECONDS
+COMMON=(task=max_retrieval "task.test_lengths=[16,32,64,128,256,512,1024]"
+  model=tiny model.layers=1 model.heads=1 model.positional=none
+  trainer.steps=2000 trainer.eval_every=500 trainer.vmap_seeds=3 trainer.progress=none)
+
+nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax normalizer.learnable=false,true \
+  normalizer.adaptive_temperature=off,eval "${COMMON[@]}" "hydra.sweep.dir=$SWEEP/softmax" ${EXTRA[@]+"${EXTRA[@]}"}
+nice -n 10 "$BIN/attnlab-train" -m normalizer=ssmax,sigmoid,stickbreaking "${COMMON[@]}" \
+  "hydra.sweep.dir=$SWEEP/others" ${EXTRA[@]+"${EXTRA[@]}"}
+
+# The query row's max weight and entropy per test length, read from the trained checkpoints (query_rows.py).
+nice -n 10 "$BIN/python" "$HERE/query_rows.py" "$SWEEP" "$SWEEP/report"
+nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by normalizer normalizer.learnable normalizer.adaptive_temperature \
+  --metrics test/accuracy 'test_len/*/attn_max_weight/layer_0' --curves val/accuracy
+nice -n 10 "$BIN/python" "$HERE/init_curves.py" "$SWEEP/report"
+
+if [ "$COPY" = 1 ]; then
+  cp "$SWEEP/report/report.md" "$SWEEP/report/init.md" "$SWEEP/report/query_rows.md" "$HERE/"
+  cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
+  nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
+fi
+times  # CPU time: the second line is the runs' user and system time
+echo "length_dispersion: wall time $((SECONDS - START)) s"
