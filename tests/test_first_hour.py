@@ -166,7 +166,7 @@ def test_attention_statistic_tags_carry_their_definition(tmp_path):
     assert acc.SummaryMetadata("val/accuracy").summary_description == ""
 
 
-def test_short_lm_attention_maps_are_labelled_with_the_probe_characters():
+def test_short_lm_attention_maps_are_labelled_with_the_shown_characters():
     from attnlab import tasks, tb_images
 
     lm = tasks.make("lm", seq_len=16, n_train=50, n_val=10, n_test=10)
@@ -184,7 +184,7 @@ def test_short_lm_attention_maps_are_labelled_with_the_probe_characters():
 @pytest.mark.parametrize("seq_len", [16, 272])
 def test_the_continuation_is_the_models_greedy_choice_after_the_prompt(seq_len):
     """Teacher-forced check on the full-length window: each written byte is the argmax of the logits before it,
-    also past continuation.MAX_CONTEXT, where the sample runs on the probe's prefix (the model is causal)."""
+    also past continuation.MAX_CONTEXT, where the sample runs on the shown example's prefix (the model is causal)."""
     import jax
     from flax import nnx
     from test_configs import compose_train
@@ -207,7 +207,7 @@ def test_the_continuation_is_the_models_greedy_choice_after_the_prompt(seq_len):
     np.testing.assert_array_equal(written[0, start:], logits[start - 1 : length - 1].argmax(-1) + 1)
 
 
-def test_lm_logs_a_continuation_of_the_probe_at_each_eval(tmp_path):
+def test_lm_logs_a_continuation_of_the_shown_example_at_each_eval(tmp_path):
     from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
 
     run_dir = tmp_path / "r"
@@ -216,11 +216,11 @@ def test_lm_logs_a_continuation_of_the_probe_at_each_eval(tmp_path):
     acc.Reload()
     events = acc.Tensors("sample/continuation/text_summary")
     assert [e.step for e in events] == [2, 4]
-    probe = acc.Tensors("probe/text/text_summary")[0].tensor_proto.string_val[0].decode()
+    shown = acc.Tensors("example/text/text_summary")[0].tensor_proto.string_val[0].decode()
     text = events[-1].tensor_proto.string_val[0].decode()
     assert text.startswith("prompt ▶ greedy continuation (") and "▶" in text.split("\n\n", 1)[1]
     block = "\n".join(line[4:] for line in text.split("\n\n", 1)[1].split("\n"))
-    assert block.split("▶")[0] == probe[: len(block.split("▶")[0])] and len(block.split("▶")[0]) >= 1
+    assert block.split("▶")[0] == shown[: len(block.split("▶")[0])] and len(block.split("▶")[0]) >= 1
 
 
 def test_loss_and_headline_curves_are_the_first_time_series_group(tmp_path):

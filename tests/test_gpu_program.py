@@ -18,7 +18,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import gpu_program as gp  # noqa: E402
+import normalizer_refs as R  # noqa: E402
 
+from attnlab import normalizers as nz  # noqa: E402
 from attnlab import registry  # noqa: E402
 from attnlab.normalizers import impl, sampled_rows  # noqa: E402
 
@@ -27,9 +29,27 @@ pytestmark = pytest.mark.gpu_program
 B, T, LAYERS = 2, 1024, 2
 EXTRA = (f"model.layers={LAYERS}",)
 FULL_B = 32  # model=base, all 8 layers, at T
-FUSED = ("softmax", "kl")  # the normalizers cuDNN flash attention computes (kl with its uniform prior)
-FUSED_EXTRA = {"softmax": (), "kl": ("normalizer.prior=uniform",)}  # kl's default prior (recency) is a bias
-DENSE_ONLY = ("entmax",)  # no blockwise form (normalizers/entmax.py): dense at every length
+HEADS, HEAD_DIM = 8, 64  # model=base
+
+
+def capability(name: str, **options) -> impl.Capability:
+    """What normalizer `name` with these options can run besides its dense form (normalizers/impl.py)."""
+    return nz.build(name, num_heads=HEADS, head_dim=HEAD_DIM, **options).capability()
+
+
+def fused_variants() -> dict[str, tuple[str, ...]]:
+    """{normalizer: its overrides}: the first option variant (normalizer_refs.cases) of each registered normalizer
+    that cuDNN flash attention computes (softmax with its defaults; kl with its uniform prior, its default recency
+    prior being a bias)."""
+    fused = {}
+    for name, _, options in R.cases():
+        if name not in fused and capability(name, **options).fused:
+            fused[name] = tuple(f"normalizer.{key}={value}" for key, value in options.items())
+    return fused
+
+
+FUSED_EXTRA = fused_variants()
+FUSED = list(FUSED_EXTRA)
 
 
 @pytest.fixture(scope="module")
@@ -104,12 +124,14 @@ def test_no_txt_buffer_where_the_backend_keeps_none(programs, name):
     keeps these scores dense), the blockwise form of every other normalizer; entmax, with no form but the dense one
     (its threshold τ needs every score of a row), says so."""
     assert sampled_rows.at_length(T, T)
-    extra = () if name in DENSE_ONLY + ("softmax", "linear") else ("normalizer.impl=blockwise",)
-    p = programs(name, extra=extra)
-    if name in DENSE_ONLY:
-        assert p["impl"] == ["dense"] and p["plain"].txt_buffers > 0
+    can = capability(name)  # with its defaults, as the run below builds it
+    auto = "cudnn" if can.fused else "chunked" if can.linear_chunk else None  # what auto takes that keeps no scores
+    expected = auto or ("blockwise" if can.blockwise else "dense")
+    p = programs(name, extra=("normalizer.impl=blockwise",) if expected == "blockwise" else ())
+    assert p["impl"] == [expected]
+    if expected == "dense":
+        assert p["plain"].txt_buffers > 0
     else:
-        assert p["impl"] == [{"softmax": "cudnn", "linear": "chunked"}.get(name, "blockwise")]
         assert (p["plain"].txt_buffers, p["stats"].txt_buffers) == (0, 0), p["impl"]
 
 

@@ -302,7 +302,7 @@ def test_images_and_histograms_are_drawn_in_the_background_and_land_in_the_event
     assert [e.step for e in hist] == [7] and hist[0].histogram_value.num == 3
 
 
-def test_probe_text_is_written_for_a_task_that_decodes_and_only_then(tmp_path):
+def test_shown_text_is_written_for_a_task_that_decodes_and_only_then(tmp_path):
     class Bytes(Task):
         is_text = True
 
@@ -311,12 +311,12 @@ def test_probe_text_is_written_for_a_task_that_decodes_and_only_then(tmp_path):
 
     for name, task in (("lm", Bytes()), ("mqar", Task())):
         writer = Summaries(str(tmp_path / name))
-        writer.probe_text(task, np.frombuffer(b"attention", np.uint8))
+        writer.shown_text(task, np.frombuffer(b"attention", np.uint8))
         writer.close()
     acc = events(tmp_path / "lm")
-    (event,) = acc.Tensors("probe/text/text_summary")
+    (event,) = acc.Tensors("example/text/text_summary")
     assert tensor_util.make_ndarray(event.tensor_proto).item() == b"attention"
-    assert acc.SummaryMetadata("probe/text/text_summary").plugin_data.plugin_name == "text"
+    assert acc.SummaryMetadata("example/text/text_summary").plugin_data.plugin_name == "text"
     assert events(tmp_path / "mqar").Tags()["tensors"] == []
 
 

@@ -39,7 +39,7 @@ def test_evaluate_step_keeps_each_seeds_best_params_and_metrics():
     evaluator = types.SimpleNamespace(
         run=lambda params, rest, split: ([{"loss": v, "accuracy": 1 - v / 10} for v in val_losses], None),
         maps=lambda params, rest, inputs, valid: np.zeros((S, 1, 1, 2, 2)),
-        probe={"inputs": None, "valid": None},
+        shown={"inputs": None, "valid": None},
         baseline={"val": {"loss": 9.0}},
     )
     summaries = [_Recorder() for _ in range(S)]

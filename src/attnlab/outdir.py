@@ -47,7 +47,7 @@ def unwritable_reason(path: Path) -> str | None:
     if not ancestor.is_dir():
         return f"{ancestor} is not a directory"
     try:
-        os.rmdir(tempfile.mkdtemp(prefix=".attnlab-probe-", dir=ancestor))
+        os.rmdir(tempfile.mkdtemp(prefix=".attnlab-writable-", dir=ancestor))
     except OSError as exc:
         return f"cannot create anything in {ancestor} ({exc.strerror or exc})"
     return None

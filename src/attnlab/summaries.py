@@ -118,7 +118,9 @@ class Summaries:
         self.figures = tb_images.Figures()  # drawn on self.background's one thread
         self.described: set[str] = set()
         self.main: set[str] = set()  # tags copied under MAIN (set by layout)
-        self.labels: list[str] | None = None  # the probe's characters (tb_images.char_labels), set by probe_text
+        self.labels: list[str] | None = (
+            None  # the shown example's characters (tb_images.char_labels), set by shown_text
+        )
         self.background = tb_images.Background()  # images and histograms are drawn off the loop's thread
 
     # Nothing non-finite reaches the writer: tensorboardX warns per NaN and refuses an empty histogram;
@@ -174,14 +176,14 @@ class Summaries:
             *(f"attn_entropy/layer_{i}" for i in range(num_layers)),
         }
 
-    def probe_text(self, task, tokens_T, step: int = 0):
-        """The probe example as text (`probe/text`), for a text task (Task.is_text)."""
+    def shown_text(self, task, tokens_T, step: int = 0):
+        """The shown example as text (`example/text`), for a text task (Task.is_text)."""
         if task.is_text:
-            self.writer.add_text("probe/text", str(task.decode(tokens_T)), step)
+            self.writer.add_text("example/text", str(task.decode(tokens_T)), step)
         self.labels = tb_images.char_labels(task, tokens_T)
 
     def continuation(self, prompt: str, written: str, step: int):
-        """`sample/continuation`: the probe's prompt and what the model wrote after it (greedy), as a code block
+        """`sample/continuation`: the shown example's prompt and what the model wrote after it (greedy), as a code block
         so TensorBoard's Markdown keeps the text's whitespace."""
         block = "\n".join("    " + line for line in f"{prompt}▶{written}".split("\n"))
         self.writer.add_text(
@@ -189,7 +191,7 @@ class Summaries:
         )
 
     def attention_images(self, maps_LBNTS, step: int):
-        """One RGB image per layer and head of the fixed probe example (the first validation example), drawn in
+        """One RGB image per layer and head of the shown example (the fixed first validation example), drawn in
         the background from ≤ 256×256 block means (tb_images.Figures, one kept per head); a non-finite map is
         skipped."""
         maps_LBNTS = np.asarray(maps_LBNTS, np.float32)

@@ -36,7 +36,7 @@ MAX_LABELLED = 32  # up to this many positions, the axes name each position's ch
 
 
 def char_labels(task, tokens_T) -> list[str] | None:
-    """One visible label per position (space ␣, newline ↵, tab →) for a short text probe; None otherwise."""
+    """One visible label per position (space ␣, newline ↵, tab →) for a short shown text example; None otherwise."""
     tokens_T = np.asarray(tokens_T).ravel()
     if not task.is_text or len(tokens_T) > MAX_LABELLED:
         return None

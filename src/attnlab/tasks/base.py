@@ -105,7 +105,7 @@ class Task:
     ``train_data`` then says ``"host-stream"`` instead of ``"device"``).
 
     Text: ``is_text`` is True for a task whose tokens are text; it then decodes them
-    (``decode``: the probe's text and the attention images' character labels in TensorBoard)
+    (``decode``: the shown example's text and the attention images' character labels in TensorBoard)
     and may say how a model continues a prompt (``continuation``, logged on eval steps).
 
     Tasks are built from their YAML in ``configs/task/<name>.yaml`` via
@@ -173,7 +173,7 @@ class Task:
         raise TypeError(f"{type(self).__name__} is not a text task (is_text=False): its tokens do not decode")
 
     def continuation(self, graphdef) -> Callable | None:
-        """(params, rest, inputs_1T, valid_1T) -> (1, L) tokens: the probe's prompt and the model's continuation
+        """(params, rest, inputs_1T, valid_1T) -> (1, L) tokens: the shown example's prompt and the model's continuation
         of it, for one seed; None (the default): the task logs no sample."""
         return None
 

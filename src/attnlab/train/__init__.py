@@ -94,7 +94,7 @@ def fit(
             loss_is_nll=nets[0].head.loss_is_nll,
             num_layers=num_layers,
             task=task,
-            probe_inputs=evaluator.probe["inputs"],
+            shown_inputs=evaluator.shown["inputs"],
         )
     with phases("train_loop"):
         run_steps(loop, steps, data, cfg, logs, evaluator, ckpt, phases)

@@ -32,11 +32,11 @@ class Evaluator:
     task: Any
     evals: dict[str, dict]  # split -> padded arrays on device
     baseline: dict[str, dict]  # split -> the task's baseline metrics
-    probe: dict  # the same fixed val example for every run (attention images)
+    shown: dict  # the shown example: the same fixed val example for every run (attention images, text)
     num_seeds: int
     replicated: Any  # the sharding of every argument that is not params (splits, temperatures)
     fit: Callable  # (logits, labels, weights) -> temperature_S: calibration.fit_temperature per seed
-    sample: Callable | None = None  # the task's continuation of the probe per seed (Task.continuation), or None
+    sample: Callable | None = None  # the task's continuation of the shown example per seed (Task.continuation), or None
     last: dict = dataclasses.field(default_factory=dict)  # split -> (params, temperature, result), latest run
 
     @classmethod
@@ -64,7 +64,7 @@ class Evaluator:
             task=task,
             evals=evals,
             baseline=baseline,
-            probe={k: evals["val"][k][:1] for k in ("inputs", "valid")},
+            shown={k: evals["val"][k][:1] for k in ("inputs", "valid")},
             num_seeds=num_seeds,
             replicated=replicated,
             fit=_fit,
@@ -75,13 +75,13 @@ class Evaluator:
         """The same evaluator with every program compiled ahead of time for these params (one per split)."""
         args = {s: (params, rest, self.evals[s], self._mse(s), self._temperature(None)) for s in self.evals}
         programs = {s: self.programs[s].lower(*a).compile() for s, a in args.items()}
-        probe = (params, rest, self.probe["inputs"], self.probe["valid"])
+        shown = (params, rest, self.shown["inputs"], self.shown["valid"])
         _, sample = programs["val"].out_info  # the fit takes the val sample as (and where) the program leaves it
         return dataclasses.replace(
             self,
             programs=programs,
-            maps=self.maps.lower(*probe).compile(),
-            sample=None if self.sample is None else self.sample.lower(*probe).compile(),
+            maps=self.maps.lower(*shown).compile(),
+            sample=None if self.sample is None else self.sample.lower(*shown).compile(),
             fit=self.fit if sample is None else self.fit.lower(*sample[:3]).compile(),
         )
 
@@ -265,13 +265,13 @@ def evaluate_step(
     times the maps' forward pass and the hand-off as `images`.
     """
     vals, _ = evaluator.run(state["params"], state["rest"], "val")
-    probe = evaluator.probe
+    shown = evaluator.shown
     with (phases or _untimed)("images"):
-        maps = np.asarray(evaluator.maps(state["params"], state["rest"], probe["inputs"], probe["valid"]))
+        maps = np.asarray(evaluator.maps(state["params"], state["rest"], shown["inputs"], shown["valid"]))
     attn = jax.device_get(metrics.get("attn", {})) if metrics is not None else {}
     sample = getattr(evaluator, "sample", None)  # None: the task writes no sample (and duck-typed evaluators)
     if sample is not None:
-        written = np.asarray(sample(state["params"], state["rest"], probe["inputs"], probe["valid"]))
+        written = np.asarray(sample(state["params"], state["rest"], shown["inputs"], shown["valid"]))
     improved = []
     for i, val in enumerate(vals):
         summaries[i].scalars(

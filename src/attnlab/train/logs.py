@@ -37,7 +37,7 @@ class Logs:
         loss_is_nll: bool,
         num_layers: int,
         task,
-        probe_inputs,
+        shown_inputs,
     ) -> "Logs":
         # purge_step: a resumed run rewrites the steps after its checkpoint, so TensorBoard drops the old ones.
         summaries = [
@@ -47,7 +47,7 @@ class Logs:
         progress = Progress(cfg.progress, cfg.steps, start)
         for s in summaries:
             s.layout(num_layers, task.headline_metric)
-            s.probe_text(task, np.asarray(jax.device_get(probe_inputs[0])))
+            s.shown_text(task, np.asarray(jax.device_get(shown_inputs[0])))
         return cls(summaries, progress, has_beta, loss_is_nll)
 
 

@@ -1,4 +1,4 @@
-"""What a language model writes: the probe example's first bytes continued greedily, for the Text tab."""
+"""What a language model writes: the shown example's first bytes continued greedily, for the Text tab."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 MAX_NEW = 64  # bytes written per sample: one forward pass each, on eval steps only
-MAX_CONTEXT = 256  # the sample runs on the probe's first ≤ 256 positions: 64 passes at T=1024 cost ~5 val batches
+MAX_CONTEXT = (
+    256  # the sample runs on the shown example's first ≤ 256 positions: 64 passes at T=1024 cost ~5 val batches
+)
 
 
 def sample_length(seq_len: int) -> int:
@@ -23,7 +25,7 @@ def prompt_length(length: int) -> int:
 def make_continuation(graphdef, *, seq_len: int):
     """(params, rest, inputs_1T, valid_1T) -> (1, L) inputs of one seed, L = sample_length(T), whose positions
     from prompt_length(L) on are the model's greedy choice, each from the positions before it (a causal model
-    never sees the rest, so the probe's first L positions are a complete input)."""
+    never sees the rest, so the shown example's first L positions are a complete input)."""
     length = sample_length(seq_len)
     start = prompt_length(length)
 

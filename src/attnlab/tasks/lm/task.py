@@ -251,7 +251,7 @@ class LanguageModel(Task):
         return bytes(int(t) - 1 for t in np.asarray(tokens_T).ravel() if t != PAD).decode("utf-8", errors="replace")
 
     def continuation(self, graphdef):
-        """The probe's first bytes continued greedily (continuation.make_continuation)."""
+        """The shown example's first bytes continued greedily (continuation.make_continuation)."""
         return continuation.make_continuation(graphdef, seq_len=self.seq_len)
 
     def split_continuation(self, written_L) -> tuple[str, str]:
