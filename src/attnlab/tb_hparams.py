@@ -20,7 +20,7 @@ from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
 from attnlab import registry
-from attnlab.sweep.definition import multirun_config, sweep_overrides
+from attnlab.sweep import definition
 
 TOP_LEVEL = ("normalizer", "task", "head", "model")  # in the order they fill the ticked columns
 SHOWN = 5  # the HParams tab ticks the first five hparams (differs first, then by name)
@@ -51,10 +51,10 @@ CHOICE_GROUPS = {
 def sweep_values(sweep_dir: Path | str | None) -> dict[str, list[str]]:
     """{hparam name: the values it takes} of every key a multirun sweeps, from its multirun.yaml."""
 
-    saved = None if sweep_dir is None else multirun_config(sweep_dir)
+    saved = None if sweep_dir is None else definition.multirun_config(sweep_dir)
     if saved is None:
         return {}
-    overrides = sweep_overrides(saved)
+    overrides = definition.sweep_overrides(saved)
     return {
         ALIASES.get(o.key_or_group, o.key_or_group): list(o.sweep_string_iterator())
         for o in overrides

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from attnlab.report.load import Run
 from attnlab.run.record import STATUSES  # the outcomes; anything else has no result yet
-from attnlab.sweep.definition import multirun_config, sweep_overrides, swept_keys
+from attnlab.sweep import definition
 from attnlab.sweep.naming import named_job
 
 
@@ -18,12 +18,12 @@ def expected_jobs(sweep_dir: Path) -> list[tuple[str, int]] | None:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.errors import HydraException
 
-    saved = multirun_config(sweep_dir)  # read and parsed once for every job's name (not per job)
+    saved = definition.multirun_config(sweep_dir)  # read and parsed once for every job's name (not per job)
     try:
-        [jobs] = BasicSweeper.split_arguments(sweep_overrides(saved), None)
+        [jobs] = BasicSweeper.split_arguments(definition.sweep_overrides(saved), None)
     except (ValueError, HydraException, AttributeError):  # None (unreadable), or a sweep BasicSweeper cannot expand
         return None
-    base_seeds, swept = saved.get("trainer", {}).get("vmap_seeds", 1), swept_keys(sweep_dir, saved)
+    base_seeds, swept = saved.get("trainer", {}).get("vmap_seeds", 1), definition.swept_keys(sweep_dir, saved)
     out = []
     for num, overrides in enumerate(jobs):
         seeds = [o.split("=", 1)[1] for o in overrides if o.startswith("trainer.vmap_seeds=")]
