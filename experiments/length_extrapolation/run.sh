@@ -33,12 +33,23 @@ nice -n 10 "$BIN/attnlab-train" -m normalizer=stickbreaking,softmax,ssmax model.
 nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax,ssmax model.positional=rope optim.lr=3e-3 \
   "${COMMON[@]}" trainer.steps=1500 "hydra.sweep.dir=$SWEEP/rope_long" ${EXTRA[@]+"${EXTRA[@]}"} > "$SWEEP/long.log" 2>&1
 wait
+# A learning-rate screen with RoPE at 500 steps: 1e-3 and 1e-2 beside the 3e-3 runs above (linear left out), in a
+# folder of its own (beside $SWEEP, so the main report's cells keep one rate), reported with the 3e-3 runs copied in.
+SCREEN="${SWEEP}_lr_screen"
+mkdir -p "$SCREEN"
+nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax,ssmax,stickbreaking,sigmoid model.positional=rope \
+  optim.lr=1e-2,1e-3 "${COMMON[@]}" "hydra.sweep.dir=$SCREEN/rope_screen" ${EXTRA[@]+"${EXTRA[@]}"} > "$SCREEN/screen.log" 2>&1
+rm -rf "$SCREEN/rope" "$SCREEN/rope_sigmoid"
+cp -r "$SWEEP/rope" "$SWEEP/rope_sigmoid" "$SCREEN/"
+rm -rf "$SCREEN/rope/report" "$SCREEN/rope_sigmoid/report"
+nice -n 10 "$BIN/attnlab-report" "$SCREEN" --group-by normalizer --select-lr --metrics test/accuracy val/loss
 
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.positional normalizer trainer.steps \
   --metrics test/accuracy test/loss --baseline normalizer=softmax --curves val/accuracy
 
 if [ "$COPY" = 1 ]; then
   cp "$SWEEP/report/report.md" "$HERE/report.md"
+  cp "$SCREEN/report/report.md" "$HERE/lr_screen.md"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
