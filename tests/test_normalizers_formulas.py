@@ -11,6 +11,7 @@ from flax import nnx
 from attnlab import normalizers as nz
 from attnlab import registry
 from attnlab.checks import ConfigError
+from attnlab.normalizers import sampled_rows
 
 pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
 
@@ -209,3 +210,42 @@ def test_entropy_stat_uniform_is_one_and_one_hot_is_zero():
     q, k, v = R.qkv(14, T, S, scale=0.0)
     stats = _build("softmax", {})(q, k, v, mask, with_stats=True)[1]
     np.testing.assert_allclose(np.asarray(stats["entropy"]), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", R.MASK_KINDS)
+@pytest.mark.parametrize("scale", [1.0, 40.0])
+def test_softmax_stats_from_logits_match_the_statistics_of_the_weights(kind, scale):
+    """softmax_stats reads only the logits; the float64 reference builds the weights and applies the definitions
+    (empty rows, one-key rows, and logits large enough to overflow an unshifted exp included)."""
+    T, S, _, m = _mask(kind)
+    x = scale * np.random.default_rng(7).normal(size=(R.B, R.N, T, S))
+    logits = 0.5 * x
+    w_ref = R.rowwise(lambda r, *_: R.softmax_np(r), x, m)
+    got = nz.softmax_stats(jnp.asarray(x, jnp.float32), jnp.asarray(logits, jnp.float32), jnp.asarray(m[:, None]))
+    for key, ref in R.core_stats(w_ref, logits, m).items():
+        np.testing.assert_allclose(np.asarray(got[key]), ref, atol=ATOL, rtol=RTOL, err_msg=key)
+
+
+def test_sampled_row_statistics_of_row_softmax_normalizers_match_the_reference(monkeypatch):
+    """Every normalizer with a row-softmax form (found, not listed) reports on sampled rows the float64
+    reference's statistics of its weights on those rows (adaptive temperature, which changes the weights at
+    evaluation only, takes the dense form there: not these rows)."""
+    monkeypatch.setattr(sampled_rows, "STATS_ROWS", 5)
+    found = []
+    for name, _, opts in CASES:
+        T, S, mask, m = _mask("causal_pad")
+        norm = _build(name, opts).inner
+        z_BNTS = jnp.zeros((R.B, R.N, T, S))
+        if not isinstance(norm, nz.ScoreNormalizer) or norm.mode_dependent:
+            continue
+        if norm.softmax_rows(z_BNTS, mask.matrix_B1TS(T, S), None) is None:
+            continue
+        found.append(name)
+        q, k, _ = R.qkv(3, T, S)
+        stats = norm._row_stats(*(jnp.swapaxes(jnp.asarray(a), 1, 2) for a in (q, k)), mask)
+        w_ref, logits_ref, _ = _reference(name, opts, q, k, m, norm)
+        rows = sampled_rows.stats_rows(T)
+        core_ref = R.core_stats(w_ref[:, :, rows], logits_ref[:, :, rows], m[:, rows])
+        for key, ref in core_ref.items():
+            np.testing.assert_allclose(np.asarray(stats[key]), ref, atol=ATOL, rtol=RTOL, err_msg=f"{name}: {key}")
+    assert {"softmax", "ssmax"} <= set(found), found

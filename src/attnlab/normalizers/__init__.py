@@ -15,6 +15,7 @@ from .base import (
     NormalizerParam,
     ScoreNormalizer,
     core_stats,
+    softmax_stats,
 )
 from .contract import FROM_ATTENTION
 from .entmax import Entmax, entmax
@@ -51,6 +52,7 @@ __all__ = [
     "core_stats",
     "entmax",
     "masked_softmax",
+    "softmax_stats",
 ]
 
 

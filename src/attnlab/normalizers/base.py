@@ -53,21 +53,44 @@ def core_stats(att_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
     being dominated by sequence length — LITERATURE.md, cross-cutting).
     """
     att = jnp.where(m_B1TS, att_BNTS.astype(jnp.float32), 0.0)
-    n_B1T = m_B1TS.sum(-1)
     mass_BNT = att.sum(-1)
-    row_ok = jnp.broadcast_to(n_B1T >= 1, mass_BNT.shape)
-    ent_ok = (n_B1T >= 2) & (mass_BNT > 0)
     p = att / jnp.where(mass_BNT > 0, mass_BNT, 1.0)[..., None]
     h_BNT = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), -1)
-    ent_BNT = h_BNT / jnp.log(jnp.maximum(n_B1T, 2))
+    return _per_head(h_BNT, att.max(-1), mass_BNT, logits_BNTS, m_B1TS)
+
+
+def softmax_stats(x_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
+    """core_stats of the weights masked_softmax(x), from x without building them.
+
+    With d = x − max x over a row's admissible keys and l = Σ e^d: the largest weight is 1/l, the entropy
+    log l − Σ e^d·d / l, the mass 1. Two reductions over x instead of the weights' write and their passes:
+    the sampled-row statistics beside a fused kernel read the row scores only (BENCHMARKS.md, the logging step).
+    """
+    m = jnp.broadcast_to(m_B1TS, x_BNTS.shape)
+    x = x_BNTS.astype(jnp.float32)
+    max_BNT1 = jnp.max(jnp.where(m, x, -jnp.inf), -1, keepdims=True)
+    d_BNTS = jnp.where(m, x - jnp.where(jnp.isfinite(max_BNT1), max_BNT1, 0.0), 0.0)
+    e_BNTS = jnp.where(m, jnp.exp(d_BNTS), 0.0)
+    l_BNT = e_BNTS.sum(-1)
+    has_keys = l_BNT > 0
+    l_BNT = jnp.where(has_keys, l_BNT, 1.0)
+    h_BNT = jnp.log(l_BNT) - jnp.sum(e_BNTS * d_BNTS, -1) / l_BNT
+    return _per_head(h_BNT, jnp.where(has_keys, 1.0 / l_BNT, 0.0), has_keys.astype(jnp.float32), logits_BNTS, m_B1TS)
+
+
+def _per_head(h_BNT, max_weight_BNT, mass_BNT, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
+    """CORE_STATS from each row's entropy (nats), largest weight and mass: means over rows, per head."""
+    n_B1T = m_B1TS.sum(-1)
+    row_ok = jnp.broadcast_to(n_B1T >= 1, mass_BNT.shape)
+    ent_ok = (n_B1T >= 2) & (mass_BNT > 0)
 
     def mean_N(x, ok):
         return jnp.sum(jnp.where(ok, x, 0.0), (0, 2)) / jnp.maximum(jnp.sum(ok, (0, 2)), 1)
 
     abs_logits = jnp.where(m_B1TS, jnp.abs(logits_BNTS.astype(jnp.float32)), 0.0)
     return {
-        "entropy": mean_N(ent_BNT, ent_ok),
-        "max_weight": mean_N(att.max(-1), row_ok),
+        "entropy": mean_N(h_BNT / jnp.log(jnp.maximum(n_B1T, 2)), ent_ok),
+        "max_weight": mean_N(max_weight_BNT, row_ok),
         "row_mass": mean_N(mass_BNT, row_ok),
         "max_logit": abs_logits.max((0, 2, 3)),
     }
@@ -184,6 +207,11 @@ class ScoreNormalizer(Normalizer, abstract=True):
         """`normalize` on a subset of query rows at positions q_pos_R (for sampled statistics)."""
         return self.normalize(z_BNRS, m_B1RS)
 
+    def softmax_rows(self, z_BNRS, m_B1RS, q_pos_R):
+        """(x, logits, extras) where `normalize_rows` is masked_softmax(x) with those logits and extras (the
+        sampled-row statistics then come from x by softmax_stats), else None."""
+        return None
+
     def block_form(self):
         """The elementwise piece for blockwise attention (blockwise.BlockForm), or None: dense only."""
         return None
@@ -218,9 +246,12 @@ class ScoreNormalizer(Normalizer, abstract=True):
         T, S = q_BNTH.shape[2], k_BNSH.shape[2]
         rows_R = sampled_rows.stats_rows(T)
         m_B1RS = mask.matrix_B1TS(T, S, rows_R)
-        att_BNRS, logits_BNRS, extras = self.normalize_rows(
-            self._scores(q_BNTH[:, :, rows_R], k_BNSH), m_B1RS, jnp.asarray(rows_R) + (S - T)
-        )
+        z_BNRS, q_pos_R = self._scores(q_BNTH[:, :, rows_R], k_BNSH), jnp.asarray(rows_R) + (S - T)
+        softmax_rows = self.softmax_rows(z_BNRS, m_B1RS, q_pos_R)
+        if softmax_rows is not None:
+            x_BNRS, logits_BNRS, extras = softmax_rows
+            return {**softmax_stats(x_BNRS, logits_BNRS, m_B1RS), **extras}
+        att_BNRS, logits_BNRS, extras = self.normalize_rows(z_BNRS, m_B1RS, q_pos_R)
         return {**core_stats(att_BNRS, logits_BNRS, m_B1RS), **extras}
 
     def _scores(self, q_BNTH, k_BNSH):

@@ -117,10 +117,13 @@ class Softmax(AdaptiveTemperature, ScoreNormalizer):
         m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
         return softmax_attention(q_BNTH, k_BNSH, v_BNSH, self.beta(), m_B1TS)
 
+    def softmax_rows(self, z_BNRS, m_B1RS, q_pos_R=None):
+        logits_BNRS = self.softmax_logits(z_BNRS, m_B1RS)
+        return logits_BNRS, logits_BNRS, {"beta": self.beta()}
+
     def normalize(self, z_BNTS, m_B1TS):
-        beta_N = self.beta()
-        logits_BNTS = beta_N[None, :, None, None] * z_BNTS
-        return masked_softmax(logits_BNTS, m_B1TS), logits_BNTS, {"beta": beta_N}
+        x_BNTS, logits_BNTS, extras = self.softmax_rows(z_BNTS, m_B1TS)
+        return masked_softmax(x_BNTS, m_B1TS), logits_BNTS, extras
 
 
 class KL(AdaptiveTemperature, ScoreNormalizer):

@@ -58,11 +58,15 @@ class SSMax(ScoreNormalizer):
 
         return BlockForm("exp", self.params(), logits)
 
-    def normalize(self, z_BNTS, m_B1TS):
+    def softmax_rows(self, z_BNRS, m_B1RS, q_pos_R=None):
         p = self.params()
-        beta_BNT1 = self.inverse_temperature(p, m_B1TS.sum(-1, keepdims=True).astype(jnp.float32))
-        logits_BNTS = beta_BNT1 * z_BNTS
-        extras = {"s": p["s"], "beta": row_mean_N(beta_BNT1[..., 0], m_B1TS)}
+        beta_BNR1 = self.inverse_temperature(p, m_B1RS.sum(-1, keepdims=True).astype(jnp.float32))
+        logits_BNRS = beta_BNR1 * z_BNRS
+        extras = {"s": p["s"], "beta": row_mean_N(beta_BNR1[..., 0], m_B1RS)}
         if self.has_bias:
             extras["bias"] = p["b"]
-        return masked_softmax(logits_BNTS, m_B1TS), logits_BNTS, extras
+        return logits_BNRS, logits_BNRS, extras
+
+    def normalize(self, z_BNTS, m_B1TS):
+        x_BNTS, logits_BNTS, extras = self.softmax_rows(z_BNTS, m_B1TS)
+        return masked_softmax(x_BNTS, m_B1TS), logits_BNTS, extras
