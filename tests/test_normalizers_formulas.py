@@ -248,4 +248,4 @@ def test_sampled_row_statistics_of_row_softmax_normalizers_match_the_reference(m
         core_ref = R.core_stats(w_ref[:, :, rows], logits_ref[:, :, rows], m[:, rows])
         for key, ref in core_ref.items():
             np.testing.assert_allclose(np.asarray(stats[key]), ref, atol=ATOL, rtol=RTOL, err_msg=f"{name}: {key}")
-    assert {"softmax", "ssmax"} <= set(found), found
+    assert {"kl", "softmax", "ssmax"} <= set(found), found

@@ -196,10 +196,10 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
     def normalize_rows(self, z_BNRS, m_B1RS, q_pos_R):
         return self.normalize(z_BNRS, m_B1RS, q_pos_R)
 
-    def softmax_logits(self, z_BNTS, m_B1TS):
+    def softmax_logits(self, z_BNTS, m_B1TS, q_pos_T=None):
         """βz + log u on admissible keys (0 elsewhere): what π's softmax acts on."""
         bz_BNTS = self.beta()[None, :, None, None] * z_BNTS
-        return jnp.where(m_B1TS, bz_BNTS + self.log_prior(m_B1TS), 0.0)
+        return jnp.where(m_B1TS, bz_BNTS + self.log_prior(m_B1TS, q_pos_T), 0.0)
 
     def log_prior(self, m_B1TS, q_pos_T=None):
         """log u over admissible keys (normalised per row), -inf elsewhere."""
@@ -210,22 +210,25 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
         lse = jax.nn.logsumexp(raw, -1, keepdims=True)
         return jnp.where(m_B1TS, raw - jnp.where(jnp.isfinite(lse), lse, 0.0), -jnp.inf)
 
-    def normalize(self, z_BNTS, m_B1TS, q_pos_T=None):
+    def softmax_rows(self, z_BNTS, m_B1TS, q_pos_T=None):
         beta_N = self.beta()
         bz_BNTS = beta_N[None, :, None, None] * z_BNTS
-        logu_BNTS = self.log_prior(m_B1TS, q_pos_T)
-        att_BNTS = masked_softmax(jnp.where(m_B1TS, bz_BNTS + logu_BNTS, 0.0), m_B1TS)
+        x_BNTS = self.softmax_logits(z_BNTS, m_B1TS, q_pos_T)
         # log π − log u = βz − LSE(βz + log u), so KL = β⟨π,z⟩ − LSE and the optimal value of the
         # objective is LSE/β (LITERATURE.md, cross-cutting).
-        lse_BNT = jax.nn.logsumexp(jnp.where(m_B1TS, bz_BNTS + logu_BNTS, -jnp.inf), -1)
+        lse_BNT = jax.nn.logsumexp(jnp.where(m_B1TS, x_BNTS, -jnp.inf), -1)
         lse_BNT = jnp.where(jnp.isfinite(lse_BNT), lse_BNT, 0.0)
-        kl_BNT = jnp.sum(att_BNTS * jnp.where(m_B1TS, bz_BNTS, 0.0), -1) - lse_BNT
+        kl_BNT = jnp.sum(masked_softmax(x_BNTS, m_B1TS) * jnp.where(m_B1TS, bz_BNTS, 0.0), -1) - lse_BNT
         extras = {
             "beta": beta_N,
             "kl_prior": row_mean_N(kl_BNT, m_B1TS),
             "objective": row_mean_N(lse_BNT / beta_N[None, :, None], m_B1TS),
         }
-        return att_BNTS, bz_BNTS, extras
+        return x_BNTS, bz_BNTS, extras
+
+    def normalize(self, z_BNTS, m_B1TS, q_pos_T=None):
+        x_BNTS, bz_BNTS, extras = self.softmax_rows(z_BNTS, m_B1TS, q_pos_T)
+        return masked_softmax(x_BNTS, m_B1TS), bz_BNTS, extras
 
 
 class Softmax1(ScoreNormalizer):
