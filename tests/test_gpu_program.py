@@ -167,13 +167,12 @@ def test_plain_softmax_step_stays_within_its_measured_ratios_to_the_reference(pr
 
 
 def test_logging_softmax_step_stays_within_its_measured_ratios_to_the_plain_step(programs):
-    """A guard on the logging step (statistics program + plain step): kernels ≤ 1.45×, bytes ≤ 1.6× the plain step.
-
-    The aim is ≤ 1.5× in bytes; measured 1.57× (BENCHMARKS.md), so the bytes bound catches a regression only."""
+    """The logging step (statistics program + plain step) within 1.5× the plain step's kernels and bytes (measured
+    1.37× and 1.49×, BENCHMARKS.md): the sampled-row statistics read the scores without writing the weights."""
     p = programs("softmax", full=True)
     logging = p["stats"] + p["plain"]
     ratios = {"kernels": logging.kernels / p["plain"].kernels, "bytes": logging.gbytes / p["plain"].gbytes}
-    assert ratios["kernels"] <= 1.45 and ratios["bytes"] <= 1.6, ratios
+    assert ratios["kernels"] <= 1.5 and ratios["bytes"] <= 1.5, ratios
 
 
 def test_the_a100_target_compiles_softmax_on_cudnn_flash_attention():
