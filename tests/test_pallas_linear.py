@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from cli_helpers import TINY, TINY_TASK, run_cli
 from flax import nnx
 
 from attnlab import normalizers as nz
@@ -157,6 +158,17 @@ def test_refuses_what_it_does_not_compute():
         nz.build(
             "linear", num_heads=N, head_dim=64, rngs=nnx.Rngs(0), feature_map="favor", num_features=24, impl="pallas"
         )
+
+
+def test_cli_refuses_pallas_on_a_cpu_in_one_line(tmp_path):
+    """As the pointwise kernels: asked for on a CPU, the run stops when the model is built, exit 2, one line."""
+    overrides = ("normalizer=linear", "normalizer.impl=pallas", "model.d_model=32", "task=lm", *TINY_TASK["lm"])
+    proc = run_cli(*TINY, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("attnlab: error:")]
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines == [
+        "attnlab: error: normalizer.impl=pallas cannot run for linear: platform cpu (the kernels are compiled for gpu)"
+    ]
 
 
 @pytest.mark.gpu_program
