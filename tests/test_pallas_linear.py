@@ -30,13 +30,13 @@ def qkv_ct(T, seed=0, dtype=jnp.float32):
     return tuple(jax.random.normal(key, (B, N, T, H)).astype(dtype) for key in keys)
 
 
-def fused_out(norm, chunk, mask):
-    """Linear.__call__'s pallas branch on the CPU: its features, the kernels in interpret mode, its division."""
+def fused_out(norm, mask):
+    """Linear.__call__'s pallas branch on the CPU: its features and the kernels in interpret mode under its
+    jax.checkpoint (Linear._pallas), then its division."""
 
     def out(q, k, v):
-        qf, kf = norm._features(q, k, mask)
-        num, den = pallas_linear.numerator_denominator(qf, kf, v, chunk, interpret=True)
-        return linear._divide(num, den + norm.eps).astype(v.dtype)
+        num, den = norm._pallas(q, k, v, mask, interpret=True)
+        return (num / (den + norm.eps)).astype(v.dtype)
 
     return out
 
@@ -64,9 +64,9 @@ def test_kernels_equal_the_parallel_form(scenario, feature_map):
     """Output and the gradients w.r.t. q, k, v (through the feature map) against the explicit T×T form, float32."""
     T, chunk, lengths = SCENARIOS[scenario]
     mask = nz.Mask(causal=True, key_valid_BS=jnp.arange(T)[None] < jnp.array(lengths)[:, None])
-    norm = norm_of(feature_map, impl="parallel")
+    norm = norm_of(feature_map, impl="parallel", chunk_size=chunk)
     q, k, v, ct = qkv_ct(T)
-    out, grads = out_and_grads(fused_out(norm, chunk, mask), q, k, v, ct)
+    out, grads = out_and_grads(fused_out(norm, mask), q, k, v, ct)
     ref_out, ref_grads = out_and_grads(lambda q, k, v: norm(q, k, v, mask)[0], q, k, v, ct)
     np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-6)
     for got, want, name in zip(grads, ref_grads, "qkv", strict=True):
@@ -103,15 +103,15 @@ def test_numerator_denominator_and_gradients_equal_a_float64_reference():
 
 def test_bfloat16_operands_track_the_float32_parallel_form():
     """bfloat16 φ(q), φ(k), v with float32 accumulation: output and gradients within bfloat16 rounding of the
-    float32 parallel form on the same (rounded) inputs. Loose (3e-2 of each array's scale): the intra-chunk weights
-    and the state are rounded to bfloat16 (8 significant bits, 4e-3 each) before they meet v and φ(q), as in
+    float32 parallel form on the same (rounded) inputs. Loose (3e-2 of each array's scale): the intra-chunk weights,
+    the state and the numerator are rounded to bfloat16 (8 significant bits, 4e-3 each), as in
     Linear._chunked and fla, and the gradients are summed from such products over 37 rows."""
     T = 37
     mask = nz.Mask(causal=True)
     q, k, v = qkv_ct(T, seed=3, dtype=jnp.bfloat16)[:3]
     ct = qkv_ct(T, seed=4)[3]
-    norm = norm_of(impl="parallel")
-    out16, g16 = out_and_grads(fused_out(norm, 8, mask), q, k, v, ct)
+    norm = norm_of(impl="parallel", chunk_size=8)
+    out16, g16 = out_and_grads(fused_out(norm, mask), q, k, v, ct)
     f32 = tuple(x.astype(jnp.float32) for x in (q, k, v))
     out32, g32 = out_and_grads(lambda q, k, v: norm(q, k, v, mask)[0], *f32, ct)
     assert out16.dtype == jnp.bfloat16 and all(g.dtype == jnp.bfloat16 for g in g16)
@@ -125,7 +125,7 @@ def test_vmapped_seeds_equal_per_seed_calls():
     T, mask = 10, nz.Mask(causal=True)
     q, k, v, ct = qkv_ct(T, seed=2)
     seeds = jnp.stack([q, q[:, :, ::-1]]), jnp.stack([k, 2 * k]), jnp.stack([v, -v])
-    out = fused_out(norm_of(impl="parallel"), 4, mask)
+    out = fused_out(norm_of(impl="parallel", chunk_size=4), mask)
 
     def out_and_vjp(q, k, v):  # the output and the gradients of Σ out·ct
         o, pullback = jax.vjp(out, q, k, v)

@@ -107,11 +107,13 @@ class Linear(Normalizer):
         elif path == "chunked":
             num, den = self._chunked(qf, kf, v_BNSH)  # in the compute dtype: its matmuls take bfloat16
         elif path == "pallas":
-            num, den = pallas_linear.numerator_denominator(qf, kf, v_BNSH, self.chunk_size)
+            num, den = self._pallas(q_BNTH, k_BNSH, v_BNSH, mask)
         else:
             num = jnp.einsum("bntf,bnfh->bnth", qf, jnp.einsum("bnsf,bnsh->bnfh", kf, v))
             den = jnp.einsum("bntf,bnf->bnt", qf, kf.sum(2))[..., None]
-        out_BNTH = _divide(num, den + self.eps).astype(v_BNSH.dtype)
+        # Features are ≥ 0, so den ≥ 0: at eps > 0 a plain division, whose backward keeps num and den only, not
+        # _divide's mask (a (B,N,T) boolean array per layer).
+        out_BNTH = (num / (den + self.eps) if self.eps > 0 else _divide(num, den)).astype(v_BNSH.dtype)
         if not with_stats:
             return out_BNTH, {}
         # At length, statistics on sampled query rows: the full T×S kernel matrix is what ran out of memory.
@@ -131,6 +133,18 @@ class Linear(Normalizer):
             a_BNTS = a_BNTS + probe_BNTS
         a_BNTS = jnp.where(mask.matrix_B1TS(qf.shape[2], kf.shape[2]), a_BNTS, 0.0)
         return jnp.einsum("bnts,bnsh->bnth", a_BNTS, v), a_BNTS.sum(-1)[..., None]
+
+    def _pallas(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, interpret: bool = False):
+        """(numerator, denominator) by the fused kernels (pallas_linear.py). The features are recomputed from q and
+        k in the backward (jax.checkpoint) rather than kept: XLA fuses them into the kernel's operands, and the
+        backward holds q and k for φ' anyway, so keeping φ(q), φ(k) too would add two arrays per layer. `interpret`:
+        the kernels as JAX operations (on a CPU)."""
+
+        def fused(q_BNTH, k_BNSH, v_BNSH):
+            qf, kf = self._features(q_BNTH, k_BNSH, mask)
+            return pallas_linear.numerator_denominator(qf, kf, v_BNSH, self.chunk_size, interpret=interpret)
+
+        return jax.checkpoint(fused)(q_BNTH, k_BNSH, v_BNSH)
 
     def _chunked(self, qf_BNTF, kf_BNTF, v_BNTH):
         """(numerator, denominator) by flash-linear-attention's chunk scheme (fla/ops/linear_attn, chunk):

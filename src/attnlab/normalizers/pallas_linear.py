@@ -32,8 +32,10 @@ F32 = jnp.float32
 
 
 def numerator_denominator(qf_BNTF, kf_BNTF, v_BNTH, chunk_size: int, *, interpret: bool = False):
-    """(numerator (B,N,T,H), denominator (B,N,T,1)), both float32, of causal linear attention on features
-    φ(q), φ(k) (cast to v's dtype for the kernels' matmuls): Linear._chunked's contract."""
+    """(numerator (B,N,T,H) in v's dtype, denominator (B,N,T,1) float32) of causal linear attention on features
+    φ(q), φ(k), cast to v's dtype for the kernels' matmuls. The numerator leaves the kernel rounded to the compute
+    dtype, as fla's fused_chunk output before its normalize_output divides it: half the bytes written, and the
+    division's backward keeps it (a float32 numerator would be the largest array a layer keeps)."""
     _check(qf_BNTF, kf_BNTF, v_BNTH, interpret)
     T = qf_BNTF.shape[2]
     C = _tile(chunk_size, T, interpret)
@@ -88,7 +90,7 @@ def _forward_kernel(C, q_ref, k_ref, v_ref, num_ref, den_ref):
         rows = pl.ds(i * C, C)
         q, k, v = q_ref[rows, :], k_ref[rows, :], v_ref[rows, :]
         a_CC = jnp.where(causal, _matmul(q, k, 1, 1), 0.0).astype(dtype)
-        num_ref[rows, :] = _matmul(a_CC, v, 1, 0) + _matmul(q, s_FH.astype(dtype), 1, 0)
+        num_ref[rows, :] = (_matmul(a_CC, v, 1, 0) + _matmul(q, s_FH.astype(dtype), 1, 0)).astype(dtype)
         den_ref[rows] = jnp.sum(a_CC.astype(F32), axis=1) + jnp.sum(q.astype(F32) * z_F[None, :], axis=1)
         return s_FH + _matmul(k, v, 0, 0), z_F + jnp.sum(k.astype(F32), axis=0)
 
@@ -150,7 +152,7 @@ def _make_attention(C: int, interpret: bool):
         return fn_fwd(q, k, v)[0]
 
     def fn_fwd(q, k, v):
-        shapes = (jax.ShapeDtypeStruct(v.shape, F32), jax.ShapeDtypeStruct(v.shape[:3], F32))
+        shapes = (jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct(v.shape[:3], F32))
         return call(_forward_kernel, shapes, q, k, v), (q, k, v)
 
     def fn_bwd(operands, cotangents):
