@@ -63,7 +63,9 @@ CASES = [("ragged", f) for f in linear.FEATURE_MAPS] + [("short", "elu1"), ("who
 def test_kernels_equal_the_parallel_form(scenario, feature_map):
     """Output and the gradients w.r.t. q, k, v (through the feature map) against the explicit T×T form, float32."""
     T, chunk, lengths = SCENARIOS[scenario]
-    mask = nz.Mask(causal=True, key_valid_BS=jnp.arange(T)[None] < jnp.array(lengths)[:, None])
+    valid = jnp.arange(T)[None] < jnp.array(lengths)[:, None]
+    # Declared right padding goes to the kernels as key lengths (Linear._pallas); whole_chunks keeps a mask.
+    mask = nz.Mask(causal=True, key_valid_BS=valid, right_padded=scenario != "whole_chunks")
     norm = norm_of(feature_map, impl="parallel", chunk_size=chunk)
     q, k, v, ct = qkv_ct(T)
     out, grads = out_and_grads(fused_out(norm, mask), q, k, v, ct)

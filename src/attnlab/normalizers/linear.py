@@ -140,11 +140,19 @@ class Linear(Normalizer):
         backward holds q and k for φ' anyway, so keeping φ(q), φ(k) too would add two arrays per layer. `interpret`:
         the kernels as JAX operations (on a CPU)."""
 
-        def fused(q_BNTH, k_BNSH, v_BNSH):
-            qf, kf = self._features(q_BNTH, k_BNSH, mask)
+        def fused(q_BNTH, k_BNSH, v_BNSH, lengths_B1):
+            # Right padding is its key lengths: the checkpoint keeps those, not a (B,S) mask through the backward.
+            m = (
+                mask
+                if lengths_B1 is None
+                else mask.replace(key_valid_BS=jnp.arange(k_BNSH.shape[2])[None, :] < lengths_B1)
+            )
+            qf, kf = self._features(q_BNTH, k_BNSH, m)
             return pallas_linear.numerator_denominator(qf, kf, v_BNSH, self.chunk_size, interpret=interpret)
 
-        return jax.checkpoint(fused)(q_BNTH, k_BNSH, v_BNSH)
+        valid = mask.key_valid_BS
+        lengths_B1 = valid.sum(-1, keepdims=True) if valid is not None and mask.right_padded else None
+        return jax.checkpoint(fused)(q_BNTH, k_BNSH, v_BNSH, lengths_B1)
 
     def _chunked(self, qf_BNTF, kf_BNTF, v_BNTH):
         """(numerator, denominator) by flash-linear-attention's chunk scheme (fla/ops/linear_attn, chunk):
