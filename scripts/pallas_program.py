@@ -1,11 +1,13 @@
 #!/usr/bin/env python
-"""The plain step of the pointwise normalizers with the fused Pallas kernels, beside blockwise and dense:
-compiled for a GPU without one (scripts/gpu_program.py's compile, counting and table).
+"""The plain step of the normalizers with fused Pallas kernels, beside their other forms: compiled for a GPU
+without one (scripts/gpu_program.py's compile, counting and table).
 
-Each row is a run's step at `normalizer.impl=dense|blockwise|pallas`. The kernels are custom calls to
-XLA's cost analysis: their bytes are their operands and results, as gpu_program.py counts cuDNN's.
+Each row is a run's step at a `normalizer.impl` of IMPLS: the pointwise normalizers at dense|blockwise|pallas,
+linear at chunked|pallas, softmax at cudnn (the one to beat). The kernels are custom calls to XLA's cost
+analysis: their bytes are their operands and results, as gpu_program.py counts cuDNN's.
 
     JAX_PLATFORMS=cpu python scripts/pallas_program.py [--target h100] [--shapes 4x8192] [--normalizers sigmoid,relu]
+    JAX_PLATFORMS=cpu python scripts/pallas_program.py --normalizers linear,softmax
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ import sys
 import gpu_program as gp
 import jax
 
-IMPLS = ("dense", "blockwise", "pallas")
+IMPLS = {"linear": ("chunked", "pallas"), "softmax": ("cudnn",)}  # others: POINTWISE_IMPLS
+POINTWISE_IMPLS = ("dense", "blockwise", "pallas")
 
 
 def program(mesh, model: str, B: int, T: int, name: str, impl: str, extra: tuple = ()):
-    """(plain, logging) Programs of `name` under `impl` (dense | blockwise | pallas)."""
+    """(plain, logging) Programs of `name` under `impl` (a value of IMPLS)."""
     overrides = gp.run_overrides(model, B, T, name, 1, (f"normalizer.impl={impl}",) + extra)
     # jax ≥ 0.12 reads the kernels' Triton target from the abstract mesh's device when no GPU is attached.
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if impl == "pallas" else contextlib.nullcontext():
@@ -31,9 +34,9 @@ def program(mesh, model: str, B: int, T: int, name: str, impl: str, extra: tuple
     return plain, gp.Program.of(p["stats"], T) + plain
 
 
-def row(mesh, model: str, B: int, T: int, name: str, impl: str):
+def row(mesh, model: str, B: int, T: int, name: str, impl: str, extra: tuple = ()):
     """(label, plain, logging, impl): a row of gpu_program.py's table."""
-    return (f"{name} impl={impl}", *program(mesh, model, B, T, name, impl), impl)
+    return (f"{name} impl={impl}", *program(mesh, model, B, T, name, impl, extra), impl)
 
 
 def main(argv=None) -> int:
@@ -42,6 +45,7 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", default="4x8192", help="BxT, comma-separated")
     p.add_argument("--normalizers", default="sigmoid,relu")
     p.add_argument("--model", default="base")
+    p.add_argument("--override", action="append", default=[], help="a further attnlab-train override (repeatable)")
     args = p.parse_args(argv)
     gp.check_plugin()
     lines = []
@@ -49,7 +53,7 @@ def main(argv=None) -> int:
         B, T = (int(x) for x in shape.lower().split("x"))
         rows = []
         with gp.on_target(args.target) as mesh:
-            ref_overrides = gp.run_overrides(args.model, B, T, "softmax", 1)
+            ref_overrides = gp.run_overrides(args.model, B, T, "softmax", 1, tuple(args.override))
             rows.append(
                 (
                     "hand-written reference",
@@ -59,9 +63,9 @@ def main(argv=None) -> int:
                 )
             )
             for name in args.normalizers.split(","):
-                for impl in IMPLS:
+                for impl in IMPLS.get(name, POINTWISE_IMPLS):
                     label = f"{name} impl={impl}"
-                    build = functools.partial(row, mesh, args.model, B, T, name, impl)
+                    build = functools.partial(row, mesh, args.model, B, T, name, impl, tuple(args.override))
                     rows.append(gp.compile_row(label, build))
                     print(f"  B={B} T={T} {label}: {rows[-1][3]}", file=sys.stderr, flush=True)
         lines += gp.table_lines(args.target, B, T, rows) + [""]

@@ -182,3 +182,17 @@ def test_the_a100_target_compiles_softmax_on_cudnn_flash_attention():
         p = gp.attnlab_programs(a100, gp.run_overrides("base", B, T, "softmax", 1, EXTRA))
     plain = gp.Program.of(p["plain"], T)
     assert p["impl"] == ["cudnn"] and plain.fmha == {(True, "PADDING_CAUSAL")} and plain.txt_buffers == 0
+
+
+def test_pallas_linear_step_moves_and_holds_no_more_than_the_chunked_form(programs, mesh):
+    """linear at impl=pallas: its two fused kernels per layer (normalizers/pallas_linear.py), no T×T buffer in the plain
+    or logging step, and the plain step's bytes accessed and peak ≤ the chunked form's (at B=4 T=8192 with all 8 layers,
+    BENCHMARKS.md: also ≤ cuDNN softmax's, by a margin too thin to assert here)."""
+    chunked = programs("linear", extra=("normalizer.impl=chunked",))
+    # jax ≥ 0.12 reads the kernels' Triton target from the abstract mesh's device when no GPU is attached.
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        fused = programs("linear", extra=("normalizer.impl=pallas",))
+    assert (chunked["impl"], fused["impl"]) == (["chunked"], ["pallas"])
+    assert fused["plain"].custom_calls["__gpu$xla.gpu.triton"] == 2 * LAYERS
+    assert (fused["plain"].txt_buffers, fused["stats"].txt_buffers) == (0, 0)
+    assert fused["plain"].gbytes <= chunked["plain"].gbytes and fused["plain"].peak <= chunked["plain"].peak

@@ -165,7 +165,7 @@ EVERY = {
     "ssmax": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
     "stickbreaking": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
     "entmax": ("auto dense", "dense", "dense", "dense", "dense"),  # no blockwise form
-    "linear": ("auto chunked parallel", "parallel", "parallel", "chunked", "chunked"),  # one chunk at T=8
+    "linear": ("auto chunked parallel pallas", "parallel", "parallel", "chunked", "chunked"),  # one chunk at T=8
 }
 EVERY_IMPL = dict.fromkeys(impl.SCORE_IMPLS + impl.LINEAR_IMPLS)
 

@@ -13,12 +13,15 @@ used on its own (normalizers.attend, tests) makes the same call on its first tra
   pallas       pointwise forms (sigmoid, relu) only, GPU only: fused Pallas kernels (pallas_sigmoid.py), no
                T×S array and one kernel per pass where blockwise launches a loop of small ones. Asked for, never
                chosen by auto: it is checked in interpret mode and compiled for an H100, not yet timed on one.
+               Linear attention has its own (below).
   auto         cudnn where platform, dtype, head dim and mask allow; else dense while the T×S score
                tensors fit the platform's memory budget (`dense_score_bytes` ≤ `memory_budget`), blockwise
                beyond it. Never xla: with a mask XLA materialises the T×S matrix.
-`normalizer.impl` of linear attention (linear.py): auto | chunked | parallel, giving the backends
+`normalizer.impl` of linear attention (linear.py): auto | chunked | parallel | pallas, giving the backends
   chunked (causal, T = S: O(T)), bidirectional (no causal mask: O(T)) or parallel (the masked T×S form,
-  forced by a dense mask, a window or causal T ≠ S); auto is chunked once T exceeds one chunk.
+  forced by a dense mask, a window or causal T ≠ S); auto is chunked once T exceeds one chunk. pallas: the
+  chunked form as fused kernels (pallas_linear.py), causal with T = S and GPU only; asked for, never chosen by
+  auto, as the pointwise kernels.
 """
 
 from __future__ import annotations
@@ -31,11 +34,11 @@ import jax.numpy as jnp
 from attnlab import checks
 from attnlab.checks import ConfigError
 
-from . import pallas_sigmoid
+from . import pallas_linear, pallas_sigmoid
 from .mask import Mask
 
 SCORE_IMPLS = ("auto", "cudnn", "xla", "blockwise", "dense", "pallas")
-LINEAR_IMPLS = ("auto", "chunked", "parallel")
+LINEAR_IMPLS = ("auto", "chunked", "parallel", "pallas")
 # cuDNN flash attention (jax/_src/cudnn/fused_attention_stablehlo.py, check_is_flash_attention): fp16/bf16
 # inputs, head dim a multiple of 8 and ≤ 128 (≤ 256 from Hopper on; 128 is what every generation takes).
 CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
@@ -62,7 +65,7 @@ class Capability:
     fused: bool = False  # it is softmax(βz) over the admissible keys (jax.nn.dot_product_attention computes it)
     blockwise: bool = False  # it has a blockwise.BlockForm
     linear_chunk: int = 0  # linear attention's chunk size: its forms are chunked | bidirectional | parallel
-    pallas: bool = False  # its blockwise form is pointwise (pallas_sigmoid.form_problem is None)
+    pallas: bool = False  # it has fused Pallas kernels: a pointwise blockwise form (pallas_sigmoid), or linear
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +95,7 @@ def memory_budget(platform: str) -> int:
 def allowed(capability: Capability) -> tuple[str, ...]:
     """The `normalizer.impl` values a normalizer of this capability accepts."""
     if capability.linear_chunk:
-        return LINEAR_IMPLS
+        return tuple(i for i in LINEAR_IMPLS if i != "pallas" or capability.pallas)
     return tuple(
         i
         for i in SCORE_IMPLS
@@ -136,6 +139,15 @@ def cudnn_problem(platform: str, dtype, head_dim: int | None, mask: Mask, T: int
     return None if problem is None else f"mask: {problem}"
 
 
+def pallas_problem(capability: Capability, platform: str, head_dim: int | None, mask: Mask, T: int, S: int):
+    """Why the normalizer's fused Pallas kernels cannot run here, or None if they can."""
+    if platform != "gpu":
+        return f"platform {platform} (the kernels are compiled for gpu)"
+    if capability.linear_chunk:
+        return pallas_linear.input_problem(head_dim, mask, T, S)
+    return pallas_sigmoid.input_problem(head_dim, mask)
+
+
 def linear_form(requested: str, chunk: int, mask: Mask, T: int, S: int) -> str:
     """Linear attention's form: chunked | bidirectional | parallel (`chunked` asks for the O(T) form where the
     mask allows it)."""
@@ -172,9 +184,12 @@ def choose(
             "cudnn": "only softmax and kl with prior=uniform are softmax kernels",
             "xla": "only softmax and kl with prior=uniform are softmax kernels",
             "blockwise": "it has no blockwise form",
-            "pallas": "only the pointwise normalizers (sigmoid, relu) have Pallas kernels",
+            "pallas": "only the pointwise normalizers (sigmoid, relu) and linear have Pallas kernels",
         }.get(requested, "no such implementation")
         refuse(f"{why}; allowed here: {', '.join(allowed(capability))}")
+    if requested == "pallas":
+        problem = pallas_problem(capability, platform, head_dim, mask, T, S)
+        return "pallas" if problem is None else refuse(problem)
     if capability.linear_chunk:
         return linear_form(requested, capability.linear_chunk, mask, T, S)
     if requested == "cudnn":
@@ -189,10 +204,6 @@ def choose(
         return "blockwise"
     if requested == "dense":
         return "dense"
-    if requested == "pallas":
-        problem = f"platform {platform} (the kernels are compiled for gpu)" if platform != "gpu" else None
-        problem = problem or pallas_sigmoid.input_problem(head_dim, mask)
-        return "pallas" if problem is None else refuse(problem)
     if capability.fused and cudnn_problem(platform, dtype, head_dim, mask, T, S) is None:
         return "cudnn"
     if capability.blockwise and mask.dense_BNTS is None and dense_bytes > budget_bytes:

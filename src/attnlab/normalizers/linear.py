@@ -9,7 +9,7 @@ import jax.numpy as jnp
 
 from attnlab import checks
 
-from . import sampled_rows
+from . import pallas_linear, sampled_rows
 from .base import FixedFeatures, Normalizer, core_stats
 from .impl import Capability, Workload
 from .mask import Mask
@@ -26,10 +26,12 @@ class Linear(Normalizer):
       the backward keeps one F×H state per chunk, never one per position;
     - `bidirectional` (no causal mask): φ(Q)(φ(K)ᵀV) / φ(Q)·Σφ(K), O(T);
     - `parallel`: the masked quadratic form, O(T²) — forced by an arbitrary dense mask, a sliding
-      window, causal T ≠ S or a score probe.
+      window, causal T ≠ S or a score probe;
+    - `pallas` (causal, T = S, GPU): the chunked form's numerator and denominator as fused kernels
+      (pallas_linear.py), the states in registers.
 
     `impl`: auto (chunked once T exceeds one chunk, bidirectional without a causal mask),
-    chunked (the O(T) form whenever the mask allows) or parallel. Statistics at length
+    chunked (the O(T) form whenever the mask allows), parallel or pallas (asked for only). Statistics at length
     (sampled_rows.at_length) are computed on sampled_rows.stats_rows query rows, so no T×S array
     is built. Padding keys are excluded in every form by zeroing φ(k). q and k are not scaled
     (elu1 as in the paper). eps is added to the denominator (1e-6 as in idiap/fast-transformers).
@@ -45,7 +47,10 @@ class Linear(Normalizer):
         checks.integer("normalizer.chunk_size", chunk_size, 1, 2**20)
         checks.integer("normalizer.num_features", num_features, 1, 2**16)
         self.feature_map, self.eps, self.chunk_size = feature_map, float(eps), int(chunk_size)
-        self.set_impl(impl)
+        self.set_impl(impl, head_dim=head_dim)
+        features = num_features if feature_map == "favor" else head_dim
+        problem = pallas_linear.dim_problem("feature dim", features) if self.impl == "pallas" else None
+        checks.require(problem is None, f"normalizer.impl=pallas cannot run for linear: {problem}")
         if feature_map == "favor":
             self.omega = FixedFeatures(_orthogonal_gaussian(rngs.params(), num_features, head_dim))
 
@@ -87,7 +92,7 @@ class Linear(Normalizer):
         return _divide(a_BNTS, a_BNTS.sum(-1, keepdims=True) + self.eps)
 
     def capability(self) -> Capability:
-        return Capability(linear_chunk=self.chunk_size)
+        return Capability(linear_chunk=self.chunk_size, pallas=True)
 
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
         qf, kf = self._features(q_BNTH, k_BNSH, mask)
@@ -101,10 +106,14 @@ class Linear(Normalizer):
             num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)
         elif path == "chunked":
             num, den = self._chunked(qf, kf, v_BNSH)  # in the compute dtype: its matmuls take bfloat16
+        elif path == "pallas":
+            num, den = self._pallas(q_BNTH, k_BNSH, v_BNSH, mask)
         else:
             num = jnp.einsum("bntf,bnfh->bnth", qf, jnp.einsum("bnsf,bnsh->bnfh", kf, v))
             den = jnp.einsum("bntf,bnf->bnt", qf, kf.sum(2))[..., None]
-        out_BNTH = _divide(num, den + self.eps).astype(v_BNSH.dtype)
+        # Features are ≥ 0, so den ≥ 0: at eps > 0 a plain division, whose backward keeps num and den only, not
+        # _divide's mask (a (B,N,T) boolean array per layer).
+        out_BNTH = (num / (den + self.eps) if self.eps > 0 else _divide(num, den)).astype(v_BNSH.dtype)
         if not with_stats:
             return out_BNTH, {}
         # At length, statistics on sampled query rows: the full T×S kernel matrix is what ran out of memory.
@@ -124,6 +133,26 @@ class Linear(Normalizer):
             a_BNTS = a_BNTS + probe_BNTS
         a_BNTS = jnp.where(mask.matrix_B1TS(qf.shape[2], kf.shape[2]), a_BNTS, 0.0)
         return jnp.einsum("bnts,bnsh->bnth", a_BNTS, v), a_BNTS.sum(-1)[..., None]
+
+    def _pallas(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, interpret: bool = False):
+        """(numerator, denominator) by the fused kernels (pallas_linear.py). The features are recomputed from q and
+        k in the backward (jax.checkpoint) rather than kept: XLA fuses them into the kernel's operands, and the
+        backward holds q and k for φ' anyway, so keeping φ(q), φ(k) too would add two arrays per layer. `interpret`:
+        the kernels as JAX operations (on a CPU)."""
+
+        def fused(q_BNTH, k_BNSH, v_BNSH, lengths_B1):
+            # Right padding is its key lengths: the checkpoint keeps those, not a (B,S) mask through the backward.
+            m = (
+                mask
+                if lengths_B1 is None
+                else mask.replace(key_valid_BS=jnp.arange(k_BNSH.shape[2])[None, :] < lengths_B1)
+            )
+            qf, kf = self._features(q_BNTH, k_BNSH, m)
+            return pallas_linear.numerator_denominator(qf, kf, v_BNSH, self.chunk_size, interpret=interpret)
+
+        valid = mask.key_valid_BS
+        lengths_B1 = valid.sum(-1, keepdims=True) if valid is not None and mask.right_padded else None
+        return jax.checkpoint(fused)(q_BNTH, k_BNSH, v_BNSH, lengths_B1)
 
     def _chunked(self, qf_BNTF, kf_BNTF, v_BNTH):
         """(numerator, denominator) by flash-linear-attention's chunk scheme (fla/ops/linear_attn, chunk):
