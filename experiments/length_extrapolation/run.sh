@@ -43,6 +43,16 @@ rm -rf "$SCREEN/rope" "$SCREEN/rope_sigmoid"
 cp -r "$SWEEP/rope" "$SWEEP/rope_sigmoid" "$SCREEN/"
 rm -rf "$SCREEN/rope/report" "$SCREEN/rope_sigmoid/report"
 nice -n 10 "$BIN/attnlab-report" "$SCREEN" --group-by normalizer --select-lr --metrics test/accuracy val/loss
+# The same screen at 1500 steps for softmax and ssmax (RoPE): 1e-3 and 1e-2 beside the 3e-3 runs of rope_long.
+LONG="${SWEEP}_long_lr_screen"
+mkdir -p "$LONG"
+nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax,ssmax model.positional=rope optim.lr=1e-2,1e-3 \
+  "${COMMON[@]}" trainer.steps=1500 "hydra.sweep.dir=$LONG/rope_long_screen" ${EXTRA[@]+"${EXTRA[@]}"} > "$LONG/screen.log" 2>&1
+rm -rf "$LONG/rope_long"
+cp -r "$SWEEP/rope_long" "$LONG/"
+rm -rf "$LONG/rope_long/report"
+nice -n 10 "$BIN/attnlab-report" "$LONG" --group-by normalizer --select-lr \
+  --metrics test/accuracy test_len/512/accuracy val/loss --baseline normalizer=softmax
 
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.positional normalizer trainer.steps \
   --metrics test/accuracy test/loss --baseline normalizer=softmax --curves val/accuracy
@@ -50,6 +60,8 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.positional normalizer
 if [ "$COPY" = 1 ]; then
   cp "$SWEEP/report/report.md" "$HERE/report.md"
   cp "$SCREEN/report/report.md" "$HERE/lr_screen.md"
+  cp "$LONG/report/report.md" "$HERE/lr_screen_long.md"
+  cp "$LONG/report/lengths.png" "$HERE/lengths_long.png"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
