@@ -2,8 +2,8 @@
 # length_extrapolation: MQAR trained at 32 tokens and tested at 32 … 512 (1–16×, the same 4 key-value pairs in a
 # longer context), 3 vmapped seeds per configuration, each normalizer at the rate normalizer_ablation's screen
 # selected for it (softmax, sigmoid 3e-3; linear 1e-2); ssmax and stick-breaking, absent from that screen, at
-# softmax's 3e-3 (not screened: see README). RoPE: softmax, ssmax, stick-breaking, sigmoid, linear; no positional
-# encoding: softmax, ssmax, stick-breaking (sigmoid and linear left out for the CPU budget).
+# softmax's 3e-3 (screened afterwards: see README). RoPE and no positional encoding: softmax, ssmax,
+# stick-breaking, sigmoid, linear.
 # The two positional settings run as two parallel streams.
 # Usage: bash experiments/length_extrapolation/run.sh [extra Hydra overrides, appended to every run]
 # SWEEP=<dir> moves the sweep (default runs/length_extrapolation, git-ignored); COPY=0 keeps the study folder untouched.
@@ -29,6 +29,10 @@ mkdir -p "$SWEEP"
 ) > "$SWEEP/rope.log" 2>&1 &
 nice -n 10 "$BIN/attnlab-train" -m normalizer=stickbreaking,softmax,ssmax model.positional=none optim.lr=3e-3 \
   "${COMMON[@]}" "hydra.sweep.dir=$SWEEP/none" ${EXTRA[@]+"${EXTRA[@]}"} > "$SWEEP/none.log" 2>&1
+nice -n 10 "$BIN/attnlab-train" -m normalizer=sigmoid model.positional=none optim.lr=3e-3 \
+  "${COMMON[@]}" "hydra.sweep.dir=$SWEEP/none_sigmoid" ${EXTRA[@]+"${EXTRA[@]}"} > "$SWEEP/none_sigmoid.log" 2>&1
+nice -n 10 "$BIN/attnlab-train" -m normalizer=linear model.positional=none optim.lr=1e-2 \
+  "${COMMON[@]}" "hydra.sweep.dir=$SWEEP/none_linear" ${EXTRA[@]+"${EXTRA[@]}"} > "$SWEEP/none_linear.log" 2>&1
 # Longer (1500 steps): softmax and ssmax with RoPE, which had not left MQAR's plateau at 500 steps.
 nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax,ssmax model.positional=rope optim.lr=3e-3 \
   "${COMMON[@]}" trainer.steps=1500 "hydra.sweep.dir=$SWEEP/rope_long" ${EXTRA[@]+"${EXTRA[@]}"} > "$SWEEP/long.log" 2>&1
