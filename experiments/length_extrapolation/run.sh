@@ -57,6 +57,17 @@ cp -r "$SWEEP/rope_long" "$LONG/"
 rm -rf "$LONG/rope_long/report"
 nice -n 10 "$BIN/attnlab-report" "$LONG" --group-by normalizer --select-lr \
   --metrics test/accuracy test_len/512/accuracy val/loss --baseline normalizer=softmax
+# The screen without positions (500 steps): 1e-3 and 1e-2 beside the 3e-3 runs (linear: 1e-3 and 3e-3 beside 1e-2).
+NONE="${SWEEP}_none_lr_screen"
+mkdir -p "$NONE"
+nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax,ssmax,sigmoid,stickbreaking model.positional=none \
+  optim.lr=1e-2,1e-3 "${COMMON[@]}" "hydra.sweep.dir=$NONE/none_screen" ${EXTRA[@]+"${EXTRA[@]}"} > "$NONE/screen.log" 2>&1
+nice -n 10 "$BIN/attnlab-train" -m normalizer=linear model.positional=none optim.lr=1e-3,3e-3 "${COMMON[@]}" \
+  "hydra.sweep.dir=$NONE/none_linear_screen" ${EXTRA[@]+"${EXTRA[@]}"} > "$NONE/linear_screen.log" 2>&1
+rm -rf "$NONE/none" "$NONE/none_sigmoid" "$NONE/none_linear"
+cp -r "$SWEEP/none" "$SWEEP/none_sigmoid" "$SWEEP/none_linear" "$NONE/"
+rm -rf "$NONE/none/report" "$NONE/none_sigmoid/report" "$NONE/none_linear/report"
+nice -n 10 "$BIN/attnlab-report" "$NONE" --group-by normalizer --select-lr --metrics test/accuracy val/loss
 
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.positional normalizer trainer.steps \
   --metrics test/accuracy test/loss --baseline normalizer=softmax --curves val/accuracy
@@ -66,6 +77,7 @@ if [ "$COPY" = 1 ]; then
   cp "$SCREEN/report/report.md" "$HERE/lr_screen.md"
   cp "$LONG/report/report.md" "$HERE/lr_screen_long.md"
   cp "$LONG/report/lengths.png" "$HERE/lengths_long.png"
+  cp "$NONE/report/report.md" "$HERE/lr_screen_none.md"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
