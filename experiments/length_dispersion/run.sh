@@ -28,8 +28,34 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by normalizer normalizer.learn
   --metrics test/accuracy 'test_len/*/attn_max_weight/layer_0' --curves val/accuracy
 nice -n 10 "$BIN/python" "$HERE/init_curves.py" "$SWEEP/report"
 
+# A learning-rate screen: 1e-3 and 1e-2 for every trained configuration, beside the 3e-3 runs above, in a folder of
+# its own (beside $SWEEP, so the main report's cells keep one rate), reported with the 3e-3 runs copied in.
+SCREEN="${SWEEP}_lr_screen"
+mkdir -p "$SCREEN"
+nice -n 10 "$BIN/attnlab-train" -m normalizer=ssmax,sigmoid,stickbreaking optim.lr=1e-2,1e-3 "${COMMON[@]}" \
+  "hydra.sweep.dir=$SCREEN/others_screen" ${EXTRA[@]+"${EXTRA[@]}"} > "$SCREEN/others_screen.log" 2>&1
+nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax normalizer.learnable=false,true \
+  normalizer.adaptive_temperature=off,eval optim.lr=1e-2,1e-3 "${COMMON[@]}" "hydra.sweep.dir=$SCREEN/softmax_screen" \
+  ${EXTRA[@]+"${EXTRA[@]}"} > "$SCREEN/softmax_screen.log" 2>&1
+rm -rf "$SCREEN/softmax" "$SCREEN/others"
+cp -r "$SWEEP/softmax" "$SWEEP/others" "$SCREEN/"
+nice -n 10 "$BIN/attnlab-report" "$SCREEN" --group-by normalizer normalizer.learnable normalizer.adaptive_temperature \
+  --select-lr --metrics test/accuracy test_len/256/accuracy test_len/1024/accuracy val/loss \
+  --baseline normalizer.adaptive_temperature=off
+# The query rows at the rate the screen selected for every configuration (1e-2).
+SELECTED="${SWEEP}_selected_lr"
+rm -rf "$SELECTED"
+mkdir -p "$SELECTED/softmax_screen" "$SELECTED/others_screen"
+cp -r "$SCREEN/softmax_screen/"*optim.lr=0.01 "$SELECTED/softmax_screen/"
+cp -r "$SCREEN/others_screen/"*optim.lr=0.01 "$SELECTED/others_screen/"
+nice -n 10 "$BIN/python" "$HERE/query_rows.py" "$SELECTED" "$SELECTED/report"
+
 if [ "$COPY" = 1 ]; then
   cp "$SWEEP/report/report.md" "$SWEEP/report/init.md" "$SWEEP/report/query_rows.md" "$HERE/"
+  cp "$SCREEN/report/report.md" "$HERE/lr_screen.md"
+  cp "$SCREEN/report/lengths.png" "$HERE/lengths_lr_screen.png"
+  cp "$SELECTED/report/query_rows.md" "$HERE/query_rows_selected_lr.md"
+  cp "$SELECTED/report/query_rows.png" "$HERE/query_rows_selected_lr.png"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi

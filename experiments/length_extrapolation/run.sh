@@ -2,8 +2,8 @@
 # length_extrapolation: MQAR trained at 32 tokens and tested at 32 … 512 (1–16×, the same 4 key-value pairs in a
 # longer context), 3 vmapped seeds per configuration, each normalizer at the rate normalizer_ablation's screen
 # selected for it (softmax, sigmoid 3e-3; linear 1e-2); ssmax and stick-breaking, absent from that screen, at
-# softmax's 3e-3 (not screened: see README). RoPE: softmax, ssmax, stick-breaking, sigmoid, linear; no positional
-# encoding: softmax, ssmax, stick-breaking (sigmoid and linear left out for the CPU budget).
+# softmax's 3e-3 (screened afterwards: see README). RoPE and no positional encoding: softmax, ssmax,
+# stick-breaking, sigmoid, linear.
 # The two positional settings run as two parallel streams.
 # Usage: bash experiments/length_extrapolation/run.sh [extra Hydra overrides, appended to every run]
 # SWEEP=<dir> moves the sweep (default runs/length_extrapolation, git-ignored); COPY=0 keeps the study folder untouched.
@@ -29,6 +29,10 @@ mkdir -p "$SWEEP"
 ) > "$SWEEP/rope.log" 2>&1 &
 nice -n 10 "$BIN/attnlab-train" -m normalizer=stickbreaking,softmax,ssmax model.positional=none optim.lr=3e-3 \
   "${COMMON[@]}" "hydra.sweep.dir=$SWEEP/none" ${EXTRA[@]+"${EXTRA[@]}"} > "$SWEEP/none.log" 2>&1
+nice -n 10 "$BIN/attnlab-train" -m normalizer=sigmoid model.positional=none optim.lr=3e-3 \
+  "${COMMON[@]}" "hydra.sweep.dir=$SWEEP/none_sigmoid" ${EXTRA[@]+"${EXTRA[@]}"} > "$SWEEP/none_sigmoid.log" 2>&1
+nice -n 10 "$BIN/attnlab-train" -m normalizer=linear model.positional=none optim.lr=1e-2 \
+  "${COMMON[@]}" "hydra.sweep.dir=$SWEEP/none_linear" ${EXTRA[@]+"${EXTRA[@]}"} > "$SWEEP/none_linear.log" 2>&1
 # Longer (1500 steps): softmax and ssmax with RoPE, which had not left MQAR's plateau at 500 steps.
 nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax,ssmax model.positional=rope optim.lr=3e-3 \
   "${COMMON[@]}" trainer.steps=1500 "hydra.sweep.dir=$SWEEP/rope_long" ${EXTRA[@]+"${EXTRA[@]}"} > "$SWEEP/long.log" 2>&1
@@ -43,6 +47,27 @@ rm -rf "$SCREEN/rope" "$SCREEN/rope_sigmoid"
 cp -r "$SWEEP/rope" "$SWEEP/rope_sigmoid" "$SCREEN/"
 rm -rf "$SCREEN/rope/report" "$SCREEN/rope_sigmoid/report"
 nice -n 10 "$BIN/attnlab-report" "$SCREEN" --group-by normalizer --select-lr --metrics test/accuracy val/loss
+# The same screen at 1500 steps for softmax and ssmax (RoPE): 1e-3 and 1e-2 beside the 3e-3 runs of rope_long.
+LONG="${SWEEP}_long_lr_screen"
+mkdir -p "$LONG"
+nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax,ssmax model.positional=rope optim.lr=1e-2,1e-3 \
+  "${COMMON[@]}" trainer.steps=1500 "hydra.sweep.dir=$LONG/rope_long_screen" ${EXTRA[@]+"${EXTRA[@]}"} > "$LONG/screen.log" 2>&1
+rm -rf "$LONG/rope_long"
+cp -r "$SWEEP/rope_long" "$LONG/"
+rm -rf "$LONG/rope_long/report"
+nice -n 10 "$BIN/attnlab-report" "$LONG" --group-by normalizer --select-lr \
+  --metrics test/accuracy test_len/512/accuracy val/loss --baseline normalizer=softmax
+# The screen without positions (500 steps): 1e-3 and 1e-2 beside the 3e-3 runs (linear: 1e-3 and 3e-3 beside 1e-2).
+NONE="${SWEEP}_none_lr_screen"
+mkdir -p "$NONE"
+nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax,ssmax,sigmoid,stickbreaking model.positional=none \
+  optim.lr=1e-2,1e-3 "${COMMON[@]}" "hydra.sweep.dir=$NONE/none_screen" ${EXTRA[@]+"${EXTRA[@]}"} > "$NONE/screen.log" 2>&1
+nice -n 10 "$BIN/attnlab-train" -m normalizer=linear model.positional=none optim.lr=1e-3,3e-3 "${COMMON[@]}" \
+  "hydra.sweep.dir=$NONE/none_linear_screen" ${EXTRA[@]+"${EXTRA[@]}"} > "$NONE/linear_screen.log" 2>&1
+rm -rf "$NONE/none" "$NONE/none_sigmoid" "$NONE/none_linear"
+cp -r "$SWEEP/none" "$SWEEP/none_sigmoid" "$SWEEP/none_linear" "$NONE/"
+rm -rf "$NONE/none/report" "$NONE/none_sigmoid/report" "$NONE/none_linear/report"
+nice -n 10 "$BIN/attnlab-report" "$NONE" --group-by normalizer --select-lr --metrics test/accuracy val/loss
 
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.positional normalizer trainer.steps \
   --metrics test/accuracy test/loss --baseline normalizer=softmax --curves val/accuracy
@@ -50,6 +75,9 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.positional normalizer
 if [ "$COPY" = 1 ]; then
   cp "$SWEEP/report/report.md" "$HERE/report.md"
   cp "$SCREEN/report/report.md" "$HERE/lr_screen.md"
+  cp "$LONG/report/report.md" "$HERE/lr_screen_long.md"
+  cp "$LONG/report/lengths.png" "$HERE/lengths_long.png"
+  cp "$NONE/report/report.md" "$HERE/lr_screen_none.md"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
