@@ -195,6 +195,8 @@ class ScoreNormalizer(Normalizer, abstract=True):
     a zero array added to z, lets the trainer read dL/dz (the gradient at the normalizer input).
     A plain step runs the backend `backend` names (normalizers/impl.py); a step with statistics or a
     score probe runs the dense form (the plain step's output and sampled rows where that keeps no T×S matrix).
+    A normalizer whose weights are a row softmax of logits x says so by `softmax_rows` (x, logits, extras): its
+    sampled-row statistics then come from x by `softmax_stats`, with no weights array.
     """
 
     block_size = 512  # set_impl
