@@ -19,7 +19,7 @@ from . import blockwise, pallas_sigmoid, sampled_rows
 from .contract import check_members
 from .fused import fused_attention
 from .impl import Capability, Workload, allowed, check_block_size, choose, dense_score_bytes, memory_budget
-from .mask import Mask
+from .mask import Mask, masked_max
 
 
 class NormalizerParam(nnx.Param):
@@ -66,11 +66,9 @@ def softmax_stats(x_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
     log l − Σ e^d·d / l, the mass 1. Two reductions over x instead of the weights' write and their passes:
     the sampled-row statistics beside a fused kernel read the row scores only (BENCHMARKS.md, the logging step).
     """
-    m = jnp.broadcast_to(m_B1TS, x_BNTS.shape)
     x = x_BNTS.astype(jnp.float32)
-    max_BNT1 = jnp.max(jnp.where(m, x, -jnp.inf), -1, keepdims=True)
-    d_BNTS = jnp.where(m, x - jnp.where(jnp.isfinite(max_BNT1), max_BNT1, 0.0), 0.0)
-    e_BNTS = jnp.where(m, jnp.exp(d_BNTS), 0.0)
+    d_BNTS = jnp.where(m_B1TS, x - masked_max(x, m_B1TS), 0.0)
+    e_BNTS = jnp.where(m_B1TS, jnp.exp(d_BNTS), 0.0)
     l_BNT = e_BNTS.sum(-1)
     has_keys = l_BNT > 0
     l_BNT = jnp.where(has_keys, l_BNT, 1.0)

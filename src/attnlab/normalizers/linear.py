@@ -89,7 +89,7 @@ class Linear(Normalizer):
         a_BNTS = jnp.where(
             mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2]), jnp.einsum("bntf,bnsf->bnts", qf, kf), 0.0
         )
-        return _divide(a_BNTS, a_BNTS.sum(-1, keepdims=True) + self.eps)
+        return _divide(a_BNTS, a_BNTS.sum(-1, keepdims=True), self.eps)
 
     def capability(self) -> Capability:
         return Capability(linear_chunk=self.chunk_size, pallas=True)
@@ -111,9 +111,7 @@ class Linear(Normalizer):
         else:
             num = jnp.einsum("bntf,bnfh->bnth", qf, jnp.einsum("bnsf,bnsh->bnfh", kf, v))
             den = jnp.einsum("bntf,bnf->bnt", qf, kf.sum(2))[..., None]
-        # Features are ≥ 0, so den ≥ 0: at eps > 0 a plain division, whose backward keeps num and den only, not
-        # _divide's mask (a (B,N,T) boolean array per layer).
-        out_BNTH = (num / (den + self.eps) if self.eps > 0 else _divide(num, den)).astype(v_BNSH.dtype)
+        out_BNTH = _divide(num, den, self.eps).astype(v_BNSH.dtype)
         if not with_stats:
             return out_BNTH, {}
         # At length, statistics on sampled query rows: the full T×S kernel matrix is what ran out of memory.
@@ -123,7 +121,7 @@ class Linear(Normalizer):
         a_BNRS = jnp.where(m_B1RS, jnp.einsum("bnrf,bnsf->bnrs", qf_rows, kf), 0.0)
         den_BNR = a_BNRS.sum(-1)
         has_keys = jnp.broadcast_to(m_B1RS.any(-1), den_BNR.shape)
-        stats = core_stats(_divide(a_BNRS, den_BNR[..., None] + self.eps), a_BNRS, m_B1RS)
+        stats = core_stats(_divide(a_BNRS, den_BNR[..., None], self.eps), a_BNRS, m_B1RS)
         stats["min_denominator"] = jnp.where(has_keys, den_BNR, jnp.inf).min((0, 2))
         return out_BNTH, stats
 
@@ -196,8 +194,11 @@ def _exclusive_cumsum(x, axis: int):
     return jnp.concatenate([jax.lax.slice_in_dim(jnp.zeros_like(x), 0, 1, axis=axis), before], axis)
 
 
-def _divide(num, den):
-    """num/den, 0 where den is 0 (a row with no admissible key at eps = 0), with finite gradients."""
+def _divide(num, den, eps: float):
+    """num/(den + eps) for den ≥ 0 (features are ≥ 0). At eps > 0 a plain division, whose backward keeps num and den
+    only (no (B,N,T) mask per layer); at eps = 0, 0 where den is 0 (a row with no admissible key), finite gradients."""
+    if eps > 0:
+        return num / (den + eps)
     ok = den > 0
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
 
