@@ -9,8 +9,12 @@ step (the median of --steps calls after two warm-up calls), MFU = (6·params + 1
 --peak-tflops (989: H100 SXM bf16 dense), XLA's compiled peak memory, and the logging step (statistics
 program + train step, as the loop runs it). The hand-written step: plain jnp, float32 parameters cast to
 bfloat16, jax.nn.dot_product_attention(implementation='cudnn', is_causal=True), optax AdamW, fixed
-random batches. Also attnlab softmax in float32 (the goal: bf16 faster). Without a GPU it says so and
-exits 0; --cpu-check runs it anyway (e.g. `--cpu-check --model small --shapes 2x64 --normalizers softmax`).
+random batches. Also attnlab softmax in float32 (the goal: bf16 faster). With --profile DIR, a trace of
+--profile-steps steps of the reference and of each attnlab bfloat16 softmax step (jax.profiler, read back with
+its ProfileData): per step the host's wall ms, the device's busy ms (the union of its kernel and copy
+intervals), kernels launched, and the kernels that took the most time; wall minus busy is time the device
+waited on the host. Without a GPU it says so and exits 0; --cpu-check runs it anyway (e.g. `--cpu-check
+--model small --shapes 2x64 --normalizers softmax`).
 """
 
 from __future__ import annotations
@@ -43,6 +47,68 @@ def timed_ms(fn, state, data, steps: int) -> tuple[float, object]:
         if i >= 2:
             times.append(time.perf_counter() - t)
     return 1e3 * med(times), state
+
+
+def device_profile(fn, state, data, steps: int, trace_dir: Path) -> tuple[dict, object]:
+    """`steps` calls of state -> fn(state, data), dispatched as a training loop dispatches them, traced by
+    jax.profiler: (profile_summary, the last state)."""
+    import time
+
+    from jax.profiler import ProfileData
+
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    state = fn(state, data)  # the first call after timing pays no compile, but keep it out of the trace anyway
+    jax.block_until_ready(state)
+    with jax.profiler.trace(str(trace_dir)):
+        start = time.perf_counter()
+        for _ in range(steps):
+            state = fn(state, data)
+        jax.block_until_ready(state)
+        wall_s = time.perf_counter() - start
+    path = max(trace_dir.glob("**/*.xplane.pb"), key=lambda f: f.stat().st_mtime)
+    return profile_summary(ProfileData.from_file(str(path)), steps, wall_s), state
+
+
+def profile_summary(profile, steps: int, wall_s: float, top: int = 6) -> dict:
+    """Per step: wall ms, the device's busy ms (union of event intervals on its stream lines), events, and the
+    `top` event names by total time (ms per step, calls per step). On a CPU (no device plane) the host's XLA
+    threads stand in, so the script can be checked without a GPU."""
+    planes = [p for p in profile.planes if p.name.startswith("/device:")]
+    planes = planes or [p for p in profile.planes if p.name == "/host:CPU"]
+    spans, by_name = [], {}
+    for plane in planes:
+        lines = list(plane.lines)
+        # A GPU plane's kernels and copies sit on its "Stream #n" lines (derived lines such as "XLA Ops" repeat them).
+        streams = [ln for ln in lines if ln.name.startswith("Stream")]
+        for line in streams or [ln for ln in lines if "XLA" in ln.name]:
+            for ev in line.events:
+                if ev.duration_ns <= 0:
+                    continue
+                spans.append((ev.start_ns, ev.start_ns + ev.duration_ns))
+                total, count = by_name.get(ev.name, (0.0, 0))
+                by_name[ev.name] = (total + ev.duration_ns, count + 1)
+    busy_ns, end = 0.0, float("-inf")
+    for lo, hi in sorted(spans):
+        busy_ns += max(0.0, hi - max(lo, end))
+        end = max(end, hi)
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
+    return {
+        "wall_ms": 1e3 * wall_s / steps,
+        "busy_ms": busy_ns / 1e6 / steps,
+        "events": len(spans) / steps,
+        "top": [(name, t / 1e6 / steps, c / steps) for name, (t, c) in ranked],
+        "planes": sorted(f"{p.name}: {[ln.name for ln in p.lines][:12]}" for p in planes),
+    }
+
+
+def profile_lines(label: str, summary: dict) -> list[str]:
+    """The markdown lines of one profiled step."""
+    head = (
+        f"- {label}: {summary['wall_ms']:.2f} ms wall per step, device busy {summary['busy_ms']:.2f} ms "
+        f"({100 * summary['busy_ms'] / summary['wall_ms']:.0f}%), {summary['events']:.0f} kernels and copies per step"
+    )
+    top = [f"  - {ms:.3f} ms × {n:g}: `{name[:90]}`" for name, ms, n in summary["top"]]
+    return [head, *top]
 
 
 def compose(overrides: list[str]):
@@ -207,13 +273,16 @@ def mfu(n_params: int, B: int, T: int, ms: float, peak_tflops: float, L: int = 8
 
 
 def run_overrides(name: str, B: int, T: int, dtype: str, model: str) -> list[str]:
-    """The `attnlab-train` overrides of one row: model, task=lm at seq_len T, batch B, normalizer, dtype."""
+    """The `attnlab-train` overrides of one row: model, task=lm at seq_len T, batch B, normalizer, dtype; a name
+    `normalizer@impl` (e.g. sigmoid@pallas) sets normalizer.impl too."""
+    name, _, impl = name.partition("@")
     return [
         f"model={model}",
         "task=lm",
         f"task.seq_len={T}",
         f"trainer.batch_size={B}",
         f"normalizer={name}",
+        *([f"normalizer.impl={impl}"] if impl else []),
         f"accelerator.dtype={dtype}",
         "task.n_train=64",
         "task.n_val=8",
@@ -221,13 +290,16 @@ def run_overrides(name: str, B: int, T: int, dtype: str, model: str) -> list[str
     ]
 
 
-def reference_row(B: int, T: int, model: str, steps: int, peak_tflops: float, on_gpu: bool) -> list:
-    """The hand-written step's row (cuDNN attention on a GPU, XLA's elsewhere)."""
+def reference_row(B: int, T: int, model: str, steps: int, peak_tflops: float, on_gpu: bool, profiler=None) -> list:
+    """The hand-written step's row (cuDNN attention on a GPU, XLA's elsewhere); `profiler(label, fn, state, data)`
+    traces it."""
     dims = reference_dims(compose(run_overrides("softmax", B, T, "bfloat16", model)))
     impl = "cudnn" if on_gpu else "xla"
     step, state, data, n = handwritten(B, T, **dims, impl=impl)
     step = step.lower(state, data).compile()
-    ms, _ = timed_ms(step, state, data, steps)
+    ms, state = timed_ms(step, state, data, steps)
+    if profiler is not None:
+        profiler(f"B={B} T={T} hand-written ({impl})", step, state, data)
     return [
         f"B={B} T={T}",
         f"hand-written ({impl})",
@@ -239,12 +311,17 @@ def reference_row(B: int, T: int, model: str, steps: int, peak_tflops: float, on
     ]
 
 
-def attnlab_row(name: str, dtype: str, B: int, T: int, model: str, steps: int, peak_tflops: float) -> list:
-    """One attnlab row: its plain step and its logging step, timed as the loop calls them."""
+def attnlab_row(
+    name: str, dtype: str, B: int, T: int, model: str, steps: int, peak_tflops: float, profiler=None
+) -> list:
+    """One attnlab row: its plain step and its logging step, timed as the loop calls them; `profiler` traces the
+    plain step."""
     run = attnlab_run(run_overrides(name, B, T, dtype, model))
     plain, logging, state, data = run["steps"].plain, run["steps"].stats, run["state"], run["data"]
     m = run["cfg"].model
     ms, state = timed_ms(lambda s, d: plain(s, d)[0], state, data, steps)
+    if profiler is not None:
+        state = profiler(f"B={B} T={T} attnlab {name} {dtype} plain step", lambda s, d: plain(s, d)[0], state, data)
     ms_log, _ = timed_ms(lambda s, d: logging(s, d)[0], state, data, max(steps // 4, 3))
     return [
         f"B={B} T={T}",
@@ -252,7 +329,7 @@ def attnlab_row(name: str, dtype: str, B: int, T: int, model: str, steps: int, p
         "/".join(sorted(set(run["impl"]))),
         f"{ms:.1f}",
         f"{100 * mfu(run['n_params'], B, T, ms, peak_tflops, m.layers, m.d_model):.1f}%",
-        mib(peak_bytes(plain)),
+        mib(peak_bytes(run["steps"].train_program)),
         f"{ms_log:.1f}",
     ]
 
@@ -263,13 +340,16 @@ def main(argv=None) -> int:
     p.add_argument("--peak-tflops", type=float, default=989.0)
     p.add_argument("--long-all", action="store_true", help="every normalizer at B=4 T=8192 too")
     p.add_argument("--shapes", default="32x1024,4x8192", help="BxT, comma-separated (the first: every normalizer)")
-    p.add_argument("--normalizers", default="all", help="comma-separated names, or all")
+    p.add_argument("--normalizers", default="all", help="comma-separated names (name@impl sets its impl), or all")
+    p.add_argument("--no-float32", action="store_true", help="leave out the attnlab softmax float32 row")
     p.add_argument("--model", default="base", help="the model config of every row (the reference follows its sizes)")
     p.add_argument(
         "--cpu-check",
         action="store_true",
         help="run on whatever JAX sees, e.g. a CPU at a tiny --shapes/--model: a check that the script runs",
     )
+    p.add_argument("--profile", type=Path, help="trace the reference and attnlab softmax bf16 into this folder")
+    p.add_argument("--profile-steps", type=int, default=5)
     p.add_argument("--write", action="store_true", help="write the table into BENCHMARKS.md")
     args = p.parse_args(argv)
     on_gpu = jax.default_backend() == "gpu"
@@ -279,15 +359,24 @@ def main(argv=None) -> int:
     from attnlab import registry
 
     names = registry.choices("normalizer") if args.normalizers == "all" else args.normalizers.split(",")
-    rows, lines = [], []
+    rows, lines, profiled = [], [], []
+
+    def profiler(label, fn, state, data):
+        summary, state = device_profile(fn, state, data, args.profile_steps, args.profile / f"trace{len(profiled)}")
+        profiled.extend(profile_lines(label, summary))
+        print("\n".join(profiled[-1 - len(summary["top"]) :]), f"\n  planes: {summary['planes']}", flush=True)
+        return state
+
+    trace = profiler if args.profile else None
     for i, shape in enumerate(args.shapes.split(",")):
         B, T = (int(x) for x in shape.lower().split("x"))
-        rows.append(reference_row(B, T, args.model, args.steps, args.peak_tflops, on_gpu))
+        rows.append(reference_row(B, T, args.model, args.steps, args.peak_tflops, on_gpu, trace))
         print(" | ".join(rows[-1]), flush=True)
         variants = [(n, "bfloat16") for n in (names if i == 0 or args.long_all else ["softmax"])]
-        for name, dtype in variants + ([("softmax", "float32")] if i == 0 else []):
+        for name, dtype in variants + ([("softmax", "float32")] if i == 0 and not args.no_float32 else []):
             try:
-                rows.append(attnlab_row(name, dtype, B, T, args.model, args.steps, args.peak_tflops))
+                profile = trace if (name, dtype) == ("softmax", "bfloat16") else None
+                rows.append(attnlab_row(name, dtype, B, T, args.model, args.steps, args.peak_tflops, profile))
             except Exception as exc:  # noqa: BLE001 - e.g. out of memory: the row says so, the others still run
                 rows.append(
                     [
@@ -309,6 +398,9 @@ def main(argv=None) -> int:
         "",
     ]
     lines += table(["shape", "step", "attention", "ms/step", "MFU", "peak MiB", "logging step ms"], rows)
+    if profiled:
+        lines += ["", f"Profile ({args.profile_steps} steps each, jax.profiler; not the timed steps above):", ""]
+        lines += profiled
     print("\n".join(lines))
     if args.write:
         write_section("\n".join(lines) + "\n", ROOT / "BENCHMARKS.md", (SECTION,))

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The checks of one call on a lent GPU, most important first, each bounded by `timeout` so that a hang loses
+# only itself: the train steps against the hand-written reference (timed and profiled, scripts/bench_gpu.py),
+# the Pallas kernels compiled for real (tests/test_pallas_on_device.py), the numerics suite on the GPU, then
+# the fused-kernel steps at T=8192. Logs go to $OUT (./device-out when unset). Needs attnlab's dependencies
+# importable (PYTHONPATH may carry them); attnlab itself is taken from src/.
+set -u
+OUT=${OUT:-device-out}
+mkdir -p "$OUT"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/device.txt"
+$py -c 'import sys, jax, flax, optax, attnlab.cli
+print("python", sys.version.split()[0], "jax", jax.__version__, "flax", flax.__version__, "optax", optax.__version__)
+print(jax.devices())' 2>&1 | tee -a "$OUT/device.txt" || exit 1
+
+timeout 240 $py scripts/bench_gpu.py --normalizers softmax --profile /tmp/traces 2>&1 | tee "$OUT/bench_softmax.md"
+export XLA_PYTHON_CLIENT_PREALLOCATE=false  # several test processes share the GPU
+timeout 60 $py -m pytest -q -p no:cacheprovider tests/test_pallas_on_device.py 2>&1 | tail -25 | tee "$OUT/pallas.txt"
+timeout 150 $py -m pytest -q -p no:cacheprovider -m numerics -n 8 -rfE --ignore=tests/test_pallas_on_device.py 2>&1 | tail -60 | tee "$OUT/numerics.txt"
+unset XLA_PYTHON_CLIENT_PREALLOCATE
+timeout 90 $py scripts/bench_gpu.py --shapes 4x8192 --normalizers linear@pallas,sigmoid@pallas --no-float32 \
+  2>&1 | tee "$OUT/bench_pallas.md"
