@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from attnlab import normalizers as nz
-from attnlab.normalizers import impl, sampled_rows
+from attnlab.normalizers import base, sampled_rows
 
 pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
 
@@ -135,7 +135,7 @@ def test_matches_dot_product_attention_with_bfloat16_and_T_not_multiple_of_block
 
 
 def test_auto_rule_and_sampled_statistics(monkeypatch):
-    monkeypatch.setitem(impl.DEFAULT_BUDGET_BYTES, "cpu", 0)  # auto: every dense score tensor over the budget
+    monkeypatch.setattr(base, "memory_budget", lambda platform: 0)  # auto: every dense score over the budget
     monkeypatch.setattr(sampled_rows, "STATS_ROWS", 5)
     q, k, v = qkv(24, 24, B=1)
     out_b, stats_b = jax.jit(lambda q, k, v: nz.attend("kl", q, k, v, causal=True, prior="recency"))(q, k, v)

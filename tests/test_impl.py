@@ -13,8 +13,6 @@ from flax import nnx
 from attnlab import normalizers as nz
 from attnlab.normalizers import Mask, impl
 
-pytestmark = pytest.mark.numerics
-
 SOFTMAX, KL_RECENCY, ENTMAX = impl.Capability(True, True), impl.Capability(False, True), impl.Capability(False, False)
 BF16, F32 = jnp.bfloat16, jnp.float32
 PAD = jnp.ones((2, 8), bool)
@@ -134,6 +132,7 @@ SCENARIOS = {
 }
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("name, opts", [("softmax", {}), ("kl", {"prior": "uniform"})])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_xla_path_equals_the_dense_form_forward_and_gradients(name, opts, scenario):
@@ -293,6 +292,7 @@ def test_plain_step_logging_step_and_run_json_read_the_choice_made_at_build(monk
     assert all(txt.search(p.as_text()) for p in (dense["steps"].train_program, dense["statistics"]))
 
 
+@pytest.mark.numerics
 def test_xla_path_in_bfloat16_keeps_beta_gradient_close_to_float32():
     """bfloat16 q, k, v: the output and dβ (reduced in float32) stay near the float32 dense form."""
     T, S, lengths, causal, window = SCENARIOS["causal_padded"]
@@ -321,6 +321,7 @@ def seeds_out_and_grads(impl_, q_VBNTH, k_VBNSH, v_VBNSH, beta_VN, mask, mask_ax
     return jax.jit(jax.vmap(grad, in_axes=(0, 0, 0, 0, mask_axis)))(q_VBNTH, k_VBNSH, v_VBNSH, beta_VN, mask)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("scenario", ["causal_padded", "causal_window"])
 @pytest.mark.parametrize("per_seed_mask", [False, True])
 def test_vmapped_seeds_of_the_fused_path_equal_each_seed_alone(scenario, per_seed_mask):
@@ -363,6 +364,7 @@ def test_vmapped_seeds_lower_to_cudnn_attention_for_cuda():
     assert sorted(set(calls)) == ["__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"], calls
 
 
+@pytest.mark.numerics
 def test_statistics_at_length_keep_the_fused_output_and_the_sampled_row_statistics():
     """A logging step at length on the fused path: the output is the plain step's (XLA here, cuDNN's flash
     kernel on a GPU; not blockwise loops) and the statistics are those of the sampled rows, as blockwise."""
