@@ -1,4 +1,5 @@
-"""Hand-written backwards that XLA's CPU backend runs faster than autodiff's: a dense layer's matmul, GELU.
+"""Hand-written backwards that XLA runs faster than autodiff's: a dense layer's matmul, GELU (XLA:CPU), the
+token embedding's lookup (XLA:GPU).
 
 The matmul: autodiff of `x @ W` transposes the dot_general, and XLA:CPU then lays the weight gradient out as
 a dot over the leading (token) axis whose operands are transposed inside the elementwise fusions
@@ -14,6 +15,7 @@ tests/test_model_equivalence.py pins both against plain autodiff.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -74,3 +76,28 @@ def _gelu_bwd(x, g):
 
 
 gelu.defvjp(_gelu_fwd, _gelu_bwd)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def take_rows(table_VD, ids, dtype):
+    """table_VD's rows at ids in `dtype` (as nnx.Embed looks tokens up), whose gradient is scatter-added in float32.
+
+    Autodiff scatter-adds the cotangent in the compute dtype: in bfloat16 a frequent token's row sums thousands of
+    updates at 8 significant bits (on the shipped lm text, 15% of the largest entry off the float32 sum,
+    scripts/bench_embedding_grad.py), and XLA:GPU runs those contended bfloat16 atomics slowly: on an H100 the
+    scatter took 60 of the 80 ms of the model=base lm step (BENCHMARKS.md). In float32 runs this is autodiff's
+    scatter itself."""
+    return jnp.take(table_VD.astype(dtype), ids, axis=0)
+
+
+def _take_rows_fwd(table_VD, ids, dtype):
+    return take_rows(table_VD, ids, dtype), (table_VD, ids)
+
+
+def _take_rows_bwd(dtype, residuals, g_BTD):
+    table_VD, ids = residuals
+    _, pullback = jax.vjp(lambda t: jnp.take(t, ids, axis=0), table_VD.astype(jnp.float32))
+    return pullback(g_BTD.astype(jnp.float32))[0].astype(table_VD.dtype), None
+
+
+take_rows.defvjp(_take_rows_fwd, _take_rows_bwd)

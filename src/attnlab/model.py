@@ -10,7 +10,7 @@ from flax import nnx
 
 from attnlab import checks
 from attnlab.attention import MultiHeadAttention
-from attnlab.fast_vjp import dense_dot_general, gelu
+from attnlab.fast_vjp import dense_dot_general, gelu, take_rows
 from attnlab.groups import tag
 from attnlab.normalizers import Mask, Normalizer
 from attnlab.normalizers.impl import Workload
@@ -206,7 +206,10 @@ class Transformer(nnx.Module):
 
     def embed_inputs(self, inputs):
         """Token or vector embedding plus the additive positional encoding."""
-        x_BTD = self.embed(inputs).astype(self.dtype)
+        if isinstance(self.embed, nnx.Embed):
+            x_BTD = take_rows(self.embed.embedding[...], inputs, self.dtype)
+        else:
+            x_BTD = self.embed(inputs).astype(self.dtype)
         T = x_BTD.shape[1]
         if self.positional == "learned":
             x_BTD = x_BTD + self.pos(jnp.arange(T))[None]

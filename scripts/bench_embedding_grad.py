@@ -1,0 +1,77 @@
+#!/usr/bin/env python
+"""The token embedding's gradient on a GPU: scatter-add against a one-hot matmul, by token distribution.
+
+dW (V,D) = Σ_n e_{id_n} g_nᵀ for N = 32768 tokens, D = 512, V = 257 (bytes), as the model=base lm step computes it:
+XLA's scatter-add of the bfloat16 cotangent (as autodiff of jnp.take gives it), the same scatter in float32, and a
+one-hot matmul (f32 accumulation). Token ids uniform over V (the hand-written reference's random batches) and
+the shipped lm text's bytes (skewed: a few byte values take most updates, so scatter atomics contend on their
+rows). Prints the median ms of --reps calls of each. Without a GPU it says so and exits 0 (--cpu-check runs anyway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from bench_common import med
+
+
+def ids_of(kind: str, N: int, V: int) -> np.ndarray:
+    """N token ids: uniform over 1..V-1, or N consecutive bytes of the shipped lm text."""
+    if kind == "uniform":
+        return np.random.default_rng(0).integers(1, V, N)
+    from attnlab.tasks.lm import corpus
+
+    text = b"".join(corpus.pydoc_topics()[0])
+    return np.frombuffer(text[:N], np.uint8).astype(np.int32)
+
+
+def variants(V: int):
+    def scatter(dtype):
+        def grad(ids, g):
+            return jnp.zeros((V, g.shape[-1]), dtype).at[ids].add(g.astype(dtype))
+
+        return grad
+
+    def one_hot(ids, g):
+        return jnp.einsum("nv,nd->vd", jax.nn.one_hot(ids, V, dtype=g.dtype), g, preferred_element_type=jnp.float32)
+
+    return {"scatter bf16": scatter(jnp.bfloat16), "scatter f32": scatter(jnp.float32), "one-hot matmul": one_hot}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--tokens", type=int, default=32768)
+    p.add_argument("--dim", type=int, default=512)
+    p.add_argument("--vocab", type=int, default=257)
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--cpu-check", action="store_true")
+    args = p.parse_args(argv)
+    if jax.default_backend() != "gpu" and not args.cpu_check:
+        print(f"bench_embedding_grad: no GPU (JAX sees {jax.default_backend()}); nothing measured")
+        return 0
+    g = jax.random.normal(jax.random.key(0), (args.tokens, args.dim), jnp.bfloat16)
+    print(f"{jax.devices()[0].device_kind}, JAX {jax.__version__}: N={args.tokens} D={args.dim} V={args.vocab}")
+    for kind in ("uniform", "lm text"):
+        ids = jnp.asarray(ids_of(kind, args.tokens, args.vocab))
+        ref = None
+        for name, fn in variants(args.vocab).items():
+            f = jax.jit(fn)
+            out = f(ids, g).block_until_ready()
+            ref = out.astype(jnp.float32) if ref is None else ref
+            times = []
+            for _ in range(args.reps):
+                t = time.perf_counter()
+                f(ids, g).block_until_ready()
+                times.append(time.perf_counter() - t)
+            err = float(jnp.abs(out.astype(jnp.float32) - ref).max() / jnp.abs(ref).max())
+            print(f"{kind:8s} {name:15s} {1e3 * med(times):8.3f} ms   max |Δ| / max |ref| vs scatter bf16: {err:.1e}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
