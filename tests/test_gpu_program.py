@@ -196,3 +196,15 @@ def test_pallas_linear_step_moves_and_holds_no_more_than_the_chunked_form(progra
     assert fused["plain"].custom_calls["__gpu$xla.gpu.triton"] == 2 * LAYERS
     assert (fused["plain"].txt_buffers, fused["stats"].txt_buffers) == (0, 0)
     assert fused["plain"].gbytes <= chunked["plain"].gbytes and fused["plain"].peak <= chunked["plain"].peak
+
+
+@pytest.mark.parametrize("name", ["sigmoid", "relu"])
+def test_pallas_pointwise_steps_keep_no_txt_buffer_in_the_plain_or_logging_step(programs, mesh, name):
+    """sigmoid and ReLU at impl=pallas: three fused kernels per layer in the plain step, and the logging step's
+    statistics on sampled rows, as blockwise, not from a dense T×T form (at B=4 T=8192, all 8 layers, the dense
+    statistics asked an H100 for 96 GiB)."""
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+        p = programs(name, extra=("normalizer.impl=pallas",))
+    assert p["impl"] == ["pallas"]
+    assert p["plain"].custom_calls["__gpu$xla.gpu.triton"] == 3 * LAYERS
+    assert (p["plain"].txt_buffers, p["stats"].txt_buffers) == (0, 0)

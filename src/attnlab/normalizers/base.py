@@ -268,10 +268,11 @@ class ScoreNormalizer(Normalizer, abstract=True):
         B, N, T, _ = q_BNTH.shape
         S = k_BNSH.shape[2]
         if score_probe_BNTS is None and self.capability().blockwise and mask.dense_BNTS is None:
-            # Statistics on sampled rows wherever the plain step keeps no T×S matrix (blockwise; the fused
-            # kernels at length); the output by the plain step's own backend (cuDNN's flash kernel on a GPU).
+            # Statistics on sampled rows wherever the plain step keeps no T×S matrix (blockwise, the Pallas
+            # kernels; the fused kernels at length); the output by the plain step's own backend (cuDNN's flash
+            # kernel, the Pallas kernels on a GPU).
             path = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N))
-            if path == "blockwise" or (path in ("cudnn", "xla") and sampled_rows.at_length(T, S)):
+            if path in ("blockwise", "pallas") or (path in ("cudnn", "xla") and sampled_rows.at_length(T, S)):
                 return self.plain_call(q_BNTH, k_BNSH, v_BNSH, mask), self._row_stats(q_BNTH, k_BNSH, mask)
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, with_stats, score_probe_BNTS)
 
