@@ -97,7 +97,6 @@ def profile_summary(profile, steps: int, wall_s: float, top: int = 6) -> dict:
         "busy_ms": busy_ns / 1e6 / steps,
         "events": len(spans) / steps,
         "top": [(name, t / 1e6 / steps, c / steps) for name, (t, c) in ranked],
-        "planes": sorted(f"{p.name}: {[ln.name for ln in p.lines][:12]}" for p in planes),
     }
 
 
@@ -364,7 +363,7 @@ def main(argv=None) -> int:
     def profiler(label, fn, state, data):
         summary, state = device_profile(fn, state, data, args.profile_steps, args.profile / f"trace{len(profiled)}")
         profiled.extend(profile_lines(label, summary))
-        print("\n".join(profiled[-1 - len(summary["top"]) :]), f"\n  planes: {summary['planes']}", flush=True)
+        print("\n".join(profiled[-1 - len(summary["top"]) :]), flush=True)
         return state
 
     trace = profiler if args.profile else None

@@ -1,5 +1,5 @@
-"""Hand-written backwards that XLA runs faster than autodiff's: a dense layer's matmul, GELU (XLA:CPU), the
-token embedding's lookup (XLA:GPU).
+"""Hand-written backwards: a dense layer's matmul and GELU, which XLA:CPU runs faster than autodiff's, and the
+token embedding's lookup, whose gradient autodiff would sum in the compute dtype.
 
 The matmul: autodiff of `x @ W` transposes the dot_general, and XLA:CPU then lays the weight gradient out as
 a dot over the leading (token) axis whose operands are transposed inside the elementwise fusions
@@ -83,10 +83,10 @@ def take_rows(table_VD, ids, dtype):
     """table_VD's rows at ids in `dtype` (as nnx.Embed looks tokens up), whose gradient is scatter-added in float32.
 
     Autodiff scatter-adds the cotangent in the compute dtype: in bfloat16 a frequent token's row sums thousands of
-    updates at 8 significant bits (on the shipped lm text, 15% of the largest entry off the float32 sum,
-    scripts/bench_embedding_grad.py), and XLA:GPU runs those contended bfloat16 atomics slowly: on an H100 the
-    scatter took 60 of the 80 ms of the model=base lm step (BENCHMARKS.md). In float32 runs this is autodiff's
-    scatter itself."""
+    updates at 8 significant bits (8192 bytes of the shipped lm text: 4% of the largest entry off the exact sum,
+    tests/test_model_equivalence.py). On an H100 that bfloat16 scatter also took 58-63 ms of the 65-74 ms
+    model=base lm step (BENCHMARKS.md); the float32 one has not been timed there. In float32 runs this is
+    autodiff's scatter itself."""
     return jnp.take(table_VD.astype(dtype), ids, axis=0)
 
 
