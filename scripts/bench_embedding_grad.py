@@ -6,13 +6,19 @@ it: XLA's scatter-add of the bfloat16 cotangent (as autodiff of jnp.take gives i
 (fast_vjp.take_rows: the same scatter in float32), and a one-hot matmul (f32 accumulation). Token ids uniform
 over V (the hand-written reference's random batches) and the shipped lm text's bytes (skewed: a few byte values
 take most updates, so scatter atomics contend on their rows). Prints the median ms of --reps calls of each.
-Without a GPU it says so and exits 0 (--cpu-check runs anyway).
+Without a GPU it says so and exits 0 (--cpu-check runs anyway). `--ptx h100` needs no GPU: it compiles each
+variant for that target (gpu_program.py's deviceless compile, the CUDA plugin installed) and counts the atomic
+instructions in its PTX, the instructions a scatter's contended rows serialise on.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import glob
+import re
 import sys
+import tempfile
 import time
 
 import jax
@@ -50,6 +56,22 @@ def variants(table_VD):
     }
 
 
+def ptx_atomics(target: str, tokens: int, dim: int, vocab: int) -> None:
+    """Print, per variant, the atomic instructions in the PTX XLA compiles it to for `target`, without a GPU."""
+    from gpu_program import on_target
+
+    with on_target(target) as mesh:
+        on = jax.sharding.SingleDeviceSharding(mesh.devices.flat[0])
+        ids = jax.ShapeDtypeStruct((tokens,), jnp.int32, sharding=on)
+        g = jax.ShapeDtypeStruct((tokens, dim), jnp.bfloat16, sharding=on)
+        for name, fn in variants(jnp.zeros((vocab, dim))).items():
+            dump = tempfile.mkdtemp()
+            jax.jit(fn).lower(ids, g).compile(compiler_options={"xla_dump_to": dump})
+            ptx = "".join(open(path).read() for path in glob.glob(f"{dump}/*.ptx"))
+            found = collections.Counter(re.findall(r"\b(?:atom|red)\.[\w.]+", ptx))
+            print(f"{target} {name:15s} atomics in the PTX: {dict(found) or 'none'}")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--tokens", type=int, default=32768)
@@ -57,7 +79,11 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, default=257)
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--cpu-check", action="store_true")
+    p.add_argument("--ptx", metavar="TARGET", help="deviceless: the atomics each variant compiles to (h100, a100)")
     args = p.parse_args(argv)
+    if args.ptx:
+        ptx_atomics(args.ptx, args.tokens, args.dim, args.vocab)
+        return 0
     if jax.default_backend() != "gpu" and not args.cpu_check:
         print(f"bench_embedding_grad: no GPU (JAX sees {jax.default_backend()}); nothing measured")
         return 0
