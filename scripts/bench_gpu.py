@@ -192,14 +192,29 @@ def reference_dims(cfg) -> dict:
 
 
 def handwritten(
-    B: int, T: int, V: int = 257, D: int = 512, N: int = 8, L: int = 8, mlp_ratio: int = 4, impl: str = "cudnn"
+    B: int,
+    T: int,
+    V: int = 257,
+    D: int = 512,
+    N: int = 8,
+    L: int = 8,
+    mlp_ratio: int = 4,
+    impl: str = "cudnn",
+    same_math: bool = False,
 ):
     """(jitted step, state, data, param count): the same model in plain jnp, bfloat16 with the platform's
-    default matmul precision (a bf16 run's), cuDNN attention (`impl`)."""
+    default matmul precision (a bf16 run's), cuDNN attention (`impl`).
+
+    `same_math` adds what an attnlab softmax run computes beyond it: a learned per-head inverse temperature β
+    folded into q (normalizers/fused.py) and the gradient clipped by its global norm (optim.py, the norm from
+    one reduction, steps.leaf_sums). Still left out: the finiteness check and skip of non-finite steps, the
+    gradient norms returned for logging, and the step's RNG and schedule scalars."""
     import optax
 
     from attnlab.accelerator import apply_matmul_precision
     from attnlab.attention import rope
+    from attnlab.optim import clip_by_global_norm
+    from attnlab.steps import leaf_sums
 
     apply_matmul_precision(None, jnp.bfloat16)
 
@@ -225,6 +240,9 @@ def handwritten(
             for _ in range(L)
         ],
     }
+    if same_math:
+        for blk in params["blocks"]:
+            blk["beta"] = jnp.full((N,), 1 / math.sqrt(H))
 
     def norm(x, p):
         xf = x.astype(jnp.float32)
@@ -236,10 +254,15 @@ def handwritten(
         p16 = jax.tree.map(lambda a: a.astype(jnp.bfloat16), p)
         x = p16["embed"][inputs_BT]
         pos_T = jnp.arange(T)
-        for blk in p16["blocks"]:
+        for i, blk in enumerate(p16["blocks"]):
             q, kk, v = (norm(x, blk["ln1"]) @ blk["qkv"]).reshape(B, T, 3, N, H).transpose(2, 0, 3, 1, 4)
             q, kk = (rope(a, pos_T).transpose(0, 2, 1, 3) for a in (q, kk))
-            o = jax.nn.dot_product_attention(q, kk, v.transpose(0, 2, 1, 3), is_causal=True, implementation=impl)
+            scale = None
+            if same_math:  # β in float32 on q, as attnlab folds it (scale 1)
+                q, scale = (q.astype(jnp.float32) * p["blocks"][i]["beta"][None, None, :, None]).astype(q.dtype), 1.0
+            o = jax.nn.dot_product_attention(
+                q, kk, v.transpose(0, 2, 1, 3), is_causal=True, implementation=impl, scale=scale
+            )
             x = x + o.reshape(B, T, D) @ blk["out"]
             x = (
                 x
@@ -249,12 +272,16 @@ def handwritten(
         logits = (norm(x, p16["ln_f"]) @ p16["head"]).astype(jnp.float32)
         return jnp.mean(jax.nn.logsumexp(logits, -1) - jnp.take_along_axis(logits, targets_BT[..., None], -1)[..., 0])
 
-    tx = optax.adamw(1e-4)
+    tx = optax.chain(clip_by_global_norm(1.0), optax.adamw(1e-4)) if same_math else optax.adamw(1e-4)
 
     def step(state, data):
         params, opt_state = state
         grads = jax.grad(loss_fn)(params, data["inputs"], data["targets"])
-        updates, opt_state = tx.update(grads, opt_state, params)
+        extra = {}
+        if same_math:
+            sq = leaf_sums(jax.tree.leaves(grads), lambda g: jnp.square(g.astype(jnp.float32)))
+            extra["grad_norm"] = jnp.sqrt(sq.sum())
+        updates, opt_state = tx.update(grads, opt_state, params, **extra)
         return optax.apply_updates(params, updates), opt_state
 
     rng = np.random.default_rng(0)
@@ -289,19 +316,22 @@ def run_overrides(name: str, B: int, T: int, dtype: str, model: str) -> list[str
     ]
 
 
-def reference_row(B: int, T: int, model: str, steps: int, peak_tflops: float, on_gpu: bool, profiler=None) -> list:
-    """The hand-written step's row (cuDNN attention on a GPU, XLA's elsewhere); `profiler(label, fn, state, data)`
-    traces it."""
+def reference_row(
+    B: int, T: int, model: str, steps: int, peak_tflops: float, on_gpu: bool, profiler=None, same_math: bool = False
+) -> list:
+    """The hand-written step's row (cuDNN attention on a GPU, XLA's elsewhere; `same_math`: with attnlab's β and
+    clipping); `profiler(label, fn, state, data)` traces it."""
     dims = reference_dims(compose(run_overrides("softmax", B, T, "bfloat16", model)))
     impl = "cudnn" if on_gpu else "xla"
-    step, state, data, n = handwritten(B, T, **dims, impl=impl)
+    step, state, data, n = handwritten(B, T, **dims, impl=impl, same_math=same_math)
     step = step.lower(state, data).compile()
     ms, state = timed_ms(step, state, data, steps)
+    label = f"hand-written ({impl})" + (" with β and clipping" if same_math else "")
     if profiler is not None:
-        profiler(f"B={B} T={T} hand-written ({impl})", step, state, data)
+        profiler(f"B={B} T={T} {label}", step, state, data)
     return [
         f"B={B} T={T}",
-        f"hand-written ({impl})",
+        label,
         impl,
         f"{ms:.1f}",
         f"{100 * mfu(n, B, T, ms, peak_tflops, dims['L'], dims['D']):.1f}%",
@@ -369,8 +399,10 @@ def main(argv=None) -> int:
     trace = profiler if args.profile else None
     for i, shape in enumerate(args.shapes.split(",")):
         B, T = (int(x) for x in shape.lower().split("x"))
-        rows.append(reference_row(B, T, args.model, args.steps, args.peak_tflops, on_gpu, trace))
-        print(" | ".join(rows[-1]), flush=True)
+        for same_math in (False, True):
+            profile = trace if not same_math else None
+            rows.append(reference_row(B, T, args.model, args.steps, args.peak_tflops, on_gpu, profile, same_math))
+            print(" | ".join(rows[-1]), flush=True)
         variants = [(n, "bfloat16") for n in (names if i == 0 or args.long_all else ["softmax"])]
         for name, dtype in variants + ([("softmax", "float32")] if i == 0 and not args.no_float32 else []):
             try:

@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"h100": "h100_sxm.txtpb", "a100": "a100_sxm_80.txtpb"}
 TARGET_DIR = Path(__file__).resolve().parent / "gpu_targets"
 SECTION = "## GPU program, deviceless (scripts/gpu_program.py)"
+REFERENCE = "hand-written reference"
 # Instructions that launch no kernel: buffer plumbing, control flow (its computations are counted instead).
 HEADER = """\
 Deviceless XLA:GPU compile for {target} (scripts/gpu_targets/{file}), JAX {jax}, by `{cmd}`
@@ -152,12 +153,13 @@ def attnlab_programs(mesh, overrides: list[str]) -> dict:
     return {"plain": run["steps"].train_program, "stats": run["statistics"], "impl": sorted(set(run["impl"]))}
 
 
-def reference_program(mesh, B: int, T: int, overrides: list[str]):
-    """scripts/bench_gpu.py's hand-written step (cuDNN attention) with the sizes of the run's model."""
+def reference_program(mesh, B: int, T: int, overrides: list[str], same_math: bool = False):
+    """scripts/bench_gpu.py's hand-written step (cuDNN attention) with the sizes of the run's model; `same_math`:
+    with attnlab's β and gradient clipping (bench_gpu.handwritten)."""
     import bench_gpu
 
     dims = bench_gpu.reference_dims(bench_gpu.compose(overrides))
-    step, state, data, _ = bench_gpu.handwritten(B, T, **dims)
+    step, state, data, _ = bench_gpu.handwritten(B, T, **dims, same_math=same_math)
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     return step.lower(bench_gpu.abstract(state, sharding), bench_gpu.abstract(data, sharding)).compile()
 
@@ -448,13 +450,20 @@ def compile_row(label: str, build) -> tuple[str, Program | None, Program | None,
 
 
 def rows_for(
-    target: str, B: int, T: int, normalizers: list[str], seeds: list[int], model: str, extra: tuple = ()
+    target: str,
+    B: int,
+    T: int,
+    normalizers: list[str],
+    seeds: list[int],
+    model: str,
+    extra: tuple = (),
+    same_math: bool = False,
 ) -> list:
     """(label, plain, logging, impl) for the reference and each normalizer × seed count at B, T."""
     out = []
     with on_target(target) as mesh:
-        ref = reference_program(mesh, B, T, run_overrides(model, B, T, "softmax", 1, extra))
-        out.append(("hand-written reference", Program.of(ref, T), None, "cudnn"))
+        ref = reference_program(mesh, B, T, run_overrides(model, B, T, "softmax", 1, extra), same_math)
+        out.append((REFERENCE + (" with β and clipping" if same_math else ""), Program.of(ref, T), None, "cudnn"))
         for name in normalizers:
             for S in seeds:
                 label = f"{name}" + (f" vmap_seeds={S}" if S > 1 else "")
@@ -481,7 +490,7 @@ def gb(x) -> str:
 
 def table_lines(target: str, B: int, T: int, rows: list) -> list[str]:
     """The Markdown table of one shape: each program, and its ratios to the reference (plain) or plain (logging)."""
-    ref = next((p for label, p, _, _ in rows if label == "hand-written reference"), None)
+    ref = next((p for label, p, _, _ in rows if label.startswith(REFERENCE)), None)
     out = []
     for label, plain, logging, impl in rows:
         if plain is None:
@@ -542,6 +551,11 @@ def main(argv=None) -> int:
         action="store_true",
         help="after the tables, each plain step's kernels less the reference's, by kind and shape",
     )
+    p.add_argument(
+        "--same-math-reference",
+        action="store_true",
+        help="the reference with attnlab's learned β and gradient clipping (what the ratios are then against)",
+    )
     args = p.parse_args(argv)
     check_plugin()
     from attnlab import registry
@@ -562,7 +576,7 @@ def main(argv=None) -> int:
     diffs = []
     for shape in args.shapes.split(","):
         B, T = (int(x) for x in shape.lower().split("x"))
-        rows = rows_for(args.target, B, T, names, seeds, args.model, tuple(args.override))
+        rows = rows_for(args.target, B, T, names, seeds, args.model, tuple(args.override), args.same_math_reference)
         lines += table_lines(args.target, B, T, rows) + [""]
         for label, plain, _, _ in rows[1:] if args.diff_kernels else []:
             if plain is not None:
