@@ -205,7 +205,7 @@ def handwritten(
     """(jitted step, state, data, param count): the same model in plain jnp, bfloat16 with the platform's
     default matmul precision (a bf16 run's), cuDNN attention (`impl`).
 
-    `same_math` adds what an attnlab softmax run computes beyond it: a learned per-head inverse temperature β
+    `same_math` adds what an attnlab softmax run computes beyond it: a learned per-head inverse temperature β = exp(θ)
     folded into q (normalizers/fused.py) and the gradient clipped by its global norm (optim.py, the norm from
     one reduction, steps.leaf_sums). Still left out: the finiteness check and skip of non-finite steps, the
     gradient norms returned for logging, and the step's RNG and schedule scalars."""
@@ -242,7 +242,7 @@ def handwritten(
     }
     if same_math:
         for blk in params["blocks"]:
-            blk["beta"] = jnp.full((N,), 1 / math.sqrt(H))
+            blk["log_beta"] = jnp.full((N,), -0.5 * math.log(H))  # β = exp(θ), as normalizers/base.py learns it
 
     def norm(x, p):
         xf = x.astype(jnp.float32)
@@ -259,7 +259,8 @@ def handwritten(
             q, kk = (rope(a, pos_T).transpose(0, 2, 1, 3) for a in (q, kk))
             scale = None
             if same_math:  # β in float32 on q, as attnlab folds it (scale 1)
-                q, scale = (q.astype(jnp.float32) * p["blocks"][i]["beta"][None, None, :, None]).astype(q.dtype), 1.0
+                beta_N = jnp.exp(p["blocks"][i]["log_beta"])
+                q, scale = (q.astype(jnp.float32) * beta_N[None, None, :, None]).astype(q.dtype), 1.0
             o = jax.nn.dot_product_attention(
                 q, kk, v.transpose(0, 2, 1, 3), is_causal=True, implementation=impl, scale=scale
             )

@@ -167,14 +167,14 @@ def test_plain_softmax_step_stays_within_its_measured_ratios_to_the_reference(pr
 
 
 def test_plain_softmax_step_against_the_reference_with_its_math(programs):
-    """Given attnlab's learned β and global-norm clip, the hand-written step launches 524 kernels (461 without),
-    the plain softmax step 1.13× as many (BENCHMARKS.md) and moves and holds less: bound at 1.15× kernels, ≤ 1×
+    """Given attnlab's learned β and global-norm clip, the hand-written step launches 539 kernels (461 without),
+    the plain softmax step 1.10× as many (BENCHMARKS.md) and moves and holds less: bound at 1.12× kernels, ≤ 1×
     bytes and peak. The rest is flax's LayerNorm and what the step adds to the math (the finiteness check and
     skip, the gradient norms it returns, its RNG and schedule scalars)."""
     ref, plain = programs("reference with its math", full=True)["plain"], programs("softmax", full=True)["plain"]
     assert ref.kernels > programs("reference", full=True)["plain"].kernels
     ratios = {"kernels": plain.kernels / ref.kernels, "bytes": plain.gbytes / ref.gbytes, "peak": plain.peak / ref.peak}
-    assert ratios["kernels"] <= 1.15 and ratios["bytes"] <= 1.0 and ratios["peak"] <= 1.0, ratios
+    assert ratios["kernels"] <= 1.12 and ratios["bytes"] <= 1.0 and ratios["peak"] <= 1.0, ratios
 
 
 def test_logging_softmax_step_stays_within_its_measured_ratios_to_the_plain_step(programs):
