@@ -16,7 +16,7 @@ $py -c 'import sys, jax, flax, optax, attnlab.cli
 print("python", sys.version.split()[0], "jax", jax.__version__, "flax", flax.__version__, "optax", optax.__version__)
 print(jax.devices())' 2>&1 | tee -a "$OUT/device.txt" || exit 1
 
-timeout 240 $py scripts/bench_gpu.py --normalizers softmax --profile /tmp/traces 2>&1 | tee "$OUT/bench_softmax.md"
+timeout 300 $py scripts/bench_gpu.py --normalizers softmax --profile /tmp/traces 2>&1 | tee "$OUT/bench_softmax.md"
 timeout 60 $py scripts/bench_embedding_grad.py 2>&1 | tee "$OUT/embedding_grad.txt"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # several test processes share the GPU
 timeout 60 $py -m pytest -q -p no:cacheprovider tests/test_pallas_on_device.py 2>&1 | tail -25 | tee "$OUT/pallas.txt"
