@@ -20,6 +20,7 @@ import re
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -56,20 +57,21 @@ def variants(table_VD):
     }
 
 
-def ptx_atomics(target: str, tokens: int, dim: int, vocab: int) -> None:
-    """Print, per variant, the atomic instructions in the PTX XLA compiles it to for `target`, without a GPU."""
+def ptx_atomics(target: str, tokens: int, dim: int, vocab: int) -> dict[str, collections.Counter]:
+    """Per variant, the atomic instructions in the PTX XLA compiles it to for `target`, without a GPU."""
     from gpu_program import on_target
 
+    found = {}
     with on_target(target) as mesh:
         on = jax.sharding.SingleDeviceSharding(mesh.devices.flat[0])
         ids = jax.ShapeDtypeStruct((tokens,), jnp.int32, sharding=on)
         g = jax.ShapeDtypeStruct((tokens, dim), jnp.bfloat16, sharding=on)
         for name, fn in variants(jnp.zeros((vocab, dim))).items():
-            dump = tempfile.mkdtemp()
-            jax.jit(fn).lower(ids, g).compile(compiler_options={"xla_dump_to": dump})
-            ptx = "".join(open(path).read() for path in glob.glob(f"{dump}/*.ptx"))
-            found = collections.Counter(re.findall(r"\b(?:atom|red)\.[\w.]+", ptx))
-            print(f"{target} {name:15s} atomics in the PTX: {dict(found) or 'none'}")
+            with tempfile.TemporaryDirectory() as dump:
+                jax.jit(fn).lower(ids, g).compile(compiler_options={"xla_dump_to": dump})
+                ptx = "".join(Path(path).read_text() for path in glob.glob(f"{dump}/*.ptx"))
+            found[name] = collections.Counter(re.findall(r"\b(?:atom|red)\.[\w.]+", ptx))
+    return found
 
 
 def main(argv=None) -> int:
@@ -82,7 +84,8 @@ def main(argv=None) -> int:
     p.add_argument("--ptx", metavar="TARGET", help="deviceless: the atomics each variant compiles to (h100, a100)")
     args = p.parse_args(argv)
     if args.ptx:
-        ptx_atomics(args.ptx, args.tokens, args.dim, args.vocab)
+        for name, atomics in ptx_atomics(args.ptx, args.tokens, args.dim, args.vocab).items():
+            print(f"{args.ptx} {name:15s} atomics in the PTX: {dict(atomics) or 'none'}")
         return 0
     if jax.default_backend() != "gpu" and not args.cpu_check:
         print(f"bench_embedding_grad: no GPU (JAX sees {jax.default_backend()}); nothing measured")

@@ -199,6 +199,18 @@ def test_the_embedding_gradient_is_scatter_added_in_float32_where_the_reference_
     assert scatters(programs("reference", full=True)["plain"]) == {"bf16[257,512]"}
 
 
+def test_on_the_h100_the_float32_embedding_scatter_issues_a_quarter_of_the_bfloat16_ones_atomics():
+    """The PTX of the embedding gradient's forms (bench_embedding_grad.py --ptx): per thread, four scalar bfloat16
+    atomics for autodiff's bfloat16 scatter, one 4-wide float32 atomic for take_rows', none for the one-hot matmul."""
+    import bench_embedding_grad
+
+    found = bench_embedding_grad.ptx_atomics("h100", tokens=4096, dim=512, vocab=257)
+    bf16, f32 = found["scatter bf16"], found["take_rows f32"]
+    assert sum(bf16.values()) == 4 and all(op.endswith(".bf16") for op in bf16)
+    assert sum(f32.values()) == 1 and all(".v4.f32" in op for op in f32)
+    assert not found["one-hot matmul"]
+
+
 def test_the_a100_target_compiles_softmax_on_cudnn_flash_attention():
     """The second target (Ampere, compute capability 8.0): head dim 64 is within cuDNN's pre-Hopper limit."""
     assert gp.compute_capability(gp.target_config("a100")) == (8, 0)
