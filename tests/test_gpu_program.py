@@ -153,33 +153,31 @@ def test_vmapped_seeds_compile_for_the_gpu(programs, name):
 
 
 def test_plain_softmax_step_stays_within_its_measured_ratios_to_the_reference(programs):
-    """A guard on the plain step against the hand-written one: bytes and peak ≤ 1.1×, kernels ≤ 1.33×; and the
+    """A guard on the plain step against the hand-written one: bytes and peak ≤ 1.1×, kernels ≤ 1.2×; and the
     per-kind kernel difference (gpu_program --diff-kernels) accounts for every extra kernel.
 
-    The aim is ≤ 1.1× in kernels too; measured 1.29× (BENCHMARKS.md): the reference clips no gradient (with a
-    one-reduction global-norm clip it launches 498, the weight gradients' split-K reductions no longer fusing
-    into the update) and has no β, so this bound catches a regression, not the aim."""
+    The aim is ≤ 1.1× in kernels too; measured 1.15× (BENCHMARKS.md): the reference clips no gradient and has
+    no β (with both it launches 539, the next test), so this bound catches a regression, not the aim."""
     ref, plain = programs("reference", full=True)["plain"], programs("softmax", full=True)["plain"]
     ratios = {"kernels": plain.kernels / ref.kernels, "bytes": plain.gbytes / ref.gbytes, "peak": plain.peak / ref.peak}
-    assert ratios["bytes"] <= 1.1 and ratios["peak"] <= 1.1 and ratios["kernels"] <= 1.33, ratios
+    assert ratios["bytes"] <= 1.1 and ratios["peak"] <= 1.1 and ratios["kernels"] <= 1.2, ratios
     extra = sum(int(line.split()[0]) for line in gp.kernel_diff(plain, ref))
     assert extra == plain.kernels - ref.kernels and not gp.kernel_diff(plain, plain)
 
 
 def test_plain_softmax_step_against_the_reference_with_its_math(programs):
-    """Given attnlab's learned β and global-norm clip, the hand-written step launches 539 kernels (461 without),
-    the plain softmax step 1.10× as many (BENCHMARKS.md) and moves and holds less: bound at 1.12× kernels, ≤ 1×
-    bytes and peak. The rest is flax's LayerNorm and what the step adds to the math (the finiteness check and
-    skip, the gradient norms it returns, its RNG and schedule scalars)."""
+    """Given attnlab's learned β and global-norm clip, the hand-written step launches 539 kernels (461 without);
+    the plain softmax step, with its finiteness check and skip and the gradient norms it returns, 0.98× as many
+    (BENCHMARKS.md), and moves and holds less: bound at 1.02× kernels, ≤ 1× bytes and peak."""
     ref, plain = programs("reference with its math", full=True)["plain"], programs("softmax", full=True)["plain"]
     assert ref.kernels > programs("reference", full=True)["plain"].kernels
     ratios = {"kernels": plain.kernels / ref.kernels, "bytes": plain.gbytes / ref.gbytes, "peak": plain.peak / ref.peak}
-    assert ratios["kernels"] <= 1.12 and ratios["bytes"] <= 1.0 and ratios["peak"] <= 1.0, ratios
+    assert ratios["kernels"] <= 1.02 and ratios["bytes"] <= 1.0 and ratios["peak"] <= 1.0, ratios
 
 
 def test_logging_softmax_step_stays_within_its_measured_ratios_to_the_plain_step(programs):
     """The logging step (statistics program + plain step) within 1.5× the plain step's kernels and bytes (measured
-    1.37× and 1.49×, BENCHMARKS.md): the sampled-row statistics read the scores without writing the weights."""
+    1.41× and 1.48×, BENCHMARKS.md): the sampled-row statistics read the scores without writing the weights."""
     p = programs("softmax", full=True)
     logging = p["stats"] + p["plain"]
     ratios = {"kernels": logging.kernels / p["plain"].kernels, "bytes": logging.gbytes / p["plain"].gbytes}

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from attnlab.groups import named_grad_norms
 from attnlab.optim import clip_by_global_norm
 from attnlab.steps import FINITE_GROUP, SUM_ROW, all_finite, grad_norms, leaf_sums
 
@@ -28,7 +29,7 @@ def test_grad_norms_group_the_leaf_sums_as_declared():
     xs = leaves(1)
     groups = ["embedding", "attention", "beta:normalizer", "mlp", "attention", "beta:normalizer"]
     layers = [-1, 0, 0, 1, 1, 1]
-    out = jax.jit(lambda g: grad_norms(g, groups, layers, num_layers=2))(xs)
+    out = named_grad_norms(jax.jit(lambda g: grad_norms(g, groups, layers, num_layers=2))(xs))
     sq = np.array([np.sum(np.square(np.asarray(x, np.float64))) for x in xs])
 
     def norm(pick):

@@ -14,6 +14,15 @@ from flax import nnx
 from attnlab.normalizers import NormalizerParam
 
 GROUPS = ("embedding", "attention", "mlp", "norm", "head", "normalizer")
+# The gradient norms a train step returns as one vector (steps.grad_norms), in this order, then one per layer.
+GRAD_NORMS = ("global", *(f"group/{name}" for name in GROUPS), "beta")
+
+
+def named_grad_norms(norm_K) -> dict:
+    """{name: norm} of a train step's gradient-norm vector, "layer": the per-layer ones."""
+    named = dict(zip(GRAD_NORMS, norm_K))
+    named["layer"] = norm_K[len(GRAD_NORMS) :]
+    return named
 
 
 def tag(group: str, *modules: nnx.Module | nnx.Variable) -> None:

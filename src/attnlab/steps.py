@@ -11,7 +11,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from attnlab.groups import GROUPS
+from attnlab.groups import GRAD_NORMS, GROUPS
 from attnlab.normalizers import sampled_rows
 from attnlab.optim import current_lr
 from attnlab.tasks.batches import key_at
@@ -24,18 +24,18 @@ class Net(nnx.Module):
         self.body, self.head = body, head
 
 
-def grad_norms(grads, groups, layers, num_layers) -> dict[str, jax.Array]:
-    """Global, per-layer, per-group and β gradient norms from one reduction over every leaf."""
+def grad_norms(grads, groups, layers, num_layers) -> jax.Array:
+    """(len(GRAD_NORMS) + num_layers,) the gradient norms GRAD_NORMS names, then one per layer, from one reduction
+    over every leaf. One vector, read on the host: a scalar output per norm is a kernel per norm on a GPU."""
     sq_leaf = leaf_sums(jax.tree.leaves(grads), lambda g: jnp.square(g.astype(jnp.float32)))
-    parts = {"global": [True] * len(groups)}
-    parts.update({f"group/{name}": [g.endswith(name) for g in groups] for name in GROUPS})
-    parts["beta"] = [g.startswith("beta:") for g in groups]
-    parts.update({f"layer/{i}": [layer == i for layer in layers] for i in range(num_layers)})
+    picks = [
+        [True] * len(groups),
+        *([g.endswith(name) for g in groups] for name in GROUPS),
+        [g.startswith("beta:") for g in groups],
+        *([layer == i for layer in layers] for i in range(num_layers)),
+    ]
     # One masked row sum for every norm: a (norms, leaves) selection, not a reduction per norm.
-    norm_K = jnp.sqrt(jnp.where(np.array(list(parts.values())), sq_leaf[None, :], 0.0).sum(-1))
-    out = {name: norm_K[k] for k, name in enumerate(parts) if not name.startswith("layer/")}
-    out["layer"] = norm_K[len(parts) - num_layers :]
-    return out
+    return jnp.sqrt(jnp.where(np.array(picks), sq_leaf[None, :], 0.0).sum(-1))
 
 
 # Leaves are summed as rows of this many elements: wide enough for a GPU row reduction, small enough
@@ -181,8 +181,9 @@ def make_train_step(
         batch = sample(data, key)
         loss_fn = loss_of_batch(graphdef, state, batch, key, with_stats=False, scored_k=scored_k)
         (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"], None)
-        norms = grad_norms(grads, groups, layers, num_layers)
-        updates, opt_state = tx.update(grads, state["opt_state"], state["params"], grad_norm=norms["global"])
+        norm_K = grad_norms(grads, groups, layers, num_layers)
+        global_norm = norm_K[GRAD_NORMS.index("global")]
+        updates, opt_state = tx.update(grads, state["opt_state"], state["params"], grad_norm=global_norm)
         params = optax.apply_updates(state["params"], updates)
         # A non-finite step leaves parameters and optimizer state untouched and is counted; the
         # host reads the count on logging steps (no per-step sync) and applies the policy. The updated
@@ -191,9 +192,9 @@ def make_train_step(
         # keeps it apart: the kept update then fuses with the keep/revert select, one kernel per leaf
         # writing parameters and moments, as an unguarded optax step (else the select is a pass of its own).
         checked = jax.lax.optimization_barrier((grads, state["opt_state"], state["params"]))
-        check_updates, _ = tx.update(*checked, grad_norm=norms["global"])
+        check_updates, _ = tx.update(*checked, grad_norm=global_norm)
         new_ok = all_finite(jax.tree.leaves(optax.apply_updates(checked[2], check_updates)))
-        ok = jnp.isfinite(loss) & jnp.isfinite(norms["global"]) & new_ok
+        ok = jnp.isfinite(loss) & jnp.isfinite(global_norm) & new_ok
         keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(ok, new, old))
         first_bad = jnp.where((state["first_nonfinite"] < 0) & ~ok, state["step"], state["first_nonfinite"])
         new_state = {
@@ -208,9 +209,8 @@ def make_train_step(
         # The group/layer norms come from the leaf sums of the global norm, read on logging steps only.
         metrics: dict[str, Any] = {
             "loss": loss,
-            "grad_norm/global": norms["global"],
             "nonfinite": new_state["nonfinite"],
-            "grad_norm": norms,
+            "grad_norm": norm_K,
             "first_nonfinite": first_bad,
             "lr": current_lr(opt_state),
         }

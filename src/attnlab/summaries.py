@@ -18,6 +18,7 @@ from tensorboardX import SummaryWriter
 from tensorboardX.proto.summary_pb2 import Summary as XSummary
 
 from attnlab import tb_hparams, tb_images
+from attnlab.groups import named_grad_norms
 from attnlab.normalizers import CORE_STATS
 
 # Per layer in the custom-scalars layout: (chart title, tag pattern), every run overlaid.
@@ -55,15 +56,11 @@ def flatten_train_metrics(m: Mapping[str, Any], prefix: str = "train", has_beta:
 
     `has_beta=False` (a model without a β, e.g. linear attention) leaves out grad_norm/beta, always 0.
     """
-    out = {
-        f"{prefix}/loss": float(m["loss"]),
-        "grad_norm/global": float(m["grad_norm/global"]),
-        f"{prefix}/nonfinite_steps": float(m["nonfinite"]),
-    }
-    for name, v in m.get("grad_norm", {}).items():
+    out = {f"{prefix}/loss": float(m["loss"]), f"{prefix}/nonfinite_steps": float(m["nonfinite"])}
+    for name, v in named_grad_norms(np.asarray(m["grad_norm"])).items():
         if name == "layer":
-            out.update({f"grad_norm/layer_{i}": float(x) for i, x in enumerate(np.asarray(v))})
-        elif name != "global" and (has_beta or name != "beta"):
+            out.update({f"grad_norm/layer_{i}": float(x) for i, x in enumerate(v)})
+        elif has_beta or name != "beta":
             out[f"grad_norm/{name}"] = float(v)
     if "score_grad" in m:
         for i, row in enumerate(np.asarray(m["score_grad"])):
