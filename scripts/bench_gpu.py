@@ -32,6 +32,7 @@ import numpy as np
 from bench_common import med, mib, peak_bytes, table, write_section
 
 SECTION = "## GPU: attnlab step vs a hand-written JAX step (scripts/bench_gpu.py)"
+SAME_MATH = " with β and clipping"  # the label of the hand-written step with attnlab's math (handwritten's same_math)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -327,7 +328,7 @@ def reference_row(
     step, state, data, n = handwritten(B, T, **dims, impl=impl, same_math=same_math)
     step = step.lower(state, data).compile()
     ms, state = timed_ms(step, state, data, steps)
-    label = f"hand-written ({impl})" + (" with β and clipping" if same_math else "")
+    label = f"hand-written ({impl})" + (SAME_MATH if same_math else "")
     if profiler is not None:
         profiler(f"B={B} T={T} {label}", step, state, data)
     return [

@@ -460,10 +460,12 @@ def rows_for(
     same_math: bool = False,
 ) -> list:
     """(label, plain, logging, impl) for the reference and each normalizer × seed count at B, T."""
+    import bench_gpu
+
     out = []
     with on_target(target) as mesh:
         ref = reference_program(mesh, B, T, run_overrides(model, B, T, "softmax", 1, extra), same_math)
-        out.append((REFERENCE + (" with β and clipping" if same_math else ""), Program.of(ref, T), None, "cudnn"))
+        out.append((REFERENCE + (bench_gpu.SAME_MATH if same_math else ""), Program.of(ref, T), None, "cudnn"))
         for name in normalizers:
             for S in seeds:
                 label = f"{name}" + (f" vmap_seeds={S}" if S > 1 else "")

@@ -18,6 +18,13 @@ GROUPS = ("embedding", "attention", "mlp", "norm", "head", "normalizer")
 GRAD_NORMS = ("global", *(f"group/{name}" for name in GROUPS), "beta")
 
 
+def in_grad_norm(name: str, group: str) -> bool:
+    """Whether a leaf of gradient group `group` ("beta:<group>" for a β) counts in the norm GRAD_NORMS calls `name`."""
+    if name == "beta":
+        return group.startswith("beta:")
+    return name == "global" or group.endswith(name.removeprefix("group/"))
+
+
 def named_grad_norms(norm_K) -> dict:
     """{name: norm} of a train step's gradient-norm vector, "layer": the per-layer ones."""
     named = dict(zip(GRAD_NORMS, norm_K))

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from attnlab.groups import GRAD_NORMS, GROUPS
+from attnlab.groups import GRAD_NORMS, in_grad_norm
 from attnlab.normalizers import sampled_rows
 from attnlab.optim import current_lr
 from attnlab.tasks.batches import key_at
@@ -28,12 +28,8 @@ def grad_norms(grads, groups, layers, num_layers) -> jax.Array:
     """(len(GRAD_NORMS) + num_layers,) the gradient norms GRAD_NORMS names, then one per layer, from one reduction
     over every leaf. One vector, read on the host: a scalar output per norm is a kernel per norm on a GPU."""
     sq_leaf = leaf_sums(jax.tree.leaves(grads), lambda g: jnp.square(g.astype(jnp.float32)))
-    picks = [
-        [True] * len(groups),
-        *([g.endswith(name) for g in groups] for name in GROUPS),
-        [g.startswith("beta:") for g in groups],
-        *([layer == i for layer in layers] for i in range(num_layers)),
-    ]
+    picks = [[in_grad_norm(name, g) for g in groups] for name in GRAD_NORMS]
+    picks += [[layer == i for layer in layers] for i in range(num_layers)]
     # One masked row sum for every norm: a (norms, leaves) selection, not a reduction per norm.
     return jnp.sqrt(jnp.where(np.array(picks), sq_leaf[None, :], 0.0).sum(-1))
 
