@@ -101,3 +101,40 @@ def test_sigint_mid_training_exits_130_at_once_with_the_resume_command(tmp_path,
     record = metrics(run_dir)
     assert record["status"] == "interrupted" and record["final"] == {} and "headline:" not in out
     assert re.search(r"^(resume: |  ).*hydra\.(run|sweep)\.dir=", out, re.M), out[-3000:]
+
+
+# A SIGTERM while jaxlib starts (the import of its MLIR bindings, which run Python called from C++), sent by the
+# process itself from an import hook so that it lands there every time.
+_SIGTERM_AMID_JAXLIB = """
+import importlib.abc, os, signal, sys
+class SignalAmidImport(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "jaxlib.mlir":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGTERM)
+sys.meta_path.insert(0, SignalAmidImport())
+from attnlab.cli import train_main
+train_main()
+"""
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sigterm_during_start_up_exits_130_with_the_command_to_run_again(tmp_path, mode):
+    """A signal before the first step (here: amid JAX's import) is an interrupt like any other: exit 130, no
+    traceback, nothing trained, and the command that runs it again."""
+    d = tmp_path / "d"
+    args = [*TINY, *TINY_TASK["mqar"], f"hydra.{'sweep' if mode == 'sweep' else 'run'}.dir={d}"]
+    proc = subprocess.run(
+        [sys.executable, "-c", _SIGTERM_AMID_JAXLIB, *MODES[mode], *args],
+        cwd=tmp_path,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == exits.INTERRUPTED and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert re.search(
+        r"interrupted before (it started|its first checkpoint); resume it with:\n  .*" + re.escape(args[-1]),
+        proc.stderr,
+    ), proc.stderr[-3000:]
+    assert not (d / "0" if mode == "sweep" else d / "metrics.json").exists()

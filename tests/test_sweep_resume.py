@@ -150,7 +150,7 @@ def test_a_diverged_sweep_job_is_not_run_again_on_resume(tmp_path):
         text=True,
         timeout=300,
     )
-    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.returncode == exits.DIVERGED, first.stderr[-3000:]  # the sweep's most urgent outcome
     jobs = {j: metrics(sweep / j) for j in ("0_optim.lr=100000.0", "1_optim.lr=0.001")}
     assert [m["status"] for m in jobs.values()] == ["diverged", "completed"], jobs
     assert (sweep / "0_optim.lr=100000.0" / "checkpoints").is_dir()  # what a resume would have continued from
@@ -164,7 +164,7 @@ def test_a_diverged_sweep_job_is_not_run_again_on_resume(tmp_path):
         text=True,
         timeout=300,
     )
-    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.returncode == exits.DIVERGED, again.stderr[-3000:]  # the skipped jobs' outcomes, as before
     assert "0_optim.lr=100000.0 already diverged" in again.stderr
     assert "1_optim.lr=0.001 already completed" in again.stderr
     assert {j: (sweep / j / "metrics.json").stat().st_mtime_ns for j in jobs} == written  # neither ran again
@@ -172,7 +172,7 @@ def test_a_diverged_sweep_job_is_not_run_again_on_resume(tmp_path):
 
 
 def test_a_signal_during_a_checkpoint_call_waits_for_it_then_reaches_the_installed_handler():
-    from attnlab.checkpoint import signals_held
+    from attnlab.sweep.signals import signals_held
 
     seen, during = [], []
 

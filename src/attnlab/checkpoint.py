@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import functools
 import logging
-import signal
-import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -13,35 +10,9 @@ from typing import Any
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as pp
 
+from attnlab.sweep.signals import signals_held
+
 logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every save at INFO
-
-
-def signals_held(method):
-    """Run an orbax call with SIGINT/SIGTERM held, then re-send the first one that came.
-
-    A KeyboardInterrupt inside orbax's asyncio machinery left its threads printing "Event loop is closed"
-    tracebacks at exit (found by tests/test_sweep_soak.py); a checkpoint read or write is short, so the
-    signal waits for it and then reaches whatever handler was installed (train.StopRequest, the sweep's).
-    """
-
-    @functools.wraps(method)
-    def held(*args, **kwargs):
-        if threading.current_thread() is not threading.main_thread():
-            return method(*args, **kwargs)
-        came: list[int] = []
-        old = {
-            sig: signal.signal(sig, lambda signum, frame: came.append(signum))
-            for sig in (signal.SIGINT, signal.SIGTERM)
-        }
-        try:
-            return method(*args, **kwargs)
-        finally:
-            for sig, handler in old.items():
-                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
-            if came:
-                signal.raise_signal(came[0])
-
-    return held
 
 
 class CheckpointError(RuntimeError):

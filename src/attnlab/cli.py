@@ -315,8 +315,10 @@ def _hydra_train(cfg: DictConfig) -> None:
 def train_main() -> None:
     """Console script `attnlab-train`."""
     multirun = signals.multirun_argv(sys.argv[1:])
-    composition.compose_or_exit(sys.argv[1:], str(registry.CONFIG_DIR))
     try:
+        # Composing loads the components' modules and with them jax, whose start-up a KeyboardInterrupt must not
+        # break into (signals.signals_held): a signal then waits for the composition.
+        signals.signals_held(composition.compose_or_exit)(sys.argv[1:], str(registry.CONFIG_DIR))
         _hydra_train()
     except KeyboardInterrupt:  # outside the step loop (start-up, compile, between jobs): no checkpoint to save
         signals.interrupted_outside_a_job(multirun, sys.argv)

@@ -3,6 +3,7 @@ KeyboardInterrupt Python swallowed, and the command that continues what was inte
 
 from __future__ import annotations
 
+import functools
 import shlex
 import signal
 import sys
@@ -26,6 +27,36 @@ def _interrupt(signum: int, frame: Any) -> None:
     a Ctrl-C was lost and the sweep ran on), so the job's end stops the sweep (check_pending)."""
     _PENDING.append(signum)
     raise KeyboardInterrupt
+
+
+def signals_held(method):
+    """Run `method` with SIGINT/SIGTERM held, then re-send the first one that came.
+
+    For work a KeyboardInterrupt must not break into: orbax's asyncio machinery left its threads printing
+    "Event loop is closed" tracebacks at exit (found by tests/test_sweep_soak.py), and jaxlib's start-up runs
+    Python called from C++ (its MLIR initialisation), where the exception aborted the process (found by
+    tests/test_reliability.py's soak). The work is short, so the signal waits for it and then reaches whatever
+    handler was installed (train.StopRequest, the sweep's).
+    """
+
+    @functools.wraps(method)
+    def held(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            return method(*args, **kwargs)
+        came: list[int] = []
+        old = {
+            sig: signal.signal(sig, lambda signum, frame: came.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        try:
+            return method(*args, **kwargs)
+        finally:
+            for sig, handler in old.items():
+                signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+            if came:
+                signal.raise_signal(came[0])
+
+    return held
 
 
 def _unraisable(info: Any) -> None:
