@@ -113,7 +113,6 @@ def test_summary_leads_with_what_ran_and_the_headline_against_its_baselines(tmp_
     ), lines
 
 
-@pytest.mark.slow  # end to end, ~19 s on 2 cores: a run, a signal, and its resume
 def test_an_interrupted_run_prints_the_command_that_resumes_it(tmp_path):
     keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.progress=", "trainer.log_every="))]
     run_dir = tmp_path / "r"

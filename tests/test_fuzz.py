@@ -188,7 +188,6 @@ def _fuzz(tmp_path_factory, n, train_budget):
     return stats
 
 
-@pytest.mark.slow  # end to end, ~58 s on 2 cores: 250 drawn configurations, three of those accepted trained
 def test_fuzzed_configurations_train_or_are_refused_in_one_line(tmp_path_factory):
     stats = _fuzz(tmp_path_factory, n=250, train_budget=3)
     assert stats["refused"] > 50 and stats["accepted"] >= 10 and stats["trained"] == 3, stats

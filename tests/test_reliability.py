@@ -36,7 +36,6 @@ def uninterrupted(tmp_path_factory):
     return root / "r"
 
 
-@pytest.mark.slow  # end to end, ~29 s on 2 cores: three runs: uninterrupted, signalled, resumed
 def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path, uninterrupted):
     run_dir = tmp_path / "r"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
@@ -141,7 +140,6 @@ def test_skip_policy_counts_nonfinite_steps_and_keeps_going(tmp_path):
     assert all(np.isfinite(e.value) for tag in acc.Tags()["scalars"] for e in acc.Scalars(tag))
 
 
-@pytest.mark.slow  # end to end, ~12 s on 2 cores: a sweep of several jobs
 def test_sweep_with_refused_draws_completes_the_others(tmp_path):
     """heads=0 and dropout=1.5 are refused in their own job (one line each); the valid draws still train."""
     proc = run_cli(

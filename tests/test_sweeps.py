@@ -24,7 +24,6 @@ JOBS = [
 ]
 
 
-@pytest.mark.slow  # end to end, ~32 s on 2 cores: a four-job sweep, its report and its resume
 def test_failed_job_is_isolated_reported_and_rerun_on_resume(tmp_path):
     blocker = tmp_path / JOBS[2] / "checkpoints"
     blocker.parent.mkdir(parents=True)
@@ -52,7 +51,6 @@ def test_failed_job_is_isolated_reported_and_rerun_on_resume(tmp_path):
     assert metrics(tmp_path / JOBS[0])["final"] != metrics(tmp_path / JOBS[1])["final"]
 
 
-@pytest.mark.slow  # end to end, ~20 s on 2 cores: a sweep run twice with a changed config
 def test_changed_config_is_not_skipped(tmp_path):
     run_cli("-m", "normalizer=softmax", *TINY, *TINY_TASK["mqar"], f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
     job = tmp_path / "0"  # nothing swept: the job number alone
@@ -79,7 +77,6 @@ LAUNCHERS = {
 }
 
 
-@pytest.mark.slow  # end to end, 30-46 s on 2 cores per launcher: a sweep, its report, its resume and a second resume
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothing_left_to_do(tmp_path, launcher):
     """The jobs land in the one directory the sweep prints, named by the swept key only; the printed report
@@ -125,7 +122,6 @@ def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothin
     assert "unfinished" not in again.stderr and "report" not in again.stderr.replace("attnlab-report", "")
 
 
-@pytest.mark.slow  # end to end, ~44 s on 2 cores: a sweep of separate seeds against one vmapped run
 @pytest.mark.parametrize("devices", [1, 3])
 def test_vmapped_seeds_equal_separate_runs(tmp_path, devices):
     """trainer.vmap_seeds=3 writes 3 ordinary runs, each equal (float tolerance) to that seed run alone;

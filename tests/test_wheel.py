@@ -34,7 +34,6 @@ def test_git_state_in_this_checkout_has_the_sha():
     assert record.git_state()["sha"] == head
 
 
-@pytest.mark.slow  # end to end, ~19 s on 2 cores: builds and installs the wheel in a fresh environment
 def test_the_wheel_installs_and_trains_from_another_directory(tmp_path):
     """pip wheel → fresh venv (deps seen through a .pth, attnlab only from the wheel) → a 5-step run (~45 s)."""
     src = tmp_path / "src_copy"  # build from a copy so the checkout gets no build/ or egg-info
