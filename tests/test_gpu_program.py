@@ -153,31 +153,29 @@ def test_vmapped_seeds_compile_for_the_gpu(programs, name):
 
 
 def test_plain_softmax_step_stays_within_its_measured_ratios_to_the_reference(programs):
-    """A guard on the plain step against the hand-written one: bytes and peak ≤ 1.1×, kernels ≤ 1.2×; and the
-    per-kind kernel difference (gpu_program --diff-kernels) accounts for every extra kernel.
-
-    The aim is ≤ 1.1× in kernels too; measured 1.15× (BENCHMARKS.md): the reference clips no gradient and has
-    no β (with both it launches 539, the next test), so this bound catches a regression, not the aim."""
+    """The plain step against the hand-written one: kernels, bytes and peak ≤ 1.1× (measured 1.09×, 0.92×, 0.95×,
+    BENCHMARKS.md; the reference clips no gradient and has no β); and the per-kind kernel difference
+    (gpu_program --diff-kernels) accounts for every extra kernel."""
     ref, plain = programs("reference", full=True)["plain"], programs("softmax", full=True)["plain"]
     ratios = {"kernels": plain.kernels / ref.kernels, "bytes": plain.gbytes / ref.gbytes, "peak": plain.peak / ref.peak}
-    assert ratios["bytes"] <= 1.1 and ratios["peak"] <= 1.1 and ratios["kernels"] <= 1.2, ratios
+    assert ratios["bytes"] <= 1.1 and ratios["peak"] <= 1.1 and ratios["kernels"] <= 1.1, ratios
     extra = sum(int(line.split()[0]) for line in gp.kernel_diff(plain, ref))
     assert extra == plain.kernels - ref.kernels and not gp.kernel_diff(plain, plain)
 
 
 def test_plain_softmax_step_against_the_reference_with_its_math(programs):
     """Given attnlab's learned β and global-norm clip, the hand-written step launches 539 kernels (461 without);
-    the plain softmax step, with its finiteness check and skip and the gradient norms it returns, 0.98× as many
-    (BENCHMARKS.md), and moves and holds less: bound at 1.02× kernels, ≤ 1× bytes and peak."""
+    the plain softmax step, with its finiteness check and skip and the gradient norms it returns, 0.93× as many
+    (BENCHMARKS.md), and moves and holds less: bound at 1× kernels, bytes and peak."""
     ref, plain = programs("reference with its math", full=True)["plain"], programs("softmax", full=True)["plain"]
     assert ref.kernels > programs("reference", full=True)["plain"].kernels
     ratios = {"kernels": plain.kernels / ref.kernels, "bytes": plain.gbytes / ref.gbytes, "peak": plain.peak / ref.peak}
-    assert ratios["kernels"] <= 1.02 and ratios["bytes"] <= 1.0 and ratios["peak"] <= 1.0, ratios
+    assert ratios["kernels"] <= 1.0 and ratios["bytes"] <= 1.0 and ratios["peak"] <= 1.0, ratios
 
 
 def test_logging_softmax_step_stays_within_its_measured_ratios_to_the_plain_step(programs):
     """The logging step (statistics program + plain step) within 1.5× the plain step's kernels and bytes (measured
-    1.41× and 1.48×, BENCHMARKS.md): the sampled-row statistics read the scores without writing the weights."""
+    1.43× and 1.49×, BENCHMARKS.md): the sampled-row statistics read the scores without writing the weights."""
     p = programs("softmax", full=True)
     logging = p["stats"] + p["plain"]
     ratios = {"kernels": logging.kernels / p["plain"].kernels, "bytes": logging.gbytes / p["plain"].gbytes}

@@ -184,12 +184,14 @@ def make_train_step(
         # A non-finite step leaves parameters and optimizer state untouched and is counted; the
         # host reads the count on logging steps (no per-step sync) and applies the policy. The updated
         # parameters are checked too: a finite gradient times a huge learning rate can overflow them.
-        # They are checked on a second evaluation of the update, behind an optimization barrier so XLA
-        # keeps it apart: the kept update then fuses with the keep/revert select, one kernel per leaf
-        # writing parameters and moments, as an unguarded optax step (else the select is a pass of its own).
-        checked = jax.lax.optimization_barrier((grads, state["opt_state"], state["params"]))
-        check_updates, _ = tx.update(*checked, grad_norm=global_norm)
-        new_ok = all_finite(jax.tree.leaves(optax.apply_updates(checked[2], check_updates)))
+        # They are checked on a second evaluation of the update from the gradients behind an optimization
+        # barrier, so XLA keeps it apart: the kept update then fuses with the keep/revert select, writing
+        # parameters and moments in one pass as an unguarded optax step (else the select is a pass of its
+        # own). Only the gradients pass the barrier: every value of the check derives from them, and a
+        # donated parameter or moment through it is copied first (its buffer is rewritten by the kept update).
+        checked_grads = jax.lax.optimization_barrier(grads)
+        check_updates, _ = tx.update(checked_grads, state["opt_state"], state["params"], grad_norm=global_norm)
+        new_ok = all_finite(jax.tree.leaves(optax.apply_updates(state["params"], check_updates)))
         ok = jnp.isfinite(loss) & jnp.isfinite(global_norm) & new_ok
         keep = functools.partial(jax.tree.map, lambda new, old: jnp.where(ok, new, old))
         first_bad = jnp.where((state["first_nonfinite"] < 0) & ~ok, state["step"], state["first_nonfinite"])
