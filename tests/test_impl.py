@@ -307,18 +307,18 @@ def test_xla_path_in_bfloat16_keeps_beta_gradient_close_to_float32():
     np.testing.assert_allclose(beta16, beta32, rtol=5e-2, atol=5e-2)
 
 
-def seeds_out_and_grads(impl_, q_VBNTH, k_VBNSH, v_VBNSH, beta_VN, mask, mask_axis):
-    """vmap over a leading seed axis of (out, d/dq, d/dk, d/dv, dβ) of sum(out · cos) through fused_attention."""
+def seeds_out_and_grads(impl_, q_VBNTH, k_VBNSH, v_VBNSH, log_beta_VN, mask, mask_axis):
+    """vmap over a leading seed axis of (out, d/dq, d/dk, d/dv, d log β) of sum(out · cos) through fused_attention."""
     from attnlab.normalizers.fused import fused_attention
 
     ct = jnp.cos(jnp.arange(q_VBNTH[0].size, dtype=jnp.float32).reshape(q_VBNTH[0].shape))
 
-    def loss(q, k, v, beta, mask):
-        out = fused_attention(q, k, v, mask, beta, impl_)
+    def loss(q, k, v, log_beta, mask):
+        out = fused_attention(q, k, v, mask, log_beta, impl_)
         return jnp.sum(out.astype(jnp.float32) * ct), out
 
     grad = jax.value_and_grad(loss, (0, 1, 2, 3), has_aux=True)
-    return jax.jit(jax.vmap(grad, in_axes=(0, 0, 0, 0, mask_axis)))(q_VBNTH, k_VBNSH, v_VBNSH, beta_VN, mask)
+    return jax.jit(jax.vmap(grad, in_axes=(0, 0, 0, 0, mask_axis)))(q_VBNTH, k_VBNSH, v_VBNSH, log_beta_VN, mask)
 
 
 @pytest.mark.numerics
@@ -332,15 +332,15 @@ def test_vmapped_seeds_of_the_fused_path_equal_each_seed_alone(scenario, per_see
     T, S, lengths, causal, window = SCENARIOS[scenario]
     rng = np.random.default_rng(11)
     q, k, v = (jnp.asarray(rng.normal(size=(2, 3, 3, T, 8)), jnp.float32) for _ in range(3))
-    beta_VN = jnp.asarray([[0.3, 0.5, 0.9], [1.1, 0.7, 0.2]], jnp.float32)
+    log_beta_VN = jnp.asarray([[0.3, 0.5, 0.9], [1.1, 0.7, 0.2]], jnp.float32)
     masks = [
         lengths_mask(lengths, S, causal=causal, window=window),
         lengths_mask(lengths[::-1], S, causal=causal, window=window),
     ]
     mask = jax.tree.map(lambda *m: jnp.stack(m), *masks) if per_seed_mask else masks[0]
-    (_, out), grads = seeds_out_and_grads("xla", q, k, v, beta_VN, mask, 0 if per_seed_mask else None)
+    (_, out), grads = seeds_out_and_grads("xla", q, k, v, log_beta_VN, mask, 0 if per_seed_mask else None)
     for seed in range(2):
-        one = jax.tree.map(lambda x, seed=seed: x[seed : seed + 1], (q, k, v, beta_VN))
+        one = jax.tree.map(lambda x, seed=seed: x[seed : seed + 1], (q, k, v, log_beta_VN))
         (_, out1), grads1 = seeds_out_and_grads("xla", *one, masks[seed if per_seed_mask else 0], None)
         np.testing.assert_allclose(out[seed], out1[0], rtol=1e-5, atol=1e-6)
         for a, b in zip(grads, grads1):

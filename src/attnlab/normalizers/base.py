@@ -42,7 +42,11 @@ class InverseTemperature(nnx.Module):
         self.theta = NormalizerParam(theta_N) if learnable else FixedFeatures(theta_N)
 
     def __call__(self) -> jax.Array:
-        return jnp.broadcast_to(jnp.exp(self.theta[...]), (self.num_heads,))
+        return jnp.exp(self.log())
+
+    def log(self) -> jax.Array:
+        """log β = θ, (N,)."""
+        return jnp.broadcast_to(self.theta[...], (self.num_heads,))
 
 
 def core_stats(att_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
@@ -225,7 +229,7 @@ class ScoreNormalizer(Normalizer, abstract=True):
         B, N, T, _ = q_BNTH.shape
         path = self.backend(T, k_BNSH.shape[2], mask, q_BNTH.dtype, Workload(B, N))
         if path in ("cudnn", "xla"):
-            return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta(), path)
+            return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta.log(), path)
         if path == "blockwise":
             return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=False)[0]
         if path == "pallas":

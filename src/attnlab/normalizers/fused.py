@@ -13,16 +13,15 @@ import jax.numpy as jnp
 from .mask import Mask
 
 
-def fused_attention(q_BNTH, k_BNSH, v_BNSH, mask: Mask, beta_N, implementation: str):
+def fused_attention(q_BNTH, k_BNSH, v_BNSH, mask: Mask, log_beta_N, implementation: str):
     """The attended (B,N,T,H) output; a row with no admissible key is zero, as in the dense form.
 
-    β is folded into q (scale=1), so dβ comes from autodiff through that product. The kernel takes
-    (B,T,N,H): the transposes happen here.
+    β = exp(log β) is folded into q (scale=1) by `scale_queries`. The kernel takes (B,T,N,H): the transposes
+    happen here.
     """
     B, N, T, _ = q_BNTH.shape
     S = k_BNSH.shape[2]
-    # The product in float32, so dβ = Σ dq·q is reduced in float32 under bfloat16 compute (one fused op).
-    q = (q_BNTH.astype(jnp.float32) * beta_N[None, :, None, None]).astype(q_BNTH.dtype)
+    q = scale_queries(q_BNTH, log_beta_N)
     lengths_B = query_lengths_B = None
     if mask.key_valid_BS is not None:
         lengths_B = jnp.broadcast_to(mask.key_valid_BS, (B, S)).astype(jnp.int32).sum(-1)
@@ -53,6 +52,31 @@ def fused_attention(q_BNTH, k_BNSH, v_BNSH, mask: Mask, beta_N, implementation: 
         return out_BNTH
     # `where`, not a product: whatever the kernel leaves in a row with no key (NaN included) must not pass.
     return jnp.where(row_ok_BT[:, None, :, None], out_BNTH, jnp.zeros((), out_BNTH.dtype))
+
+
+@jax.custom_vjp
+def scale_queries(q_BNTH, log_beta_N):
+    """β_n·q (β = exp log β) in float32, rounded to q's dtype: the queries the kernel takes."""
+    return (q_BNTH.astype(jnp.float32) * jnp.exp(log_beta_N)[None, :, None, None]).astype(q_BNTH.dtype)
+
+
+def _scale_queries_fwd(q_BNTH, log_beta_N):
+    qs_BNTH = scale_queries(q_BNTH, log_beta_N)
+    # The barrier keeps the scaled queries themselves (the kernel's saved operand) for the backward: without it
+    # XLA rebuilds them from q, which with RoPE means writing each layer's rotated q out for this one sum.
+    return qs_BNTH, (jax.lax.optimization_barrier(qs_BNTH), log_beta_N)
+
+
+def _scale_queries_bwd(res, g_BNTH):
+    """dq = β·g and d(log β) = β·Σ g·q = Σ g·(βq), reduced in float32."""
+    qs_BNTH, log_beta_N = res
+    g32_BNTH = g_BNTH.astype(jnp.float32)
+    dlog_beta_N = jnp.sum(g32_BNTH * qs_BNTH.astype(jnp.float32), (0, 2, 3))
+    dq_BNTH = g32_BNTH * jnp.exp(log_beta_N)[None, :, None, None]
+    return dq_BNTH.astype(qs_BNTH.dtype), dlog_beta_N.astype(log_beta_N.dtype)
+
+
+scale_queries.defvjp(_scale_queries_fwd, _scale_queries_bwd)
 
 
 @jax.custom_batching.custom_vmap
