@@ -1,6 +1,6 @@
 """The fused Pallas kernels of causal linear attention equal its parallel (explicit matrix) form: output and
 gradients w.r.t. q, k, v through each feature map, run in Pallas's interpret mode on the CPU; a float64 numpy
-reference of numerator, denominator and their gradients; the same kernels compiled for an H100."""
+reference of the output and its gradients; the same kernels compiled for an H100."""
 
 import sys
 from pathlib import Path
@@ -32,13 +32,8 @@ def qkv_ct(T, seed=0, dtype=jnp.float32):
 
 def fused_out(norm, mask):
     """Linear.__call__'s pallas branch on the CPU: its features and the kernels in interpret mode under its
-    jax.checkpoint (Linear._pallas), then its division."""
-
-    def out(q, k, v):
-        num, den = norm._pallas(q, k, v, mask, interpret=True)
-        return (num / (den + norm.eps)).astype(v.dtype)
-
-    return out
+    jax.checkpoint (Linear._pallas)."""
+    return lambda q, k, v: norm._pallas(q, k, v, mask, interpret=True)
 
 
 def out_and_grads(out, q, k, v, ct):
@@ -78,27 +73,33 @@ def test_kernels_equal_the_parallel_form(scenario, feature_map):
     assert not np.asarray(grads[1])[1, :, padded].any() and not np.asarray(grads[2])[1, :, padded].any()
 
 
-def test_numerator_denominator_and_gradients_equal_a_float64_reference():
-    """num = A·v, den = A·1 with A = tril(φ(q)φ(k)ᵀ), and for L = Σ num·c + Σ den·d: dA = tril(c·vᵀ + d),
-    dφ(q) = dA·φ(k), dφ(k) = dAᵀ·φ(q), dv = Aᵀ·c, in float64 numpy; the kernels on float32, chunk 4, T = 13."""
+@pytest.mark.parametrize("eps", [1e-6, 0.0])
+def test_output_and_gradients_equal_a_float64_reference(eps):
+    """out = num/(den + eps), num = A·v, den = A·1, A = tril(φ(q)φ(k)ᵀ); for L = Σ out·c: d num = c/d, d den =
+    −Σₕ c·out/d (d = den + eps), dA = tril(d num·vᵀ + d den), dφ(q) = dA·φ(k), dφ(k) = dAᵀ·φ(q), dv = Aᵀ·d num, in
+    float64 numpy; the kernels on float32, chunk 4, T = 13. Row 0 of batch 1 has φ(q) = 0: at eps = 0 its den is 0,
+    its output and gradients 0."""
     T = 13
-    keys = jax.random.split(jax.random.key(7), 5)
+    keys = jax.random.split(jax.random.key(7), 4)
     qf, kf = (jax.random.uniform(key, (B, N, T, 16)) for key in keys[:2])  # positive, as features are
+    qf = qf.at[1, :, 0].set(0.0)
     v, c = (jax.random.normal(key, (B, N, T, H)) for key in keys[2:4])
-    d = jax.random.normal(keys[4], (B, N, T, 1))
 
     def loss(qf, kf, v):
-        num, den = pallas_linear.numerator_denominator(qf, kf, v, 4, interpret=True)
-        return jnp.sum(num * c) + jnp.sum(den * d), (num, den)
+        out = pallas_linear.attention(qf, kf, v, 4, eps, interpret=True)
+        return jnp.sum(out * c), out
 
-    (_, (num, den)), grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))(qf, kf, v)
-    q64, k64, v64, c64, d64 = (np.asarray(x, np.float64) for x in (qf, kf, v, c, d))
-    causal = np.tril(np.ones((T, T), bool))
-    a = np.where(causal, np.einsum("bntf,bnsf->bnts", q64, k64), 0.0)
-    da = np.where(causal, np.einsum("bnth,bnsh->bnts", c64, v64) + d64, 0.0)
-    np.testing.assert_allclose(num, a @ v64, rtol=1e-5, atol=1e-6 * np.abs(a @ v64).max())
-    np.testing.assert_allclose(den, a.sum(-1, keepdims=True), rtol=1e-5)
-    want = (da @ k64, da.swapaxes(-1, -2) @ q64, a.swapaxes(-1, -2) @ c64)
+    (_, out), grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2), has_aux=True))(qf, kf, v)
+    q64, k64, v64, c64 = (np.asarray(x, np.float64) for x in (qf, kf, v, c))
+    a = np.where(np.tril(np.ones((T, T), bool)), np.einsum("bntf,bnsf->bnts", q64, k64), 0.0)
+    d = a.sum(-1, keepdims=True) + eps
+    inv = np.divide(1.0, d, out=np.zeros_like(d), where=d > 0)
+    want_out = (a @ v64) * inv
+    dnum, dden = c64 * inv, -np.sum(c64 * want_out, -1, keepdims=True) * inv
+    da = np.where(np.tril(np.ones((T, T), bool)), dnum @ v64.swapaxes(-1, -2) + dden, 0.0)
+    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-6 * np.abs(want_out).max())
+    assert not np.asarray(out)[1, :, 0].any()
+    want = (da @ k64, da.swapaxes(-1, -2) @ q64, a.swapaxes(-1, -2) @ dnum)
     for got, ref, name in zip(grads, want, ("φ(q)", "φ(k)", "v"), strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max(), err_msg=f"d{name}")
 
@@ -153,9 +154,9 @@ def test_refuses_what_it_does_not_compute():
     assert "head dim 48" in pallas_linear.input_problem(48, causal, T, T)
     q, k, v, _ = qkv_ct(T)
     with pytest.raises(ValueError, match="feature dim 8"):  # Triton's limits, checked before lowering
-        pallas_linear.numerator_denominator(q, k, v, 4)
+        pallas_linear.attention(q, k, v, 4, 1e-6)
     with pytest.raises(ValueError, match="one shape"):
-        pallas_linear.numerator_denominator(q, k[..., :4], v, 4, interpret=True)
+        pallas_linear.attention(q, k[..., :4], v, 4, 1e-6, interpret=True)
     with pytest.raises(ConfigError, match=r"^normalizer\.impl=pallas cannot run for linear: feature dim 24 "):
         nz.build(
             "linear", num_heads=N, head_dim=64, rngs=nnx.Rngs(0), feature_map="favor", num_features=24, impl="pallas"
@@ -182,8 +183,7 @@ def test_kernels_compile_for_h100(T, seeds):
     import gpu_program as gp
 
     def loss(qf, kf, v, ct):
-        num, den = pallas_linear.numerator_denominator(qf, kf, v, 64)
-        return jnp.sum(num * ct) + jnp.sum(den)
+        return jnp.sum(pallas_linear.attention(qf, kf, v, 64, 1e-6) * ct)
 
     with gp.on_target("h100") as mesh:
         sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())

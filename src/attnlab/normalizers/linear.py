@@ -102,16 +102,17 @@ class Linear(Normalizer):
         path = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N))
         # The score probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
         path = "parallel" if score_probe_BNTS is not None else path
-        if path == "parallel":
-            num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)
-        elif path == "chunked":
-            num, den = self._chunked(qf, kf, v_BNSH)  # in the compute dtype: its matmuls take bfloat16
-        elif path == "pallas":
-            num, den = self._pallas(q_BNTH, k_BNSH, v_BNSH, mask)
+        if path == "pallas":  # the kernel divides: its output is the one array both backwards read
+            out_BNTH = self._pallas(q_BNTH, k_BNSH, v_BNSH, mask)
         else:
-            num = jnp.einsum("bntf,bnfh->bnth", qf, jnp.einsum("bnsf,bnsh->bnfh", kf, v))
-            den = jnp.einsum("bntf,bnf->bnt", qf, kf.sum(2))[..., None]
-        out_BNTH = _divide(num, den, self.eps).astype(v_BNSH.dtype)
+            if path == "parallel":
+                num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)
+            elif path == "chunked":
+                num, den = self._chunked(qf, kf, v_BNSH)  # in the compute dtype: its matmuls take bfloat16
+            else:
+                num = jnp.einsum("bntf,bnfh->bnth", qf, jnp.einsum("bnsf,bnsh->bnfh", kf, v))
+                den = jnp.einsum("bntf,bnf->bnt", qf, kf.sum(2))[..., None]
+            out_BNTH = _divide(num, den, self.eps).astype(v_BNSH.dtype)
         if not with_stats:
             return out_BNTH, {}
         # At length, statistics on sampled query rows: the full T×S kernel matrix is what ran out of memory.
@@ -133,10 +134,11 @@ class Linear(Normalizer):
         return jnp.einsum("bnts,bnsh->bnth", a_BNTS, v), a_BNTS.sum(-1)[..., None]
 
     def _pallas(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, interpret: bool = False):
-        """(numerator, denominator) by the fused kernels (pallas_linear.py). The features are recomputed from q and
-        k in the backward (jax.checkpoint) rather than kept: XLA fuses them into the kernel's operands, and the
-        backward holds q and k for φ' anyway, so keeping φ(q), φ(k) too would add two arrays per layer. `interpret`:
-        the kernels as JAX operations (on a CPU)."""
+        """The output by the fused kernels (pallas_linear.py). The features are recomputed from q and k in the
+        backward (jax.checkpoint) rather than kept: XLA fuses them into the kernel's operands, and the backward holds
+        q and k for φ' anyway, so keeping φ(q), φ(k) too would add two arrays per layer. The kernel's output and
+        denominator are kept (named for the checkpoint's policy): its backward reads them, and recomputing them
+        would run the forward kernel again. `interpret`: the kernels as JAX operations (on a CPU)."""
 
         def fused(q_BNTH, k_BNSH, v_BNSH, lengths_B1):
             # Right padding is its key lengths: the checkpoint keeps those, not a (B,S) mask through the backward.
@@ -146,11 +148,12 @@ class Linear(Normalizer):
                 else mask.replace(key_valid_BS=jnp.arange(k_BNSH.shape[2])[None, :] < lengths_B1)
             )
             qf, kf = self._features(q_BNTH, k_BNSH, m)
-            return pallas_linear.numerator_denominator(qf, kf, v_BNSH, self.chunk_size, interpret=interpret)
+            return pallas_linear.attention(qf, kf, v_BNSH, self.chunk_size, self.eps, interpret=interpret)
 
         valid = mask.key_valid_BS
         lengths_B1 = valid.sum(-1, keepdims=True) if valid is not None and mask.right_padded else None
-        return jax.checkpoint(fused)(q_BNTH, k_BNSH, v_BNSH, lengths_B1)
+        keep = jax.checkpoint_policies.save_only_these_names(*pallas_linear.SAVED)
+        return jax.checkpoint(fused, policy=keep)(q_BNTH, k_BNSH, v_BNSH, lengths_B1)
 
     def _chunked(self, qf_BNTF, kf_BNTF, v_BNTH):
         """(numerator, denominator) by flash-linear-attention's chunk scheme (fla/ops/linear_attn, chunk):

@@ -1,6 +1,7 @@
-"""Causal linear attention's numerator and denominator as fused Pallas kernels: one forward, one backward.
+"""Causal linear attention as fused Pallas kernels: one forward, one backward.
 
-num_t = Σ_{s≤t} (φ(q_t)·φ(k_s)) v_s and den_t = Σ_{s≤t} φ(q_t)·φ(k_s), by flash-linear-attention's
+out_t = num_t / (den_t + eps) with num_t = Σ_{s≤t} (φ(q_t)·φ(k_s)) v_s and den_t = Σ_{s≤t} φ(q_t)·φ(k_s), by
+flash-linear-attention's
 fused_chunk scheme (Yang et al. 2024, "Gated Linear Attention Transformers with Hardware-Efficient Training";
 fla/ops/linear_attn/fused_chunk.py): one program per (batch, head) walks the chunks of C rows in order,
 holding the state S = Σ φ(k)ᵀv (F×H) and z = Σ φ(k) (F) in float32 registers; per chunk the intra-chunk
@@ -9,6 +10,11 @@ kernel walks the chunks forward for dφ(q) (states S, z) and then backward for d
 dS = Σ φ(q)ᵀ dnum, dz = Σ φ(q) dden). Operands in the compute dtype, accumulation in float32; like
 Linear._chunked, the intra-chunk weights and the state are rounded to the compute dtype before they meet v
 and φ(q), and the denominator sums the rounded weights.
+
+The forward kernel divides (fla's fused_chunk leaves that to normalize_output, outside) and writes the output in
+(B,T,N,H), the layout the output projection reads: the backward takes d num = g/d and d den = −Σₕ g·out/d
+(d = den + eps) from that output and den, so a layer keeps one (B,T,N,H) array for both backwards where a
+separate division would keep the numerator beside the projection's transposed copy (BENCHMARKS.md).
 
 Written with the generic Pallas API on its Triton backend, as pallas_sigmoid.py (which says why not Mosaic GPU);
 `interpret=True` runs it on a CPU. The feature maps stay outside (XLA fuses them into the kernels' operands).
@@ -22,6 +28,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.ad_checkpoint import checkpoint_name
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
@@ -29,20 +36,21 @@ from .mask import Mask
 from .pallas_sigmoid import MIN_GPU_TILE, _matmul, _tile
 
 F32 = jnp.float32
+SAVED = ("pallas_linear_out", "pallas_linear_den")  # checkpoint names of what the backward reads
 
 
-def numerator_denominator(qf_BNTF, kf_BNTF, v_BNTH, chunk_size: int, *, interpret: bool = False):
-    """(numerator (B,N,T,H) in v's dtype, denominator (B,N,T,1) float32) of causal linear attention on features
-    φ(q), φ(k), cast to v's dtype for the kernels' matmuls. The numerator leaves the kernel rounded to the compute
-    dtype, as fla's fused_chunk output before its normalize_output divides it: half the bytes written, and the
-    division's backward keeps it (a float32 numerator would be the largest array a layer keeps)."""
+def attention(qf_BNTF, kf_BNTF, v_BNTH, chunk_size: int, eps: float, *, interpret: bool = False):
+    """The output (B,N,T,H) in v's dtype of causal linear attention on features φ(q), φ(k), cast to v's dtype for
+    the kernels' matmuls: num/(den + eps), 0 in a row where that is 0/0 (eps = 0, no admissible key). The
+    numerator is rounded to the compute dtype before the float32 division, as a separate division of fla's
+    fused_chunk output would see it."""
     _check(qf_BNTF, kf_BNTF, v_BNTH, interpret)
     T = qf_BNTF.shape[2]
     C = _tile(chunk_size, T, interpret)
     Tp = -(-T // C) * C  # padded rows have φ(k) = 0 and v = 0: they add nothing; their outputs are dropped
     pad = lambda x: jnp.pad(x.astype(v_BNTH.dtype), ((0, 0), (0, 0), (0, Tp - T), (0, 0)))  # noqa: E731
-    num_BNTH, den_BNT = _make_attention(C, interpret)(pad(qf_BNTF), pad(kf_BNTF), pad(v_BNTH))
-    return num_BNTH[:, :, :T], den_BNT[:, :, :T, None]
+    out_BTNH = _make_attention(C, eps, interpret)(pad(qf_BNTF), pad(kf_BNTF), pad(v_BNTH))
+    return out_BTNH[:, :T].transpose(0, 2, 1, 3)
 
 
 def dim_problem(name: str, size: int | None, *, interpret: bool = False) -> str | None:
@@ -82,7 +90,7 @@ def _causal(C: int):
     return lax.broadcasted_iota(jnp.int32, (C, C), 0) >= lax.broadcasted_iota(jnp.int32, (C, C), 1)
 
 
-def _forward_kernel(C, q_ref, k_ref, v_ref, num_ref, den_ref):
+def _forward_kernel(C, eps, q_ref, k_ref, v_ref, out_ref, den_ref):
     dtype, causal = v_ref.dtype, _causal(C)
 
     def body(i, carry):
@@ -90,12 +98,20 @@ def _forward_kernel(C, q_ref, k_ref, v_ref, num_ref, den_ref):
         rows = pl.ds(i * C, C)
         q, k, v = q_ref[rows, :], k_ref[rows, :], v_ref[rows, :]
         a_CC = jnp.where(causal, _matmul(q, k, 1, 1), 0.0).astype(dtype)
-        num_ref[rows, :] = (_matmul(a_CC, v, 1, 0) + _matmul(q, s_FH.astype(dtype), 1, 0)).astype(dtype)
-        den_ref[rows] = jnp.sum(a_CC.astype(F32), axis=1) + jnp.sum(q.astype(F32) * z_F[None, :], axis=1)
+        num = (_matmul(a_CC, v, 1, 0) + _matmul(q, s_FH.astype(dtype), 1, 0)).astype(dtype)
+        den = jnp.sum(a_CC.astype(F32), axis=1) + jnp.sum(q.astype(F32) * z_F[None, :], axis=1)
+        out_ref[rows, :] = (num.astype(F32) * _inverse(den, eps)[:, None]).astype(dtype)
+        den_ref[rows] = den
         return s_FH + _matmul(k, v, 0, 0), z_F + jnp.sum(k.astype(F32), axis=0)
 
     F, H = q_ref.shape[1], v_ref.shape[1]
     lax.fori_loop(0, q_ref.shape[0] // C, body, (jnp.zeros((F, H), F32), jnp.zeros((F,), F32)))
+
+
+def _inverse(den, eps: float):
+    """1/(den + eps), 0 where that is 0 (eps = 0: a row with no admissible key)."""
+    d = den + eps
+    return jnp.where(d > 0, 1.0 / jnp.where(d > 0, d, 1.0), 0.0)
 
 
 def _backward_kernel(C, q_ref, k_ref, v_ref, dnum_ref, dden_ref, dq_ref, dk_ref, dv_ref):
@@ -130,18 +146,23 @@ def _backward_kernel(C, q_ref, k_ref, v_ref, dnum_ref, dden_ref, dq_ref, dk_ref,
     lax.fori_loop(0, n_chunks, dkdv_body, (jnp.zeros((F, H), F32), jnp.zeros((F,), F32)))
 
 
-def _make_attention(C: int, interpret: bool):
-    """The custom-VJP function (φ(q), φ(k), v) -> (num (B,N,Tp,H), den (B,N,Tp)) on padded operands."""
+def _make_attention(C: int, eps: float, interpret: bool):
+    """The custom-VJP function (φ(q), φ(k), v) -> out (B,Tp,N,H) on padded operands."""
 
-    def call(kernel, out_shape, *operands):
+    def call(kernel, out_shape, *operands, btnh=()):
         B, N = operands[0].shape[:2]
-        whole = lambda x: pl.BlockSpec((None, None, *x.shape[2:]), lambda b, n: (b, n) + (0,) * (x.ndim - 2))  # noqa: E731
+
+        def whole(x, i):
+            if i in btnh:  # (B,T,N,H): one head's rows are strided by N·H
+                return pl.BlockSpec((None, x.shape[1], None, x.shape[3]), lambda b, n: (b, 0, n, 0))
+            return pl.BlockSpec((None, None, *x.shape[2:]), lambda b, n: (b, n) + (0,) * (x.ndim - 2))
+
         return pl.pallas_call(
-            functools.partial(kernel, C),
+            kernel,
             out_shape=out_shape,
             grid=(B, N),
-            in_specs=[whole(x) for x in operands],
-            out_specs=tuple(whole(x) for x in out_shape),
+            in_specs=[whole(x, i) for i, x in enumerate(operands)],
+            out_specs=tuple(whole(x, len(operands) + i) for i, x in enumerate(out_shape)),
             interpret=interpret,
             # Triton, named: a pallas_call without compiler parameters goes to Mosaic GPU in jax 0.10+.
             compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=2),
@@ -152,14 +173,20 @@ def _make_attention(C: int, interpret: bool):
         return fn_fwd(q, k, v)[0]
 
     def fn_fwd(q, k, v):
-        shapes = (jax.ShapeDtypeStruct(v.shape, v.dtype), jax.ShapeDtypeStruct(v.shape[:3], F32))
-        return call(_forward_kernel, shapes, q, k, v), (q, k, v)
+        B, N, T, H = v.shape
+        shapes = (jax.ShapeDtypeStruct((B, T, N, H), v.dtype), jax.ShapeDtypeStruct(v.shape[:3], F32))
+        out_BTNH, den_BNT = call(functools.partial(_forward_kernel, C, eps), shapes, q, k, v, btnh=(3,))
+        out_BTNH, den_BNT = checkpoint_name(out_BTNH, SAVED[0]), checkpoint_name(den_BNT, SAVED[1])
+        return out_BTNH, (q, k, v, out_BTNH, den_BNT)
 
-    def fn_bwd(operands, cotangents):
-        q, k, v = operands
-        dnum, dden = cotangents
-        shapes = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in operands)
-        return call(_backward_kernel, shapes, q, k, v, dnum.astype(v.dtype), dden.astype(F32))
+    def fn_bwd(res, g_BTNH):
+        q, k, v, out_BTNH, den_BNT = res
+        inv_BTN1 = _inverse(den_BNT, eps).transpose(0, 2, 1)[..., None]
+        g = g_BTNH.astype(F32)
+        dnum_BTNH = (g * inv_BTN1).astype(v.dtype)
+        dden_BNT = (-jnp.sum(g * out_BTNH.astype(F32), -1) * inv_BTN1[..., 0]).transpose(0, 2, 1)
+        shapes = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v))
+        return call(functools.partial(_backward_kernel, C), shapes, q, k, v, dnum_BTNH, dden_BNT, btnh=(3,))
 
     fn.defvjp(fn_fwd, fn_bwd)
     return fn
