@@ -13,8 +13,9 @@ and φ(q), and the denominator sums the rounded weights.
 
 The forward kernel divides (fla's fused_chunk leaves that to normalize_output, outside) and writes the output in
 (B,T,N,H), the layout the output projection reads: the backward takes d num = g/d and d den = −Σₕ g·out/d
-(d = den + eps) from that output and den, so a layer keeps one (B,T,N,H) array for both backwards where a
-separate division would keep the numerator beside the projection's transposed copy (BENCHMARKS.md).
+(d = den + eps) from that output and den, inside the backward kernel, so a layer keeps one (B,T,N,H) array for both
+backwards where a separate division would keep the numerator beside the projection's transposed copy
+(BENCHMARKS.md).
 
 Written with the generic Pallas API on its Triton backend, as pallas_sigmoid.py (which says why not Mosaic GPU);
 `interpret=True` runs it on a CPU. The feature maps stay outside (XLA fuses them into the kernels' operands).
@@ -114,15 +115,18 @@ def _inverse(den, eps: float):
     return jnp.where(d > 0, 1.0 / jnp.where(d > 0, d, 1.0), 0.0)
 
 
-def _backward_kernel(C, q_ref, k_ref, v_ref, dnum_ref, dden_ref, dq_ref, dk_ref, dv_ref):
-    """dA_ts = dnum_t·v_s + dden_t (s ≤ t): dq = dA·k + dnum·Sᵀ + dden·z, dk = dAᵀ·q + v·dSᵀ + dz, dv = Aᵀ·dnum + k·dS,
-    with S, z the states of the chunks before and dS, dz those of the chunks after."""
+def _backward_kernel(C, eps, q_ref, k_ref, v_ref, g_ref, out_ref, den_ref, dq_ref, dk_ref, dv_ref):
+    """From the output's cotangent g: dnum = g/d, dden = −Σₕ g·out/d (d = den + eps); then dA_ts = dnum_t·v_s + dden_t
+    (s ≤ t): dq = dA·k + dnum·Sᵀ + dden·z, dk = dAᵀ·q + v·dSᵀ + dz, dv = Aᵀ·dnum + k·dS, with S, z the states of the
+    chunks before and dS, dz those of the chunks after."""
     dtype, causal, n_chunks = v_ref.dtype, _causal(C), q_ref.shape[0] // C
     F, H = q_ref.shape[1], v_ref.shape[1]
 
     def load(i):
         rows = pl.ds(i * C, C)
-        q, k, v, dnum, dden = q_ref[rows, :], k_ref[rows, :], v_ref[rows, :], dnum_ref[rows, :], dden_ref[rows]
+        q, k, v = q_ref[rows, :], k_ref[rows, :], v_ref[rows, :]
+        g, inv = g_ref[rows, :].astype(F32), _inverse(den_ref[rows], eps)
+        dnum, dden = (g * inv[:, None]).astype(dtype), -jnp.sum(g * out_ref[rows, :].astype(F32), axis=1) * inv
         da_CC = jnp.where(causal, _matmul(dnum, v, 1, 1) + dden[:, None], 0.0)
         return rows, q, k, v, dnum, dden, da_CC
 
@@ -181,12 +185,9 @@ def _make_attention(C: int, eps: float, interpret: bool):
 
     def fn_bwd(res, g_BTNH):
         q, k, v, out_BTNH, den_BNT = res
-        inv_BTN1 = _inverse(den_BNT, eps).transpose(0, 2, 1)[..., None]
-        g = g_BTNH.astype(F32)
-        dnum_BTNH = (g * inv_BTN1).astype(v.dtype)
-        dden_BNT = (-jnp.sum(g * out_BTNH.astype(F32), -1) * inv_BTN1[..., 0]).transpose(0, 2, 1)
         shapes = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in (q, k, v))
-        return call(functools.partial(_backward_kernel, C), shapes, q, k, v, dnum_BTNH, dden_BNT, btnh=(3,))
+        kernel = functools.partial(_backward_kernel, C, eps)
+        return call(kernel, shapes, q, k, v, g_BTNH.astype(v.dtype), out_BTNH, den_BNT, btnh=(3, 4))
 
     fn.defvjp(fn_fwd, fn_bwd)
     return fn
