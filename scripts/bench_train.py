@@ -23,7 +23,7 @@ from pathlib import Path
 from bench_common import clock, interleave, med, paired_ratio, since, table
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_BASE = "f7084a9"  # the step before issue 10
+DEFAULT_BASE = "f7084a9"  # the step BENCHMARKS.md compares the current train step against
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Suite-wide: float32 matmuls in full float32, so the suite passes on a GPU exactly as on CPU.
 
 JAX runs float32 matmuls on NVIDIA GPUs as TF32 by default (relative error ~3e-4 on a 512×512
-product, issue 26), far above the tolerances of the numerics tests; CPU matmuls are float32 anyway.
+product), far above the tolerances of the numerics tests; CPU matmuls are float32 anyway.
 Rank promotion raises (nanodo's habit): a silent broadcast of (N,) against (B,N,T,S) is a bug until
 the code says which axes it means with `[None]` / `jnp.expand_dims`.
 """

@@ -114,7 +114,7 @@ def train_one_step(cfg, built, tmp_dir):
     return record, scalar_curve(tmp_dir, "train/loss")
 
 
-FIXED = [  # the issue's cases: a structural number 0, a rate above 1, a GPU that is not there
+FIXED = [  # a structural number 0, a rate above 1, a GPU that is not there
     ["model.heads=0"],
     ["model.d_model=0"],
     ["model.layers=0"],
@@ -177,9 +177,9 @@ def _fuzz(tmp_path_factory, n, train_budget):
 
     @settings(max_examples=n, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(draws())
-    @example((["model.heads=0"], {"model.heads": 2})).via("issue 13")
-    @example((["model.dropout=1.5"], {"model.dropout": 0.0})).via("issue 13")
-    @example((["accelerator=gpu"], {})).via("issue 13")
+    @example((["model.heads=0"], {"model.heads": 2})).via("a structural number, a rate, a missing GPU")
+    @example((["model.dropout=1.5"], {"model.dropout": 0.0})).via("a structural number, a rate, a missing GPU")
+    @example((["accelerator=gpu"], {})).via("a structural number, a rate, a missing GPU")
     def prop(draw):
         _check(draw, stats, tmp_path_factory, train_budget)
 

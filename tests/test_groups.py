@@ -21,7 +21,7 @@ from attnlab.steps import Net
 
 
 def path_groups_ref(params) -> tuple[list[str], list[int]]:
-    """The rule before issue 15 (steps.leaf_groups at b98f93a): groups from substrings of the path."""
+    """The older rule (steps.leaf_groups at b98f93a): groups from substrings of the path."""
     groups, layers = [], []
     flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
     for path, var in flat:

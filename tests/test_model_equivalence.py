@@ -4,7 +4,7 @@ The reference is written from the documented model (pre-LN blocks, token + learn
 and output projections without bias, GELU MLP, final LayerNorm) in jax.nn.dot_product_attention's
 (B,T,N,H) layout with autodiff of plain jnp, and reads the same parameter values. It pins the
 fast paths (heads-major layout, attnlab.fast_vjp's backward, softmax_vjp's backward) to the same
-numbers (issue 10).
+numbers.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Kill/resume soak (issue 22's goal): a real `-m` sweep stopped at seeded random moments by SIGINT or SIGTERM sent
+"""Kill/resume soak: a real `-m` sweep stopped at seeded random moments by SIGINT or SIGTERM sent
 to its process group (as a terminal's Ctrl-C or SLURM's preemption does), each time resumed with exactly the
 command its interrupt message printed; in the end every job completed once and logged every step once.
 

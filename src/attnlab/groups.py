@@ -3,7 +3,7 @@
 A module tags its own parameters with `tag(group, submodule, ...)` in its `__init__`; a
 `NormalizerParam` is the `normalizer` group by type. `leaf_groups` reads the tags and raises on an
 untagged parameter, so a new module that forgets to tag fails its first test instead of being
-logged silently as `mlp` (issue 15).
+logged silently as `mlp`.
 """
 
 from __future__ import annotations
