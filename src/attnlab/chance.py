@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
 
 LEVEL = 0.975  # the percentile of the chance-level accuracy below which a result is "within noise"
 METRICS = ("accuracy", "accuracy_ts")  # test/<metric> compared with baseline/<baseline metric> (accuracy)
@@ -26,13 +25,21 @@ def scored_targets(task, split: str = "test") -> int:
 
 def threshold(p0: float, n: int) -> float:
     """The accuracy at the LEVEL percentile of Binomial(n, p0)/n."""
-    return float(stats.binom.ppf(LEVEL, n, p0)) / n
+    return _binomial_quantile(LEVEL, n, p0) / n
 
 
 def lower_threshold(p0: float, n: int) -> float:
     """The accuracy at the 1 − LEVEL percentile of Binomial(n, p0)/n: below it, a result is worse than guessing
     (the model learnt to avoid the answer, or a bug), not merely at chance."""
-    return float(stats.binom.ppf(1 - LEVEL, n, p0)) / n
+    return _binomial_quantile(1 - LEVEL, n, p0) / n
+
+
+def _binomial_quantile(q: float, n: int, p: float) -> float:
+    """Binomial(n, p)'s q-quantile. scipy.stats is imported here, not with the module: it is a second of every
+    command's start-up (refusals and --help included), and only a finished run's summary asks for a quantile."""
+    from scipy import stats
+
+    return float(stats.binom.ppf(q, n, p))
 
 
 def flags(final: dict[str, float], baseline: dict[str, float], n: int) -> dict[str, dict]:

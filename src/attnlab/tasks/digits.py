@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from attnlab.tasks.base import Split, Task, check_float, check_int, majority_accuracy
 
@@ -38,6 +36,10 @@ class Digits(Task):
         self.options = dict(
             val_fraction=val_fraction, test_fraction=test_fraction, seed=seed, default_head=default_head
         )
+        # scikit-learn is imported here: importing it costs every command's start-up ~0.7 s, whatever the task.
+        from sklearn.datasets import load_digits
+        from sklearn.model_selection import train_test_split
+
         data = load_digits()  # shipped inside scikit-learn: no download
         images = data.images / 16.0  # pixel intensities are integers 0..16
         # Two stratified cuts: test first, then val out of the rest, so each split keeps the class proportions.
