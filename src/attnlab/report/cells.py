@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from attnlab.chance import lower_threshold
 from attnlab.report import stats
 from attnlab.report.load import LR, Run, drifted_keys, same_value, sort_key, varying_keys
 from attnlab.report.stats import Stat
@@ -42,8 +43,6 @@ class Cell:
     def below_chance(self, metric: str) -> bool:
         """Whether the cell's mean is below the 2.5% point of the baseline's binomial (attnlab.chance): worse than
         guessing. Records written before that point was kept give it from their baseline and n."""
-        from attnlab.chance import lower_threshold
-
         flags = [r.chance[metric] for r in self.runs if r.status == "completed" and metric in r.chance]
         limits = [f["lower"] if "lower" in f else lower_threshold(f["baseline"], f["n"]) for f in flags]
         s = self.stats.get(metric)
