@@ -35,8 +35,8 @@ def lower_threshold(p0: float, n: int) -> float:
 
 
 def _binomial_quantile(q: float, n: int, p: float) -> float:
-    """Binomial(n, p)'s q-quantile. scipy.stats is imported here, not with the module: it is a second of every
-    command's start-up (refusals and --help included), and only a finished run's summary asks for a quantile."""
+    """Binomial(n, p)'s q-quantile. scipy.stats is imported here, not with the module: only a finished run's summary
+    asks for a quantile, and refusals and --help should not pay its import (cost: tests/test_imports.py)."""
     from scipy import stats
 
     return float(stats.binom.ppf(q, n, p))
