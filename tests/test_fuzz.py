@@ -177,9 +177,9 @@ def _fuzz(tmp_path_factory, n, train_budget):
 
     @settings(max_examples=n, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(draws())
-    @example((["model.heads=0"], {"model.heads": 2})).via("a structural number 0")
-    @example((["model.dropout=1.5"], {"model.dropout": 0.0})).via("a rate above 1")
-    @example((["accelerator=gpu"], {})).via("a GPU that is not there")
+    @example((["model.heads=0"], {"model.heads": 2})).via("a structural number, a rate, a missing GPU")
+    @example((["model.dropout=1.5"], {"model.dropout": 0.0})).via("a structural number, a rate, a missing GPU")
+    @example((["accelerator=gpu"], {})).via("a structural number, a rate, a missing GPU")
     def prop(draw):
         _check(draw, stats, tmp_path_factory, train_budget)
 
