@@ -7,6 +7,7 @@ Normalizers take heads-major operands (B,N,T,H): XLA's CPU backend runs the atte
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -203,6 +204,37 @@ class ScoreNormalizer(Normalizer, abstract=True):
 
     block_size = 512  # set_impl
     exposes_scores = True
+    softcap = None  # set_softcap
+
+    def set_softcap(self, softcap) -> None:
+        """Keep `normalizer.softcap` c (null: off); call it before set_impl, which asks `capability`."""
+        self.softcap = None if softcap is None else checks.real("normalizer.softcap", softcap, 0, 1e6, lo_open=True)
+
+    def score_scale(self):
+        """β (N,), the scale of the scaled scores βz that the soft cap bounds."""
+        return self.beta()
+
+    def capped_scores(self, z_BNTS, beta_N):
+        """z ↦ (c/β)·tanh(βz/c), so the normalizer's βz becomes c·tanh(βz/c): Gemma 2's attention-logit soft cap
+        (Gemma Team 2024, "Gemma 2", §2; google-deepmind/gemma modules.py), on βz before any bias or prior."""
+        if self.softcap is None:
+            return z_BNTS
+        b_N = jnp.asarray(beta_N, jnp.float32)[None, :, None, None]
+        return (self.softcap / b_N) * jnp.tanh(b_N * z_BNTS / self.softcap)
+
+    def scored_form(self):
+        """`block_form` with the soft cap applied to its scores (None: dense only)."""
+        form = self.block_form()
+        if form is None or self.softcap is None:
+            return form
+
+        def logits(p, z, q_pos, k_pos, n):
+            # β from the differentiated parameters where the form has them (SSMax's fixed scale otherwise).
+            return form.logits(
+                p, self.capped_scores(z, p["beta"] if "beta" in p else self.score_scale()), q_pos, k_pos, n
+            )
+
+        return dataclasses.replace(form, logits=logits)
 
     def normalize(self, z_BNTS, m_B1TS):
         raise NotImplementedError
@@ -222,7 +254,13 @@ class ScoreNormalizer(Normalizer, abstract=True):
 
     def capability(self) -> Capability:
         form = self.block_form()
-        return Capability(blockwise=form is not None, pallas=pallas_sigmoid.form_problem(form) is None)
+        # The Pallas kernels compute βz themselves, and a form with its own block function (stick-breaking)
+        # ignores `logits`: neither takes the soft cap.
+        capped = self.softcap is not None
+        return Capability(
+            blockwise=form is not None and not (capped and form.make is not None),
+            pallas=pallas_sigmoid.form_problem(form) is None and not capped,
+        )
 
     def plain_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
         """The attended output of a plain step, by its backend."""
@@ -242,7 +280,7 @@ class ScoreNormalizer(Normalizer, abstract=True):
 
     def _blockwise_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool):
         """(out, stats) by blockwise attention; statistics on evenly spaced query rows (sampled_rows)."""
-        out_BNTH = blockwise.attention(self.block_form(), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size)
+        out_BNTH = blockwise.attention(self.scored_form(), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size)
         return out_BNTH, (self._row_stats(q_BNTH, k_BNSH, mask) if with_stats else {})
 
     def _row_stats(self, q_BNTH, k_BNSH, mask: Mask):
@@ -260,7 +298,8 @@ class ScoreNormalizer(Normalizer, abstract=True):
 
     def _scores(self, q_BNTH, k_BNSH):
         # Normalizer math in float32 even under bfloat16 compute (softmax-in-fp32 practice).
-        return jnp.einsum("bnth,bnsh->bnts", q_BNTH, k_BNSH, preferred_element_type=jnp.float32)
+        z_BNTS = jnp.einsum("bnth,bnsh->bnts", q_BNTH, k_BNSH, preferred_element_type=jnp.float32)
+        return z_BNTS if self.softcap is None else self.capped_scores(z_BNTS, self.score_scale())
 
     def weights(self, q_BNTH, k_BNSH, mask: Mask):
         m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])

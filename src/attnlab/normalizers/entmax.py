@@ -83,9 +83,10 @@ def _entmax_jvp(alpha, primals, tangents):
 class Entmax(ScoreNormalizer):
     """α-entmax(βz) over admissible keys; β sets the support size (sparsemax is not scale-invariant)."""
 
-    def __init__(self, *, num_heads, head_dim, rngs, alpha=1.5, beta=None, learnable=True, per_head=True):
+    def __init__(self, *, num_heads, head_dim, rngs, alpha=1.5, beta=None, learnable=True, per_head=True, softcap=None):
         checks.real("normalizer.alpha", alpha, 1.0, 100.0, lo_open=True)  # alpha -> 1 is softmax: normalizer=softmax
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+        self.set_softcap(softcap)
         self.alpha = float(alpha)
 
     def normalize(self, z_BNTS, m_B1TS):

@@ -99,8 +99,10 @@ class Softmax(AdaptiveTemperature, ScoreNormalizer):
         impl="auto",
         block_size=512,
         adaptive_temperature="off",
+        softcap=None,
     ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+        self.set_softcap(softcap)
         self.set_impl(impl, block_size, head_dim)
         self.set_adaptive(adaptive_temperature)
 
@@ -108,12 +110,14 @@ class Softmax(AdaptiveTemperature, ScoreNormalizer):
         return self.beta()[None, :, None, None] * z_BNTS
 
     def capability(self):
-        return Capability(fused=True, blockwise=True)
+        return Capability(fused=self.softcap is None, blockwise=True)  # the fused kernels take no soft cap
 
     def block_form(self):
         return BlockForm("exp", {"beta": self.beta()}, scaled_logits)
 
     def dense_call(self, q_BNTH, k_BNSH, v_BNSH, mask):
+        if self.softcap is not None:  # the hand-written backward is softmax(βz)'s
+            return super().dense_call(q_BNTH, k_BNSH, v_BNSH, mask)
         m_B1TS = mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
         return softmax_attention(q_BNTH, k_BNSH, v_BNSH, self.beta(), m_B1TS)
 
@@ -152,12 +156,14 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
         impl="auto",
         block_size=512,
         adaptive_temperature="off",
+        softcap=None,
     ):
         checks.choice("normalizer.prior", prior, self.PRIORS)
         checks.real("normalizer.slope", slope, 0, 1e6, lo_open=True)
         checks.integer("normalizer.max_distance", max_distance, 1, 2**20)
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.prior, self.max_distance = prior, int(max_distance)
+        self.set_softcap(softcap)
         self.set_impl(impl, block_size, head_dim)
         self.set_adaptive(adaptive_temperature)
         if prior == "recency":
@@ -167,7 +173,7 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
 
     def capability(self):
         # A uniform prior is exactly softmax, so it may take the fused kernels too.
-        return Capability(fused=self.prior == "uniform", blockwise=True)
+        return Capability(fused=self.prior == "uniform" and self.softcap is None, blockwise=True)
 
     def prior_params(self):
         """The differentiable arrays of the prior ({} for uniform)."""
@@ -235,9 +241,20 @@ class Softmax1(ScoreNormalizer):
     """softmax₁: exp(βzᵢ)/(1 + Σⱼ exp(βzⱼ)), attention with a null sink ("attention is off by one")."""
 
     def __init__(
-        self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, impl="auto", block_size=512
+        self,
+        *,
+        num_heads,
+        head_dim,
+        rngs,
+        beta=None,
+        learnable=True,
+        per_head=True,
+        impl="auto",
+        block_size=512,
+        softcap=None,
     ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+        self.set_softcap(softcap)
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):

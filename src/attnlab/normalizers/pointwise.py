@@ -27,9 +27,11 @@ class Sigmoid(ScoreNormalizer):
         bias=None,
         impl="auto",
         block_size=512,
+        softcap=None,
     ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.bias = None if bias is None else checks.real("normalizer.bias", bias, -1e6, 1e6)
+        self.set_softcap(softcap)
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
@@ -51,9 +53,20 @@ class ReLU(ScoreNormalizer):
     """relu(βz)/n, n = admissible keys of the row (Wortsman et al. 2023)."""
 
     def __init__(
-        self, *, num_heads, head_dim, rngs, beta=None, learnable=True, per_head=True, impl="auto", block_size=512
+        self,
+        *,
+        num_heads,
+        head_dim,
+        rngs,
+        beta=None,
+        learnable=True,
+        per_head=True,
+        impl="auto",
+        block_size=512,
+        softcap=None,
     ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+        self.set_softcap(softcap)
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):

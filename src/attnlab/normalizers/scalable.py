@@ -28,7 +28,18 @@ class SSMax(ScoreNormalizer):
     """
 
     def __init__(
-        self, *, num_heads, head_dim, rngs, s=0.43, learnable=True, bias=False, beta=None, impl="auto", block_size=512
+        self,
+        *,
+        num_heads,
+        head_dim,
+        rngs,
+        s=0.43,
+        learnable=True,
+        bias=False,
+        beta=None,
+        impl="auto",
+        block_size=512,
+        softcap=None,
     ):
         s = checks.real("normalizer.s", s, -1e6, 1e6)
         checks.boolean("normalizer.learnable", learnable)
@@ -40,7 +51,12 @@ class SSMax(ScoreNormalizer):
         self.s = NormalizerParam(s_N) if learnable else FixedFeatures(s_N)
         if self.has_bias:
             self.b = NormalizerParam(jnp.zeros((num_heads,), jnp.float32))
+        self.set_softcap(softcap)
         self.set_impl(impl, block_size, head_dim)
+
+    def score_scale(self):
+        """The fixed β on z (the soft cap bounds βz, before the s·log n + b factor)."""
+        return jnp.full(self.s[...].shape, self.scale, jnp.float32)
 
     def params(self) -> dict:
         """s_N and b_N (zeros without `bias`): what the blockwise form differentiates."""

@@ -35,6 +35,7 @@ class Squared(ScoreNormalizer):
         per_head=True,
         impl="auto",
         block_size=512,
+        softcap=None,
     ):
         checks.integer("normalizer.power", power, 1, 64)  # |x|^p overflows float32 long before p = 64
         checks.real("normalizer.eps", eps, 0.0, 1e6)
@@ -52,6 +53,7 @@ class Squared(ScoreNormalizer):
             )
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.power, self.eps, self.offset = power, float(eps), bool(offset)
+        self.set_softcap(softcap)
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):

@@ -43,9 +43,11 @@ class StickBreaking(ScoreNormalizer):
         attend_current=False,
         impl="auto",
         block_size=512,
+        softcap=None,
     ):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.attend_current = checks.boolean("normalizer.attend_current", attend_current)
+        self.set_softcap(softcap)
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
