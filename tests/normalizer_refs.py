@@ -332,6 +332,12 @@ def ref_stickbreaking(q, k, m, module, **opts):
     return w, x, {"beta": _beta_N(opts, H, N), "leftover": row_mean(1 - w.sum(-1), m)}
 
 
+def ref_on_class(q, k, m, module, **opts):
+    """The normalizer's own float64 `reference(q_BNTH, k_BNSH, admissible_BTS)` (softpick.py, sink.py), in these
+    references' (B,T,N,H) layout."""
+    return module.reference(np.swapaxes(q, 1, 2), np.swapaxes(k, 1, 2), m)
+
+
 # name -> (reference, how a row with admissible keys sums: "one" | "at_most_one" | "free")
 REFS = {
     "softmax": (ref_softmax, "one"),
@@ -344,6 +350,8 @@ REFS = {
     "entmax": (ref_entmax, "one"),
     "ssmax": (ref_ssmax, "one"),
     "stickbreaking": (ref_stickbreaking, "at_most_one"),
+    "softpick": (ref_on_class, "at_most_one"),  # Σ relu(e^x − 1)/(Σ|e^x − 1| + ε) ≤ 1
+    "sink": (ref_on_class, "at_most_one"),  # the sink takes e^b/(e^b + Σe^x)
 }
 
 
@@ -383,6 +391,12 @@ VARIANTS = {
     "entmax": {"alpha1.5": {"alpha": 1.5}, "alpha2": {"alpha": 2.0}, "alpha1.3": {"alpha": 1.3}},
     "ssmax": {"default": {}, "s1.5-bias": {"s": 1.5, "bias": True, "beta": 0.6}},
     "stickbreaking": {"default": {}, "attend_current-beta1": {"attend_current": True, "beta": 1.0}},
+    "softpick": {"default": {}, "beta2-softcap1.5": {"beta": 2.0, "softcap": 1.5}, "eps0": {"eps": 0.0}},
+    "sink": {
+        "default": {},
+        "fixed-1.5": {"sink": -1.5, "learnable_sink": False},
+        "sink2-softcap2": {"sink": 2.0, "softcap": 2.0},
+    },
 }
 
 # Normalizers that refuse a bidirectional mask (class attribute `causal_only`): their reference cases run on the

@@ -24,6 +24,8 @@ from .linear import Linear
 from .mask import Mask, as_mask, masked_softmax
 from .pointwise import ReLU, Sigmoid
 from .scalable import SSMax
+from .sink import Sink
+from .softpick import Softpick
 from .squared import Squared
 from .stickbreaking import StickBreaking
 
@@ -41,8 +43,10 @@ __all__ = [
     "SSMax",
     "ScoreNormalizer",
     "Sigmoid",
+    "Sink",
     "Softmax",
     "Softmax1",
+    "Softpick",
     "Squared",
     "StickBreaking",
     "as_mask",

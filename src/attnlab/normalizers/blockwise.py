@@ -7,7 +7,10 @@ scans key blocks per query block carrying Σg·v, the denominator and, for exp, 
 recomputes each block in the backward pass (FlashAttention, Alg. 4), so no T×S array is stored.
 
 Operands are heads-major: q_BNTH, k_BNSH, v_BNSH. Kinds of `BlockForm`:
-  exp:   g = exp(x − m), D = Σ exp(x − m) (+ exp(−m) with `sink`, softmax₁), m the running max;
+  exp:   g = exp(x − m), D = Σ exp(x − m) (+ exp(b − m) with a sink logit b: 0 for `sink=True`, softmax₁; the
+         per-head parameter `params[sink]` for a named sink), m the running max;
+  softpick: g = relu(exp(x − m) − exp(−m)), D = Σ |exp(x − m) − exp(−m)| + eps, m the running max of x and 0
+         (softpick.py);
   sum:   D = Σ g + eps (rows with no admissible key: all zero, even at eps = 0);
   count: D = n (admissible keys of the row) with `divide_by_count`, else D = 1.
 """
@@ -33,7 +36,7 @@ class BlockForm:
     logits: Callable
     gate: Callable | None = None
     eps: float = 0.0
-    sink: bool = False
+    sink: bool | str = False  # True: a sink logit 0 (softmax₁); a params key: a per-head (N,) sink logit
     divide_by_count: bool = False
     # Builds the custom-VJP block function itself, make(form, geometry), for a normalizer that is not
     # g(x)/D (stick-breaking: stickbreaking.py); None: the one below.
@@ -145,17 +148,39 @@ def _logits_block(form: BlockForm, geo: _Geometry, p, q_blk, k_blk, kv, dense, n
     return form.logits(p, z, q_pos, k_pos, n_blk[..., None]), m
 
 
+def _sink_N(form: BlockForm, p, N: int):
+    """The sink logit per head (N,): 0 for softmax₁, the named parameter otherwise."""
+    return p[form.sink] if isinstance(form.sink, str) else jnp.zeros((N,), jnp.float32)
+
+
 def _weights_block(form: BlockForm, x, m, r_BNQ):
-    """w of a block given the row's stored denominator r (log D for exp, D otherwise)."""
+    """w of a block given the row's stored denominator r (log D for exp and softpick, D otherwise)."""
     if form.kind == "exp":
         return jnp.exp(jnp.where(m, x - r_BNQ[..., None], -jnp.inf))
+    if form.kind == "softpick":
+        return jax.nn.relu(_softpick_terms(x, m, r_BNQ))
     return jnp.where(m, form.gate(x), 0.0) / r_BNQ[..., None]
 
 
+def _softpick_terms(x, m, r_BNQ):
+    """exp(x − r) − exp(−r) on admissible keys, 0 elsewhere: softpick's e^x − 1 over the row's scale e^r."""
+    r = r_BNQ[..., None]
+    return jnp.where(m, jnp.exp(jnp.where(m, x - r, -jnp.inf)) - jnp.exp(-r), 0.0)
+
+
 def _accumulate(form: BlockForm, x, m, v_blk, carry):
-    """One key block into a query block's (Σg·v, running max, Σg); exp rescales by the new running max (online
-    softmax, Milakov & Gimelshein 2018)."""
+    """One key block into a query block's (Σg·v, running max, Σg); exp and softpick rescale by the new running
+    max (online softmax, Milakov & Gimelshein 2018)."""
     acc, m_run, l_run = carry
+    if form.kind == "softpick":
+        # Every term of e^x − 1 over e^m rescales by the same exp(m_old − m_new) as m grows.
+        m_new = jnp.maximum(m_run, jnp.where(m, x, -jnp.inf).max(-1))
+        scale = jnp.exp(m_run - m_new)
+        u = _softpick_terms(x, m, m_new)
+        acc = acc * scale[..., None] + jnp.einsum(
+            "bnqk,bnkh->bnqh", jax.nn.relu(u).astype(v_blk.dtype), v_blk, preferred_element_type=jnp.float32
+        )
+        return acc, m_new, l_run * scale + jnp.abs(u).sum(-1)
     if form.kind == "exp":
         m_new = jnp.maximum(m_run, jnp.where(m, x, -jnp.inf).max(-1))
         m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
@@ -168,11 +193,17 @@ def _accumulate(form: BlockForm, x, m, v_blk, carry):
     return acc, m_run, l_run + g.sum(-1)
 
 
-def _finish_rows(form: BlockForm, acc, m_run, l_run, n_blk):
-    """(out, r) of a query block: Σg·v over its denominator D, and r (log D for exp, D otherwise) for the backward."""
-    if form.kind == "exp":
+def _finish_rows(form: BlockForm, p, acc, m_run, l_run, n_blk):
+    """(out, r) of a query block: Σg·v over its denominator D, and r (log D for exp and softpick, D otherwise) for
+    the backward."""
+    if form.kind in ("exp", "softpick"):
         m_safe = jnp.where(jnp.isfinite(m_run), m_run, 0.0)
-        den = l_run + (jnp.exp(-m_safe) if form.sink else 0.0)
+        if form.kind == "softpick":
+            den = l_run + form.eps  # its running max starts at 0, so m is finite; a row with no key: D = eps
+        elif form.sink:
+            den = l_run + jnp.exp(_sink_N(form, p, m_run.shape[1])[None, :, None] - m_safe)
+        else:
+            den = l_run
         r = jnp.where(den > 0, m_safe + jnp.log(jnp.where(den > 0, den, 1.0)), jnp.inf)
     elif form.kind == "sum":
         den = r = jnp.where(n_blk > 0, l_run + form.eps, 1.0)
@@ -193,11 +224,15 @@ def _forward(form: BlockForm, geo: _Geometry, p, q, k, v, kv, dense, n):
             x, m = _logits_block(form, geo, p, q_blk, _rows(k, j, K), kv, dense, n_blk, i, j)
             return _accumulate(form, x, m, _rows(v, j, K), carry)
 
-        # softmax₁'s max is max(max x, 0) (exponential.py), so its running max starts at 0.
-        m0 = jnp.full((B, N, Q), 0.0 if form.sink else -jnp.inf)
+        # softmax₁'s max is max(max x, 0) (exponential.py), a sink's max(max x, b), softpick's max(max x, 0)
+        # (softpick.py): the running max starts at the sink logit, or 0.
+        if form.sink:
+            m0 = jnp.broadcast_to(_sink_N(form, p, N)[None, :, None], (B, N, Q)).astype(jnp.float32)
+        else:
+            m0 = jnp.full((B, N, Q), 0.0 if form.kind == "softpick" else -jnp.inf)
         lo, hi = geo.key_range(i)
         acc, m_run, l_run = jax.lax.fori_loop(lo, hi, body, (jnp.zeros((B, N, Q, H)), m0, jnp.zeros((B, N, Q))))
-        return _finish_rows(form, acc, m_run, l_run, n_blk)
+        return _finish_rows(form, p, acc, m_run, l_run, n_blk)
 
     out_nBNQH, r_nBNQ = jax.lax.map(qblock, jnp.arange(geo.Tp // Q))
     out = jnp.moveaxis(out_nBNQH, 0, 2).reshape(B, N, geo.Tp, H)
@@ -209,7 +244,7 @@ def _backward(form: BlockForm, geo: _Geometry, res, do):
     (FlashAttention, Alg. 4), so no T×S array is kept."""
     p, q, k, v, kv, dense, n, out, r = res
     Q, K = geo.Q, geo.K
-    normalized = form.kind in ("exp", "sum")
+    normalized = form.kind in ("exp", "sum", "softpick")
     do = do.astype(jnp.float32)
     # δ_t = Σ_s w_ts·dw_ts = dO_t·out_t (FlashAttention backward): the row-sum part of the Jacobian.
     delta = jnp.sum(do * out, -1) if normalized else jnp.zeros(out.shape[:-1])
@@ -227,9 +262,20 @@ def _backward(form: BlockForm, geo: _Geometry, res, do):
                 x, m = _logits_block(form, geo, p, q_blk, k_blk, kv, dense, n_blk, i, j)
                 return _weights_block(form, x, m, r_blk)
 
-            w, vjp = jax.vjp(w_of, p, q_blk, _rows(k, j, K))
+            def w_and_terms_of(p, q_blk, k_blk):
+                x, m = _logits_block(form, geo, p, q_blk, k_blk, kv, dense, n_blk, i, j)
+                u = _softpick_terms(x, m, r_blk)
+                return jax.nn.relu(u), jnp.abs(u)
+
             dw = jnp.einsum("bnqh,bnkh->bnqk", do_blk, v_blk.astype(jnp.float32))
-            dp_j, dq_j, dk_j = vjp(dw - delta_blk[..., None] if normalized else dw)
+            if form.kind == "softpick":
+                # w = relu(u)/D, D = Σ|u| + eps: ∂L/∂x = relu'(u)·e^{x−r}·dw − sign(u)·e^{x−r}·δ, the
+                # denominator's part through |u| with cotangent −δ (δ = Σ w·dw as for softmax).
+                (w, _), vjp = jax.vjp(w_and_terms_of, p, q_blk, _rows(k, j, K))
+                dp_j, dq_j, dk_j = vjp((dw, jnp.broadcast_to(-delta_blk[..., None], dw.shape)))
+            else:
+                w, vjp = jax.vjp(w_of, p, q_blk, _rows(k, j, K))
+                dp_j, dq_j, dk_j = vjp(dw - delta_blk[..., None] if normalized else dw)
             dv_j = jnp.einsum("bnqk,bnqh->bnkh", w, do_blk)
             dk = jax.lax.dynamic_update_slice_in_dim(dk, _rows(dk, j, K) + dk_j, j * K, 2)
             dv = jax.lax.dynamic_update_slice_in_dim(dv, _rows(dv, j, K) + dv_j, j * K, 2)
@@ -243,6 +289,11 @@ def _backward(form: BlockForm, geo: _Geometry, res, do):
     zeros = lambda a: jnp.zeros(a.shape, jnp.float32)  # noqa: E731
     init = (jax.tree.map(jnp.zeros_like, p), zeros(q), zeros(k), zeros(v))
     dp, dq, dk, dv = jax.lax.fori_loop(0, geo.Tp // Q, qblock, init)
+    if isinstance(form.sink, str):
+        # r = log(e^b + Σe^x): ∂L/∂b = Σ_t ∂L/∂r_t · e^{b − r_t} = −Σ_t δ_t · e^{b − r_t} (the sink's weight).
+        b_N = p[form.sink]
+        sink_w = jnp.exp(b_N[None, :, None] - r)
+        dp = {**dp, form.sink: dp[form.sink] - jnp.sum(delta * sink_w, (0, 2))}
     dense_ct = None if dense is None else jnp.zeros_like(dense)
     return (
         dp,
