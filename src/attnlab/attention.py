@@ -53,8 +53,15 @@ class ShortConv(nnx.Module):
         return jax.nn.silu(y_BTC)
 
 
+# Gated attention (Qiu et al. 2025, "Gated Attention for Large Language Models", arXiv 2505.06708, Eq. 5 at their
+# position G1): each head's normalizer output times σ(X·W_θ), X the attention's (normalised) input, before the
+# output projection. headwise: one gate per head and token (W_θ: D → N); elementwise: one per output channel
+# (W_θ: D → N·H), the paper's best. No bias, as the paper's gate projection.
+OUTPUT_GATES = ("none", "headwise", "elementwise")
+
+
 class MultiHeadAttention(nnx.Module):
-    """q, k, v projections → normalizer → output projection; returns (y_BTD, stats)."""
+    """q, k, v projections → normalizer → output gate (none: off) → output projection; returns (y_BTD, stats)."""
 
     def __init__(
         self,
@@ -68,6 +75,7 @@ class MultiHeadAttention(nnx.Module):
         dtype,
         rngs: nnx.Rngs,
         short_conv: int = 0,
+        output_gate: str = "none",
     ):
         self.num_heads, self.head_dim = num_heads, d_model // num_heads
         self.qkv = nnx.Linear(
@@ -85,6 +93,30 @@ class MultiHeadAttention(nnx.Module):
             self.qk_gain = nnx.Param(jnp.array(math.log2(max(seq_len**2 - seq_len, 2)), jnp.float32))
         # the normalizer's own parameters are NormalizerParam (the normalizer group by type)
         tag("attention", self.qkv, self.out, *([self.qk_gain] if qk_norm else []))
+        self.output_gate = output_gate
+        if output_gate != "none":
+            width = num_heads if output_gate == "headwise" else d_model
+            self.gate = nnx.Linear(
+                d_model, width, use_bias=False, dtype=dtype, dot_general=dense_dot_general, rngs=rngs
+            )
+            tag("attention", self.gate)
+
+    def gated(self, o_BNTH, x_BTD, mask: Mask, with_stats: bool):
+        """o ⊙ σ(x·W_θ) per head (Qiu et al. 2025, Eq. 5), and with statistics the mean gate per head over the
+        valid tokens (`gate_mean`: the paper's Figure 5 measures how sparse the gates become)."""
+        B, T, _ = x_BTD.shape
+        g_BTG = jax.nn.sigmoid(self.gate(x_BTD).astype(jnp.float32))
+        if self.output_gate == "headwise":
+            g_BNTH = g_BTG.transpose(0, 2, 1)[..., None]
+        else:
+            g_BNTH = g_BTG.reshape(B, T, self.num_heads, self.head_dim).transpose(0, 2, 1, 3)
+        gated_BNTH = (o_BNTH.astype(jnp.float32) * g_BNTH).astype(o_BNTH.dtype)
+        if not with_stats:
+            return gated_BNTH, {}
+        valid_B1T = jnp.ones((B, 1, T)) if mask.key_valid_BS is None else mask.key_valid_BS[:, None, :T]
+        w_B1T = jnp.broadcast_to(valid_B1T, (B, 1, T)).astype(jnp.float32)
+        mean_N = (g_BNTH.mean(-1) * w_B1T).sum((0, 2)) / jnp.maximum(w_B1T.sum((0, 2)), 1.0)
+        return gated_BNTH, {"gate_mean": mean_N}
 
     def heads(self, x_BTD, mask: Mask):
         """Project to heads-major q, k, v (B,N,T,H), with the short convolution, QK-norm and RoPE applied."""
@@ -116,4 +148,7 @@ class MultiHeadAttention(nnx.Module):
         if self.normalizer.mode_dependent:
             kwargs["training"] = training
         o_BNTH, stats = self.normalizer(q, k, v, mask, with_stats=with_stats, **kwargs)
+        if self.output_gate != "none":
+            o_BNTH, gate_stats = self.gated(o_BNTH, x_BTD, mask, with_stats)
+            stats = {**stats, **gate_stats}
         return self.out(o_BNTH.transpose(0, 2, 1, 3).reshape(B, T, -1)), stats

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab import checks
-from attnlab.attention import MultiHeadAttention
+from attnlab.attention import OUTPUT_GATES, MultiHeadAttention
 from attnlab.fast_vjp import dense_dot_general, gelu, take_rows
 from attnlab.groups import tag
 from attnlab.normalizers import Mask, Normalizer
@@ -55,6 +55,7 @@ def check_options(values: dict) -> None:
     if values["window"] is not None:  # null: no window
         checks.integer("model.window", values["window"], 1, 2**31 - 1)
     checks.integer("model.short_conv", values["short_conv"], 0, MAX_SHORT_CONV)
+    checks.choice("model.output_gate", values["output_gate"], OUTPUT_GATES)
     checks.require(
         d_model % heads == 0,
         f"model.d_model={d_model} is not divisible by model.heads={heads}; allowed: heads dividing d_model",
@@ -86,6 +87,7 @@ class Block(nnx.Module):
         dtype,
         rngs,
         short_conv=0,
+        output_gate="none",
     ):
         self.ln1 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
         self.attn = MultiHeadAttention(
@@ -98,6 +100,7 @@ class Block(nnx.Module):
             dtype=dtype,
             rngs=rngs,
             short_conv=short_conv,
+            output_gate=output_gate,
         )
         self.ln2 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
         self.fc1 = nnx.Linear(d_model, mlp_ratio * d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
@@ -125,7 +128,8 @@ class Transformer(nnx.Module):
     `make_normalizer` is one factory, or a sequence of them cycled over the layers (hybrids);
     `window` (None: off) limits each query to its `window` nearest admissible keys (Mask.window);
     `short_conv` (0: off) is the width of a short convolution on q, k, v (attention.ShortConv);
-    `remat` (false | true | "dots") recomputes each block in the backward pass (attnlab.remat).
+    `remat` (false | true | "dots") recomputes each block in the backward pass (attnlab.remat);
+    `output_gate` (none | headwise | elementwise) gates each head's output (attention.OUTPUT_GATES).
 
     Given `batch_size` (the sequences a device holds in a step), each layer's attention backend is chosen here,
     once, at seq_len and each of `test_lengths` (choose_backends); without it, on a layer's first trace.
@@ -151,6 +155,7 @@ class Transformer(nnx.Module):
         dtype=jnp.float32,
         window: int | None = None,
         short_conv: int = 0,
+        output_gate: str = "none",
         remat: bool | str = False,
         batch_size: int | None = None,
         test_lengths: Sequence[int] = (),
@@ -187,6 +192,7 @@ class Transformer(nnx.Module):
                     dtype=dtype,
                     rngs=rngs,
                     short_conv=short_conv,
+                    output_gate=output_gate,
                 )
                 for i in range(layers)
             ]
