@@ -333,8 +333,8 @@ def ref_stickbreaking(q, k, m, module, **opts):
 
 
 def ref_on_class(q, k, m, module, **opts):
-    """The normalizer's own float64 `reference(q_BNTH, k_BNSH, admissible_BTS)` (softpick.py, sink.py), in these
-    references' (B,T,N,H) layout."""
+    """The normalizer's own float64 `reference(q_BNTH, k_BNSH, admissible_BTS)` (softpick.py, sink.py,
+    forgetting.py), in these references' (B,T,N,H) layout."""
     return module.reference(np.swapaxes(q, 1, 2), np.swapaxes(k, 1, 2), m)
 
 
@@ -352,6 +352,7 @@ REFS = {
     "stickbreaking": (ref_stickbreaking, "at_most_one"),
     "softpick": (ref_on_class, "at_most_one"),  # Σ relu(e^x − 1)/(Σ|e^x − 1| + ε) ≤ 1
     "sink": (ref_on_class, "at_most_one"),  # the sink takes e^b/(e^b + Σe^x)
+    "forgetting": (ref_on_class, "one"),  # no layer input here: the gate σ(b_f) at every position
 }
 
 
@@ -397,6 +398,7 @@ VARIANTS = {
         "fixed-1.5": {"sink": -1.5, "learnable_sink": False},
         "sink2-softcap2": {"sink": 2.0, "softcap": 2.0},
     },
+    "forgetting": {"default": {}, "gate2-beta1": {"gate_bias": 2.0, "beta": 1.0}, "softcap1": {"softcap": 1.0}},
 }
 
 # Normalizers that refuse a bidirectional mask (class attribute `causal_only`): their reference cases run on the

@@ -91,8 +91,9 @@ class MultiHeadAttention(nnx.Module):
             # q̂ is scaled by g·√H so that the normalizer's default β = 1/√H yields exactly g. The gain belongs to
             # the model, not the normalizer: the attention group, and like LayerNorm scales not weight-decayed.
             self.qk_gain = nnx.Param(jnp.array(math.log2(max(seq_len**2 - seq_len, 2)), jnp.float32))
-        # the normalizer's own parameters are NormalizerParam (the normalizer group by type)
-        tag("attention", self.qkv, self.out, *([self.qk_gain] if qk_norm else []))
+        # the normalizer's own parameters are NormalizerParam (the normalizer group by type); a projection of the
+        # layer input that a normalizer owns (forgetting attention's gate) is an attention weight
+        tag("attention", self.qkv, self.out, *([self.qk_gain] if qk_norm else []), self.normalizer)
         self.output_gate = output_gate
         if output_gate != "none":
             width = num_heads if output_gate == "headwise" else d_model
@@ -139,6 +140,8 @@ class MultiHeadAttention(nnx.Module):
     def weights(self, x_BTD, mask: Mask):
         """The explicit (B,N,T,S) attention matrix of this layer."""
         q, k, _ = self.heads(x_BTD, mask)
+        if self.normalizer.takes_layer_input:
+            return self.normalizer.weights(q, k, mask, layer_input_BTD=x_BTD)
         return self.normalizer.weights(q, k, mask)
 
     def __call__(self, x_BTD, mask: Mask, *, with_stats=False, score_probe_BNTS=None, training=False):
@@ -147,6 +150,8 @@ class MultiHeadAttention(nnx.Module):
         kwargs = {} if score_probe_BNTS is None else {"score_probe_BNTS": score_probe_BNTS}
         if self.normalizer.mode_dependent:
             kwargs["training"] = training
+        if self.normalizer.takes_layer_input:
+            kwargs["layer_input_BTD"] = x_BTD
         o_BNTH, stats = self.normalizer(q, k, v, mask, with_stats=with_stats, **kwargs)
         if self.output_gate != "none":
             o_BNTH, gate_stats = self.gated(o_BNTH, x_BTD, mask, with_stats)

@@ -20,6 +20,7 @@ from .base import (
 from .contract import FROM_ATTENTION
 from .entmax import Entmax, entmax
 from .exponential import KL, Softmax, Softmax1
+from .forgetting import Forgetting
 from .linear import Linear
 from .mask import Mask, as_mask, masked_softmax
 from .pointwise import ReLU, Sigmoid
@@ -34,6 +35,7 @@ __all__ = [
     "KL",
     "Entmax",
     "FixedFeatures",
+    "Forgetting",
     "InverseTemperature",
     "Linear",
     "Mask",

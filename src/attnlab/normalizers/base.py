@@ -128,12 +128,16 @@ class Normalizer(nnx.Module):
     temperature) sets `mode_dependent`; attention then passes `training=` (not deterministic) to
     its `__call__`. `weights` describes it at evaluation.
 
+    A normalizer whose gates are projected from the layer's input (forgetting attention) sets `takes_layer_input`;
+    attention then passes `layer_input_BTD=` to its `__call__` and `weights`.
+
     A normalizer whose `__call__` takes `score_probe_BNTS` (a zero array added to its score matrix, whose
     gradient the trainer logs as score_grad) sets `exposes_scores`; one with no score matrix leaves it False.
     """
 
     mode_dependent = False
     exposes_scores = False
+    takes_layer_input = False  # True: attention passes layer_input_BTD= (its normalised input) to __call__, weights
     impl, head_dim = "dense", None  # the requested normalizer.impl; head dim (cuDNN's limits): set_impl
     backends = ()  # ((T, S, backend), ...): chosen when the model was built (record_backends)
 
