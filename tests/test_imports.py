@@ -21,7 +21,7 @@ TENSORBOARD = "tensorboard's protobufs (import attnlab.tb_hparams: 0.22 s CPU) l
 REPORT_OUT_OF_TRAINING = "the console script attnlab-report is cli.report_main; attnlab-train never loads the report"
 HYDRA_OUT_OF_THE_LIBRARY = (
     "Hydra (0.14 s CPU) loads where a command line or a sweep's overrides are parsed, not when the library is "
-    "used (normalizers.build, heads.make, tasks.make, train.fit) nor for attnlab-report --help"
+    "used (attnlab.config.normalizer, head, task, train.fit) nor for attnlab-report --help"
 )
 SCIPY = (
     "scipy.stats (0.76 s CPU) loads when a statistic needs it: attnlab-report --help answers without it, and "

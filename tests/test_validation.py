@@ -10,10 +10,10 @@ import pytest
 from cli_helpers import TINY, TINY_TASK, run_cli
 from hydra import compose, initialize_config_dir
 
-from attnlab import registry
 from attnlab.accelerator import configure
 from attnlab.checks import ConfigError
 from attnlab.cli import build
+from attnlab.config import registry
 
 MQAR = TINY_TASK["mqar"]
 ICL = ["task=icl_regression"]

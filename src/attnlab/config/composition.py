@@ -4,15 +4,14 @@ line and exits.REFUSED (a sweep: each value of a swept group too)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from hydra import compose, initialize_config_dir
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from attnlab import construct, exits, mistakes, registry
+from attnlab import exits
 from attnlab.checks import ConfigError
+from attnlab.config import construct, mistakes, registry
 
 
 def no_unknown_keys(cfg, overrides: list[str] | None = None) -> None:
@@ -22,7 +21,7 @@ def no_unknown_keys(cfg, overrides: list[str] | None = None) -> None:
     groups, top = mistakes.groups(), mistakes.top_keys()
     construct.refuse_unknown(sorted(set(cfg) - top - set(groups)), sorted(top - {"hydra"}))
     for group, choice in (mistakes.chosen(overrides) if overrides is not None else {}).items():
-        if choice and choice.startswith("_") and (registry.CONFIG_DIR / group / f"{choice}.yaml").is_file():
+        if choice and registry.is_base(group, choice):
             raise ConfigError(
                 f"{group}={choice} unknown (a base its choices inherit, no choice itself); "
                 f"allowed: {', '.join(registry.choices(group))}"
@@ -63,8 +62,9 @@ def compose_overrides(overrides: list[str], groups: set[str] | None = None) -> l
     return variants
 
 
-def compose_or_exit(argv: list[str], config_dir: str) -> None:
-    """Compose the config of a command line as Hydra will; a composition error is one line and exits.REFUSED.
+def compose_or_exit(argv: list[str]) -> None:
+    """Compose the config of a command line as Hydra will, over the config directories it names (registry.use_argv);
+    a composition error is one line and exits.REFUSED.
 
     Hydra would print a multi-line message (unknown choice, key not in the config) and exit 1.
     """
@@ -73,6 +73,7 @@ def compose_or_exit(argv: list[str], config_dir: str) -> None:
     multirun = any(a in mistakes.SWEEP_FLAGS for a in argv)
     override_list = overrides  # the single-run command line being composed, for the message's suggestions
     try:
+        registry.use_argv(argv)
         mistake = mistakes.check_argv(argv)
         if mistake:
             raise ValueError(mistake)
@@ -81,12 +82,10 @@ def compose_or_exit(argv: list[str], config_dir: str) -> None:
         mistake = mistakes.check_sweep(overrides, multirun)
         if mistake:
             raise ValueError(mistake)
-        groups = {p.name for p in Path(config_dir).iterdir() if p.is_dir()}
-        lists = compose_overrides([o for o in overrides if not o.startswith("hydra")], groups)
-        with initialize_config_dir(config_dir, version_base="1.3"):
-            for override_list in lists:
-                # `+steps=1` too, before any directory
-                no_unknown_keys(compose("train", overrides=override_list), override_list)
+        lists = compose_overrides([o for o in overrides if not o.startswith("hydra")], set(registry.groups()))
+        for override_list in lists:
+            # `+steps=1` too, before any directory
+            no_unknown_keys(registry.compose_train(override_list), override_list)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         print(f"attnlab: error: {mistakes.explain(str(exc), override_list) or one_line(exc)}", file=sys.stderr)
         sys.exit(exits.REFUSED)

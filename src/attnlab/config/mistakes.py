@@ -12,7 +12,7 @@ import re
 
 import yaml
 
-from attnlab import registry
+from attnlab.config import registry
 
 SWEEP_FLAGS = ("-m", "--multirun")  # Hydra's flags that make a command a sweep
 # Hydra's own flags (hydra/_internal/utils.py get_args_parser); anything else starting with '-' is a mistake.
@@ -58,7 +58,7 @@ SYNONYMS = {
 
 
 def groups() -> list[str]:
-    return sorted(p.name for p in registry.CONFIG_DIR.iterdir() if p.is_dir() and p.name != "hydra")
+    return registry.groups()
 
 
 def top_keys() -> set[str]:
