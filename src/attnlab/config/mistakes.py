@@ -71,7 +71,14 @@ def _options(group: str, name: str) -> set[str]:
 
 
 def chosen(overrides: list[str] | None) -> dict[str, str | None]:
-    """The choice of each group a command line composes: train.yaml's defaults, then its `group=choice` overrides."""
+    """The choice of each group a command line composes, as Hydra composes its choices (a preset's included);
+    where they do not compose, train.yaml's defaults, then its `group=choice` overrides."""
+    picks = [o for o in overrides or [] if o.split("=", 1)[0].lstrip("+~") in {*groups(), registry.PRESETS}]
+    try:
+        composed = registry.compose_train([p for p in picks if "," not in p]).hydra.runtime.choices
+        return {g: composed.get(g) for g in groups()}
+    except Exception:  # a choice that does not exist: the message being worded is about it
+        pass
     defaults = yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())["defaults"]
     out = {g: c for d in defaults if isinstance(d, dict) for g, c in d.items()}
     for o in overrides or []:

@@ -100,9 +100,13 @@ def loader() -> ConfigLoaderImpl:
     return _loader(tuple(_EXTRA))
 
 
+# The group of study presets (`# @package _global_`): choices that set other groups and keys, no component.
+PRESETS = "experiment"
+
+
 def groups() -> list[str]:
-    """The config groups (hydra's own excluded)."""
-    return sorted(g for g in loader().get_group_options("", ObjectType.GROUP) if g != "hydra")
+    """The component groups over the search path (hydra's own and the presets excluded)."""
+    return sorted(g for g in loader().get_group_options("", ObjectType.GROUP) if g not in ("hydra", PRESETS))
 
 
 def choices(group: str) -> list[str]:
