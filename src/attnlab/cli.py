@@ -339,3 +339,10 @@ def report_main() -> None:
     from attnlab.report.cli import main
 
     main()
+
+
+def check_main() -> None:
+    """Console script `attnlab-check` (see attnlab.config.check)."""
+    from attnlab.config.check import main
+
+    main()
