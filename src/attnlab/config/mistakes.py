@@ -11,6 +11,7 @@ import difflib
 import re
 
 import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from attnlab.config import registry
 
@@ -158,8 +159,6 @@ def check_argv(argv: list[str]) -> str | None:
 
 def check_sweep(overrides: list[str], multirun: bool) -> str | None:
     """Several values for a key (a,b / range / glob) without -m: Hydra's six-line 'Ambiguous value'."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     if multirun:
         return None
     swept = [o.input_line for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()]
