@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from omegaconf.errors import OmegaConfBaseException
 
-from attnlab import accelerator, checks, cli, composition, registry
+from attnlab import accelerator, checks, cli
+from attnlab.config import composition, registry
 
 # Base: the CLI tests' tiny run, in-process (no compile cache flag, no accelerator=cpu: drawn like the rest).
 BASE = [o for o in TINY if not o.startswith(("compile_cache=", "accelerator="))]

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz import BASE, outcome
 
-from attnlab import cli, registry
+from attnlab import cli
+from attnlab.config import registry
 
 STEPS = 6
 
