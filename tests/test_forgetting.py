@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.attention import MultiHeadAttention
 
@@ -22,7 +23,7 @@ D = N * H
 
 
 def build(impl="dense", **opts):
-    return nz.build("forgetting", num_heads=N, head_dim=H, impl=impl, block_size=4, rngs=nnx.Rngs(1), **opts)
+    return config.normalizer("forgetting", num_heads=N, head_dim=H, impl=impl, block_size=4, rngs=nnx.Rngs(1), **opts)
 
 
 def fla_naive_forgetting_attn(q_BTHD, k_BTHD, v_BTHD, g_BTH, scale):
@@ -137,7 +138,7 @@ def test_a_constant_gate_is_kls_recency_prior():
     norm = build(gate_bias=b)
     norm.gate_w[...] = jnp.zeros_like(norm.gate_w[...])
     x = jnp.asarray(rng.normal(size=(B, T, D)), jnp.float32)
-    kl = nz.build("kl", num_heads=N, head_dim=H, prior="recency", slope=-math.log(1 / (1 + math.exp(-b))))
+    kl = config.normalizer("kl", num_heads=N, head_dim=H, prior="recency", slope=-math.log(1 / (1 + math.exp(-b))))
     mask = nz.Mask(causal=True)
     np.testing.assert_allclose(
         np.asarray(norm.weights(q, k, mask, layer_input_BTD=x)), np.asarray(kl.weights(q, k, mask)), atol=1e-6
@@ -149,7 +150,7 @@ def test_attention_passes_its_normalised_input_to_the_gate():
     mha = MultiHeadAttention(
         D,
         N,
-        lambda **kw: nz.build("forgetting", **kw),
+        lambda **kw: config.normalizer("forgetting", **kw),
         use_rope=False,
         qk_norm=False,
         seq_len=8,

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attnlab import config
 from attnlab.attention import MultiHeadAttention
 from attnlab.checks import ConfigError
 from attnlab.groups import leaf_groups
 from attnlab.model import Transformer
 from attnlab.normalizers import Mask
-from attnlab.normalizers import build as build_normalizer
 
 B, T, D, N = 2, 6, 8, 2
 H = D // N
@@ -24,7 +24,7 @@ def layer(gate: str) -> MultiHeadAttention:
     return MultiHeadAttention(
         D,
         N,
-        lambda **kw: build_normalizer("softmax", **kw),
+        lambda **kw: config.normalizer("softmax", **kw),
         use_rope=False,
         qk_norm=False,
         seq_len=T,
@@ -97,7 +97,7 @@ def _body(gate: str):
         causal=True,
         qk_norm=False,
         pooled=False,
-        make_normalizer=lambda **kw: build_normalizer("softpick", **kw),
+        make_normalizer=lambda **kw: config.normalizer("softpick", **kw),
         seq_len=T,
         vocab_size=11,
         output_gate=gate,

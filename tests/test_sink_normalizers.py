@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attnlab import config
 from attnlab import normalizers as nz
-from attnlab import registry
 from attnlab.checks import ConfigError
+from attnlab.config import registry
 
 pytestmark = pytest.mark.numerics
 
@@ -25,7 +26,7 @@ def heads_major(x):
 
 
 def build(name, impl="dense", block_size=4, **opts):
-    return nz.build(name, num_heads=R.N, head_dim=R.H, impl=impl, block_size=block_size, **opts)
+    return config.normalizer(name, num_heads=R.N, head_dim=R.H, impl=impl, block_size=block_size, **opts)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -35,7 +36,7 @@ def build(name, impl="dense", block_size=4, **opts):
 def test_softpick_rows_by_hand():
     """x = [log 2, 0, −log 2, log 3]: e^x − 1 = [1, 0, −½, 2], so w = [1, 0, 0, 2]/3.5; a row of x ≤ 0 weighs 0."""
     x_1114 = jnp.log(jnp.array([2.0, 1.0, 0.5, 3.0]))[None, None, None]
-    norm = nz.build("softpick", num_heads=1, head_dim=4, beta=1.0, eps=0.0)
+    norm = config.normalizer("softpick", num_heads=1, head_dim=4, beta=1.0, eps=0.0)
     m = jnp.ones((1, 1, 1, 4), bool)
     w = np.asarray(norm.normalize(x_1114, m)[0])[0, 0, 0]
     np.testing.assert_allclose(w, np.array([1, 0, 0, 2]) / 3.5, rtol=1e-6)
@@ -48,7 +49,8 @@ def test_softpick_rows_by_hand():
 
 def test_softpick_extreme_rows_are_finite_and_exact():
     """Scores ±1e4·|z|: all-negative rows weigh exactly 0 (Eq. 2's numerator), a positive row sums to 1 on its
-    largest keys (exp(x − m) underflows for the rest); the floor m ≥ 0 keeps e^{−m} from overflowing, and gradients stay finite."""
+    largest keys (exp(x − m) underflows for the rest); the floor m ≥ 0 keeps e^{−m} from overflowing, and
+    gradients stay finite."""
     T, S, mask, m = R.make_mask("causal_pad")
     q, k, v = R.qkv(5, T, S)
     k[1], q[1] = np.abs(k[1]), -np.abs(q[1])  # batch 1: every score < 0
@@ -338,5 +340,5 @@ def test_softcap_blockwise_equals_dense(name):
 )
 def test_bad_values_are_refused_in_one_line(name, opts, message):
     with pytest.raises(ConfigError) as err:
-        nz.build(name, num_heads=2, head_dim=4, **opts)
+        config.normalizer(name, num_heads=2, head_dim=4, **opts)
     assert message in str(err.value) and "\n" not in str(err.value)
