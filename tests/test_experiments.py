@@ -125,6 +125,15 @@ def test_no_machine_paths(readme):
     assert hits == []
 
 
+STUDY_SCRIPTS = [s / "run.sh" for s in STUDIES] + [EXPERIMENTS / "normalizer_ablation" / "long.sh"]
+
+
+def commands(script: Path, program: str) -> list[str]:
+    """Each call of `program` in a script, its continuation lines joined."""
+    text = re.sub(r"\\\n\s*", " ", script.read_text())
+    return [line.strip() for line in text.splitlines() if program in line and not line.lstrip().startswith("#")]
+
+
 @pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.name)
 def test_run_sh_parses_and_prints_wall_time(study):
     script = study / "run.sh"
@@ -135,6 +144,39 @@ def test_run_sh_parses_and_prints_wall_time(study):
     assert "START=$SECONDS" in lines[:first_train]
     assert lines[-1] == WALL_TIME.format(study=study.name)
     assert "nice -n 10" in text and "hydra.sweep.dir=" in text and "attnlab-report" in text
+
+
+@pytest.mark.parametrize("script", STUDY_SCRIPTS, ids=lambda p: p.parent.name + "/" + p.name)
+def test_study_script_calls_presets(script):
+    """Every attnlab-train of a study script names a preset (its `_gpu` variant too where the call takes SCALE's
+    suffix); the study's settings live in the presets, not in shell arrays of overrides."""
+    calls = commands(script, '"$BIN/attnlab-train"')
+    assert calls
+    for call in calls:
+        named = re.search(r'"?experiment=([\w/$]+)"?', call)
+        assert named, f"{script.parent.name}: no preset in: {call}"
+        name = named.group(1).replace("$mixer", "softmax")
+        if name.endswith("$SUFFIX"):
+            name = name.removesuffix("$SUFFIX")
+            assert f"{name}_gpu" in PRESETS, call
+        assert name in PRESETS, call
+    text = script.read_text()
+    assert not re.search(r"^\s*\w+=\([^)]*\b[\w.]+=", text, flags=re.M), "a shell array of overrides"
+    assert 'source "$HERE/../study.sh"' in text and "COPY" not in text
+
+
+@pytest.mark.parametrize("script", STUDY_SCRIPTS, ids=lambda p: p.parent.name + "/" + p.name)
+@pytest.mark.parametrize("how", [["trainer.steps=100"], ["--config-dir", "mycfg", "normalizer=mine"], []])
+def test_refresh_refuses_other_settings(script, how, tmp_path):
+    """REFRESH=1 copies a report over the study's committed one only for the study's own settings: with extra
+    overrides (or SCALE=gpu) the script exits 2 with one line before anything runs (BIN names no program)."""
+    env = {**os.environ, "REFRESH": "1", "BIN": str(tmp_path / "no-bin"), "SWEEP": str(tmp_path / "sweep")}
+    if not how:
+        env["SCALE"] = "gpu"
+    proc = subprocess.run(["bash", str(script), *how], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert len(proc.stderr.splitlines()) == 1 and "REFRESH=1 refused" in proc.stderr
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_index_lists_every_study():
@@ -468,3 +510,19 @@ def test_preset_passes_attnlab_composition_check(preset):
     from attnlab.config.composition import compose_or_exit
 
     compose_or_exit(["-m", f"experiment={preset}", *shlex.split(GIVEN.get(preset, ""))])
+
+
+def test_preset_runs_its_sweep(tmp_path):
+    """`attnlab-train -m experiment=learnable_beta` at a tiny scale: the preset's sweep (normalizer.learnable
+    true, false) runs as two jobs with the preset's settings under the command line's overrides."""
+    import json
+
+    from cli_helpers import TINY, TINY_TASK, run_cli
+
+    sweep = tmp_path / "sweep"
+    overrides = [*TINY, *TINY_TASK["mqar"], "trainer.steps=2", "trainer.eval_every=2", "trainer.vmap_seeds=1"]
+    run_cli("-m", "experiment=learnable_beta", *overrides, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
+    runs = sorted(sweep.glob("*/run.json"))
+    configs = [json.loads(r.read_text())["config"] for r in runs]
+    assert sorted(c["normalizer"]["learnable"] for c in configs) == [False, True]
+    assert {(c["trainer"]["steps"], c["trainer"]["log_every"], c["model"]["d_model"]) for c in configs} == {(2, 2, 16)}
