@@ -438,6 +438,19 @@ BEFORE |= {
         for k, v in _recall_capacity(256, "16,32,64", 128, "64,256,512", 32, 64, _RC_GPU).items()
     },
 }
+# experiment=<study> for a study of several sweeps: its principal sweep (the whole study is its run.sh), in a few
+# studies with more normalizers in the one sweep, each job one of the study's cells.
+_STUDY_SWEEPS = {
+    "final_softmax": ("final_softmax/classification", ""),
+    "normalizer_ablation": ("normalizer_ablation/screen", ""),
+    "lm_normalizers": ("lm_normalizers/screen", ""),
+    "length_dispersion": ("length_dispersion/others", "normalizer=softmax,ssmax,sigmoid,stickbreaking"),
+    "length_extrapolation": ("length_extrapolation/rope", "normalizer=softmax,stickbreaking,ssmax,sigmoid"),
+    "recall_capacity": ("recall_capacity/pairs_softmax", "normalizer=softmax,linear"),
+}
+for _study, (_part, _more) in _STUDY_SWEEPS.items():
+    BEFORE[_study] = f"{BEFORE[_part]} {_more}"
+    BEFORE[f"{_study}_gpu"] = f"{BEFORE[_part + '_gpu']} {_more}"
 GIVEN = {  # run.sh gives the confirm stage a normalizer and its selected rate: any pair stands for them here
     name: "normalizer=kl optim.lr=1e-2" for name in BEFORE if "/confirm" in name
 }
