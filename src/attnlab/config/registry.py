@@ -8,6 +8,7 @@ refused before it is called.
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib
 import os
@@ -106,13 +107,18 @@ PRESETS = "experiment"
 
 def groups() -> list[str]:
     """The component groups over the search path (hydra's own and the presets excluded)."""
-    return sorted(g for g in loader().get_group_options("", ObjectType.GROUP) if g not in ("hydra", PRESETS))
+    return list(_groups(tuple(_EXTRA)))
+
+
+@functools.lru_cache(maxsize=None)
+def _groups(extra) -> list[str]:
+    return sorted(g for g in _loader(extra).get_group_options("", ObjectType.GROUP) if g not in ("hydra", PRESETS))
 
 
 def choices(group: str) -> list[str]:
     """Names available in a config group over the search path, but its `_name_.yaml` bases, which hold the keys
     its variants share and are no choice of their own."""
-    return _choices(tuple(_EXTRA), group)
+    return list(_choices(tuple(_EXTRA), group))
 
 
 @functools.lru_cache(maxsize=None)
@@ -129,7 +135,7 @@ def load(group: str, name: str) -> dict[str, Any]:
     """The composed YAML of one choice, composed by Hydra under `group`, or a ConfigError listing the choices."""
     if name not in choices(group):
         raise ConfigError(f"unknown {group} {name!r}; available: {', '.join(choices(group))}")
-    return _load(tuple(_EXTRA), group, name)
+    return copy.deepcopy(_load(tuple(_EXTRA), group, name))
 
 
 @functools.lru_cache(maxsize=None)
@@ -150,6 +156,27 @@ def compose_train(overrides: list[str], multirun: bool = False):
     """configs/train.yaml composed with a command line's overrides over the search path (Hydra's composition)."""
     mode = RunMode.MULTIRUN if multirun else RunMode.RUN
     return loader().load_configuration("train", list(overrides), mode, from_shell=True)
+
+
+def top_keys() -> set[str]:
+    """The top-level keys of configs/train.yaml as Hydra composes it (hydra included, the groups not)."""
+    return set(_top_keys(tuple(_EXTRA)))
+
+
+@functools.lru_cache(maxsize=None)
+def _top_keys(extra) -> set[str]:
+    return set(_loader(extra).load_configuration("train", [], RunMode.RUN)) - set(_groups(extra))
+
+
+def choices_composed(picks: tuple[str, ...]) -> dict[str, str | None]:
+    """{group: choice} of configs/train.yaml composed with `group=choice` overrides (Hydra's runtime.choices)."""
+    return dict(_choices_composed(tuple(_EXTRA), picks))
+
+
+@functools.lru_cache(maxsize=None)
+def _choices_composed(extra, picks: tuple[str, ...]) -> dict[str, str | None]:
+    cfg = _loader(extra).load_configuration("train", list(picks), RunMode.RUN)
+    return dict(cfg.hydra.runtime.choices)
 
 
 def resolve_target(target, group: str):
