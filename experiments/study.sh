@@ -15,8 +15,8 @@ case "$SCALE" in
   *) echo "$STUDY: SCALE=$SCALE unknown; allowed: cpu, gpu" >&2; exit 2 ;;
 esac
 SWEEP="${SWEEP:-$ROOT/runs/${SWEEP_NAME:-$STUDY}$SUFFIX}"
-if [ -n "${COPY:-}" ]; then
-  echo "$STUDY: COPY is gone; the report stays in \$SWEEP/report, REFRESH=1 copies it into experiments/$STUDY" >&2
+if [ "${COPY:-0}" != 0 ]; then  # COPY=0, the old way to leave the study folder untouched, is the default now
+  echo "$STUDY: COPY=$COPY is gone; the report stays in \$SWEEP/report, REFRESH=1 copies it into experiments/$STUDY" >&2
   exit 2
 fi
 if [ "$REFRESH" != 0 ] && [ "$REFRESH" != 1 ]; then
