@@ -503,6 +503,12 @@ def test_every_study_command_is_a_preset():
     assert sorted(BEFORE) == PRESETS
 
 
+@pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.name)
+def test_every_study_is_a_preset_at_both_scales(study):
+    """`attnlab-train -m experiment=<study>` for every study, and its README's GPU scale as `<study>_gpu`."""
+    assert study.name in PRESETS and f"{study.name}_gpu" in PRESETS
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_composes_to_the_command_it_replaced(preset, compose):
     """The preset sweeps the same values as the old command, and its first job's config equals the old command's
