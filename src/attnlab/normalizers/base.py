@@ -55,7 +55,7 @@ def core_stats(att_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
 
     entropy: H / log n over admissible keys, rows renormalised first, rows with n < 2 or zero
     mass excluded (a causal row i has at most log n_i nats; normalising keeps the mean from
-    being dominated by sequence length — LITERATURE.md, cross-cutting).
+    being dominated by sequence length).
     """
     att = jnp.where(m_B1TS, att_BNTS.astype(jnp.float32), 0.0)
     mass_BNT = att.sum(-1)
