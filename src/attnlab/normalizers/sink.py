@@ -60,7 +60,7 @@ class Sink(ScoreNormalizer):
         mx = jnp.maximum(masked_max(logits_BNTS, m_B1TS), jax.lax.stop_gradient(b_1N11))
         e = jnp.exp(jnp.where(m_B1TS, logits_BNTS - mx, -jnp.inf))
         att_BNTS = e / (jnp.exp(b_1N11 - mx) + e.sum(-1, keepdims=True))
-        return att_BNTS, logits_BNTS, {"beta": beta_N, "sink": b_N}
+        return att_BNTS, logits_BNTS, {"beta": beta_N, "sink_logit": b_N}
 
     def reference(self, q_BNTH, k_BNSH, admissible_BTS):
         """Float64 numpy (weights_BNTS, logits_BNTS, extras): e^{x_i − L} with L = log(e^b + Σ_j e^{x_j}) over the
@@ -78,4 +78,4 @@ class Sink(ScoreNormalizer):
             if idx.size:
                 r = x[b, n, t, idx]
                 w[b, n, t, idx] = np.exp(r - np.logaddexp(b_N[n], np.logaddexp.reduce(r)))
-        return w, x, {"beta": beta_N, "sink": b_N.copy()}
+        return w, x, {"beta": beta_N, "sink_logit": b_N.copy()}
