@@ -88,7 +88,7 @@ def test_impl_a_normalizer_cannot_run_is_refused_when_built(name, opts, value, a
     if allowed is None:
         refusal = (
             r"^unknown key\(s\) normalizer.impl for normalizer=entmax "
-            r"\(an option of normalizer=kl and .*\); allowed"
+            r"\(an option of (normalizer=\w+ and )*normalizer=kl and .*\); allowed"
         )
         with pytest.raises(ValueError, match=refusal):
             config.normalizer(name, num_heads=2, head_dim=8, impl=value, **opts)
@@ -164,6 +164,9 @@ EVERY = {
     "squared": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
     "ssmax": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
     "stickbreaking": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
+    "softpick": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
+    "sink": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
+    "forgetting": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
     "entmax": ("auto dense", "dense", "dense", "dense", "dense"),  # no blockwise form
     "linear": ("auto chunked parallel pallas", "parallel", "parallel", "chunked", "chunked"),  # one chunk at T=8
 }
