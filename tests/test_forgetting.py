@@ -170,3 +170,21 @@ def test_attention_passes_its_normalised_input_to_the_gate():
     assert np.abs(np.asarray(y1) - np.asarray(y2)).max() > 1e-3
     assert np.abs(np.asarray(mha.weights(x, mask)) - np.asarray(maps1)).max() > 1e-3
     assert stats["forget_gate"].shape == (N,) and (0 < np.asarray(stats["forget_gate"])).all()
+
+
+def test_a_bidirectional_model_is_refused_naming_the_task():
+    from cli_helpers import TINY_TASK
+    from test_configs import compose_train
+
+    from attnlab import cli
+    from attnlab.checks import ConfigError
+
+    cfg = compose_train("model=tiny", "task=listops", "normalizer=forgetting", *TINY_TASK["listops"])
+    with pytest.raises(ConfigError) as err:
+        cli.build(cfg, "softmax_ce")
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(
+        "normalizer=forgetting needs causal attention, but task=ListOps is a per-sequence task"
+    ), message
+    with pytest.raises(ValueError, match="^normalizer=forgetting needs causal attention"):
+        config.attend("forgetting", *np.zeros((3, 1, 4, N, H), np.float32))  # the public helper, no causal mask
