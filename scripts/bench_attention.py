@@ -40,7 +40,8 @@ from bench_common import (
 )
 from flax import nnx
 
-from attnlab.normalizers import Mask, build
+from attnlab.config import normalizer as build
+from attnlab.normalizers import Mask
 from attnlab.normalizers.impl import Workload
 
 SECTION = "## Attention: dense vs blockwise (scripts/bench_attention.py)"

@@ -12,11 +12,11 @@ from test_configs import compose_train
 
 from attnlab.attention import ShortConv
 from attnlab.cli import ConfigError, build, hparams_of
+from attnlab.config import normalizer as build_normalizer
 from attnlab.config import registry
 from attnlab.groups import leaf_groups
 from attnlab.model import Transformer
 from attnlab.normalizers import Mask
-from attnlab.normalizers import build as build_normalizer
 from attnlab.steps import make_stats_step, make_train_step, probes_supported, sample_batch, step_key
 from attnlab.summaries import flatten_train_metrics
 from attnlab.train.state import fresh_state
@@ -264,8 +264,8 @@ def test_bfloat16_compute_keeps_float32_master_params_and_optimizer_state():
 
 
 def test_pooled_features_are_a_float32_mean_under_bfloat16():
+    from attnlab.config import normalizer as build_norm
     from attnlab.model import Transformer
-    from attnlab.normalizers import build as build_norm
 
     net = Transformer(
         d_model=16,
