@@ -12,8 +12,10 @@ from flax import nnx
 
 from attnlab import normalizers as nz
 from attnlab.normalizers import Mask, impl
+from attnlab.normalizers.blockwise import BlockForm
 
-SOFTMAX, KL_RECENCY, ENTMAX = impl.Capability(True, True), impl.Capability(False, True), impl.Capability(False, False)
+FORM = BlockForm("exp", {}, logits=None)  # a blockwise form; which one matters to no backend these lines ask
+SOFTMAX, KL_RECENCY, ENTMAX = impl.Capability(True, FORM), impl.Capability(False, FORM), impl.Capability(False)
 BF16, F32 = jnp.bfloat16, jnp.float32
 PAD = jnp.ones((2, 8), bool)
 RIGHT = Mask(key_valid_BS=PAD, causal=True, right_padded=True)
@@ -64,8 +66,8 @@ def test_the_choice_is_a_pure_function_of_its_arguments(requested, cap, platform
     over = T in OVER and S in OVER
     args = dict(normalizer="softmax", platform=platform, dtype=dtype, head_dim=H, mask=mask, T=T, S=S)
     args.update(dense_bytes=2 if over else 1, budget_bytes=1)
-    if expected in impl.SCORE_IMPLS:
-        assert impl.choose(requested, cap, **args) == expected
+    if expected in impl.backends(impl.SCORE):
+        assert impl.choose(requested, cap, **args).name == expected
     else:
         with pytest.raises(
             ValueError, match=rf"^normalizer\.impl={requested} cannot run for softmax: .*{re.escape(expected)}"
@@ -141,7 +143,7 @@ def test_xla_path_equals_the_dense_form_forward_and_gradients(name, opts, scenar
     q = jnp.asarray(rng.normal(size=(3, 3, T, 8)), jnp.float32)
     k, v = (jnp.asarray(rng.normal(size=(3, 3, S, 8)), jnp.float32) for _ in range(2))
     mask = lengths_mask(lengths, S, causal=causal, window=window)
-    assert nz.build(name, num_heads=3, head_dim=8, impl="xla", **opts).backend(T, S, mask, F32) == "xla"
+    assert nz.build(name, num_heads=3, head_dim=8, impl="xla", **opts).backend(T, S, mask, F32).name == "xla"
     out_x, g_x = out_and_grads(name, "xla", q, k, v, mask, opts)
     out_d, g_d = out_and_grads(name, "dense", q, k, v, mask, opts)
     np.testing.assert_allclose(out_x, out_d, atol=2e-6, rtol=1e-5)
@@ -166,7 +168,7 @@ EVERY = {
     "entmax": ("auto dense", "dense", "dense", "dense", "dense"),  # no blockwise form
     "linear": ("auto chunked parallel pallas", "parallel", "parallel", "chunked", "chunked"),  # one chunk at T=8
 }
-EVERY_IMPL = dict.fromkeys(impl.SCORE_IMPLS + impl.LINEAR_IMPLS)
+EVERY_IMPL = impl.requestable()
 
 
 @pytest.mark.parametrize("platform", ["cpu", "gpu", "tpu"])
@@ -196,7 +198,7 @@ def test_every_normalizer_impl_and_platform_chooses_its_backend_or_refuses_in_on
             with pytest.raises(ValueError, match=expected):
                 impl.choose(requested, norm.capability(), **args)
         else:
-            assert impl.choose(requested, norm.capability(), **args) == expected, (T, platform)
+            assert impl.choose(requested, norm.capability(), **args).name == expected, (T, platform)
 
 
 def test_the_dense_score_bytes_and_the_default_budgets_are_the_documented_ones():
@@ -238,7 +240,10 @@ def test_the_model_chooses_each_layers_backend_at_build_by_the_memory_budget():
     assert impl.dense_score_bytes(impl.Workload(32, 2, 3), LONG, LONG) == 3 * 2**29 > impl.memory_budget("cpu")
     assert net.attention_impl(8) == ["xla", "dense", "xla"]
     assert net.attention_impl(LONG) == ["xla", "blockwise", "xla"]
-    assert net.blocks[1].attn.normalizer.backends == ((8, 8, "dense"), (LONG, LONG, "blockwise"))
+    assert [(t, s, b.name) for t, s, b in net.blocks[1].attn.normalizer.backends] == [
+        (8, 8, "dense"),
+        (LONG, LONG, "blockwise"),
+    ]
     remat = tiny_transformer(makers, batch_size=32, test_lengths=[LONG], remat=True)
     assert remat.attention_impl(LONG) == ["xla", "dense", "xla"]
 
@@ -372,7 +377,7 @@ def test_statistics_at_length_keep_the_fused_output_and_the_sampled_row_statisti
     q, k, v = (jnp.asarray(rng.normal(size=(1, 3, LONG, 8)), jnp.float32) for _ in range(3))
     mask = Mask(causal=True)
     fused, block = (nz.build("softmax", num_heads=3, head_dim=8, impl=i) for i in ("xla", "blockwise"))
-    assert fused.backend(LONG, LONG, mask, F32) == "xla"
+    assert fused.backend(LONG, LONG, mask, F32).name == "xla"
     out, stats = jax.jit(lambda q, k, v: fused(q, k, v, mask, with_stats=True))(q, k, v)
     plain, _ = jax.jit(lambda q, k, v: fused(q, k, v, mask))(q, k, v)
     np.testing.assert_array_equal(out, plain)
@@ -399,5 +404,6 @@ def test_the_cli_build_records_the_backend_at_the_training_length_and_each_test_
     overrides = ["accelerator=cpu", "model=tiny", "task=mqar", "task.seq_len=16", "task.test_lengths=[32,64]"]
     cfg = bench_gpu.compose([*overrides, "normalizer=relu", "trainer.batch_size=4", "trainer.vmap_seeds=2"])
     _, nets, _, _ = cli.build(cfg, cfg.task.default_head)
-    expected = ((16, 16, "dense"), (32, 32, "blockwise"), (64, 64, "blockwise"))
-    assert [net.body.blocks[0].attn.normalizer.backends for net in nets] == [expected, expected]
+    expected = [(16, 16, "dense"), (32, 32, "blockwise"), (64, 64, "blockwise")]
+    backends = [[(t, s, b.name) for t, s, b in net.body.blocks[0].attn.normalizer.backends] for net in nets]
+    assert backends == [expected, expected]

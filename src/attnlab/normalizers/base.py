@@ -15,10 +15,9 @@ from flax import nnx
 
 from attnlab import checks, registry
 
-from . import blockwise, pallas_sigmoid, sampled_rows
+from . import sampled_rows
 from .contract import check_members
-from .fused import fused_attention
-from .impl import Capability, Workload, allowed, check_block_size, choose, dense_score_bytes, memory_budget
+from .impl import Backend, Capability, Workload, allowed, check_block_size, choose, dense_score_bytes, memory_budget
 from .mask import Mask, masked_max
 
 
@@ -134,7 +133,7 @@ class Normalizer(nnx.Module):
     mode_dependent = False
     exposes_scores = False
     impl, head_dim = "dense", None  # the requested normalizer.impl; head dim (cuDNN's limits): set_impl
-    backends = ()  # ((T, S, backend), ...): chosen when the model was built (record_backends)
+    backends = ()  # ((T, S, impl.Backend), ...): chosen when the model was built (record_backends)
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -156,7 +155,7 @@ class Normalizer(nnx.Module):
         if block_size is not None:
             self.block_size = check_block_size(block_size)
 
-    def choose_backend(self, T: int, S: int, mask: Mask, dtype, workload: Workload) -> str:
+    def choose_backend(self, T: int, S: int, mask: Mask, dtype, workload: Workload) -> Backend:
         """impl.choose for this normalizer on the default platform; ConfigError if its impl cannot run there."""
         platform = jax.default_backend()
         return choose(
@@ -177,9 +176,9 @@ class Normalizer(nnx.Module):
         """Choose, once, the backend at each sequence length (T = S) of `lengths`; mask_of(T): the model's mask."""
         self.backends = tuple((T, T, self.choose_backend(T, T, mask_of(T), dtype, workload)) for T in lengths)
 
-    def backend(self, T: int, S: int, mask: Mask, dtype, workload: Workload | None = None) -> str:
-        """The backend of a plain step at T queries, S keys (run.json: attention_impl): the one recorded when the
-        model was built, else chosen now for `workload` (a normalizer used on its own; default one sequence)."""
+    def backend(self, T: int, S: int, mask: Mask, dtype, workload: Workload | None = None) -> Backend:
+        """The backend of a plain step at T queries, S keys (run.json: attention_impl, its name): the one recorded
+        when the model was built, else chosen now for `workload` (a normalizer used on its own; one sequence)."""
         for t, s, chosen in self.backends:
             if (t, s) == (T, S):
                 return chosen
@@ -221,29 +220,17 @@ class ScoreNormalizer(Normalizer, abstract=True):
         return None
 
     def capability(self) -> Capability:
-        form = self.block_form()
-        return Capability(blockwise=form is not None, pallas=pallas_sigmoid.form_problem(form) is None)
+        return Capability(form=self.block_form())
 
     def plain_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
-        """The attended output of a plain step, by its backend."""
+        """The attended output of a plain step, by its backend (impl.TABLE)."""
         B, N, T, _ = q_BNTH.shape
-        path = self.backend(T, k_BNSH.shape[2], mask, q_BNTH.dtype, Workload(B, N))
-        if path in ("cudnn", "xla"):
-            return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta.log(), path)
-        if path == "blockwise":
-            return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=False)[0]
-        if path == "pallas":
-            return pallas_sigmoid.attention(self.block_form(), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size)
-        return self.dense_call(q_BNTH, k_BNSH, v_BNSH, mask)
+        backend = self.backend(T, k_BNSH.shape[2], mask, q_BNTH.dtype, Workload(B, N))
+        return backend.run(self, q_BNTH, k_BNSH, v_BNSH, mask)
 
     def dense_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
         """The dense form's output (softmax overrides it with its hand-written backward)."""
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, False, None)[0]
-
-    def _blockwise_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool):
-        """(out, stats) by blockwise attention; statistics on evenly spaced query rows (sampled_rows)."""
-        out_BNTH = blockwise.attention(self.block_form(), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size)
-        return out_BNTH, (self._row_stats(q_BNTH, k_BNSH, mask) if with_stats else {})
 
     def _row_stats(self, q_BNTH, k_BNSH, mask: Mask):
         """Statistics on sampled_rows.stats_rows evenly spaced query rows: no T×S array at length."""
@@ -271,13 +258,12 @@ class ScoreNormalizer(Normalizer, abstract=True):
             return self.plain_call(q_BNTH, k_BNSH, v_BNSH, mask), {}
         B, N, T, _ = q_BNTH.shape
         S = k_BNSH.shape[2]
-        if score_probe_BNTS is None and self.capability().blockwise and mask.dense_BNTS is None:
-            # Statistics on sampled rows wherever the plain step keeps no T×S matrix (blockwise, the Pallas
-            # kernels; the fused kernels at length); the output by the plain step's own backend (cuDNN's flash
-            # kernel, the Pallas kernels on a GPU).
-            path = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N))
-            if path in ("blockwise", "pallas") or (path in ("cudnn", "xla") and sampled_rows.at_length(T, S)):
-                return self.plain_call(q_BNTH, k_BNSH, v_BNSH, mask), self._row_stats(q_BNTH, k_BNSH, mask)
+        if score_probe_BNTS is None and mask.dense_BNTS is None:  # a probe or a per-head mask: the dense form
+            backend = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N))
+            if backend.stats_rows(T, S):
+                # Statistics on sampled rows where the backend says so (those that keep no T×S matrix); the output
+                # by the plain step's own backend (cuDNN's flash kernel, the Pallas kernels on a GPU).
+                return backend.run(self, q_BNTH, k_BNSH, v_BNSH, mask), self._row_stats(q_BNTH, k_BNSH, mask)
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, with_stats, score_probe_BNTS)
 
     def _dense(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool, score_probe_BNTS, normalize=None):
