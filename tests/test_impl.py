@@ -407,3 +407,60 @@ def test_the_cli_build_records_the_backend_at_the_training_length_and_each_test_
     expected = [(16, 16, "dense"), (32, 32, "blockwise"), (64, 64, "blockwise")]
     backends = [[(t, s, b.name) for t, s, b in net.body.blocks[0].attn.normalizer.backends] for net in nets]
     assert backends == [expected, expected]
+
+
+def offering(backend: impl.Backend):
+    """(name, built normalizer) of the first registered normalizer with `backend`'s form, blocks and chunks of 8
+    keys (so a T×T array at T = 32 is the backend's, not one block's); None where no normalizer has it."""
+    import normalizer_refs as R
+
+    from attnlab import registry
+
+    for name in registry.choices("normalizer"):
+        options = R.options(name)
+        small = {key: 8 for key in ("block_size", "chunk_size") if key in options}
+        norm = nz.build(name, num_heads=R.N, head_dim=R.H, **small)
+        capability = norm.capability()
+        if capability.family == backend.family and backend.lacks(capability) is None:
+            return name, norm
+    return None
+
+
+def holds_txt(hlo: str, T: int) -> bool:
+    """Whether an optimized HLO module has an array with two dimensions of size T."""
+    return any([int(d) for d in dims.split(",")].count(T) >= 2 for dims in re.findall(r"\[([\d,]+)\]", hlo))
+
+
+@pytest.mark.parametrize("backend", impl.TABLE, ids=lambda b: f"{b.family}-{b.name}")
+def test_every_backend_of_the_table_computes_the_float64_reference_and_keeps_a_txs_array_as_it_says(backend):
+    """Each entry's `run` on the first normalizer that offers it, at T = S = 32 on a CPU with the first mask it takes
+    (causal, else none), against normalizer_refs' float64 weights times v; the compiled forward and backward hold a
+    32×32 array exactly where the entry says it keeps one. GPU-only entries (cudnn, pallas) are tested by the GPU
+    program and on-device tests."""
+    import normalizer_refs as R
+
+    T = 32
+    found = offering(backend)
+    assert found is not None, f"no registered normalizer offers {backend.name}"
+    name, norm = found
+    site = [impl.Site("cpu", F32, R.H, m, T, T) for m in (Mask(causal=True), Mask())]
+    site = next((s for s in site if backend.problem(norm.capability(), s) is None), None)
+    if site is None:
+        pytest.skip(f"{backend.name} runs on a GPU only")
+    q, k, v = R.qkv(5, T, T)
+    q_BNTH, k_BNSH, v_BNSH = (jnp.swapaxes(jnp.asarray(x), 1, 2) for x in (q, k, v))
+    run = jax.jit(lambda q, k, v: backend.run(norm, q, k, v, site.mask))
+    m_BTS = R.admissible(R.B, T, T, causal=site.mask.causal)
+    w_BNTS = R.REFS[name][0](q, k, m_BTS, norm, **R.options(name))[0]
+    expected_BNTH = np.einsum("bnts,bsnh->bnth", w_BNTS, v.astype(np.float64))
+    np.testing.assert_allclose(run(q_BNTH, k_BNSH, v_BNSH), expected_BNTH, atol=2e-5, rtol=1e-4)
+    grad = jax.jit(jax.grad(lambda q, k, v: jnp.sum(jnp.sin(backend.run(norm, q, k, v, site.mask))), (0, 1, 2)))
+    assert holds_txt(grad.lower(q_BNTH, k_BNSH, v_BNSH).compile().as_text(), T) == backend.keeps_scores
+
+
+def test_the_table_names_each_backend_once_per_family_and_lists_the_impl_values_in_its_order():
+    """The refusal texts' `allowed here` lists and the YAML-side choices come from the table's order."""
+    names = [(b.family, b.name) for b in impl.TABLE]
+    assert len(names) == len(set(names))
+    assert impl.requestable(impl.SCORE) == ("auto", "cudnn", "xla", "blockwise", "dense", "pallas")
+    assert impl.requestable(impl.LINEAR) == ("auto", "chunked", "parallel", "pallas")

@@ -221,7 +221,7 @@ TABLE = (
         "xla",  # never auto: with a mask XLA materialises the T×S matrix
         SCORE,
         run=lambda norm, q, k, v, mask: fused_attention(q, k, v, mask, norm.beta.log(), "xla"),
-        keeps_scores=False,
+        keeps_scores=True,  # XLA's implementation builds the T×S logits
         stats_rows=sampled_rows.at_length,
         lacks=_fused_lacks,
         problem=_xla_problem,
