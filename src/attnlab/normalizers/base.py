@@ -1,4 +1,4 @@
-"""The normalizer contract, β, and the statistics every normalizer reports (the mask is in mask.py).
+"""The normalizer contract and β (the mask is in mask.py, the statistics in statistics.py).
 
 Shape letters: B batch, T queries, S keys, N heads, H head dim, F feature dim (linear attention).
 Normalizers take heads-major operands (B,N,T,H): XLA's CPU backend runs the attention products
@@ -18,7 +18,8 @@ from attnlab import checks, registry
 from . import sampled_rows
 from .contract import check_members
 from .impl import Backend, Capability, Workload, allowed, check_block_size, choose, dense_score_bytes, memory_budget
-from .mask import Mask, masked_max
+from .mask import Mask
+from .statistics import CORE_STATS, core_stats, softmax_stats  # noqa: F401 (CORE_STATS: normalizers exports it)
 
 
 class NormalizerParam(nnx.Param):
@@ -46,58 +47,6 @@ class InverseTemperature(nnx.Module):
     def log(self) -> jax.Array:
         """log β = θ, (N,)."""
         return jnp.broadcast_to(self.theta[...], (self.num_heads,))
-
-
-def core_stats(att_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
-    """Per-head (N,) statistics shared by every normalizer.
-
-    entropy: H / log n over admissible keys, rows renormalised first, rows with n < 2 or zero
-    mass excluded (a causal row i has at most log n_i nats; normalising keeps the mean from
-    being dominated by sequence length — LITERATURE.md, cross-cutting).
-    """
-    att = jnp.where(m_B1TS, att_BNTS.astype(jnp.float32), 0.0)
-    mass_BNT = att.sum(-1)
-    p = att / jnp.where(mass_BNT > 0, mass_BNT, 1.0)[..., None]
-    h_BNT = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), -1)
-    return _per_head(h_BNT, att.max(-1), mass_BNT, logits_BNTS, m_B1TS)
-
-
-def softmax_stats(x_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
-    """core_stats of the weights masked_softmax(x), from x without building them.
-
-    With d = x − max x over a row's admissible keys and l = Σ e^d: the largest weight is 1/l, the entropy
-    log l − Σ e^d·d / l, the mass 1. Two reductions over x instead of the weights' write and their passes:
-    the sampled-row statistics beside a fused kernel read the row scores only (BENCHMARKS.md, the logging step).
-    """
-    x = x_BNTS.astype(jnp.float32)
-    d_BNTS = jnp.where(m_B1TS, x - masked_max(x, m_B1TS), 0.0)
-    e_BNTS = jnp.where(m_B1TS, jnp.exp(d_BNTS), 0.0)
-    l_BNT = e_BNTS.sum(-1)
-    has_keys = l_BNT > 0
-    l_BNT = jnp.where(has_keys, l_BNT, 1.0)
-    h_BNT = jnp.log(l_BNT) - jnp.sum(e_BNTS * d_BNTS, -1) / l_BNT
-    return _per_head(h_BNT, jnp.where(has_keys, 1.0 / l_BNT, 0.0), has_keys.astype(jnp.float32), logits_BNTS, m_B1TS)
-
-
-def _per_head(h_BNT, max_weight_BNT, mass_BNT, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
-    """CORE_STATS from each row's entropy (nats), largest weight and mass: means over rows, per head."""
-    n_B1T = m_B1TS.sum(-1)
-    row_ok = jnp.broadcast_to(n_B1T >= 1, mass_BNT.shape)
-    ent_ok = (n_B1T >= 2) & (mass_BNT > 0)
-
-    def mean_N(x, ok):
-        return jnp.sum(jnp.where(ok, x, 0.0), (0, 2)) / jnp.maximum(jnp.sum(ok, (0, 2)), 1)
-
-    abs_logits = jnp.where(m_B1TS, jnp.abs(logits_BNTS.astype(jnp.float32)), 0.0)
-    return {
-        "entropy": mean_N(h_BNT / jnp.log(jnp.maximum(n_B1T, 2)), ent_ok),
-        "max_weight": mean_N(max_weight_BNT, row_ok),
-        "row_mass": mean_N(mass_BNT, row_ok),
-        "max_logit": abs_logits.max((0, 2, 3)),
-    }
-
-
-CORE_STATS = ("entropy", "max_weight", "row_mass", "max_logit")
 
 
 class Normalizer(nnx.Module):
