@@ -210,8 +210,8 @@ class ScoreNormalizer(Normalizer, abstract=True):
         if score_probe_BNTS is None and mask.dense_BNTS is None:  # a probe or a per-head mask: the dense form
             backend = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N))
             if backend.stats_rows(T, S):
-                # Statistics on sampled rows where the backend says so (those that keep no T×S matrix); the output
-                # by the plain step's own backend (cuDNN's flash kernel, the Pallas kernels on a GPU).
+                # Statistics on sampled rows where the backend says so (blockwise and the Pallas kernels always, the
+                # fused kernels at length); the output by the plain step's own backend (cuDNN's flash kernel).
                 return backend.run(self, q_BNTH, k_BNSH, v_BNSH, mask), self._row_stats(q_BNTH, k_BNSH, mask)
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, with_stats, score_probe_BNTS)
 
