@@ -21,19 +21,19 @@ import sys
 import gpu_program as gp
 import jax
 
-from attnlab import normalizers as nz
+from attnlab import config
 from attnlab.normalizers import impl as backends
 
 
 def impls(name: str) -> tuple[str, ...]:
     """The `normalizer.impl` values normalizer `name` accepts besides auto (impl.allowed)."""
-    return backends.allowed(nz.build(name, num_heads=1, head_dim=64).capability())[1:]
+    return backends.allowed(config.normalizer(name, num_heads=1, head_dim=64).capability())[1:]
 
 
 def program(mesh, model: str, B: int, T: int, name: str, impl: str, extra: tuple = ()):
     """(plain, logging) Programs of `name` under `impl` (a value of `impls(name)`)."""
     overrides = gp.run_overrides(model, B, T, name, 1, (f"normalizer.impl={impl}",) + extra)
-    family = nz.build(name, num_heads=1, head_dim=64).capability().family
+    family = config.normalizer(name, num_heads=1, head_dim=64).capability().family
     # jax ≥ 0.12 reads the kernels' Triton target from the abstract mesh's device when no GPU is attached.
     pallas = backends.backends(family)[impl].pallas
     with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if pallas else contextlib.nullcontext():

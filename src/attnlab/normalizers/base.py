@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab import checks, registry
+from attnlab import checks
 
 from . import sampled_rows
 from .contract import check_members
@@ -110,7 +110,7 @@ class Normalizer(nnx.Module):
         return choose(
             self.impl,
             self.capability(),
-            normalizer=registry.name_of("normalizer", type(self)) or type(self).__name__,  # a class no YAML builds
+            normalizer=getattr(self, "config_name", type(self).__name__),  # set by attnlab.config when built from YAML
             platform=platform,
             dtype=dtype,
             head_dim=self.head_dim,
