@@ -60,7 +60,7 @@ class Case:
             name, num_heads=args.heads, head_dim=args.head_dim, rngs=nnx.Rngs(0), impl=impl, block_size=args.block_size
         )
         # The backend this program runs (the normalizer chooses on its first trace, for its batch and heads).
-        self.ran = norm.backend(T, T, Mask(causal=True), args.dtype, Workload(args.batch, args.heads))
+        self.ran = norm.backend(T, T, Mask(causal=True), args.dtype, Workload(args.batch, args.heads)).name
         graphdef, state = nnx.split(norm)
 
         def loss(q, k, v, ct, state):
