@@ -37,6 +37,9 @@ class BlockForm:
     gate: Callable | None = None
     eps: float = 0.0
     sink: bool | str = False  # True: a sink logit 0 (softmax₁); a params key: a per-head (N,) sink logit
+    softcap: float | None = (
+        None  # the soft cap `logits` applies (ScoreNormalizer.capped); kernels computing βz refuse it
+    )
     divide_by_count: bool = False
     # Builds the custom-VJP block function itself, make(form, geometry), for a normalizer that is not
     # g(x)/D (stick-breaking: stickbreaking.py); None: the one below.

@@ -110,10 +110,10 @@ class Softmax(AdaptiveTemperature, ScoreNormalizer):
         return self.beta()[None, :, None, None] * z_BNTS
 
     def capability(self):
-        return Capability(fused=self.softcap is None, blockwise=True)  # the fused kernels take no soft cap
+        return Capability(fused=self.softcap is None, form=self.block_form())  # the fused kernels take no soft cap
 
     def block_form(self):
-        return BlockForm("exp", {"beta": self.beta()}, scaled_logits)
+        return self.capped(BlockForm("exp", {"beta": self.beta()}, scaled_logits))
 
     def dense_call(self, q_BNTH, k_BNSH, v_BNSH, mask):
         if self.softcap is not None:  # the hand-written backward is softmax(βz)'s
@@ -164,16 +164,16 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.prior, self.max_distance = prior, int(max_distance)
         self.set_softcap(softcap)
-        self.set_impl(impl, block_size, head_dim)
-        self.set_adaptive(adaptive_temperature)
         if prior == "recency":
             self.log_slope = NormalizerParam(jnp.full((num_heads,), jnp.log(slope), jnp.float32))
         if prior == "learned":
             self.table = NormalizerParam(jnp.zeros((num_heads, 2 * self.max_distance - 1), jnp.float32))
+        self.set_impl(impl, block_size, head_dim)  # after the prior: its block form (capability) reads it
+        self.set_adaptive(adaptive_temperature)
 
     def capability(self):
         # A uniform prior is exactly softmax, so it may take the fused kernels too.
-        return Capability(fused=self.prior == "uniform" and self.softcap is None, blockwise=True)
+        return Capability(fused=self.prior == "uniform" and self.softcap is None, form=self.block_form())
 
     def prior_params(self):
         """The differentiable arrays of the prior ({} for uniform)."""
@@ -197,7 +197,7 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
         def logits(p, z, q_pos, k_pos, n):
             return p["beta"][None, :, None, None] * z + self.raw_prior(p, q_pos, k_pos)[None]
 
-        return BlockForm("exp", {"beta": self.beta(), **self.prior_params()}, logits)
+        return self.capped(BlockForm("exp", {"beta": self.beta(), **self.prior_params()}, logits))
 
     def normalize_rows(self, z_BNRS, m_B1RS, q_pos_R):
         return self.normalize(z_BNRS, m_B1RS, q_pos_R)
@@ -258,7 +258,7 @@ class Softmax1(ScoreNormalizer):
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
-        return BlockForm("exp", {"beta": self.beta()}, scaled_logits, sink=True)
+        return self.capped(BlockForm("exp", {"beta": self.beta()}, scaled_logits, sink=True))
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()

@@ -107,7 +107,9 @@ class Forgetting(ScoreNormalizer):
         return jnp.where(used, f_BNS, 0.0).sum((0, 2)) / jnp.maximum(used.sum((0, 2)), 1)
 
     def capability(self):
-        return Capability(blockwise=True)  # its form (gated_form) carries the gates of the batch
+        # Its blockwise form carries the gates of the batch (gated_form): the one here, with no gates, says which
+        # kind of form it is (the backends' refusals read it); __call__ runs its own.
+        return Capability(form=self.gated_form(jnp.zeros((1, self.gate_b.shape[0], 1))))
 
     def gated_form(self, log_f_BNS):
         """The blockwise form with the gates' cumulative sums c (B,N,S) as a differentiated parameter."""
@@ -118,7 +120,7 @@ class Forgetting(ScoreNormalizer):
             x = p["beta"][None, :, None, None] * self.capped_scores(z, p["beta"])
             return x + c_q[..., None] - c_k[:, :, None, :]
 
-        return BlockForm("exp", {"beta": self.beta(), "c": jnp.cumsum(log_f_BNS, -1)}, logits)
+        return BlockForm("exp", {"beta": self.beta(), "c": jnp.cumsum(log_f_BNS, -1)}, logits, softcap=self.softcap)
 
     def __call__(
         self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None, layer_input_BTD=None
@@ -127,7 +129,7 @@ class Forgetting(ScoreNormalizer):
         B, N, T, _ = q_BNTH.shape
         S = k_BNSH.shape[2]
         log_f_BNS = self.log_forget(layer_input_BTD, mask, B, S)
-        path = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N))
+        path = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N)).name
         if path == "blockwise" and not with_stats and score_probe_BNTS is None:
             return blockwise.attention(self.gated_form(log_f_BNS), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size), {}
         # Statistics and the score probe by the dense form (the gates' row bias needs each row whole there).

@@ -75,6 +75,8 @@ def form_problem(form: BlockForm | None) -> str | None:
     """Why the kernels cannot compute this normalizer's form, or None if they can (impl.Capability.pallas)."""
     if form is None or form.kind != "count" or form.gate not in GATES or form.make is not None:
         return "the kernels compute pointwise forms only (sigmoid, relu)"
+    if form.softcap is not None:
+        return "the kernels compute βz themselves and take no soft cap"
     if set(form.params) != {"beta"}:
         return f"the kernels take the parameter beta only; got {sorted(form.params)}"
     return None

@@ -39,7 +39,7 @@ class Sigmoid(ScoreNormalizer):
             b = -jnp.log(jnp.maximum(n, 1)) if self.bias is None else self.bias
             return p["beta"][None, :, None, None] * z + b
 
-        return BlockForm("count", {"beta": self.beta()}, logits, gate=jax.nn.sigmoid)
+        return self.capped(BlockForm("count", {"beta": self.beta()}, logits, gate=jax.nn.sigmoid))
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()
@@ -70,7 +70,9 @@ class ReLU(ScoreNormalizer):
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
-        return BlockForm("count", {"beta": self.beta()}, scaled_logits, gate=jax.nn.relu, divide_by_count=True)
+        return self.capped(
+            BlockForm("count", {"beta": self.beta()}, scaled_logits, gate=jax.nn.relu, divide_by_count=True)
+        )
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()

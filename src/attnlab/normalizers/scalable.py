@@ -72,7 +72,7 @@ class SSMax(ScoreNormalizer):
         def logits(p, z, q_pos, k_pos, n):
             return self.inverse_temperature(p, n) * z
 
-        return BlockForm("exp", self.params(), logits)
+        return self.capped(BlockForm("exp", self.params(), logits))
 
     def softmax_rows(self, z_BNRS, m_B1RS, q_pos_R=None):
         p = self.params()

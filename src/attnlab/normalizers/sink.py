@@ -49,7 +49,7 @@ class Sink(ScoreNormalizer):
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
-        return BlockForm("exp", {"beta": self.beta(), "sink": self.sink[...]}, scaled_logits, sink="sink")
+        return self.capped(BlockForm("exp", {"beta": self.beta(), "sink": self.sink[...]}, scaled_logits, sink="sink"))
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N, b_N = self.beta(), self.sink[...]

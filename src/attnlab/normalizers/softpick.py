@@ -51,7 +51,7 @@ class Softpick(ScoreNormalizer):
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
-        return BlockForm("softpick", {"beta": self.beta()}, scaled_logits, eps=self.eps)
+        return self.capped(BlockForm("softpick", {"beta": self.beta()}, scaled_logits, eps=self.eps))
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()

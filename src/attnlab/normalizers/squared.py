@@ -57,8 +57,10 @@ class Squared(ScoreNormalizer):
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
-        return BlockForm(
-            "sum", {"beta": self.beta()}, scaled_logits, gate=power_gate(self.power, self.offset), eps=self.eps
+        return self.capped(
+            BlockForm(
+                "sum", {"beta": self.beta()}, scaled_logits, gate=power_gate(self.power, self.offset), eps=self.eps
+            )
         )
 
     def normalize(self, z_BNTS, m_B1TS):

@@ -51,11 +51,13 @@ class StickBreaking(ScoreNormalizer):
         self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
-        return BlockForm(
-            "stickbreaking",
-            {"beta": self.beta()},
-            scaled_logits,
-            make=lambda form, geo: _make_blocks(geo, self.attend_current),
+        return self.capped(
+            BlockForm(
+                "stickbreaking",
+                {"beta": self.beta()},
+                scaled_logits,
+                make=lambda form, geo: _make_blocks(geo, self.attend_current),
+            )
         )
 
     @staticmethod
