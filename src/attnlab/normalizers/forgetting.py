@@ -23,7 +23,7 @@ from attnlab.checks import ConfigError
 from . import blockwise
 from .base import InverseTemperature, NormalizerParam, ScoreNormalizer
 from .blockwise import BlockForm
-from .impl import Capability, Workload
+from .impl import Workload
 from .mask import Mask, masked_softmax
 
 
@@ -106,10 +106,17 @@ class Forgetting(ScoreNormalizer):
         f_BNS, used = jnp.broadcast_to(jnp.exp(log_f_BNS), shape), jnp.broadcast_to(used_B1S, shape)
         return jnp.where(used, f_BNS, 0.0).sum((0, 2)) / jnp.maximum(used.sum((0, 2)), 1)
 
-    def capability(self):
-        # Its blockwise form carries the gates of the batch (gated_form): the one here, with no gates, says which
-        # kind of form it is (the backends' refusals read it); __call__ runs its own.
-        return Capability(form=self.gated_form(jnp.zeros((1, self.gate_b.shape[0], 1))))
+    def block_form(self):
+        """The blockwise form with no layer input and no padding, the gate σ(b_f) at every position, so
+        Σ_{l=j+1}^{i} log f_l = (i − j)·log σ(b_f): what the backend table runs when called directly; __call__ runs
+        `gated_form` with the batch's gates."""
+
+        def logits(p, z, q_pos, k_pos, n):
+            d_QK = (q_pos[:, None] - k_pos[None, :]).astype(jnp.float32)
+            x = p["beta"][None, :, None, None] * self.capped_scores(z, p["beta"])
+            return x + jax.nn.log_sigmoid(p["b"])[None, :, None, None] * d_QK[None, None]
+
+        return BlockForm("exp", {"beta": self.beta(), "b": self.gate_b[...]}, logits, softcap=self.softcap)
 
     def gated_form(self, log_f_BNS):
         """The blockwise form with the gates' cumulative sums c (B,N,S) as a differentiated parameter."""
