@@ -16,6 +16,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import chance, checks, composition, construct, exits, outdir, registry
+from attnlab.run.convergence import at_plateaus
 from attnlab.run.files import (
     compute_record,
     finished_with,
@@ -196,6 +197,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return _failed(run_dir, record, multirun)
     for r in records:  # is each test accuracy distinguishable from the task's baseline? (attnlab.chance)
         r["chance"] = chance.flags(r.get("final", {}), r.get("baseline", {}), chance.scored_targets(task))
+        r["plateaus"] = at_plateaus(r.get("final", {}), task.plateaus())  # attnlab.run.convergence
     if writer:
         write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
     _exit_unless_finished(records, run_dirs, run_dir, resolved, hc.sweep.dir if multirun else None)

@@ -46,6 +46,9 @@ class Run:
     baseline: dict[str, float] = field(default_factory=dict)  # the task's baselines (chance, bigram, ...)
     headline: str | None = None  # the metric the task judges a run by (metrics.json's, Task.judged_by)
     baseline_labels: dict[str, dict] = field(default_factory=dict)  # metric -> {baseline key: label}
+    env: dict[str, Any] = field(default_factory=dict)  # run.json's env: git state, package versions, devices
+    convergence: dict[str, Any] = field(default_factory=dict)  # attnlab.run.convergence.still_falling
+    plateaus: dict[str, list] = field(default_factory=dict)  # test metric -> [{label, value, low, high, at}]
 
     @property
     def seed(self):
@@ -109,8 +112,9 @@ def _read_run(path: Path, metrics) -> Run:
     else:
         status, metrics = "unreadable", None
     metrics = metrics or {}
-    config, swept = {}, ()
+    config, swept, env = {}, (), {}
     if isinstance(rec, dict):
+        env = rec.get("env") or {}
         config = _flat_config(rec.get("config", {}), rec.get("choices", {}))
         swept = tuple(_override_key(o) for o in rec.get("overrides", []))
     elif (path / ".hydra" / "config.yaml").exists():
@@ -135,6 +139,9 @@ def _read_run(path: Path, metrics) -> Run:
         baseline=metrics.get("baseline") or {},
         headline=metrics.get("headline"),
         baseline_labels=metrics.get("baseline_labels") or {},
+        env=env,
+        convergence=metrics.get("convergence") or {},
+        plateaus=metrics.get("plateaus") or {},
     )
 
 
