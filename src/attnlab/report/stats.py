@@ -219,7 +219,9 @@ def paired_power(effect: float, sd: float, n: int, alpha: float) -> float:
         return math.nan
     crit = stats.t.ppf(1 - alpha / 2, n - 1)
     nc = abs(effect) * math.sqrt(n) / sd
-    return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc))
+    # the lower tail is negligible for nc > 0, and scipy's nct.cdf returns NaN there once nc is large
+    lower = stats.nct.cdf(-crit, n - 1, nc)
+    return float(stats.nct.sf(crit, n - 1, nc) + (lower if math.isfinite(lower) else 0.0))
 
 
 def detectable_effect(sd: float, n: int, alpha: float, power: float = POWER) -> float:
