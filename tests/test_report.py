@@ -25,6 +25,7 @@ NORM_CFG = {  # the options differ by normalizer, so they vary across runs only 
     "softmax": {"_target_": "attnlab.normalizers.Softmax", "beta": None, "learnable": True},
     "kl": {"_target_": "attnlab.normalizers.KL", "beta": None, "learnable": True, "prior": "recency"},
     "linear": {"_target_": "attnlab.normalizers.Linear", "feature_map": "elu1", "eps": 1e-6},
+    "sigmoid": {"_target_": "attnlab.normalizers.Sigmoid", "bias": "auto"},
 }
 
 

@@ -196,7 +196,8 @@ def _sentence(metric: str, rows: list[Comparison], spec: str, alpha: float) -> s
 
 def cannot_rank(table: Table, rows: list[Comparison]) -> list[str]:
     """The verdict's warning when every compared cell sits at a plateau or was still learning; else none."""
-    compared = list({id(c): c for r in rows for c in (r.cell, r.base)}.values())
+    ids = {id(c) for r in rows for c in (r.cell, r.base)}
+    compared = [c for c in table.cells if id(c) in ids]
     if not compared or not all(c.unsettled() for c in compared):
         return []
     named = "; ".join(f"{c.label()}: {c.standing()}" for c in compared)
