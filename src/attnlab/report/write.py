@@ -46,8 +46,8 @@ def write_report(
 def to_markdown(
     table: Table, images: Iterable[Path] = (), notes: Iterable[str] = (), max_columns: int = MAX_COLUMNS
 ) -> str:
-    """report.md: title, progress, provenance, verdict, comparison, the tables (tables.markdown_tables), completeness, notes,
-    curve images."""
+    """report.md: title, progress, provenance, verdict, comparison, the tables (tables.markdown_tables),
+    completeness, notes, curve images."""
     out = [
         title(table),
         "",
