@@ -15,7 +15,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import chance, checks, composition, construct, exits, outdir, registry
+from attnlab import chance, checks, composition, construct, exits, outdir, progress, registry
 from attnlab.run.convergence import at_plateaus
 from attnlab.run.files import (
     compute_record,
@@ -156,6 +156,7 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     return task, nets, make_tx(nnx.state(nets[0], nnx.Param), total_steps=loop.steps), loop
 
 
+@progress.in_sweep_labelled  # a sweep job's lines carry its name
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Run one experiment in Hydra's output directory and write its record there."""
     hc = HydraConfig.get()
@@ -181,7 +182,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     run_dirs = [run_dir] if len(nets) == 1 else [run_dir / f"seed{s}" for s in seeds]
     try:
         if multirun:
-            loop = type(loop)(**{**loop.__dict__, "progress": "none"})
+            loop = type(loop)(**{**loop.__dict__, "progress": progress.job_mode(loop.progress)})
         writer = _writes_files()
         if writer:
             write_run_json(seeds, run_dirs, resolved, choices, list(hc.overrides.task), task, compute)

@@ -112,6 +112,7 @@ class Table:
     notes: list[str] = field(default_factory=list)
     progress: str | None = None  # "N of M runs completed; missing: ..." against the sweep's definition
     missing_runs: list[str] = field(default_factory=list)  # jobs not started, runs without an outcome
+    live: list[str] = field(default_factory=list)  # the Still running section (attnlab.report.running)
     alpha: float = 0.05  # the verdict's family-wise level (attnlab.report.verdict)
     baseline_given: bool = True  # False: `baseline` is DEFAULT_BASELINE, chosen because the sweep has it
     margins: dict[str, float] = field(default_factory=dict)  # fnmatch pattern -> equivalence margin (--margin)

@@ -10,7 +10,7 @@ from typing import Iterable
 
 import attnlab.report as report
 from attnlab import exits
-from attnlab.report import expected, plots
+from attnlab.report import expected, plots, running
 from attnlab.report.cells import Table, expand, summarize
 from attnlab.report.load import LR, load_runs
 from attnlab.report.tables import MAX_COLUMNS
@@ -124,6 +124,10 @@ def cli(argv: Iterable[str] | None = None) -> int:
         print(f"attnlab-report: error: sweep directory {root} does not exist", file=sys.stderr)
         return exits.REFUSED
     runs = load_runs(root)
+    if not runs and expected.sweep_dirs(root):  # a sweep whose jobs have not yet written a record: say so
+        print(expected.progress(root, runs)[0])
+        print("No run has written its record yet; run attnlab-report again once one has.")
+        return exits.COMPLETED
     if not runs:
         print(
             f"attnlab-report: error: no runs under {root} (no metrics.json, run.json or .hydra/ found)", file=sys.stderr
@@ -150,6 +154,7 @@ def cli(argv: Iterable[str] | None = None) -> int:
         )
         curves, log_y = _curves(table, args.curves, args.log_y, cache)
         table.progress, table.missing_runs = expected.progress(root, runs)
+        table.live = running.section(runs, root)
         table.alpha = args.alpha
         table.margins = margins(args.margin, table.metrics)
     except ValueError as exc:

@@ -46,12 +46,13 @@ def write_report(
 def to_markdown(
     table: Table, images: Iterable[Path] = (), notes: Iterable[str] = (), max_columns: int = MAX_COLUMNS
 ) -> str:
-    """report.md: title, progress, provenance, verdict, comparison, the tables (tables.markdown_tables),
-    completeness, notes, curve images."""
+    """report.md: title, progress, the runs still running, provenance, verdict, comparison, the tables
+    (tables.markdown_tables), completeness, notes, curve images."""
     out = [
         title(table),
         "",
         *([table.progress, ""] if table.progress else []),
+        *([*table.live, ""] if table.live else []),
         *(lines + [""] if (lines := provenance.section(table)) else []),
         *verdict(table),
         "",
