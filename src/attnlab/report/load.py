@@ -265,11 +265,14 @@ def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
         log.warning("attnlab-report: warning: %s has no TensorBoard event file; its curves are left out", run_dir)
         return {}
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 1, "images": 1, "tensors": 1})
-    quiet = _PluginlessDescription()
-    tb_logging.get_logger().addFilter(quiet)
+    quiet, logger = _PluginlessDescription(), tb_logging.get_logger()
+    level = logger.level
+    logger.addFilter(quiet)
+    logger.setLevel(max(level, logging.WARNING))  # its INFO lines ("No path found after ...") would fill a job's log
     try:
         acc.Reload()
     finally:
-        tb_logging.get_logger().removeFilter(quiet)
+        logger.removeFilter(quiet)
+        logger.setLevel(level)
     # A step written twice (a resumed run) keeps its last value.
     return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags().get("scalars", [])}
