@@ -108,6 +108,9 @@ def print_summary(record: dict[str, Any]) -> None:
 TENSORBOARD_URL = "http://127.0.0.1:6006/"  # TensorBoard's default port; it prints the one it took
 # Smoothing off: a val curve has a handful of points, and the default 0.6 never reaches the last values.
 SMOOTHING_OFF = "?smoothing=0"
+# Custom Scalars (a legacy dashboard) keeps its own smoothing slider in the URL fragment, default 0.6. It colours
+# runs from its palette in run order: TensorBoard 2.21's tf_color_scale ignores runColorGroup.
+CUSTOM_SCALARS = "#custom_scalars&_smoothingWeight=0"
 
 
 def color_regex(keys: list[str]) -> str:
@@ -129,7 +132,12 @@ def color_group(keys: list[str]) -> str:
 
 
 def tensorboard_lines(logdir: str, color_by: list[str] = (), prefix: str = "") -> list[str]:
-    """The TensorBoard command for `logdir` and the URL that opens it unsmoothed, coloured by `color_by` keys."""
+    """The TensorBoard command for `logdir`, the URL that opens Time Series unsmoothed and coloured by `color_by` keys,
+    and the one that opens Custom Scalars unsmoothed."""
     url = TENSORBOARD_URL + SMOOTHING_OFF + color_group(list(color_by)) + "#timeseries"
     indent = " " * len(prefix)
-    return [f"{prefix}tensorboard --logdir {shlex.quote(logdir)} --host 127.0.0.1", f"{indent}then open {url}"]
+    return [
+        f"{prefix}tensorboard --logdir {shlex.quote(logdir)} --host 127.0.0.1",
+        f"{indent}then open {url}",
+        f"{indent}Custom Scalars, unsmoothed: {TENSORBOARD_URL}{CUSTOM_SCALARS}",
+    ]
