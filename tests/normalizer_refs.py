@@ -14,8 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attnlab import config
 from attnlab import normalizers as nz
-from attnlab import registry
+from attnlab.config import registry
 
 # ---------------------------------------------------------------------------------------------
 # shared pieces
@@ -390,7 +391,9 @@ VARIANTS = {
 CAUSAL_ONLY = tuple(
     name
     for name in registry.choices("normalizer")
-    if getattr(registry.resolve_target(registry.load("normalizer", name)["_target_"]), "causal_only", False)
+    if getattr(
+        registry.resolve_target(registry.load("normalizer", name)["_target_"], "normalizer"), "causal_only", False
+    )
 )
 
 
@@ -492,4 +495,4 @@ class TokenMajor(nnx.Module):
 
 def build(name, opts):
     """The named normalizer, called with (B,T,N,H) operands like the references (TokenMajor)."""
-    return TokenMajor(nz.build(name, num_heads=N, head_dim=H, rngs=nnx.Rngs(0), **opts))
+    return TokenMajor(config.normalizer(name, num_heads=N, head_dim=H, rngs=nnx.Rngs(0), **opts))

@@ -30,9 +30,9 @@ from attnlab.report.cells import DEFAULT_BASELINE, Cell, Table, identical, partn
 from attnlab.report.stats import MIN_PAIRS, Stat, higher_is_better
 from attnlab.report.tables import num
 
-# Where the README says which scale separates the normalizers: the verdict's pointer when a sweep cannot rank.
+# Where the reference manual says which scale separates the normalizers: the verdict's pointer when a sweep cannot rank.
 SCALE_GUIDE = (
-    "README.md, 'Which scale separates the normalizers on a CPU' (the default MQAR at model=small, "
+    "docs/REFERENCE.md, 'Which scale separates the normalizers on a CPU' (the default MQAR at model=small, "
     "trainer.steps=800, optim.lr=3e-3)"
 )
 

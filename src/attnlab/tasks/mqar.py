@@ -141,7 +141,7 @@ class MQAR(Task):
 
     def plateaus(self) -> dict[str, dict[str, float]]:
         """1/pairs: a model that retrieves the context's values but not the one a query asks for guesses among the
-        num_kv_pairs values (linear attention at model=tiny or small sits there: README, Which scale ...)."""
+        num_kv_pairs values (linear attention at model=tiny or small sits there: docs/REFERENCE.md, Which scale ...)."""
         return {"test/accuracy": {"1/pairs": 1.0 / self.num_kv_pairs}}
 
     def baseline(self, split: str) -> dict[str, float]:
