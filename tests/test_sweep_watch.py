@@ -5,6 +5,7 @@ still running."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -14,13 +15,14 @@ import time
 
 import numpy as np
 from cli_helpers import TINY, TINY_TASK, metrics, run_cli, scalar_curve
+from scipy import stats
 
 QUIET = "trainer.progress=none"
 WATCHED = [o for o in TINY if o != QUIET]  # the sweep's own progress mode: lines, labelled
 
 
 def test_joblib_jobs_print_labelled_progress_and_records_say_if_they_settled(tmp_path):
-    steps = ["trainer.steps=8", "trainer.log_every=2", "trainer.eval_every=2"]
+    steps = ["trainer.steps=8", "trainer.log_every=2", "trainer.eval_every=2", "trainer.vmap_seeds=3"]
     proc = run_cli(
         "-m",
         "hydra/launcher=joblib",
@@ -34,9 +36,9 @@ def test_joblib_jobs_print_labelled_progress_and_records_say_if_they_settled(tmp
     )
     jobs = ["0_normalizer=softmax", "1_normalizer=linear"]
     for job in jobs:
-        logged = [s for s, _ in scalar_curve(tmp_path / "sweep" / job, "train/loss")]
+        logged = [s for s, _ in scalar_curve(tmp_path / "sweep" / job / "seed0", "train/loss")]
         assert logged == [2, 4, 6, 8]
-        # one labelled line per logged step, with the step, the total and the loss the job logged
+        # one labelled line per logged step, with the step, the total and the loss (mean over the job's seeds)
         printed = re.findall(
             rf"^\[{re.escape(job)}\] step (\d+): loss \d+\.\d{{4}}  \(\1/8, [\d:?]+ left\)$", proc.stdout, re.M
         )
@@ -47,19 +49,68 @@ def test_joblib_jobs_print_labelled_progress_and_records_say_if_they_settled(tmp
     # no job's line goes out unlabelled: every progress and attention_impl line carries a job's name
     assert not re.search(r"^(step \d+:|attnlab: attention_impl)", proc.stdout + proc.stderr, re.M)
 
+    records = {job: [metrics(tmp_path / "sweep" / job / f"seed{k}") for k in range(3)] for job in jobs}
     for job in jobs:
-        rec = metrics(tmp_path / "sweep" / job)
-        curve = dict(scalar_curve(tmp_path / "sweep" / job, "val/loss"))  # evaluations at 2, 4, 6, 8
-        x = np.array([4.0, 6.0, 8.0])  # the last half of 8 steps
-        y = np.array([curve[4], curve[6], curve[8]])
-        drop = -np.polyfit(x, y, 1)[0] * 4 / y.mean()
-        conv = rec["convergence"]
-        assert conv["window"] == [4, 8] and conv["evals"] == 3
-        assert abs(conv["relative_drop"] - drop) < 1e-9 and conv["val_loss_falling"] == bool(drop > 0.01)
-        [row] = rec["plateaus"]["test/accuracy"]  # TINY's MQAR has 2 pairs: the 1/pairs plateau is 0.5
-        acc = rec["final"]["test/accuracy"]
-        assert (row["label"], row["value"]) == ("1/pairs", 0.5)
-        assert row["at"] == (0.45 <= acc <= 0.55)
+        for k, rec in enumerate(records[job]):
+            curve = dict(scalar_curve(tmp_path / "sweep" / job / f"seed{k}", "val/loss"))  # evaluations 2, 4, 6, 8
+            x = np.array([4.0, 6.0, 8.0])  # the last half of 8 steps
+            y = np.array([curve[4], curve[6], curve[8]])
+            drop = -np.polyfit(x, y, 1)[0] * 4 / y.mean()
+            conv = rec["convergence"]
+            assert conv["window"] == [4, 8] and conv["evals"] == 3
+            assert abs(conv["relative_drop"] - drop) < 1e-9 and conv["val_loss_falling"] == bool(drop > 0.01)
+            [row] = rec["plateaus"]["test/accuracy"]  # TINY's MQAR has 2 pairs: the 1/pairs plateau is 0.5
+            acc = rec["final"]["test/accuracy"]
+            assert (row["label"], row["value"]) == ("1/pairs", 0.5)
+            assert row["at"] == (0.45 <= acc <= 0.55)
+    check_the_verdict(tmp_path / "sweep", records)
+
+
+def hand_power(effect, sd, n, alpha):
+    """Two-sided paired t-test power from the noncentral t distribution (Cohen 1988, ch. 2)."""
+    crit = stats.t.ppf(1 - alpha / 2, n - 1)
+    nc = abs(effect) / sd * math.sqrt(n)
+    lower = stats.nct.cdf(-crit, n - 1, nc)
+    return stats.nct.sf(crit, n - 1, nc) + (lower if np.isfinite(lower) else 0.0)
+
+
+def check_the_verdict(sweep, records):
+    """attnlab-report on the real sweep: its verdict on linear against softmax, recomputed from the runs' records."""
+    out = subprocess.run(
+        [sys.executable, "-m", "attnlab.report.cli", str(sweep), "--curves"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    acc = {job: np.array([r["final"]["test/accuracy"] for r in recs]) for job, recs in records.items()}
+    soft, lin = acc["0_normalizer=softmax"], acc["1_normalizer=linear"]
+    d = lin - soft
+    line = next(t for t in out.splitlines() if t.startswith("- **test/accuracy**"))
+    p = stats.ttest_rel(lin, soft).pvalue if d.any() else 1.0  # one test: Holm leaves it as it is
+    tost = max(
+        stats.ttest_1samp(d, -0.01, alternative="greater").pvalue, stats.ttest_1samp(d, 0.01, alternative="less").pvalue
+    )
+    if not d.any():
+        assert "identical to it" in line
+    elif p <= 0.05:
+        assert "differ from normalizer=softmax beyond seed noise: normalizer=linear (" in line and f"p={p:.3g}" in line
+    elif tost <= 0.05:
+        assert "equivalent to it within the margin: normalizer=linear (within ±0.01" in line
+    else:
+        found = re.search(
+            r"these 3 seeds detect \|Δ\| >= ([\d.e+-]+) at 80% power, the observed Δ needs (\d+) seeds", line
+        )
+        assert "not resolved (neither a difference nor equivalence within ±0.01): normalizer=linear: Δ in [" in line
+        detectable, needed = float(found.group(1)), int(found.group(2))
+        sd = d.std(ddof=1)
+        assert abs(hand_power(detectable, sd, 3, 0.05) - 0.8) < 0.01  # printed to 3 significant figures
+        assert hand_power(d.mean(), sd, needed, 0.05) >= 0.8 > hand_power(d.mean(), sd, needed - 1, 0.05)
+    # a cell is unsettled when at least 2 of its 3 seeds sit at the plateau or were still learning
+    unsettled = [
+        sum(r["convergence"]["val_loss_falling"] or r["plateaus"]["test/accuracy"][0]["at"] for r in recs) >= 2
+        for recs in records.values()
+    ]
+    assert ("**This sweep cannot rank these cells**" in out) == all(unsettled), out[:3000]
 
 
 def test_report_on_a_running_sweep_says_what_is_done_and_what_still_runs(tmp_path):
