@@ -7,6 +7,7 @@ import re
 import shlex
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from attnlab.chance import describe
 from attnlab.run import convergence
@@ -126,8 +127,6 @@ def color_group(keys: list[str]) -> str:
     as a space."""
     if not keys:
         return ""
-    from urllib.parse import quote
-
     return "&runColorGroup=" + quote(f"regex:{color_regex(keys)}", safe=":()*")
 
 
