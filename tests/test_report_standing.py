@@ -125,9 +125,23 @@ def test_provenance_names_the_cell_and_run_that_differ(tmp_path):
     table = summarize(load_runs(provenance_sweep(tmp_path, odd)))
     assert section(table) == [
         "Provenance: the runs differ in commit, dirty, jax; a difference between cells may be theirs:",
-        "- commit: aaaaaaaaaaaa in most runs; differs in normalizer=linear (bbbbbbbbbbbb: 3_normalizer=linear,seed=1)",
-        "- dirty: false in most runs; differs in normalizer=linear (true: 3_normalizer=linear,seed=1)",
-        "- jax: 0.10.2 in most runs; differs in normalizer=linear (0.11.2: 3_normalizer=linear,seed=1)",
+        "- commit: aaaaaaaaaaaa in 3 of 4 runs; differs in normalizer=linear "
+        "(bbbbbbbbbbbb: 3_normalizer=linear,seed=1)",
+        "- dirty: false in 3 of 4 runs; differs in normalizer=linear (true: 3_normalizer=linear,seed=1)",
+        "- jax: 0.10.2 in 3 of 4 runs; differs in normalizer=linear (0.11.2: 3_normalizer=linear,seed=1)",
     ]
     md = to_markdown(table).splitlines()
     assert md.index(section(table)[0]) < md.index("## Verdict")
+
+
+def test_provenance_names_a_whole_cell_once(tmp_path):
+    for i, (norm, seed) in enumerate((n, s) for n in ("softmax", "linear") for s in (0, 1)):
+        env = {**ENV, "devices": ["CudaDevice(id=0)"], "backend": "gpu"} if norm == "linear" else ENV
+        final = {"val/loss": 1.0, "test/accuracy": 0.5 + 0.1 * seed, "test/loss": 1.0}
+        write_run(tmp_path, f"{i}_normalizer={norm},seed={seed}", norm, 0.003, seed, final, env=env)
+    lines = section(summarize(load_runs(tmp_path)))
+    # two against two: the value first seen counts as the common one (Counter.most_common keeps insertion order)
+    assert (
+        lines[1]
+        == "- device: gpu×1 (CudaDevice) in 2 of 4 runs; differs in normalizer=softmax (cpu×1 (CpuDevice): all 2 runs)"
+    )

@@ -21,13 +21,14 @@ def facts(run: Run) -> dict[str, str]:
     if "backend" in env or "devices" in env:
         devices = env.get("devices") or []
         kinds = sorted({d.split("(")[0].split(":")[0] for d in devices})  # "CpuDevice(id=0)" -> CpuDevice
-        out["device"] = f"{env.get('backend')}×{len(devices)}" + (f" ({', '.join(kinds)})" if kinds else "")
+        named = kinds and kinds != [env.get("backend")]  # "cpu:0" says no more than the backend
+        out["device"] = f"{env.get('backend')}×{len(devices)}" + (f" ({', '.join(kinds)})" if named else "")
     return out
 
 
 def section(table: Table) -> list[str]:
-    """One line when every run agrees; else, per fact that varies, the most common value and the cells whose runs
-    differ from it (each such run named by its directory)."""
+    """One line when every run agrees; else, per fact that varies, the most common value (the first seen on a tie)
+    and the cells whose runs differ from it (a whole cell once, else each such run by its directory)."""
     runs = [(c, r, f) for c in table.cells for r in c.runs if (f := facts(r))]
     if not runs:
         return []
@@ -38,11 +39,23 @@ def section(table: Table) -> list[str]:
         return [f"Provenance: all {len(runs)} runs agree: {same}."]
     lines = [f"Provenance: the runs differ in {', '.join(varying)}; a difference between cells may be theirs:"]
     for k in varying:
-        common, _ = Counter(f.get(k) for _, _, f in runs).most_common(1)[0]
-        odd: dict[str, list[str]] = {}
-        for c, r, f in runs:
-            if f.get(k) != common:
-                odd.setdefault(c.label(), []).append(f"{f.get(k)}: {r.path.name}")
-        named = "; ".join(f"{label} ({', '.join(items)})" for label, items in odd.items())
-        lines.append(f"- {k}: {common} in most runs; differs in {named}")
+        common, count = Counter(f.get(k) for _, _, f in runs).most_common(1)[0]
+        named = []
+        for cell in table.cells:
+            own = [(r, f) for c, r, f in runs if c is cell]
+            odd = [(r, f.get(k)) for r, f in own if f.get(k) != common]
+            if not odd:
+                continue
+            values = {v for _, v in odd}
+            if len(odd) == len(own) and len(values) == 1:  # the whole cell ran with another value
+                named.append(f"{cell.label()} ({values.pop()}: all {len(own)} runs)")
+            else:
+                named.append(f"{cell.label()} ({', '.join(f'{v}: {run_name(r)}' for r, v in odd)})")
+        lines.append(f"- {k}: {common} in {count} of {len(runs)} runs; differs in {'; '.join(named)}")
     return lines
+
+
+def run_name(run: Run) -> str:
+    """A run's directory name; a vmapped seed's with its job's (`3_normalizer=kl/seed1`)."""
+    vmapped = (run.path.parent / "seeds.json").exists()
+    return f"{run.path.parent.name}/{run.path.name}" if vmapped else run.path.name
