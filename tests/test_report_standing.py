@@ -145,3 +145,34 @@ def test_provenance_names_a_whole_cell_once(tmp_path):
         lines[1]
         == "- device: gpu×1 (CudaDevice) in 2 of 4 runs; differs in normalizer=softmax (cpu×1 (CpuDevice): all 2 runs)"
     )
+
+
+def lm_runs(normalizer, bits):
+    """lm runs: bits per byte against the unigram (4.7) and bigram (3.5) rates, as metrics.json holds them."""
+    from pathlib import Path
+
+    from attnlab.report import Run
+
+    return [
+        Run(
+            Path(f"{normalizer}{s}"),
+            "completed",
+            {"normalizer": normalizer, "seed": s, "task": "lm"},
+            {"test/bits_per_byte": b, "test/ece": 0.01 * (s + 1)},
+            baseline={"baseline/bits_per_byte": 4.7, "baseline/bits_per_byte_bigram": 3.5},
+            headline="test/bits_per_byte",
+            baseline_labels={
+                "test/bits_per_byte": {"baseline/bits_per_byte": "unigram", "baseline/bits_per_byte_bigram": "bigram"}
+            },
+        )
+        for s, b in enumerate(bits)
+    ]
+
+
+def test_a_metric_is_ranked_once_a_cell_beats_the_weakest_baseline():
+    # between the unigram and the bigram rate: learnt something (the unigram statistics and more), so ranked
+    between = summarize(lm_runs("softmax", [4.0, 4.1, 4.2]) + lm_runs("linear", [4.3, 4.45, 4.5]))
+    assert between.ranked("test/bits_per_byte") and between.ranked("test/ece")
+    # worse than both: nothing learnt, neither the headline nor ECE is ranked
+    above = summarize(lm_runs("softmax", [4.8, 4.9, 5.0]) + lm_runs("linear", [5.1, 5.25, 5.3]))
+    assert not above.ranked("test/bits_per_byte") and not above.ranked("test/ece")

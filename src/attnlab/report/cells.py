@@ -75,8 +75,10 @@ class Cell:
         return "; ".join(parts)
 
     def beats_baseline(self, metric: str, labels: dict[str, str]) -> bool:
-        """Whether the cell's mean is better than every task baseline of `metric` (its runs' baseline values
-        `labels` names); an accuracy with a chance flag must also be beyond binomial noise of it (near_chance)."""
+        """Whether the cell's mean is better than the weakest task baseline of `metric` (of its runs' baseline values
+        `labels` names: chance, the unigram rate, the zero predictor; a regression's reference estimator is a bar
+        to reach, not the baseline of having learnt something); an accuracy with a chance flag must also be beyond
+        binomial noise of it (near_chance)."""
         s = self.stats.get(metric)
         if s is None or s.n == 0:
             return False
@@ -84,7 +86,7 @@ class Cell:
             return False
         sign = 1 if stats.higher_is_better(metric) else -1
         refs = [r.baseline[k] for r in self.done() for k in labels if isinstance(r.baseline.get(k), (int, float))]
-        return all(sign * (s.mean - ref) > 0 for ref in refs)
+        return any(sign * (s.mean - ref) > 0 for ref in refs)
 
     def below_chance(self, metric: str) -> bool:
         """Whether the cell's mean is below the 2.5% point of the baseline's binomial (attnlab.chance): worse than
@@ -129,9 +131,9 @@ class Table:
         return {m: labels[m] for m in dict.fromkeys(order) if m in self.metrics}
 
     def ranked(self, metric: str) -> bool:
-        """Whether a ranking of the cells on `metric` means anything: some cell beats the task's baselines on it
-        (a metric with baselines), or, for a metric without, some cell beats them on the headline metric and is not
-        at a plateau. True when the runs declare no baselines."""
+        """Whether a ranking of the cells on `metric` means anything: some cell beats the task's weakest baseline on
+        it (a metric with baselines: beats_baseline), or, for a metric without, some cell beats it on the headline
+        metric and is not at a plateau. True when the runs declare no baselines."""
         judged = self.judged_by
         if not judged:
             return True

@@ -143,10 +143,11 @@ def compare(stat: Stat, base: Stat, metric: str = "", n_boot: int = 2000, seed: 
         stat.diff_ci = clip(_interval(d, n_boot, seed), metric, diff=True)  # the same rule as a cell's mean
     if len(seeds) >= MIN_PAIRS and not test:  # one computation: no difference to test
         stat.t, stat.p, stat.within_noise = 0.0, 1.0, True
+    elif len(seeds) >= MIN_PAIRS and not d.any():  # identical pairs make ttest_rel 0/0: no difference is p = 1
+        stat.t, stat.p, stat.within_noise = 0.0, 1.0, True
     elif len(seeds) >= MIN_PAIRS:
         res = stats.ttest_rel(x, y)
-        # identical pairs make ttest_rel 0/0 = nan; no difference at all is p = 1
-        stat.t, stat.p = (0.0, 1.0) if not d.any() else (float(res.statistic), float(res.pvalue))
+        stat.t, stat.p = float(res.statistic), float(res.pvalue)
         stat.within_noise = bool(abs(stat.diff_mean) <= stat.diff_std)
 
 
