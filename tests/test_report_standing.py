@@ -176,3 +176,20 @@ def test_a_metric_is_ranked_once_a_cell_beats_the_weakest_baseline():
     # worse than both: nothing learnt, neither the headline nor ECE is ranked
     above = summarize(lm_runs("softmax", [4.8, 4.9, 5.0]) + lm_runs("linear", [5.1, 5.25, 5.3]))
     assert not above.ranked("test/bits_per_byte") and not above.ranked("test/ece")
+
+
+def test_a_record_without_convergence_gets_it_from_its_events(tmp_path):
+    from tensorboardX import SummaryWriter
+
+    final = {"val/loss": 1.3, "test/accuracy": 0.5, "test/loss": 1.3}
+    run = write_run(tmp_path, "0_normalizer=softmax,seed=0", "softmax", 0.003, 0, final)  # trainer.steps 4
+    writer = SummaryWriter(logdir=str(run))
+    for step, loss in {1: 2.0, 2: 1.8, 3: 1.6, 4: 1.5}.items():
+        writer.add_scalar("val/loss", loss, step)
+    writer.close()
+    [loaded] = load_runs(tmp_path)
+    # the last half of 4 steps: evaluations 2, 3, 4; the line's drop over steps 2..4 by hand
+    x, y = np.array([2.0, 3.0, 4.0]), np.array([1.8, 1.6, 1.5])
+    drop = -np.polyfit(x, y, 1)[0] * 2 / y.mean()
+    assert loaded.convergence["window"] == [2, 4]
+    assert abs(loaded.convergence["relative_drop"] - drop) < 1e-6 and loaded.convergence["val_loss_falling"]

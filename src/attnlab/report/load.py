@@ -13,6 +13,9 @@ from typing import Any
 
 import yaml
 
+from attnlab.run.convergence import still_falling
+from attnlab.run.events import read_scalars
+
 log = logging.getLogger(__name__)  # unconfigured: Python's last-resort handler writes warnings to stderr
 LR = "optim.lr"
 SEED = "seed"
@@ -140,9 +143,18 @@ def _read_run(path: Path, metrics) -> Run:
         headline=metrics.get("headline"),
         baseline_labels=metrics.get("baseline_labels") or {},
         env=env,
-        convergence=metrics.get("convergence") or {},
+        convergence=metrics.get("convergence") or _convergence_from_events(path, status, config),
         plateaus=metrics.get("plateaus") or {},
     )
+
+
+def _convergence_from_events(path: Path, status: str, config: dict) -> dict:
+    """For a completed run whose record predates `convergence`: the same rule (attnlab.run.convergence) applied
+    to the val/loss curve of its TensorBoard events; {} without them."""
+    steps = config.get("trainer.steps")
+    if status != "completed" or not isinstance(steps, int) or not any(path.glob("events.out.tfevents.*")):
+        return {}
+    return still_falling(read_scalars(path).get("val/loss", {}), steps)
 
 
 def _refused(path: Path, metrics) -> bool:
@@ -245,34 +257,3 @@ def same_value(v, text: str) -> bool:
     if isinstance(v, (int, float)) and isinstance(p, (int, float)) and not isinstance(v, bool):
         return math.isclose(v, p, rel_tol=1e-9)
     return v == p or str(v) == text
-
-
-class _PluginlessDescription(logging.Filter):
-    """Drops EventAccumulator's "summary with tag ... oddly not associated with a plugin" warning, one per tag and
-    run of an event file written before summaries.Summaries gave each description the scalars plugin: tensorboardX's
-    add_scalar(summary_description=...) writes such metadata. Every other warning of the reader passes."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "oddly not associated with a plugin" not in str(record.msg)
-
-
-def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
-    """{tag: {step: value}} of a run, read with TensorBoard's own EventAccumulator (every scalar kept)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.util import tb_logging
-
-    if not any(Path(run_dir).glob("events.out.tfevents.*")):
-        log.warning("attnlab-report: warning: %s has no TensorBoard event file; its curves are left out", run_dir)
-        return {}
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 1, "images": 1, "tensors": 1})
-    quiet, logger = _PluginlessDescription(), tb_logging.get_logger()
-    level = logger.level
-    logger.addFilter(quiet)
-    logger.setLevel(max(level, logging.WARNING))  # its INFO lines ("No path found after ...") would fill a job's log
-    try:
-        acc.Reload()
-    finally:
-        logger.removeFilter(quiet)
-        logger.setLevel(level)
-    # A step written twice (a resumed run) keeps its last value.
-    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags().get("scalars", [])}

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from attnlab.run.events import read_scalars
+
 MIN_EVALS = 3
 FALLING_DROP = 0.01
 PLATEAU_BAND = 0.1
@@ -77,8 +79,6 @@ def at_plateaus(final: dict[str, float], plateaus: dict[str, dict[str, float]]) 
 
 def val_curve(run_dir: Path) -> dict[int, float]:
     """The run's val/loss scalars {step: value}, read from its TensorBoard events."""
-    from attnlab.report.load import read_scalars
-
     return read_scalars(Path(run_dir)).get("val/loss", {})
 
 
