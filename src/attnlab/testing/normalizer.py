@@ -213,9 +213,9 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
       (linear: the parallel form) forward and backward (q, k, v and every parameter, each of which gets a
       gradient) over IMPL_SETTINGS; a setting the implementation refuses with ConfigError is skipped, but each
       implementation runs at one at least. GPU-only implementations (cuDNN, Pallas) are not run here.
-    - jit: jax.jit of (output, statistics, weights, gradients) equals the eager call.
-    - vmapped seeds: two builds (rngs seeds 0 and 1, their parameters moved apart) stacked and vmapped as
-      trainer.vmap_seeds does give each seed's output, statistics, weights and gradients alone.
+    - jit and vmapped seeds: two builds (rngs seeds 0 and 1, their parameters moved apart) stacked and vmapped under
+      jax.jit, as trainer.vmap_seeds does, give each seed's output, statistics, weights and gradients (q, k, v and
+      parameters) of the eager call alone.
     """
     chk = _Check(make, name)
     norm = chk.build()
@@ -532,15 +532,13 @@ def _jit_and_seeds(chk):
         return aux, grads
 
     inputs = [tuple(jnp.asarray(x) for x in qkv(30 + seed, s.T, s.S)) for seed in (0, 1)]
-    eager = chk.run("jit", s.where(), everything, *splits[0], *inputs[0])
-    jitted = jax.jit(everything)
-    alone = [chk.run("jit", s.where(seed=i), jitted, *splits[i], *inputs[i]) for i in (0, 1)]
-    _same_tree(chk, "jit equal to eager", alone[0], eager, s.where(), atol=1e-6, rtol=1e-5)
+    alone = [chk.run("jit and vmapped seeds", s.where(seed=i), everything, *splits[i], *inputs[i]) for i in (0, 1)]
     stack = jax.tree.map(lambda *xs: jnp.stack(xs), (*splits[0], *inputs[0]), (*splits[1], *inputs[1]))
-    vmapped = chk.run("vmapped seeds", s.where(seeds=2), jax.jit(jax.vmap(everything)), *stack)
+    vmapped = chk.run("jit and vmapped seeds", s.where(seeds=2), jax.jit(jax.vmap(everything)), *stack)
     for i in (0, 1):
         one = jax.tree.map(lambda x, i=i: x[i], vmapped)
-        _same_tree(chk, "vmapped seeds equal to each seed alone", one, alone[i], s.where(seed=i), atol=1e-5, rtol=1e-5)
+        prop = "jit and vmapped seeds equal to each seed alone"
+        _same_tree(chk, prop, one, alone[i], s.where(seed=i), atol=1e-5, rtol=1e-5)
 
 
 def _same_tree(chk, prop, got, want, where, atol, rtol):
@@ -549,7 +547,8 @@ def _same_tree(chk, prop, got, want, where, atol, rtol):
     if len(got_leaves) != len(want_leaves):
         raise chk.fail(prop, f"{len(got_leaves)} arrays where {len(want_leaves)} are expected", where)
     for (path, a), b in zip(got_leaves, want_leaves, strict=True):
-        chk.expect(prop, f"{_path_name(path)}:", a, b, where, atol=atol, rtol=rtol)
+        scale = max(1.0, float(np.abs(np.asarray(b, np.float64)).max(initial=0)))  # gradients sum many rounded terms
+        chk.expect(prop, f"{_path_name(path)}:", a, b, where, atol=atol * scale, rtol=rtol)
 
 
 def _path_name(path) -> str:
