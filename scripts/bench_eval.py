@@ -20,7 +20,8 @@ from bench_common import clock, interleave, load_average, med, paired_ratio, sec
 from flax import nnx
 from hydra import compose, initialize_config_dir
 
-from attnlab import cli, registry
+from attnlab import cli
+from attnlab.config import registry
 
 
 def built(*overrides: str):

@@ -115,7 +115,7 @@ def compose(overrides: list[str]):
     """The run's composed config for `overrides` (the train.yaml defaults otherwise)."""
     import hydra
 
-    from attnlab import registry
+    from attnlab.config import registry
 
     with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
         return hydra.compose("train", overrides=overrides)
@@ -387,7 +387,7 @@ def main(argv=None) -> int:
     if not on_gpu and not args.cpu_check:
         print(f"bench_gpu: no GPU (JAX {jax.__version__} sees {jax.default_backend()}); nothing measured")
         return 0
-    from attnlab import registry
+    from attnlab.config import registry
 
     names = registry.choices("normalizer") if args.normalizers == "all" else args.normalizers.split(",")
     rows, lines, profiled = [], [], []

@@ -26,10 +26,10 @@ def compiled_steps(overrides: list[str], stats: bool):
     import jax
     from flax import nnx
 
-    from attnlab import registry
     from attnlab.accelerator import data_mesh
     from attnlab.checkpoint import Checkpoints
     from attnlab.cli import build
+    from attnlab.config import registry
     from attnlab.groups import leaf_groups
     from attnlab.steps import make_stats_step, make_train_step, probes_supported
     from attnlab.train import train_data

@@ -36,9 +36,9 @@ def compiled_default_step():
     import hydra
 
     import attnlab.train as train
-    from attnlab import registry
     from attnlab.accelerator import data_mesh
     from attnlab.cli import build
+    from attnlab.config import registry
 
     with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
         cfg = hydra.compose("train", overrides=[])

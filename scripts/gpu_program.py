@@ -560,7 +560,7 @@ def main(argv=None) -> int:
     )
     args = p.parse_args(argv)
     check_plugin()
-    from attnlab import registry
+    from attnlab.config import registry
 
     names = registry.choices("normalizer") if args.normalizers == "all" else args.normalizers.split(",")
     seeds = [int(s) for s in args.seeds.split(",")]

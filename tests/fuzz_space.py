@@ -13,7 +13,7 @@ import math
 import yaml
 from hypothesis import strategies as st
 
-from attnlab import registry
+from attnlab.config import registry
 
 RESERVED = ("_target_", "_partial_", "defaults")
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from normalizer_variants import VARIANTS
 
+from attnlab import config
 from attnlab import normalizers as nz
-from attnlab import registry
+from attnlab.config import registry
 from attnlab.normalizers.exponential import kl_log_prior_np
 from attnlab.normalizers.reference import (  # noqa: F401  re-exported for the tests
     POLY_FIT,
@@ -46,45 +48,14 @@ def kl_log_prior(m_BTS, N, prior, slope=0.1, table_NK=None, max_distance=512):
 
 B, N, H = checker.B, checker.N, checker.H
 
-# Option variants per normalizer (test_normalizer_checker runs the contract on each); every registered normalizer
-# needs an entry.
-VARIANTS = {
-    "softmax": {
-        "default": {},
-        "beta0.7-shared": {"beta": 0.7, "per_head": False},
-        "adaptive-eval": {"adaptive_temperature": "eval"},
-    },
-    "kl": {
-        "uniform": {"prior": "uniform"},
-        "recency": {"prior": "recency", "slope": 0.3},
-        "learned": {"prior": "learned", "max_distance": 4},
-        "recency-adaptive": {"prior": "recency", "slope": 0.3, "adaptive_temperature": "eval"},
-    },
-    "softmax1": {"default": {}},
-    "sigmoid": {"default": {}, "bias-1.5": {"bias": -1.5}},
-    "relu": {"default": {}},
-    "squared": {
-        "plain": {},
-        "offset": {"offset": True},
-        "eps0": {"eps": 0.0},
-        "eps0.1": {"eps": 0.1},
-        "power3": {"power": 3},
-        "offset-power4": {"offset": True, "power": 4},
-    },
-    # favor with F = H shares compiled shapes with elu1 (F ≠ H and several chunk sizes are
-    # covered by test_linear_attention_forms_agree)
-    "linear": {"elu1": {}, "relu": {"feature_map": "relu"}, "favor": {"feature_map": "favor", "num_features": 5}},
-    "entmax": {"alpha1.5": {"alpha": 1.5}, "alpha2": {"alpha": 2.0}, "alpha1.3": {"alpha": 1.3}},
-    "ssmax": {"default": {}, "s1.5-bias": {"s": 1.5, "bias": True, "beta": 0.6}},
-    "stickbreaking": {"default": {}, "attend_current-beta1": {"attend_current": True, "beta": 1.0}},
-}
-
 # Normalizers that refuse a bidirectional mask (class attribute `causal_only`): their reference cases run on the
 # causal mask settings only.
 CAUSAL_ONLY = tuple(
     name
     for name in registry.choices("normalizer")
-    if getattr(registry.resolve_target(registry.load("normalizer", name)["_target_"]), "causal_only", False)
+    if getattr(
+        registry.resolve_target(registry.load("normalizer", name)["_target_"], "normalizer"), "causal_only", False
+    )
 )
 
 
@@ -153,4 +124,4 @@ class TokenMajor(nnx.Module):
 
 def build(name, opts):
     """The named normalizer, called with (B,T,N,H) operands like the references (TokenMajor)."""
-    return TokenMajor(nz.build(name, num_heads=N, head_dim=H, rngs=nnx.Rngs(0), **opts))
+    return TokenMajor(config.normalizer(name, num_heads=N, head_dim=H, rngs=nnx.Rngs(0), **opts))

@@ -56,7 +56,7 @@ def test_bench_gpu_without_a_gpu_says_so_and_exits_0():
     assert proc.stdout.startswith("bench_gpu: no GPU (JAX ") and "sees cpu); nothing measured" in proc.stdout
 
 
-def test_bench_gpu_mfu_is_the_issues_formula():
+def test_bench_gpu_mfu_is_model_flops_over_peak():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
     import bench_gpu
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.normalizers import base, sampled_rows
 
@@ -48,7 +49,7 @@ def padding(S, first_valid, last_valid):
 def test_rows_without_admissible_key_are_zero_at_eps0():
     q, k, v = qkv(10, 10)
     mask = nz.Mask(causal=True, key_valid_BS=padding(10, [5, 0], [10, 10]))
-    norm = nz.build("squared", num_heads=N, head_dim=H, impl="blockwise", block_size=4, eps=0.0)
+    norm = config.normalizer("squared", num_heads=N, head_dim=H, impl="blockwise", block_size=4, eps=0.0)
     out, grads = out_and_grads(norm, q, k, v, mask, jnp.ones(q.shape))
     np.testing.assert_array_equal(out[0, :5], 0.0)
     assert np.isfinite(np.asarray(out[:, 5:])).all()
@@ -58,7 +59,9 @@ def test_rows_without_admissible_key_are_zero_at_eps0():
 def test_matches_dot_product_attention_with_bfloat16_and_T_not_multiple_of_block():
     q, k, v = (x.astype(jnp.bfloat16) for x in qkv(37, 37))
     attend = jax.jit(
-        lambda q, k, v: nz.attend("softmax", q, k, v, causal=True, with_stats=False, impl="blockwise", block_size=16)[0]
+        lambda q, k, v: config.attend(
+            "softmax", q, k, v, causal=True, with_stats=False, impl="blockwise", block_size=16
+        )[0]
     )
     out = attend(q, k, v)
     ref = jax.nn.dot_product_attention(
@@ -72,15 +75,15 @@ def test_auto_rule_and_sampled_statistics(monkeypatch):
     monkeypatch.setattr(base, "memory_budget", lambda platform: 0)  # auto: every dense score over the budget
     monkeypatch.setattr(sampled_rows, "STATS_ROWS", 5)
     q, k, v = qkv(24, 24, B=1)
-    out_b, stats_b = jax.jit(lambda q, k, v: nz.attend("kl", q, k, v, causal=True, prior="recency"))(q, k, v)
-    out_d, stats_d = jax.jit(lambda q, k, v: nz.attend("kl", q, k, v, causal=True, prior="recency", impl="dense"))(
+    out_b, stats_b = jax.jit(lambda q, k, v: config.attend("kl", q, k, v, causal=True, prior="recency"))(q, k, v)
+    out_d, stats_d = jax.jit(lambda q, k, v: config.attend("kl", q, k, v, causal=True, prior="recency", impl="dense"))(
         q, k, v
     )
     np.testing.assert_allclose(out_b, out_d, rtol=2e-5, atol=2e-6)
     # The sampled statistics are the dense ones restricted to rows 0, 6, 12, 17, 23 (independent reference).
     rows = sampled_rows.stats_rows(24, 5)
     np.testing.assert_array_equal(rows, [0, 6, 12, 17, 23])
-    att = nz.attention_weights("kl", q, k, causal=True, prior="recency")[:, :, rows]
+    att = config.attention_weights("kl", q, k, causal=True, prior="recency")[:, :, rows]
     p = np.asarray(att, np.float64)
     ent = -np.sum(np.where(p > 0, p * np.log(np.where(p > 0, p, 1)), 0), -1)[..., 1:] / np.log(rows[1:] + 1)
     np.testing.assert_allclose(stats_b["entropy"], ent.mean((0, 2)), rtol=1e-5)
@@ -91,4 +94,4 @@ def test_auto_rule_and_sampled_statistics(monkeypatch):
 @pytest.mark.parametrize("key,value", [("impl", "yes"), ("impl", True), ("block_size", 0), ("block_size", 64.0)])
 def test_bad_options_are_refused_with_key_value_and_allowed(key, value):
     with pytest.raises(ValueError, match=rf"normalizer\.{key}={value!r} is invalid; allowed: "):
-        nz.build("softmax", num_heads=2, head_dim=8, **{key: value})
+        config.normalizer("softmax", num_heads=2, head_dim=8, **{key: value})

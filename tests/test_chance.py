@@ -29,10 +29,10 @@ def exact_threshold(p0: float, n: int, level: float = 0.975) -> float:
     return 1.0
 
 
-def test_threshold_is_the_binomial_percentile_and_flags_the_issues_case():
+def test_threshold_is_the_binomial_percentile_and_flags_a_run_at_chance():
     for p0, n in ((1 / 32, 4000), (0.125, 80), (0.5, 31)):
         assert chance.threshold(p0, n) == exact_threshold(p0, n)
-    # the issue's lr=10 run: accuracy 0.032 against chance 1/32 over 4000 targets cannot be told from chance
+    # an lr=10 run: accuracy 0.032 against chance 1/32 over 4000 targets cannot be told from chance
     base = {"baseline/accuracy": 1 / 32}
     assert chance.flags({"test/accuracy": 0.032}, base, 4000)["test/accuracy"]["within_noise"]
     assert not chance.flags({"test/accuracy": 0.05}, base, 4000)["test/accuracy"]["within_noise"]

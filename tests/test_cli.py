@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli, scalar_curve
 
-from attnlab import heads, registry
+from attnlab import config
+from attnlab.config import registry
 
 NORMALIZERS = registry.choices("normalizer")
 
@@ -54,7 +55,7 @@ def test_every_normalizer_and_every_head_trains(tmp_path, task, normalizers, hea
 def test_every_normalizer_times_every_compatible_head_trains(tmp_path, task):
     """The full grid: every normalizer × every head serving the task's kind (~4 min on 2 cores)."""
     kind = "classification" if task == "mqar" else "regression"
-    sweep(tmp_path, task, NORMALIZERS, heads.compatible(kind))
+    sweep(tmp_path, task, NORMALIZERS, config.heads_for(kind))
 
 
 @pytest.fixture(scope="module")

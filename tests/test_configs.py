@@ -11,8 +11,8 @@ from cli_helpers import TINY_TASK
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from attnlab import composition, registry
 from attnlab.cli import ConfigError, build
+from attnlab.config import composition, registry
 
 GROUPS = ("normalizer", "task", "head", "model", "optim", "trainer", "accelerator")
 
@@ -54,9 +54,22 @@ def test_head_of_the_wrong_kind_is_refused_before_building():
         build(cfg, "mse")
 
 
-def test_only_attnlab_targets_can_be_built():
-    with pytest.raises(ValueError, match="only attnlab"):
-        registry.resolve_target("os.system")
+@pytest.mark.parametrize(
+    "target, said",
+    [
+        ("os.system", "a builtin_function_or_method"),  # refused before it could be called
+        ("subprocess.Popen", "class Popen"),
+        ("attnlab.heads.MSE", "class MSE"),  # an attnlab class, but no normalizer
+        ("attnlab.normalizers.NoSuch", "no such attribute"),
+    ],
+)
+def test_a_target_that_is_no_subclass_of_its_groups_contract_is_refused(target, said):
+    with pytest.raises(ConfigError) as refused:
+        registry.resolve_target(target, "normalizer")
+    assert str(refused.value) == (
+        f"normalizer _target_ '{target}' refused ({said}): "
+        "a normalizer must be a class subclassing attnlab.normalizers.base.Normalizer"
+    )
 
 
 # The last commit whose group YAMLs each spelled out every key (before `defaults:` inheritance).
@@ -66,7 +79,7 @@ WRITTEN_OUT = "357e3ba"
 def written_out(group: str, choice: str) -> dict:
     """The YAML of `group/choice` at WRITTEN_OUT, read from git."""
     repo = Path(__file__).resolve().parents[1]
-    path = f"src/attnlab/configs/{group}/{choice}.yaml"
+    path = f"src/attnlab/configs/{group}/{choice}.yaml"  # where configs/ lived then
     try:
         shown = subprocess.run(["git", "show", f"{WRITTEN_OUT}:{path}"], cwd=repo, capture_output=True, text=True)
     except FileNotFoundError:
@@ -83,7 +96,9 @@ def test_inheritance_keeps_every_key_and_value_of_the_written_out_yaml(group, ch
     assert node == registry.load(group, choice)  # Hydra and the registry compose a group file the same way
     assert not any(k.startswith("_") for k in node if k != "_target_")
     before = written_out(group, choice)
-    assert "defaults" not in node and registry.name_of(group, registry.resolve_target(node["_target_"])) is not None
+    assert (
+        "defaults" not in node and registry.name_of(group, registry.resolve_target(node["_target_"], group)) is not None
+    )
     if group == "accelerator":  # the group's _target_, which it lacked
         node.pop("_target_")
     assert {k: v for k, v in node.items() if k in before} == before  # keys added since (new options) aside
@@ -102,7 +117,7 @@ def test_a_variant_states_only_what_differs_from_its_base():
 def test_a_base_file_is_no_choice(capsys):
     assert not any(name.startswith("_") for group in GROUPS for name in registry.choices(group))
     with pytest.raises(SystemExit) as exited:
-        composition.compose_or_exit(["normalizer=_scored_"], str(registry.CONFIG_DIR))
+        composition.compose_or_exit(["normalizer=_scored_"])
     assert exited.value.code == 2
     assert capsys.readouterr().err.strip() == (
         "attnlab: error: normalizer=_scored_ unknown (a base its choices inherit, no choice itself); "

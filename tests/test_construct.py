@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import inspect
-import shutil
 
 import pytest
 from cli_helpers import TINY_TASK
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
-from attnlab import composition, model, normalizers, optim, registry
+from attnlab import config, model, normalizers, optim
 from attnlab.checks import ConfigError
 from attnlab.cli import build, hparams_of
+from attnlab.config import composition, registry
 from attnlab.train import LoopConfig
 
 
-def compose_tiny(*overrides, config_dir=registry.CONFIG_DIR):
-    with initialize_config_dir(str(config_dir), version_base="1.3"):
+def compose_tiny(*overrides):
+    with initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
         return compose("train", overrides=["model=tiny", *TINY_TASK["mqar"], "trainer.steps=2", *overrides])
 
 
@@ -37,14 +37,17 @@ class GainTransformer(model.Transformer):
 
 def test_a_new_model_option_is_one_constructor_argument_and_one_yaml_key(monkeypatch, tmp_path):
     monkeypatch.setattr(model, "GainTransformer", GainTransformer, raising=False)
-    configs = tmp_path / "configs"
-    shutil.copytree(registry.CONFIG_DIR, configs)
+    configs = tmp_path / "mycfg"  # a user's config directory: the one new YAML, inheriting attnlab's tiny
+    (configs / "model").mkdir(parents=True)
     (configs / "model" / "gain.yaml").write_text(  # tiny's keys, the new class and its one YAML line
         "defaults: [tiny, _self_]\n_target_: attnlab.model.GainTransformer\ngain: 1.0\n"
     )
-    monkeypatch.setattr(registry, "CONFIG_DIR", configs)
-    cfg = compose_tiny("model=gain", "model.layers=2", "model.gain=2.5", config_dir=configs)
-    _, nets, _, _ = build(cfg, "softmax_ce")
+    registry.use([str(configs)])
+    try:
+        cfg = compose_tiny("model=gain", "model.layers=2", "model.gain=2.5", f"hydra.searchpath=[file://{configs}]")
+        _, nets, _, _ = build(cfg, "softmax_ce")
+    finally:
+        registry.use()
     body = nets[0].body
     assert isinstance(body, GainTransformer) and body.gain == 2.5 and len(body.blocks) == 2
     flat = hparams_of(cfg, {})
@@ -79,7 +82,7 @@ def test_every_yaml_key_is_a_constructor_argument_or_read_by_the_cli(group, cls,
     args = set(inspect.signature(cls.__init__).parameters)
     for name in registry.choices(group):
         raw = registry.load(group, name)
-        assert registry.resolve_target(raw["_target_"]) is cls
+        assert registry.resolve_target(raw["_target_"], group) is cls
         assert set(raw) - {"_target_"} - read <= args, name
 
 
@@ -118,14 +121,14 @@ def test_the_task_receives_its_default_head_option():
 
 def test_an_unknown_key_gets_one_refusal_from_the_command_line_the_cli_build_and_the_library(capsys):
     with pytest.raises(ConfigError) as library:
-        normalizers.build("softmax", num_heads=2, head_dim=8, prior="uniform")
+        config.normalizer("softmax", num_heads=2, head_dim=8, prior="uniform")
     cfg = compose_tiny()
     with open_dict(cfg):
         cfg.normalizer.prior = "uniform"
     with pytest.raises(ConfigError) as built:
         build(cfg, "softmax_ce")
     with pytest.raises(SystemExit) as exited:
-        composition.compose_or_exit(["model=tiny", "+normalizer.prior=uniform"], str(registry.CONFIG_DIR))
+        composition.compose_or_exit(["model=tiny", "+normalizer.prior=uniform"])
     assert exited.value.code == 2
     line = capsys.readouterr().err.strip()
     allowed = ", ".join(sorted(set(registry.load("normalizer", "softmax")) - {"_target_"}))
@@ -139,7 +142,7 @@ def test_an_unknown_key_gets_one_refusal_from_the_command_line_the_cli_build_and
 def test_every_group_is_built_by_its_target_and_named_by_the_registry():
     for group in ("normalizer", "task", "head", "model", "optim", "trainer", "accelerator"):
         for name in registry.choices(group):
-            cls = registry.resolve_target(registry.load(group, name)["_target_"])
+            cls = registry.resolve_target(registry.load(group, name)["_target_"], group)
             assert registry.name_of(group, cls) == (name if registry.varies(group) else registry.choices(group)[0])
     assert registry.name_of("normalizer", normalizers.KL) == "kl" and registry.name_of("normalizer", int) is None
     assert isinstance(build(compose_tiny("accelerator=cpu"), "softmax_ce")[1][0].body, model.Transformer)

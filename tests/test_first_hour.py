@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from cli_helpers import CACHE, TINY, TINY_TASK, metrics, run_cli, scalar_curve
 
-from attnlab import exits
+from attnlab import config, exits
 from attnlab.train import LoopConfig
 
 
@@ -167,9 +167,9 @@ def test_attention_statistic_tags_carry_their_definition(tmp_path):
 
 
 def test_short_lm_attention_maps_are_labelled_with_the_shown_characters():
-    from attnlab import tasks, tb_images
+    from attnlab import tb_images
 
-    lm = tasks.make("lm", seq_len=16, n_train=50, n_val=10, n_test=10)
+    lm = config.task("lm", seq_len=16, n_train=50, n_val=10, n_test=10)
     text = "to be\nor not"
     tokens = np.frombuffer(text.encode(), np.uint8).astype(np.int32) + 1  # the lm's inputs are byte + 1
     labels = tb_images.char_labels(lm, tokens)
@@ -178,7 +178,7 @@ def test_short_lm_attention_maps_are_labelled_with_the_shown_characters():
     for ax in fig.axes[:2]:  # both head panels, both axes
         assert [t.get_text() for t in ax.get_xticklabels()] == labels == [t.get_text() for t in ax.get_yticklabels()]
     assert tb_images.char_labels(lm, np.ones(tb_images.MAX_LABELLED + 1, np.int32)) is None  # long: positions
-    assert tb_images.char_labels(tasks.make("digits"), tokens) is None  # a task without text
+    assert tb_images.char_labels(config.task("digits"), tokens) is None  # a task without text
 
 
 @pytest.mark.parametrize("seq_len", [16, 272])

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from omegaconf.errors import OmegaConfBaseException
 
-from attnlab import accelerator, checks, cli, composition, registry
+from attnlab import accelerator, checks, cli
+from attnlab.config import composition, registry
 
 # Base: the CLI tests' tiny run, in-process (no compile cache flag, no accelerator=cpu: drawn like the rest).
 BASE = [o for o in TINY if not o.startswith(("compile_cache=", "accelerator="))]
@@ -127,7 +128,7 @@ FIXED = [  # a structural number 0, a rate above 1, a GPU that is not there
 
 
 @pytest.mark.parametrize("overrides", FIXED, ids=" ".join)
-def test_issue_cases_are_refused_in_one_line_naming_the_key(overrides):
+def test_known_bad_values_are_refused_in_one_line_naming_the_key(overrides):
     kind, message = outcome(["task=mqar", *TINY_TASK["mqar"], *overrides])
     assert kind == "refused", message
     assert "\n" not in message and overrides[0].split("=")[0] in message and "allowed" in message, message

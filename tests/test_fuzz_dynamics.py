@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_fuzz import BASE, outcome
 
-from attnlab import cli, registry
+from attnlab import cli
+from attnlab.config import registry
 
 STEPS = 6
 
@@ -92,7 +93,7 @@ def test_fuzzed_dynamics_end_completed_with_finite_metrics_or_diverged(tmp_path_
 
 
 @pytest.mark.slow  # the same cases run through the CLI in test_divergence.py and test_reliability.py
-def test_the_issues_learning_rates_and_eps0_squared_diverge(tmp_path_factory):
+def test_huge_learning_rates_and_eps0_squared_diverge(tmp_path_factory):
     """The held-out corner cases: a huge rate under softmax, eps=0 squared attention at a huge rate."""
     for extra in (["optim.lr=1e5"], ["normalizer=squared", "normalizer.eps=0", "optim.lr=1e6"]):
         overrides = [*BASE, "task=mqar", *TINY_TASK["mqar"], "optim.warmup_steps=0", *extra]

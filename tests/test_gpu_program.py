@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import gpu_program as gp  # noqa: E402
 import normalizer_refs as R  # noqa: E402
 
-from attnlab import normalizers as nz  # noqa: E402
-from attnlab import registry  # noqa: E402
+from attnlab import config
+from attnlab.config import registry  # noqa: E402
 from attnlab.normalizers import impl, sampled_rows  # noqa: E402
 
 pytestmark = pytest.mark.gpu_program
@@ -36,7 +36,7 @@ HEADS, HEAD_DIM = 8, 64  # model=base
 
 def capability(name: str, **options) -> impl.Capability:
     """What normalizer `name` with these options can run besides its dense form (normalizers/impl.py)."""
-    return nz.build(name, num_heads=HEADS, head_dim=HEAD_DIM, **options).capability()
+    return config.normalizer(name, num_heads=HEADS, head_dim=HEAD_DIM, **options).capability()
 
 
 def fused_variants() -> dict[str, tuple[str, ...]]:

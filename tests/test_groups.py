@@ -11,8 +11,9 @@ from cli_helpers import TINY_TASK
 from flax import nnx
 from test_configs import compose_train
 
-from attnlab import heads, registry
+from attnlab import config
 from attnlab.cli import build
+from attnlab.config import registry
 from attnlab.groups import GROUPS, leaf_groups, tag
 from attnlab.model import Transformer
 from attnlab.normalizers import NormalizerParam
@@ -89,8 +90,8 @@ def _net(normalizer: str, head: str, *, positional="learned", qk_norm=True, shor
             short_conv=short_conv,
             rngs=rngs,
         )
-        num_classes = 5 if heads.kind_of(head) == "classification" else None
-        return Net(body, heads.make(head, d_model=8, num_classes=num_classes, rngs=rngs))
+        num_classes = 5 if config.head_kind(head) == "classification" else None
+        return Net(body, config.head(head, d_model=8, num_classes=num_classes, rngs=rngs))
 
     return nnx.eval_shape(make)
 

@@ -10,14 +10,15 @@ import scipy.stats
 from flax import nnx
 
 from attnlab import calibration as cal
-from attnlab import heads, registry
+from attnlab import config, heads
+from attnlab.config import registry
 
 D, C = 6, 5
 LEADING = [(3, 5), (7,)]
 
 
 def _num_classes(name):
-    return C if heads.kind_of(name) == "classification" else None
+    return C if config.head_kind(name) == "classification" else None
 
 
 def _weights(rng, shape):
@@ -28,13 +29,13 @@ def _weights(rng, shape):
 
 
 def _targets(rng, name, shape):
-    if heads.kind_of(name) == "classification":
+    if config.head_kind(name) == "classification":
         return rng.integers(0, C, shape)
     return rng.uniform(-6.0, 6.0, shape)
 
 
 def _build(name, **options):
-    return heads.make(name, d_model=D, num_classes=_num_classes(name), rngs=nnx.Rngs(0), **options)
+    return config.head(name, d_model=D, num_classes=_num_classes(name), rngs=nnx.Rngs(0), **options)
 
 
 def _np_wmean(loss, w):
@@ -94,7 +95,7 @@ def test_loss_matches_hand_computation_and_ignores_zero_weights(name, options, s
     np.testing.assert_allclose(float(loss), _hand_loss(name, head, out, y, w), rtol=2e-5)
     # targets of weight-0 positions are never read, even garbage ones
     y2 = y.copy()
-    if heads.kind_of(name) == "classification":
+    if config.head_kind(name) == "classification":
         y2[w == 0] = np.where(rng.random((w == 0).sum()) < 0.5, -1, (y2[w == 0] + 1) % C)
     else:
         y2[w == 0] = np.where(rng.random((w == 0).sum()) < 0.5, np.nan, 1e6)
@@ -241,18 +242,18 @@ def test_classification_metrics_match_numpy(name):
 
 
 def test_kind_of_compatible_and_make_errors():
-    assert heads.kind_of("softmax_ce") == heads.kind_of("scores_mse") == "classification"
-    assert heads.kind_of("mse") == heads.kind_of("hlgauss") == "regression"
-    assert heads.compatible("classification") == ["scores_mse", "softmax_ce"]
-    assert heads.compatible("regression") == ["hlgauss", "mse"]
+    assert config.head_kind("softmax_ce") == config.head_kind("scores_mse") == "classification"
+    assert config.head_kind("mse") == config.head_kind("hlgauss") == "regression"
+    assert config.heads_for("classification") == ["scores_mse", "softmax_ce"]
+    assert config.heads_for("regression") == ["hlgauss", "mse"]
     with pytest.raises(ValueError, match="heads for classification: scores_mse, softmax_ce"):
-        heads.check_compatible("mse", "classification", "mqar")
-    heads.check_compatible("hlgauss", "regression")
+        config.check_head_serves("mse", "classification", "mqar")
+    config.check_head_serves("hlgauss", "regression")
     with pytest.raises(ValueError, match="hlgauss.*mse.*scores_mse.*softmax_ce"):
-        heads.make("nope", d_model=D, rngs=nnx.Rngs(0))
+        config.head("nope", d_model=D, rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match="allowed: M, ece_bins, k"):
-        heads.make("scores_mse", d_model=D, num_classes=C, rngs=nnx.Rngs(0), sigma_ratio=1.0)
+        config.head("scores_mse", d_model=D, num_classes=C, rngs=nnx.Rngs(0), sigma_ratio=1.0)
     with pytest.raises(ValueError):
-        heads.make("softmax_ce", d_model=D, rngs=nnx.Rngs(0))  # classification without num_classes
+        config.head("softmax_ce", d_model=D, rngs=nnx.Rngs(0))  # classification without num_classes
     with pytest.raises(ValueError):
-        heads.make("mse", d_model=D, num_classes=C, rngs=nnx.Rngs(0))
+        config.head("mse", d_model=D, num_classes=C, rngs=nnx.Rngs(0))

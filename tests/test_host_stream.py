@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from cli_helpers import TINY, TINY_TASK, run_cli, scalar_curve
 
-from attnlab import tasks
+from attnlab import config
 from attnlab.checks import ConfigError
 from attnlab.steps import sample_batch, step_key
 from attnlab.tasks.lm.host_stream import INT32_MAX, HostStream, TextWindows, host_starts, wide_bits, window_starts
@@ -50,8 +50,8 @@ def _stream(lm, start: int, stop: int, batch: int) -> np.ndarray:
 
 
 def test_host_stream_draws_the_device_windows_and_replays_them_on_resume(cache):
-    device = tasks.make("lm", **SMALL)
-    host = tasks.make("lm", **SMALL, device_text_bytes=1000)
+    device = config.task("lm", **SMALL)
+    host = config.task("lm", **SMALL, device_text_bytes=1000)
     assert (device.train_data, host.train_data) == ("device", "host-stream")
     # (a) steps 0..11 of two seeds: the same bytes as the device path's windows
     want = _device_windows(device, range(12), batch=8)
@@ -71,7 +71,7 @@ def test_host_stream_draws_the_device_windows_and_replays_them_on_resume(cache):
     assert sum(v.nbytes for v in held) < 1000 < len(text)
     # the cache file is named by content: a second task maps it again instead of writing another
     written = Path(text.filename).stat().st_mtime_ns
-    again = tasks.make("lm", **{**SMALL, "n_train": 10}, device_text_bytes=1000).text["train"]
+    again = config.task("lm", **{**SMALL, "n_train": 10}, device_text_bytes=1000).text["train"]
     assert list((cache / "text").iterdir()) == [Path(text.filename)] == [Path(again.filename)]
     assert Path(text.filename).stat().st_mtime_ns == written
 
@@ -101,7 +101,7 @@ def test_device_path_refuses_a_text_past_int32_and_the_budget_says_so():
     with pytest.raises(ConfigError, match="device_text_bytes"):
         jax.eval_shape(lambda d: sample_batch(d, jax.random.key(0), 4), data)
     with pytest.raises(ConfigError) as e:
-        tasks.make("lm", **SMALL, device_text_bytes=2**31)
+        config.task("lm", **SMALL, device_text_bytes=2**31)
     assert "device_text_bytes=2147483648" in str(e.value) and str(INT32_MAX) in str(e.value)
     assert "host" in str(e.value) and "\n" not in str(e.value)
 
@@ -126,7 +126,7 @@ def test_host_stream_steps_train_as_the_device_steps():
         "model=tiny", "task=lm", *TINY_TASK["lm"], "accelerator=cpu", f"trainer.vmap_seeds={S}", "trainer.batch_size=8"
     )
     task, nets, tx, loop = cli.build(cfg, "softmax_ce")
-    host_task = tasks.make("lm", **{**task.options, "device_text_bytes": 1000})
+    host_task = config.task("lm", **{**task.options, "device_text_bytes": 1000})
     graphdef, params, _ = nnx.split(nets[0], nnx.Param, ...)
     groups, layers = leaf_groups(params)
     placement = Placement.of(data_mesh(), S)
@@ -207,8 +207,8 @@ def test_diverged_json_of_a_host_stream_run_holds_the_device_batch():
     """records.diagnose re-gathers the first non-finite step's windows for that seed: the device path's batch."""
     from attnlab.train.final import diagnose
 
-    device = tasks.make("lm", **SMALL)
-    host = tasks.make("lm", **SMALL, device_text_bytes=1000)
+    device = config.task("lm", **SMALL)
+    host = config.task("lm", **SMALL, device_text_bytes=1000)
     stream = host.batches(8, KEYS_S2)
     for i, kd in enumerate(KEYS_S2):
         state = {"key": kd, "first_nonfinite": np.int32(6), "step": np.int32(9)}

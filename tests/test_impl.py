@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.normalizers import Mask, impl
 
@@ -90,22 +91,22 @@ def test_impl_a_normalizer_cannot_run_is_refused_when_built(name, opts, value, a
             r"\(an option of normalizer=kl and .*\); allowed"
         )
         with pytest.raises(ValueError, match=refusal):
-            nz.build(name, num_heads=2, head_dim=8, impl=value, **opts)
+            config.normalizer(name, num_heads=2, head_dim=8, impl=value, **opts)
         return
     with pytest.raises(ValueError, match=rf"normalizer\.impl='{value}' is invalid; allowed: {allowed}$"):
-        nz.build(name, num_heads=2, head_dim=8, impl=value, **opts)
+        config.normalizer(name, num_heads=2, head_dim=8, impl=value, **opts)
 
 
 def test_cudnn_on_cpu_is_a_one_line_error_naming_the_platform():
     q = jnp.ones((1, 2, 8, 8), jnp.bfloat16)
-    norm = nz.build("softmax", num_heads=2, head_dim=8, impl="cudnn")
+    norm = config.normalizer("softmax", num_heads=2, head_dim=8, impl="cudnn")
     with pytest.raises(ValueError, match=r"normalizer\.impl=cudnn cannot run for softmax: platform cpu"):
         norm(q, q, q, Mask(causal=True))
 
 
 def out_and_grads(name, impl_, q, k, v, mask, opts):
     """Output and the gradients wrt q, k, v and the normalizer's parameters (β) of sum(out · cos)."""
-    norm = nz.build(name, num_heads=q.shape[1], head_dim=q.shape[3], impl=impl_, **opts)
+    norm = config.normalizer(name, num_heads=q.shape[1], head_dim=q.shape[3], impl=impl_, **opts)
     norm.beta.theta[...] = jnp.log(jnp.array([0.3, 0.5, 0.9]))  # distinct β per head, not the default
     graphdef, params, rest = nnx.split(norm, nz.NormalizerParam, ...)
     ct = jnp.cos(jnp.arange(q.size, dtype=jnp.float32).reshape(q.shape))
@@ -141,7 +142,7 @@ def test_xla_path_equals_the_dense_form_forward_and_gradients(name, opts, scenar
     q = jnp.asarray(rng.normal(size=(3, 3, T, 8)), jnp.float32)
     k, v = (jnp.asarray(rng.normal(size=(3, 3, S, 8)), jnp.float32) for _ in range(2))
     mask = lengths_mask(lengths, S, causal=causal, window=window)
-    assert nz.build(name, num_heads=3, head_dim=8, impl="xla", **opts).backend(T, S, mask, F32) == "xla"
+    assert config.normalizer(name, num_heads=3, head_dim=8, impl="xla", **opts).backend(T, S, mask, F32) == "xla"
     out_x, g_x = out_and_grads(name, "xla", q, k, v, mask, opts)
     out_d, g_d = out_and_grads(name, "dense", q, k, v, mask, opts)
     np.testing.assert_allclose(out_x, out_d, atol=2e-6, rtol=1e-5)
@@ -173,11 +174,11 @@ EVERY_IMPL = dict.fromkeys(impl.SCORE_IMPLS + impl.LINEAR_IMPLS)
 @pytest.mark.parametrize("requested", list(EVERY_IMPL))
 @pytest.mark.parametrize("name", sorted(EVERY))
 def test_every_normalizer_impl_and_platform_chooses_its_backend_or_refuses_in_one_line(name, requested, platform):
-    from attnlab import registry
+    from attnlab.config import registry
 
     assert set(EVERY) == set(registry.choices("normalizer"))
     accepts, *auto = EVERY[name]
-    norm = nz.build(name, num_heads=2, head_dim=64)
+    norm = config.normalizer(name, num_heads=2, head_dim=64)
     assert impl.allowed(norm.capability()) == tuple(accepts.split())
     for over, T in ((False, 8), (True, LONG)):
         args = dict(normalizer=name, platform=platform, dtype=BF16, head_dim=64, mask=RIGHT, T=T, S=T)
@@ -233,7 +234,7 @@ def tiny_transformer(makers, **kw):
 def test_the_model_chooses_each_layers_backend_at_build_by_the_memory_budget():
     """B=32, N=2, 3 layers at T=1024: 32·2·1024²·8·3 = 1.5 GiB of dense scores > the CPU's 1 GiB: blockwise; under
     remat=true one layer's, 0.5 GiB: dense. At T=8 dense; the fused layers take the impl they were given."""
-    makers = [lambda **kw: nz.build("softmax", impl="xla", **kw), lambda **kw: nz.build("relu", **kw)]
+    makers = [lambda **kw: config.normalizer("softmax", impl="xla", **kw), lambda **kw: config.normalizer("relu", **kw)]
     net = tiny_transformer(makers, batch_size=32, test_lengths=[LONG])
     assert impl.dense_score_bytes(impl.Workload(32, 2, 3), LONG, LONG) == 3 * 2**29 > impl.memory_budget("cpu")
     assert net.attention_impl(8) == ["xla", "dense", "xla"]
@@ -244,7 +245,7 @@ def test_the_model_chooses_each_layers_backend_at_build_by_the_memory_budget():
 
 
 def test_a_refused_impl_is_refused_when_the_model_is_built():
-    makers = [lambda **kw: nz.build("softmax", impl="cudnn", **kw)]
+    makers = [lambda **kw: config.normalizer("softmax", impl="cudnn", **kw)]
     with pytest.raises(ValueError, match=r"^normalizer\.impl=cudnn cannot run for softmax: platform cpu"):
         tiny_transformer(makers, batch_size=2)
 
@@ -371,7 +372,7 @@ def test_statistics_at_length_keep_the_fused_output_and_the_sampled_row_statisti
     rng = np.random.default_rng(4)
     q, k, v = (jnp.asarray(rng.normal(size=(1, 3, LONG, 8)), jnp.float32) for _ in range(3))
     mask = Mask(causal=True)
-    fused, block = (nz.build("softmax", num_heads=3, head_dim=8, impl=i) for i in ("xla", "blockwise"))
+    fused, block = (config.normalizer("softmax", num_heads=3, head_dim=8, impl=i) for i in ("xla", "blockwise"))
     assert fused.backend(LONG, LONG, mask, F32) == "xla"
     out, stats = jax.jit(lambda q, k, v: fused(q, k, v, mask, with_stats=True))(q, k, v)
     plain, _ = jax.jit(lambda q, k, v: fused(q, k, v, mask))(q, k, v)

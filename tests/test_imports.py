@@ -20,8 +20,13 @@ JAX_OUT_OF_THE_CLI = (
 TENSORBOARD = "tensorboard's protobufs (import attnlab.tb_hparams: 0.22 s CPU) load once a run declares its HParams"
 REPORT_OUT_OF_TRAINING = "the console script attnlab-report is cli.report_main; attnlab-train never loads the report"
 HYDRA_OUT_OF_THE_LIBRARY = (
-    "Hydra (0.14 s CPU) loads where a command line or a sweep's overrides are parsed, not when the library is "
-    "used (normalizers.build, heads.make, tasks.make, train.fit) nor for attnlab-report --help"
+    "Hydra (0.14 s CPU) loads where configs are composed (attnlab.config) or a sweep's overrides parsed, not when "
+    "the components are used without it (normalizers, heads, tasks, train.fit) nor for attnlab-report --help"
+)
+CHECKER = "attnlab-check loads the contract checks (attnlab.testing, jax) once its command line is accepted"
+COMPONENTS = (
+    "attnlab.config's by-name builders load jax with the components they build (PEP 562): the command line's "
+    "refusals use attnlab.config without it"
 )
 SCIPY = (
     "scipy.stats (0.76 s CPU) loads when a statistic needs it: attnlab-report --help answers without it, and "
@@ -37,10 +42,8 @@ ALLOWED = {
     ("attnlab.cli", "jax"): JAX_OUT_OF_THE_CLI,
     ("attnlab.cli", "flax"): JAX_OUT_OF_THE_CLI,
     ("attnlab.cli", "attnlab.accelerator"): JAX_OUT_OF_THE_CLI,
-    ("attnlab.cli", "attnlab.heads"): JAX_OUT_OF_THE_CLI,
     ("attnlab.cli", "attnlab.normalizers"): JAX_OUT_OF_THE_CLI,
     ("attnlab.cli", "attnlab.steps"): JAX_OUT_OF_THE_CLI,
-    ("attnlab.cli", "attnlab.tasks"): JAX_OUT_OF_THE_CLI,
     ("attnlab.cli", "attnlab.tasks.lengths"): JAX_OUT_OF_THE_CLI,
     ("attnlab.cli", "attnlab.train"): JAX_OUT_OF_THE_CLI,
     ("attnlab.run.files", "attnlab.steps"): JAX_OUT_OF_THE_CLI,  # run.files is imported by attnlab.cli
@@ -48,7 +51,11 @@ ALLOWED = {
     ("attnlab.cli", "attnlab.tb_hparams"): TENSORBOARD,
     ("attnlab.run.files", "attnlab.tb_hparams"): TENSORBOARD,
     ("attnlab.cli", "attnlab.report.cli"): REPORT_OUT_OF_TRAINING,
-    ("attnlab.mistakes", "hydra"): HYDRA_OUT_OF_THE_LIBRARY,
+    ("attnlab.cli", "attnlab.config.components"): JAX_OUT_OF_THE_CLI,
+    ("attnlab.cli", "attnlab.config.check"): CHECKER,
+    ("attnlab.config.check", "attnlab.normalizers.contract"): CHECKER,
+    ("attnlab.config.check", "attnlab.testing"): CHECKER,
+    ("attnlab.config", "attnlab.config.components"): COMPONENTS,
     ("attnlab.sweep.definition", "hydra"): HYDRA_OUT_OF_THE_LIBRARY,
     ("attnlab.report.expected", "hydra"): HYDRA_OUT_OF_THE_LIBRARY,
     ("attnlab.chance", "scipy"): SCIPY,
@@ -86,7 +93,7 @@ def test_the_graph_reads_imports_as_python_resolves_them(graph):
     """A positive control: relative, package and `from pkg import submodule` imports become edges."""
     edges, _ = graph
     assert "attnlab.normalizers.mask" in edges["attnlab.normalizers.base"]  # from .mask import Mask
-    assert "attnlab.construct" in edges["attnlab.normalizers"]  # from attnlab import construct
+    assert "attnlab.config.construct" in edges["attnlab.cli"]  # from attnlab.config import construct
     assert "attnlab.report.stats" in edges["attnlab.report.cells"]  # from attnlab.report import stats
     assert mg.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 

@@ -28,7 +28,7 @@ def spike_row(n, pad=0):
 
 
 def max_weight(name, n, pad=0, **opts):
-    norm = R.nz.build(name, num_heads=1, head_dim=4, beta=1.0, **opts)
+    norm = R.config.normalizer(name, num_heads=1, head_dim=4, beta=1.0, **opts)
     z, m = spike_row(n, pad)
     adapts = getattr(norm, "adaptive", "off") != "off"
     w = np.asarray((norm.tempered if adapts else norm.normalize)(z, m)[0])  # with adaptive temperature: at evaluation
@@ -118,7 +118,7 @@ def test_stickbreaking_closed_form_on_equal_scores():
     T, x = 9, 0.7
     q = jnp.ones((1, 1, T, 4)) * (x / 2)  # β·q·k = 0.5 · 4 · x/2 = x
     k = jnp.ones((1, 1, T, 4))
-    norm = R.nz.build("stickbreaking", num_heads=1, head_dim=4, beta=0.5)
+    norm = R.config.normalizer("stickbreaking", num_heads=1, head_dim=4, beta=0.5)
     w = np.asarray(norm.weights(q, k, R.nz.Mask(causal=True)))[0, 0]
     sig = 1 / (1 + math.exp(-x))
     expected = np.array([[sig * (1 - sig) ** (i - 1 - j) if j < i else 0.0 for j in range(T)] for i in range(T)])
@@ -126,7 +126,7 @@ def test_stickbreaking_closed_form_on_equal_scores():
     _, stats = norm(q, k, k, R.nz.Mask(causal=True), with_stats=True)
     leftover = np.mean([(1 - sig) ** i for i in range(T)])  # row 0 has no key: the whole stick is left
     np.testing.assert_allclose(float(stats["leftover"][0]), leftover, rtol=1e-5)
-    with_current = R.nz.build("stickbreaking", num_heads=1, head_dim=4, beta=0.5, attend_current=True)
+    with_current = R.config.normalizer("stickbreaking", num_heads=1, head_dim=4, beta=0.5, attend_current=True)
     w_cur = np.asarray(with_current.weights(q, k, R.nz.Mask(causal=True)))[0, 0]
     np.testing.assert_allclose(np.diag(w_cur), sig, rtol=1e-5)  # its own position breaks first
 
@@ -261,7 +261,7 @@ def test_softmax_disperses_within_the_papers_bound():
     for n in (16, 256, 4096):
         z = rng.uniform(-2, 2, size=(1, 1, 1, n)).astype(np.float32)
         z[..., 0], z[..., 1:] = 2.0, np.clip(z[..., 1:], -2, 2)
-        norm = R.nz.build("softmax", num_heads=1, head_dim=4, beta=1.0)
+        norm = R.config.normalizer("softmax", num_heads=1, head_dim=4, beta=1.0)
         w = np.asarray(norm.normalize(jnp.asarray(z), jnp.ones((1, 1, 1, n), bool))[0])
         bound = math.exp(4) / (math.exp(4) + n - 1)
         assert w.max() <= bound * (1 + 1e-5)
@@ -370,4 +370,4 @@ def test_bad_options_are_refused_naming_the_option_and_what_is_allowed(name, opt
     from attnlab.checks import ConfigError
 
     with pytest.raises(ConfigError, match=rf"^{re.escape(said)} is invalid; allowed: "):
-        R.nz.build(name, num_heads=2, head_dim=4, **opts)
+        R.config.normalizer(name, num_heads=2, head_dim=4, **opts)

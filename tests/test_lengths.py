@@ -16,7 +16,7 @@ from scipy import stats as sps
 from test_configs import compose_train
 from test_max_retrieval import decode
 
-from attnlab import tasks
+from attnlab import config
 from attnlab.checks import ConfigError
 from attnlab.cli import build
 from attnlab.tasks.base import Split
@@ -42,11 +42,11 @@ def mqar_labels(inputs, k):
 
 def test_mqar_at_a_longer_length_is_its_own_generator_there_with_the_same_pairs():
     opts = dict(seq_len=16, vocab_size=32, num_kv_pairs=3, seed=5, **SMALL)
-    task = tasks.make("mqar", **opts, test_lengths=[48, 16])
+    task = config.task("mqar", **opts, test_lengths=[48, 16])
     assert sorted(task.at_lengths) == [16, 48]
     same_split(task.at_lengths[16].splits["test"], task.splits["test"])  # the training length: the test split
     longer = task.at_lengths[48].splits["test"]
-    same_split(longer, tasks.make("mqar", **{**opts, "seq_len": 48}).splits["test"])
+    same_split(longer, config.task("mqar", **{**opts, "seq_len": 48}).splits["test"])
     assert longer.inputs.shape == (30, 48)
     pos, vals = mqar_labels(longer.inputs, 3)
     for i in range(len(longer)):
@@ -69,7 +69,7 @@ def context_pairs(row, vocab_size):
 )
 def test_mqar_test_pairs_sets_the_pairs_of_each_test_length(test_pairs, test_lengths, want):
     opts = dict(seq_len=16, vocab_size=64, num_kv_pairs=3, seed=4, **SMALL)
-    task = tasks.make("mqar", **opts, test_lengths=test_lengths, test_pairs=test_pairs)
+    task = config.task("mqar", **opts, test_lengths=test_lengths, test_pairs=test_pairs)
     assert sorted(task.at_lengths) == sorted(want)
     for length, pairs in want.items():
         split = task.at_lengths[length].splits["test"]
@@ -94,12 +94,12 @@ def test_mqar_test_pairs_sets_the_pairs_of_each_test_length(test_pairs, test_len
 )
 def test_mqar_impossible_test_pairs_are_refused_in_one_line(options, message):
     with pytest.raises(ConfigError) as err:
-        tasks.make("mqar", seq_len=16, vocab_size=16, num_kv_pairs=3, **SMALL, **options)
+        config.task("mqar", seq_len=16, vocab_size=16, num_kv_pairs=3, **SMALL, **options)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
 def test_max_retrieval_sets_grow_to_the_test_length():
-    task = tasks.make("max_retrieval", n_items=6, min_items=3, num_classes=5, seed=2, **SMALL, test_lengths=[24])
+    task = config.task("max_retrieval", n_items=6, min_items=3, num_classes=5, seed=2, **SMALL, test_lengths=[24])
     split = task.at_lengths[24].splits["test"]
     assert split.inputs.shape == (30, 25, 7)
     q, winner = decode(split, 5)
@@ -110,7 +110,7 @@ def test_max_retrieval_sets_grow_to_the_test_length():
 
 
 def test_icl_regression_has_more_points_of_one_linear_function_per_prompt():
-    task = tasks.make("icl_regression", dim=3, n_points=5, seed=1, **SMALL, test_lengths=[12])
+    task = config.task("icl_regression", dim=3, n_points=5, seed=1, **SMALL, test_lengths=[12])
     split = task.at_lengths[12].splits["test"]
     assert split.inputs.shape == (30, 24, 4)
     xs, ys = split.inputs[:, 0::2, :3].astype(np.float64), split.inputs[:, 1::2, 3].astype(np.float64)
@@ -121,7 +121,7 @@ def test_icl_regression_has_more_points_of_one_linear_function_per_prompt():
 
 
 def test_lm_windows_are_longer_windows_of_the_test_text():
-    task = tasks.make("lm", seq_len=16, n_train=20, n_val=8, n_test=8, test_lengths=[40])
+    task = config.task("lm", seq_len=16, n_train=20, n_val=8, n_test=8, test_lengths=[40])
     at = task.at_lengths[40]
     split, text = at.splits["test"], bytes(task.text["test"])
     assert split.inputs.shape == (8, 40)
@@ -133,7 +133,7 @@ def test_lm_windows_are_longer_windows_of_the_test_text():
 @pytest.mark.parametrize("name", ["listops", "digits"])
 def test_tasks_without_a_length_refuse_test_lengths(name):
     with pytest.raises(ConfigError) as err:
-        tasks.make(name, test_lengths=[32])
+        config.task(name, test_lengths=[32])
     assert "task.test_lengths=[32] is not available" in str(err.value) and "\n" not in str(err.value)
     assert "allowed with mqar and lm (seq_len)" in str(err.value)
 
@@ -141,7 +141,7 @@ def test_tasks_without_a_length_refuse_test_lengths(name):
 @pytest.mark.parametrize("value", [[0], [16, 16], "64", [8.5]])
 def test_bad_test_lengths_are_refused(value):
     with pytest.raises(ConfigError, match="allowed: null or a list of distinct integers >= 1"):
-        tasks.make("mqar", test_lengths=value)
+        config.task("mqar", test_lengths=value)
 
 
 def test_lengths_beyond_the_position_table_are_refused_naming_the_fix():
@@ -165,7 +165,7 @@ def test_attention_statistics_per_length_are_example_weighted_and_skip_padding()
     from attnlab.train.evaluation import make_evaluate
     from attnlab.train.trees import pad_split
 
-    task = tasks.make("mqar", seq_len=16, vocab_size=16, num_kv_pairs=2, n_train=10, n_val=4, n_test=12)
+    task = config.task("mqar", seq_len=16, vocab_size=16, num_kv_pairs=2, n_train=10, n_val=4, n_test=12)
     cfg = compose_train(
         "model=tiny",
         "model.layers=2",

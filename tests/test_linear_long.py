@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.normalizers import sampled_rows
 from attnlab.normalizers.base import core_stats
@@ -18,7 +19,7 @@ B, N, H = 2, 3, 8
 
 
 def _linear(**opts):
-    return nz.build("linear", num_heads=N, head_dim=H, rngs=nnx.Rngs(0), **{"num_features": 16, **opts})
+    return config.normalizer("linear", num_heads=N, head_dim=H, rngs=nnx.Rngs(0), **{"num_features": 16, **opts})
 
 
 def _qkv(seed, T):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from cli_helpers import TINY, TINY_TASK, metrics, run_cli
 
-from attnlab import tasks
+from attnlab import config
 from attnlab.tasks.lm import corpus
 
 SMALL = {"seq_len": 32, "n_train": 300, "n_val": 60, "n_test": 60}
@@ -18,7 +18,7 @@ SMALL = {"seq_len": 32, "n_train": 300, "n_val": 60, "n_test": 60}
 
 @pytest.fixture(scope="module")
 def lm():
-    return tasks.make("lm", **SMALL)
+    return config.task("lm", **SMALL)
 
 
 def test_split_is_by_document_with_no_overlap(lm):
@@ -74,16 +74,16 @@ def write_docs(root, n=4):
 
 def test_user_directory_glob_and_single_file(tmp_path):
     root = write_docs(tmp_path / "texts")
-    by_dir = tasks.make("lm", path=str(root), **SMALL)
-    by_glob = tasks.make("lm", path=str(root / "*.txt"), **SMALL)
+    by_dir = config.task("lm", path=str(root), **SMALL)
+    by_glob = config.task("lm", path=str(root / "*.txt"), **SMALL)
     assert by_dir.corpus["documents"] == by_glob.corpus["documents"] == 4
     assert by_dir.corpus["sha256"] == by_glob.corpus["sha256"]
     one = tmp_path / "one.txt"
     one.write_text("\n\n".join(f"paragraph {i} " * 10 for i in range(6)))
-    single = tasks.make("lm", path=str(one), **{**SMALL, "seq_len": 16})
+    single = config.task("lm", path=str(one), **{**SMALL, "seq_len": 16})
     assert single.corpus["documents"] == 6  # one file: its paragraphs are the documents
     with pytest.raises(ValueError, match=r"task.path='.*nothing\*' matches no file"):
-        tasks.make("lm", path=str(tmp_path / "nothing*"), **SMALL)
+        config.task("lm", path=str(tmp_path / "nothing*"), **SMALL)
 
 
 def test_datasets_text_loader_works_offline(tmp_path, monkeypatch):
@@ -93,11 +93,11 @@ def test_datasets_text_loader_works_offline(tmp_path, monkeypatch):
     lines = [f"line {i}: " + "the quick brown fox jumps over the lazy dog " * 2 for i in range(12)]
     f = tmp_path / "notes.txt"
     f.write_text("\n".join(lines) + "\n\n")
-    task = tasks.make("lm", hf_dataset="text", hf_data_files=str(f), **{**SMALL, "seq_len": 16})
+    task = config.task("lm", hf_dataset="text", hf_data_files=str(f), **{**SMALL, "seq_len": 16})
     assert task.corpus["documents"] == 12 and task.corpus["source"] == "hf:text"
     assert task.corpus["bytes"] == sum(len(x.encode()) for x in lines)
     with pytest.raises(ValueError, match="task.hf_column='body' is not a column"):
-        tasks.make("lm", hf_dataset="text", hf_data_files=str(f), hf_column="body", **SMALL)
+        config.task("lm", hf_dataset="text", hf_data_files=str(f), hf_column="body", **SMALL)
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_datasets_text_loader_works_offline(tmp_path, monkeypatch):
 )
 def test_bad_options_fail_in_one_line(options, needle):
     with pytest.raises(ValueError) as e:
-        tasks.make("lm", **{**SMALL, **options})
+        config.task("lm", **{**SMALL, **options})
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
@@ -179,9 +179,9 @@ def test_device_training_data_is_the_text_whatever_n_train():
     from attnlab.train.state import Placement
 
     placement = Placement.of(data_mesh(), 1)
-    few, many = (train_data(tasks.make("lm", **{**SMALL, "n_train": n}), placement) for n in (10, 1000))
+    few, many = (train_data(config.task("lm", **{**SMALL, "n_train": n}), placement) for n in (10, 1000))
     assert jax.tree.map(lambda a: (a.shape, a.dtype), few) == jax.tree.map(lambda a: (a.shape, a.dtype), many)
-    lm = tasks.make("lm", **SMALL)
+    lm = config.task("lm", **SMALL)
     assert few.text.dtype == np.uint8 and few.text.nbytes == len(lm.text["train"])
     assert sum(a.nbytes for a in jax.tree.leaves(few)) == len(lm.text["train"]) + 4 * (SMALL["seq_len"] + 1)
 
@@ -189,12 +189,12 @@ def test_device_training_data_is_the_text_whatever_n_train():
 @pytest.mark.parametrize("seq_len", [64, 100, 1024])
 def test_auto_eval_windows_hold_the_same_bytes_at_any_seq_len(seq_len):
     """n_val/n_test=auto: ceil(32000 / seq_len) windows (500 at the default 64), so evaluation cost is fixed."""
-    lm = tasks.make("lm", seq_len=seq_len, n_train=10)
+    lm = config.task("lm", seq_len=seq_len, n_train=10)
     expected = math.ceil(32000 / seq_len)
     for s in ("val", "test"):
         assert lm.splits[s].inputs.shape == (expected, seq_len) and lm.splits[s].weights.sum() >= 32000
     assert lm.splits["train"].inputs.shape[0] == 10
-    assert tasks.make("lm", seq_len=1024, n_train=10, n_val=7).splits["val"].inputs.shape[0] == 7
+    assert config.task("lm", seq_len=1024, n_train=10, n_val=7).splits["val"].inputs.shape[0] == 7
 
 
 def test_default_corpus_is_the_pinned_pydoc_topics_under_every_python():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlab import tasks
+from attnlab import config
 
 SMALL = {"seq_len": 16, "n_train": 100, "n_val": 20, "n_test": 20}
 
@@ -17,7 +17,7 @@ def test_fewer_than_3_documents_split_by_contiguous_byte_ranges(tmp_path, paragr
     text = "\n\n".join(" ".join(rng.choice(words, 400)) for _ in range(paragraphs)).encode()
     f = tmp_path / "input.txt"
     f.write_bytes(text)
-    lm = tasks.make("lm", path=str(f), val_fraction=0.1, test_fraction=0.2, **SMALL)
+    lm = config.task("lm", path=str(f), val_fraction=0.1, test_fraction=0.2, **SMALL)
     assert lm.corpus["split"] == "contiguous byte ranges (train | val | test)"
     got = {s: lm.text[s].tobytes() for s in ("train", "val", "test")}
     assert got["train"] + got["val"] + got["test"] == text  # in order, nothing dropped or repeated
@@ -32,4 +32,4 @@ def test_fewer_than_3_documents_split_by_contiguous_byte_ranges(tmp_path, paragr
 def test_three_or_more_documents_still_split_by_document(tmp_path):
     f = tmp_path / "paras.txt"
     f.write_text("\n\n".join(f"paragraph {i} " * 10 for i in range(6)))
-    assert tasks.make("lm", path=str(f), **SMALL).corpus["split"] == "by document"
+    assert config.task("lm", path=str(f), **SMALL).corpus["split"] == "by document"

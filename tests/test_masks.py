@@ -9,8 +9,9 @@ import normalizer_refs as R
 import numpy as np
 import pytest
 
+from attnlab import config
 from attnlab import normalizers as nz
-from attnlab import registry
+from attnlab.config import registry
 
 pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
 
@@ -35,7 +36,7 @@ def per_head_BNTS(m):
 def test_softmax_with_any_accepted_mask_equals_dot_product_attention(shape):
     q, k, v = R.qkv(11, T, S)
     m = random_mask(shape)
-    out, _ = nz.attend("softmax", q, k, v, mask=m, learnable=False, with_stats=False)
+    out, _ = config.attend("softmax", q, k, v, mask=m, learnable=False, with_stats=False)
     m4 = m if m.ndim == 4 else m[:, None]
     want = jax.nn.dot_product_attention(q, k, v, mask=jnp.asarray(m4), implementation="xla")  # scale 1/√H
     np.testing.assert_allclose(np.asarray(out), np.asarray(want), atol=2e-5, rtol=1e-4)
@@ -48,8 +49,8 @@ def test_per_head_mask_matches_the_float64_reference_head_by_head(name, shape):
     """Head n under a (B,N,T,S) mask equals the numpy reference under that head's (B,T,S) slice."""
     q, k, v = R.qkv(5, T, S)
     m_BNTS = per_head_BNTS(random_mask(shape))
-    w = np.asarray(nz.attention_weights(name, q, k, mask=random_mask(shape)))
-    out, _ = nz.attend(name, q, k, v, mask=random_mask(shape), with_stats=True)
+    w = np.asarray(config.attention_weights(name, q, k, mask=random_mask(shape)))
+    out, _ = config.attend(name, q, k, v, mask=random_mask(shape), with_stats=True)
     norm = R.build(name, {})
     for n in range(N):
         w_ref = R.reference(norm, q, k, m_BNTS[:, n])[0][:, n]
@@ -63,7 +64,9 @@ def test_mask_object_still_accepted_and_combined_with_causal():
     q, k, v = R.qkv(2, T, T)
     valid = np.ones((B, T), bool)
     valid[1, 3:] = False
-    w = np.asarray(nz.attention_weights("softmax", q, k, mask=nz.Mask(key_valid_BS=jnp.asarray(valid)), causal=True))
+    w = np.asarray(
+        config.attention_weights("softmax", q, k, mask=nz.Mask(key_valid_BS=jnp.asarray(valid)), causal=True)
+    )
     m_BTS = R.admissible(B, T, T, valid, None, causal=True)
     w_ref = R.reference(R.build("softmax", {}), q, k, m_BTS)[0]
     np.testing.assert_allclose(w, w_ref, atol=2e-5, rtol=1e-4)
@@ -72,7 +75,10 @@ def test_mask_object_still_accepted_and_combined_with_causal():
 @pytest.mark.parametrize("shape", [(B, N + 1, T, S), (T, S), (B, T, S + 1), (B, 1, 1, T, S), (3, T, S)], ids=str)
 def test_other_mask_shapes_are_refused_naming_the_accepted_ones(shape):
     q, k, v = R.qkv(1, T, S)
-    for call in (lambda m: nz.attend("softmax", q, k, v, mask=m), lambda m: nz.attention_weights("kl", q, k, mask=m)):
+    for call in (
+        lambda m: config.attend("softmax", q, k, v, mask=m),
+        lambda m: config.attention_weights("kl", q, k, mask=m),
+    ):
         with pytest.raises(ValueError) as info:
             call(np.ones(shape, bool))
         msg = str(info.value)

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 from test_configs import compose_train
 
-from attnlab import chance, tasks
+from attnlab import chance, config
 from attnlab.checks import ConfigError
 from attnlab.cli import build
 
@@ -30,7 +30,7 @@ def decode(split, num_classes):
 
 @pytest.mark.parametrize("n_items,min_items", [(6, None), (9, 2)])
 def test_labels_are_the_class_of_the_highest_priority_item(n_items, min_items):
-    task = tasks.make(
+    task = config.task(
         "max_retrieval", n_items=n_items, min_items=min_items, num_classes=5, n_train=400, n_val=50, n_test=50, seed=3
     )
     assert task.seq_len == n_items + 1 and task.input_dim == 7 and task.num_classes == 5
@@ -53,9 +53,9 @@ def test_labels_are_the_class_of_the_highest_priority_item(n_items, min_items):
 
 
 def test_the_split_does_not_change_with_n_train_and_seeds_differ():
-    a = tasks.make("max_retrieval", n_items=5, n_train=100, n_val=20, n_test=20)
-    b = tasks.make("max_retrieval", n_items=5, n_train=300, n_val=20, n_test=20)
-    c = tasks.make("max_retrieval", n_items=5, n_train=100, n_val=20, n_test=20, seed=1)
+    a = config.task("max_retrieval", n_items=5, n_train=100, n_val=20, n_test=20)
+    b = config.task("max_retrieval", n_items=5, n_train=300, n_val=20, n_test=20)
+    c = config.task("max_retrieval", n_items=5, n_train=100, n_val=20, n_test=20, seed=1)
     np.testing.assert_array_equal(a.splits["test"].inputs, b.splits["test"].inputs)
     assert not np.array_equal(a.splits["test"].inputs, c.splits["test"].inputs)
 
@@ -71,7 +71,7 @@ def test_the_split_does_not_change_with_n_train_and_seeds_differ():
 )
 def test_bad_options_are_refused_naming_the_option(options, key):
     with pytest.raises(ConfigError, match=rf"{key}.*allowed"):
-        tasks.make("max_retrieval", n_train=10, n_val=5, n_test=5, **options)
+        config.task("max_retrieval", n_train=10, n_val=5, n_test=5, **options)
 
 
 def test_one_head_between_mlps_learns_it_above_chance():

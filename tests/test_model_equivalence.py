@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attnlab import normalizers as nz
+from attnlab import config
 from attnlab.model import Transformer
 
 pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
@@ -69,7 +69,7 @@ def test_loss_and_gradients_equal_the_reference(normalizer, causal):
         pooled=False,
         seq_len=T,
         vocab_size=V,
-        make_normalizer=lambda **kw: nz.build(normalizer, **kw),
+        make_normalizer=lambda **kw: config.normalizer(normalizer, **kw),
         rngs=nnx.Rngs(0),
     )
     rng = np.random.default_rng(1)

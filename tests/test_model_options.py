@@ -10,9 +10,9 @@ from cli_helpers import TINY_TASK
 from flax import nnx
 from test_configs import compose_train
 
-from attnlab import registry
 from attnlab.attention import ShortConv
 from attnlab.cli import ConfigError, build, hparams_of
+from attnlab.config import registry
 from attnlab.groups import leaf_groups
 from attnlab.model import Transformer
 from attnlab.normalizers import Mask

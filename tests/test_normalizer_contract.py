@@ -5,9 +5,10 @@ import types
 
 import pytest
 
-from attnlab import construct, registry
+from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.checks import ConfigError
+from attnlab.config import construct, registry
 from attnlab.normalizers import contract
 
 
@@ -23,7 +24,10 @@ def _concrete_classes():
 
 def _configs():
     return {
-        n: (registry.resolve_target(registry.load("normalizer", n)["_target_"]), registry.load("normalizer", n))
+        n: (
+            registry.resolve_target(registry.load("normalizer", n)["_target_"], "normalizer"),
+            registry.load("normalizer", n),
+        )
         for n in registry.choices("normalizer")
     }
 
@@ -33,7 +37,7 @@ def test_every_normalizer_class_has_a_matching_yaml():
     classes = _concrete_classes()
     assert {c.__name__ for c in classes} >= {"Softmax", "KL", "Linear", "Entmax", "Squared", "ReLU"}
     for cls in classes:
-        contract.check_configured(cls, configs)
+        construct.check_configured("normalizer", cls, configs, deferred=contract.FROM_ATTENTION)
     assert {target for target, _ in configs.values()} <= set(classes)  # every YAML builds a contract class
 
 
@@ -97,14 +101,21 @@ class _Scaled(nz.Softmax):
 def test_yaml_and_constructor_must_agree():
     configs = _configs()
     with pytest.raises(ConfigError, match="normalizer _Scaled .*scale.* has no YAML"):
-        contract.check_configured(_Scaled, configs)
+        construct.check_configured("normalizer", _Scaled, configs, deferred=contract.FROM_ATTENTION)
     softmax = registry.load("normalizer", "softmax")
     refusal = r"^unknown key\(s\) normalizer\.bogus for normalizer=fake.*; allowed: adaptive_temp"
     with pytest.raises(ConfigError, match=refusal):
-        contract.check_configured(nz.Softmax, {"fake": (nz.Softmax, {**softmax, "bogus": 1})})
+        construct.check_configured(
+            "normalizer",
+            nz.Softmax,
+            deferred=contract.FROM_ATTENTION,
+            configs={"fake": (nz.Softmax, {**softmax, "bogus": 1})},
+        )
     without_block = {k: v for k, v in softmax.items() if k != "block_size"}
     with pytest.raises(ConfigError, match="takes block_size but configs/normalizer/fake.yaml has no such key"):
-        contract.check_configured(nz.Softmax, {"fake": (nz.Softmax, without_block)})
+        construct.check_configured(
+            "normalizer", nz.Softmax, deferred=contract.FROM_ATTENTION, configs={"fake": (nz.Softmax, without_block)}
+        )
 
 
 def test_construction_refuses_an_option_the_config_lacks():
@@ -138,8 +149,8 @@ def test_score_grad_availability_is_said_per_layer(capsys, second, layers, said)
     from attnlab.run.files import compute_record
 
     makers = [
-        lambda **kw: nz.build("softmax", **kw),
-        (lambda **kw: nz.build("softmax", **kw)) if second == "softmax" else _NoScores,
+        lambda **kw: config.normalizer("softmax", **kw),
+        (lambda **kw: config.normalizer("softmax", **kw)) if second == "softmax" else _NoScores,
     ]
     model = Transformer(
         d_model=8,

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attnlab import config
 from attnlab import normalizers as nz
-from attnlab import registry
 from attnlab.checks import ConfigError
+from attnlab.config import registry
 from attnlab.normalizers import sampled_rows
 
 pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
@@ -37,19 +38,19 @@ def test_attend_and_attention_weights_helpers(name):
     causal = name in R.CAUSAL_ONLY
     if causal:  # a bidirectional mask is refused; a causal dense one is taken
         with pytest.raises(ConfigError, match="needs causal attention"):
-            nz.attend(name, q, k, v, dense)
+            config.attend(name, q, k, v, dense)
         dense = dense & jnp.asarray(R.admissible(R.B, T, S, causal=True))
-    out, stats = nz.attend(name, q, k, v, dense, causal=causal)
-    w = nz.attention_weights(name, q, k, dense, causal=causal)
+    out, stats = config.attend(name, q, k, v, dense, causal=causal)
+    w = config.attention_weights(name, q, k, dense, causal=causal)
     mask = nz.Mask(dense_BTS=dense, causal=causal)
     np.testing.assert_allclose(np.asarray(out), np.asarray(norm(q, k, v, mask)[0]), atol=1e-6)
     np.testing.assert_allclose(np.asarray(w), np.asarray(norm.weights(q, k, mask)), atol=1e-6)
     assert set(nz.CORE_STATS) <= set(stats)
-    assert nz.attend(name, q, k, v, dense, causal=causal, with_stats=False)[1] == {}
+    assert config.attend(name, q, k, v, dense, causal=causal, with_stats=False)[1] == {}
     # causal=True via the helper equals an explicit causal Mask
     Tc, Sc, _, _ = _mask("causal_cross")
     qc, kc, vc = R.qkv(10, Tc, Sc)
-    out_c, _ = nz.attend(name, qc, kc, vc, causal=True)
+    out_c, _ = config.attend(name, qc, kc, vc, causal=True)
     np.testing.assert_allclose(np.asarray(out_c), np.asarray(norm(qc, kc, vc, nz.Mask(causal=True))[0]), atol=1e-6)
 
 

@@ -10,8 +10,9 @@ import normalizer_refs as R
 import numpy as np
 import pytest
 
+from attnlab import config
 from attnlab import normalizers as nz
-from attnlab import registry
+from attnlab.config import registry
 
 _mask, _build = R.make_mask, R.build
 
@@ -218,8 +219,8 @@ def test_causal_flag_is_honoured_with_a_mask_object():
     q, k, v = R.qkv(53, T, S)
     padding_only = nz.Mask(key_valid_BS=mask.key_valid_BS)
     np.testing.assert_allclose(
-        np.asarray(nz.attention_weights("softmax", q, k, padding_only, causal=True)),
-        np.asarray(nz.attention_weights("softmax", q, k, mask)),
+        np.asarray(config.attention_weights("softmax", q, k, padding_only, causal=True)),
+        np.asarray(config.attention_weights("softmax", q, k, mask)),
         atol=1e-6,
     )
 
@@ -279,16 +280,16 @@ def test_unknown_name_or_option_lists_what_exists():
     q = jnp.zeros((1, 2, R.N, R.H))
     names = registry.choices("normalizer")
     for call in (
-        lambda: nz.attend("nonexistent", q, q, q),
-        lambda: nz.build("nonexistent", num_heads=R.N, head_dim=R.H),
-        lambda: nz.attention_weights("nonexistent", q, q),
+        lambda: config.attend("nonexistent", q, q, q),
+        lambda: config.normalizer("nonexistent", num_heads=R.N, head_dim=R.H),
+        lambda: config.attention_weights("nonexistent", q, q),
     ):
         with pytest.raises(ValueError) as err:
             call()
         assert all(n in str(err.value) for n in names), str(err.value)
     for name in names:
         with pytest.raises(ValueError, match="bogus_option") as err:
-            nz.attend(name, q, q, q, bogus_option=1)
+            config.attend(name, q, q, q, bogus_option=1)
         allowed = [k for k in registry.load("normalizer", name) if not k.startswith("_")]
         assert all(a in str(err.value) for a in allowed), str(err.value)
 

@@ -12,6 +12,7 @@ import pytest
 from cli_helpers import TINY, TINY_TASK, run_cli
 from flax import nnx
 
+from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.checks import ConfigError
 from attnlab.normalizers import linear, pallas_linear
@@ -20,7 +21,7 @@ B, N, H = 2, 2, 8
 
 
 def norm_of(feature_map="elu1", **opts):
-    return nz.build(
+    return config.normalizer(
         "linear", num_heads=N, head_dim=H, rngs=nnx.Rngs(0), feature_map=feature_map, num_features=16, **opts
     )
 
@@ -158,7 +159,7 @@ def test_refuses_what_it_does_not_compute():
     with pytest.raises(ValueError, match="one shape"):
         pallas_linear.attention(q, k[..., :4], v, 4, 1e-6, interpret=True)
     with pytest.raises(ConfigError, match=r"^normalizer\.impl=pallas cannot run for linear: feature dim 24 "):
-        nz.build(
+        config.normalizer(
             "linear", num_heads=N, head_dim=64, rngs=nnx.Rngs(0), feature_map="favor", num_features=24, impl="pallas"
         )
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.normalizers import pallas_sigmoid
 
@@ -65,7 +66,7 @@ def assert_agree(fused, reference, q, k, v, ct):
 @pytest.mark.parametrize("name", ["sigmoid", "relu"])
 @pytest.mark.parametrize(("T", "block", "mask"), [(100, 64, padded_causal(100, [100, 77])), (48, 16, nz.Mask())])
 def test_pointwise_kernels_equal_the_dense_form(name, dtype, T, block, mask):
-    norm = nz.build(name, num_heads=N, head_dim=H, impl="dense", beta=0.9)
+    norm = config.normalizer(name, num_heads=N, head_dim=H, impl="dense", beta=0.9)
     norm.beta.theta[...] = norm.beta.theta[...] + jnp.array([0.3, -0.2])  # a per-head β: a head mix-up shows
 
     def fused(q, k, v):
@@ -78,7 +79,7 @@ def test_pointwise_kernels_equal_the_dense_form(name, dtype, T, block, mask):
 @pytest.mark.parametrize(("T", "chunk"), [(100, 64), (40, 16)])
 def test_linear_kernels_equal_the_parallel_form(dtype, T, chunk):
     mask = padded_causal(T, [T, T - 13])
-    norm = nz.build("linear", num_heads=N, head_dim=H, rngs=nnx.Rngs(0), chunk_size=chunk, impl="parallel")
+    norm = config.normalizer("linear", num_heads=N, head_dim=H, rngs=nnx.Rngs(0), chunk_size=chunk, impl="parallel")
 
     def fused(q, k, v):
         return norm._pallas(q, k, v, mask, interpret=INTERPRET)

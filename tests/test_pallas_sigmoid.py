@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.normalizers import pallas_sigmoid
 
@@ -60,7 +61,7 @@ def test_kernels_equal_dense_form(case, scenario):
     name, opts = CASES[case]
     T, S, make_mask, block = SCENARIOS[scenario]
     mask = make_mask()
-    norm = nz.build(name, num_heads=2, head_dim=8, impl="dense", beta=0.9, **opts)
+    norm = config.normalizer(name, num_heads=2, head_dim=8, impl="dense", beta=0.9, **opts)
     norm.beta.theta[...] = norm.beta.theta[...] + jnp.array([0.3, -0.2])  # two heads, two β: a per-head bug shows
     q, k, v, ct = qkv_ct(T, S)
 
@@ -77,7 +78,7 @@ def test_kernels_equal_dense_form(case, scenario):
 
 def test_bfloat16_operands_match_dense_form():
     """bfloat16 q, k, v (float32 scores and accumulation, as the blockwise form): within bfloat16's rounding."""
-    norm = nz.build("sigmoid", num_heads=2, head_dim=8, impl="dense")
+    norm = config.normalizer("sigmoid", num_heads=2, head_dim=8, impl="dense")
     mask = nz.Mask(causal=True)
     q, k, v, _ = (x.astype(jnp.bfloat16) for x in qkv_ct(12, 12, seed=1))
     fused = jax.jit(lambda q, k, v: pallas_sigmoid.attention(norm.block_form(), q, k, v, mask, 4, interpret=True))(
@@ -89,8 +90,8 @@ def test_bfloat16_operands_match_dense_form():
 
 
 def test_refuses_what_it_does_not_compute():
-    norm = nz.build("sigmoid", num_heads=2, head_dim=8, impl="dense")
-    relu = nz.build("relu", num_heads=2, head_dim=8, impl="dense")
+    norm = config.normalizer("sigmoid", num_heads=2, head_dim=8, impl="dense")
+    relu = config.normalizer("relu", num_heads=2, head_dim=8, impl="dense")
     window = nz.Mask(causal=True, window=4, key_valid_BS=jnp.ones((2, 6), bool))
     assert pallas_sigmoid.problem(norm.block_form(), 64, window) is None
     assert pallas_sigmoid.problem(relu.block_form(), 128, window) is None
@@ -98,7 +99,7 @@ def test_refuses_what_it_does_not_compute():
     with pytest.raises(ValueError, match="explicit"):
         dense = nz.Mask(dense_BTS=jnp.ones((2, 6, 6), bool))
         pallas_sigmoid.attention(norm.block_form(), q, k, v, dense, 4, interpret=True)
-    softmax = nz.build("softmax", num_heads=2, head_dim=8, impl="dense")
+    softmax = config.normalizer("softmax", num_heads=2, head_dim=8, impl="dense")
     with pytest.raises(ValueError, match="pointwise forms only"):
         pallas_sigmoid.attention(softmax.block_form(), q, k, v, nz.Mask(), 4)
     with pytest.raises(ValueError, match="one head dim"):
@@ -109,7 +110,7 @@ def test_refuses_what_it_does_not_compute():
 
 def test_vmapped_seeds_equal_per_seed_calls():
     """Under vmap (the trainer's vmapped seeds) the kernels give each seed's own output gradients."""
-    norm = nz.build("sigmoid", num_heads=2, head_dim=8, impl="dense")
+    norm = config.normalizer("sigmoid", num_heads=2, head_dim=8, impl="dense")
     mask = nz.Mask(causal=True)
     q, k, v, ct = qkv_ct(10, 10, seed=2)
     seeds = jnp.stack([q, q[:, :, ::-1]]), jnp.stack([k, 2 * k]), jnp.stack([v, -v])
@@ -134,7 +135,7 @@ def test_kernels_compile_for_h100(T, seeds):
     import gpu_program as gp
 
     B, N, H = 1, 2, 64
-    norm = nz.build("sigmoid", num_heads=N, head_dim=H, impl="blockwise")
+    norm = config.normalizer("sigmoid", num_heads=N, head_dim=H, impl="blockwise")
     mask = nz.Mask(causal=True, key_valid_BS=jnp.ones((B, T), bool))
 
     def loss(q, k, v, ct):

@@ -10,7 +10,7 @@ from cli_helpers import TINY_TASK
 from flax import nnx
 from test_configs import compose_train
 
-from attnlab import tasks
+from attnlab import config
 from attnlab.cli import build
 from attnlab.steps import loss_of_batch, scored
 
@@ -36,13 +36,13 @@ def test_scored_takes_exactly_the_weighted_positions_in_order():
 
 def test_scored_positions_of_the_tasks():
     assert (
-        tasks.make(
+        config.task(
             "mqar", seq_len=32, vocab_size=32, num_kv_pairs=3, n_train=50, n_val=10, n_test=10
         ).scored_positions()
         == 3
     )
-    assert tasks.make("lm", seq_len=16, n_train=10, n_val=4, n_test=4).scored_positions() is None  # every position
-    assert tasks.make("listops", seq_len=64, n_train=10, n_val=4, n_test=4).scored_positions() is None  # per sequence
+    assert config.task("lm", seq_len=16, n_train=10, n_val=4, n_test=4).scored_positions() is None  # every position
+    assert config.task("listops", seq_len=64, n_train=10, n_val=4, n_test=4).scored_positions() is None  # per sequence
 
 
 @pytest.mark.parametrize("head", ["softmax_ce", "scores_mse"])

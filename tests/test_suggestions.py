@@ -15,7 +15,7 @@ from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from attnlab import mistakes, registry
+from attnlab.config import mistakes, registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 import validation_table  # noqa: E402

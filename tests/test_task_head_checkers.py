@@ -10,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnlab import heads, registry, tasks
+from attnlab import config, heads, tasks
+from attnlab.config import registry
 from attnlab.testing import ContractViolation, check_head, check_task
 
 SMALL = {"n_train": 300, "n_val": 60, "n_test": 60}
@@ -19,7 +20,7 @@ SMALL = {"n_train": 300, "n_val": 60, "n_test": 60}
 def small_task(name: str, **overrides) -> tasks.Task:
     """Task `name` with small split sizes where it has them, updated by the checker's overrides."""
     keys = registry.load("task", name)
-    return tasks.make(name, **{**{k: v for k, v in SMALL.items() if k in keys}, **overrides})
+    return config.task(name, **{**{k: v for k, v in SMALL.items() if k in keys}, **overrides})
 
 
 @pytest.mark.parametrize("name", registry.choices("task"))
@@ -29,7 +30,7 @@ def test_shipped_task_meets_the_contract(name):
 
 @pytest.mark.parametrize("name", registry.choices("head"))
 def test_shipped_head_meets_the_contract(name):
-    check_head(functools.partial(heads.make, name), name=name)
+    check_head(functools.partial(config.head, name), name=name)
 
 
 # --- the checkers catch broken tasks and heads ----------------------------------------------------------------------

@@ -10,14 +10,15 @@ from cli_helpers import TINY_TASK
 from flax import nnx
 from hydra import compose, initialize_config_dir
 
-from attnlab import heads, registry
+from attnlab import config
 from attnlab.cli import build
+from attnlab.config import registry
 
 
 def pairs():
     for task in registry.choices("task"):
-        kind = registry.resolve_target(registry.load("task", task)["_target_"]).kind
-        for head in heads.compatible(kind):
+        kind = registry.resolve_target(registry.load("task", task)["_target_"], "task").kind
+        for head in config.heads_for(kind):
             yield task, head
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from attnlab import registry, tasks
+from attnlab import config, tasks
+from attnlab.config import registry
 from attnlab.tasks import listops as listops_mod
 from attnlab.tasks.icl_regression import context_predictions
 
@@ -19,7 +20,7 @@ SMALL = {"n_train": 300, "n_val": 60, "n_test": 60}
 def small(name: str, **overrides) -> tasks.Task:
     """A task built with small split sizes (where the task has sizes)."""
     keys = registry.load("task", name)
-    return tasks.make(name, **{k: v for k, v in SMALL.items() if k in keys}, **overrides)
+    return config.task(name, **{k: v for k, v in SMALL.items() if k in keys}, **overrides)
 
 
 # ---------------------------------------------------------------- contract, for every task in configs/task/
@@ -40,9 +41,9 @@ def test_every_registered_task_has_its_tiny_sizes():
 @pytest.mark.parametrize("name", TASKS)
 def test_yaml_lists_every_constructor_option(name):
     raw = registry.load("task", name)
-    cls = registry.resolve_target(raw["_target_"])
+    cls = registry.resolve_target(raw["_target_"], "task")
     params = set(inspect.signature(cls.__init__).parameters) - {"self"}
-    assert params == set(raw) - {"_target_", "test_lengths"}  # test_lengths: tasks.make and cli.build read it
+    assert params == set(raw) - {"_target_", "test_lengths"}  # test_lengths: attnlab.config.task and cli.build read it
     assert {"seed", "default_head"} <= params
 
 
@@ -63,17 +64,17 @@ def test_split_sizes_and_default_head_follow_the_options(name):
 
 
 def test_generated_test_split_does_not_depend_on_n_train():
-    a, b = tasks.make("mqar", n_train=100, n_val=20, n_test=30), tasks.make("mqar", n_train=200, n_val=20, n_test=30)
+    a, b = config.task("mqar", n_train=100, n_val=20, n_test=30), config.task("mqar", n_train=200, n_val=20, n_test=30)
     np.testing.assert_array_equal(a.splits["test"].inputs, b.splits["test"].inputs)
 
 
 def test_disjointness_is_enforced_when_collisions_are_likely():
     # 3 keys x 4 values x 1 slot = 12 distinct sequences: 5 + 3 + 4 must all be different.
-    task = tasks.make("mqar", vocab_size=8, seq_len=4, num_kv_pairs=1, n_train=5, n_val=3, n_test=4)
+    task = config.task("mqar", vocab_size=8, seq_len=4, num_kv_pairs=1, n_train=5, n_val=3, n_test=4)
     rows = np.concatenate([s.inputs for s in task.splits.values()])
     assert len(np.unique(rows, axis=0)) == 12
     with pytest.raises(ValueError, match="distinct"):
-        tasks.make("mqar", vocab_size=8, seq_len=4, num_kv_pairs=1, n_train=10, n_val=3, n_test=4)
+        config.task("mqar", vocab_size=8, seq_len=4, num_kv_pairs=1, n_train=10, n_val=3, n_test=4)
 
 
 # ---------------------------------------------------------------- MQAR
@@ -82,7 +83,7 @@ def test_disjointness_is_enforced_when_collisions_are_likely():
 @pytest.mark.parametrize("random_filler", [False, True])
 def test_mqar_labels_are_the_values_bound_in_context(random_filler):
     V, T, k = 40, 48, 5
-    task = tasks.make("mqar", vocab_size=V, seq_len=T, num_kv_pairs=k, random_filler=random_filler, **SMALL)
+    task = config.task("mqar", vocab_size=V, seq_len=T, num_kv_pairs=k, random_filler=random_filler, **SMALL)
     assert task.num_classes == V and task.granularity == "token"
     for s in task.splits.values():
         for row, tgt, w in zip(s.inputs, s.targets, s.weights):
@@ -115,7 +116,7 @@ def test_mqar_query_slots_follow_zoology_power_law():
         return np.bincount(freq_slots.ravel(), minlength=space) / n
 
     for a in (0.01, 1.0):
-        task = tasks.make("mqar", vocab_size=V, seq_len=T, num_kv_pairs=k, power_a=a, n_train=n, n_val=1, n_test=1)
+        task = config.task("mqar", vocab_size=V, seq_len=T, num_kv_pairs=k, power_a=a, n_train=n, n_val=1, n_test=1)
         slots = (np.nonzero(task.splits["train"].weights)[1] - 2 * k) // 2
         p = a * np.arange(1, space + 1) ** (a - 1)
         rng = np.random.default_rng(0)
@@ -124,7 +125,7 @@ def test_mqar_query_slots_follow_zoology_power_law():
 
 
 def test_mqar_baseline_is_chance_over_values():
-    assert tasks.make("mqar", vocab_size=65, n_train=10, n_val=10, n_test=10).baseline("test") == {"accuracy": 1 / 33}
+    assert config.task("mqar", vocab_size=65, n_train=10, n_val=10, n_test=10).baseline("test") == {"accuracy": 1 / 33}
 
 
 # ---------------------------------------------------------------- ListOps
@@ -176,7 +177,7 @@ def shape_of(expression: str) -> tuple[int, list[int]]:
 
 
 def test_listops_labels_match_an_independent_evaluator():
-    task = tasks.make("listops", n_train=2000, n_val=200, n_test=200)
+    task = config.task("listops", n_train=2000, n_val=200, n_test=200)
     even_medians = 0
     for split in ("train", "test"):
         s = task.splits[split]
@@ -241,7 +242,7 @@ def lstsq_reference(task, split):
 
 @pytest.mark.parametrize("noise_std", [0.0, 0.5])
 def test_icl_baseline_matches_lstsq_position_by_position(noise_std):
-    task = tasks.make("icl_regression", dim=4, n_points=10, noise_std=noise_std, n_train=10, n_val=10, n_test=40)
+    task = config.task("icl_regression", dim=4, n_points=10, noise_std=noise_std, n_train=10, n_val=10, n_test=40)
     assert task.ridge == noise_std**2  # default: the Bayes-optimal ridge under the prior w ~ N(0, I)
     err, y = lstsq_reference(task, "test")
     xs, ys = task.unpack("test")
@@ -256,7 +257,7 @@ def test_icl_baseline_matches_lstsq_position_by_position(noise_std):
 
 
 def test_icl_layout_and_linear_targets():
-    task = tasks.make("icl_regression", dim=3, n_points=8, n_train=50, n_val=10, n_test=10)
+    task = config.task("icl_regression", dim=3, n_points=8, n_train=50, n_val=10, n_test=10)
     s, d = task.splits["train"], 3
     assert task.input_dim == d + 1 and task.seq_len == 16
     np.testing.assert_array_equal(s.inputs[:, 0::2, d], 0)  # x-token = [x, 0]
@@ -273,7 +274,7 @@ def test_icl_layout_and_linear_targets():
 
 
 def test_digits_is_real_sklearn_data_split_stratified():
-    task = tasks.make("digits", val_fraction=0.15, test_fraction=0.15, seed=1)
+    task = config.task("digits", val_fraction=0.15, test_fraction=0.15, seed=1)
     data = load_digits()
     allx = np.concatenate([s.inputs for s in task.splits.values()]).reshape(-1, 64)
     ally = np.concatenate([s.targets for s in task.splits.values()])
@@ -296,13 +297,13 @@ def test_digits_is_real_sklearn_data_split_stratified():
 
 def test_make_unknown_name_lists_choices():
     with pytest.raises(ValueError) as e:
-        tasks.make("nope")
+        config.task("nope")
     assert all(name in str(e.value) for name in ("mqar", "listops", "icl_regression", "digits"))
 
 
 def test_make_unknown_option_lists_allowed():
     with pytest.raises(ValueError) as e:
-        tasks.make("mqar", num_pairs=3)
+        config.task("mqar", num_pairs=3)
     assert "num_pairs" in str(e.value) and "num_kv_pairs" in str(e.value) and "power_a" in str(e.value)
 
 
@@ -362,7 +363,7 @@ def test_the_default_contract_draws_train_rows_and_has_no_text():
     a task without text refuses decode and writes no continuation."""
     import jax
 
-    task = tasks.make("mqar", seq_len=16, vocab_size=16, num_kv_pairs=2, n_train=50, n_val=10, n_test=10)
+    task = config.task("mqar", seq_len=16, vocab_size=16, num_kv_pairs=2, n_train=50, n_val=10, n_test=10)
     data = task.batches(8)
     assert not data.streamed and data.spec() is data and data.next() is data and data.for_step(3, None) is data
     batch = jax.device_get(data.draw(jax.random.key(0), 8))

@@ -25,7 +25,8 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import api_pb2, backend_context, metadata
 from tensorboard.util import tensor_util
 
-from attnlab import registry, tb_hparams, tb_images
+from attnlab import tb_hparams, tb_images
+from attnlab.config import registry
 from attnlab.summaries import Summaries
 from attnlab.tasks import Task
 

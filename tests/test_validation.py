@@ -10,10 +10,10 @@ import pytest
 from cli_helpers import TINY, TINY_TASK, run_cli
 from hydra import compose, initialize_config_dir
 
-from attnlab import registry
 from attnlab.accelerator import configure
 from attnlab.checks import ConfigError
 from attnlab.cli import build
+from attnlab.config import registry
 
 MQAR = TINY_TASK["mqar"]
 ICL = ["task=icl_regression"]
@@ -167,7 +167,7 @@ def test_gpu_without_a_gpu_says_what_jax_sees_and_how_to_install(tmp_path):
 
 
 def test_sweep_command_lines_are_composed_value_by_value_before_hydra_runs():
-    from attnlab.composition import compose_overrides
+    from attnlab.config.composition import compose_overrides
 
     assert compose_overrides(["seed=0,1", "normalizer=kl,softmax", "model=tiny"]) == [
         ["seed=0", "normalizer=kl", "model=tiny"],

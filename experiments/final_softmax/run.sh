@@ -1,35 +1,32 @@
 #!/usr/bin/env bash
-# final_softmax: does the output head need a final softmax? (seed 000)
-#   classification on digits: head=softmax_ce (final softmax + CE) vs head=scores_mse (raw scores + square loss),
-#     accuracy, NLL and ECE before/after temperature scaling;
-#   regression on in-context linear regression: head=mse (no final softmax) vs head=hlgauss (softmax over bins).
-# Usage: bash experiments/final_softmax/run.sh [extra Hydra overrides, e.g. model=base accelerator=gpu trainer.steps=5000]
-# SWEEP=<dir> moves the sweeps (default runs/final_softmax, git-ignored); COPY=0 keeps the study folder untouched.
+# final_softmax: does the output head need a final softmax? (seed 000) Two sweeps, two presets:
+#   final_softmax/classification: digits, head=softmax_ce (final softmax + CE) vs head=scores_mse (raw scores +
+#     square loss), accuracy, NLL and ECE before/after temperature scaling;
+#   final_softmax/regression: in-context linear regression, head=mse (no final softmax) vs head=hlgauss (softmax
+#     over bins).
+# Each is `attnlab-train -m experiment=final_softmax/<part>`; this script runs both and their reports, into
+# $SWEEP/<part>/report.
+# Usage: bash experiments/final_softmax/run.sh [extra Hydra overrides, appended to both sweeps]
+# SCALE=gpu (the <part>_gpu presets), SWEEP=<dir>, REFRESH=1 (copy the reports into this folder): ../study.sh.
 set -euo pipefail
+STUDY=final_softmax
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-BIN="${BIN:-$ROOT/.venv/bin}"
-SWEEP="${SWEEP:-$ROOT/runs/final_softmax}"
-COPY="${COPY:-1}"
+source "$HERE/../study.sh"
 START=$SECONDS
 
-# Classification: digits, 3 seeds vmapped into one program per head.
-nice -n 10 "$BIN/attnlab-train" -m task=digits head=softmax_ce,scores_mse \
-  model=small trainer.steps=600 trainer.eval_every=100 trainer.vmap_seeds=3 trainer.progress=none \
+nice -n 10 "$BIN/attnlab-train" -m "experiment=final_softmax/classification$SUFFIX" \
   "hydra.sweep.dir=$SWEEP/classification" "$@"
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/classification" --group-by head \
   --metrics test/accuracy test/nll test/nll_ts test/ece test/ece_ts test/temperature test/brier \
   --baseline head=softmax_ce --curves val/accuracy val/loss val/ece
 
-# Regression: in-context linear regression (d=3, 10 pairs), 3 seeds per head.
-nice -n 10 "$BIN/attnlab-train" -m task=icl_regression head=mse,hlgauss task.dim=3 task.n_points=10 \
-  model=small trainer.steps=800 trainer.eval_every=100 trainer.vmap_seeds=3 trainer.progress=none \
+nice -n 10 "$BIN/attnlab-train" -m "experiment=final_softmax/regression$SUFFIX" \
   "hydra.sweep.dir=$SWEEP/regression" "$@"
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/regression" --group-by head \
   --metrics test/mse test/mse_rel test/r2 \
   --baseline head=mse --curves val/mse val/r2
 
-if [ "$COPY" = 1 ]; then
+if [ "$REFRESH" = 1 ]; then
   for part in classification regression; do
     mkdir -p "$HERE/$part"
     cp "$SWEEP/$part/report/report.md" "$HERE/$part/report.md"

@@ -3,19 +3,17 @@
 # Short MQAR runs at depth 2, 4, 8 for several normalizers, gradient statistics logged every 5 steps:
 # the gradient arriving at each layer's attention scores (score_grad/layer_i) and per-layer parameter
 # gradient norms (grad_norm/layer_i); analyze.py tabulates first- vs last-layer score gradients early in training.
-# Usage: bash experiments/gradient_vs_depth/run.sh [extra Hydra overrides, e.g. model=base accelerator=gpu trainer.steps=2000]
-# SWEEP=<dir> moves the sweep (default runs/gradient_vs_depth, git-ignored); COPY=0 keeps the study folder untouched.
+# The sweep is the preset configs/experiment/gradient_vs_depth.yaml (`attnlab-train -m experiment=gradient_vs_depth`);
+# this script adds the report and analyze.py's depth.md, into $SWEEP/report.
+# Usage: bash experiments/gradient_vs_depth/run.sh [extra Hydra overrides]
+# SCALE=gpu (the gradient_vs_depth_gpu preset), SWEEP=<dir>, REFRESH=1 (copy the report into this folder): ../study.sh.
 set -euo pipefail
+STUDY=gradient_vs_depth
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-BIN="${BIN:-$ROOT/.venv/bin}"
-SWEEP="${SWEEP:-$ROOT/runs/gradient_vs_depth}"
-COPY="${COPY:-1}"
+source "$HERE/../study.sh"
 START=$SECONDS
 
-nice -n 10 "$BIN/attnlab-train" -m task=mqar model.layers=2,4,8 normalizer=softmax,linear,squared,sigmoid \
-  model=small trainer.steps=150 trainer.log_every=5 trainer.eval_every=150 trainer.vmap_seeds=2 trainer.progress=none \
-  "hydra.sweep.dir=$SWEEP" "$@"
+nice -n 10 "$BIN/attnlab-train" -m "experiment=gradient_vs_depth$SUFFIX" "hydra.sweep.dir=$SWEEP" "$@"
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.layers normalizer \
   --metrics test/accuracy test/loss \
   --baseline normalizer=softmax \
@@ -23,7 +21,7 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.layers normalizer \
   --log-y 'score_grad/*' 'grad_norm/*'
 nice -n 10 "$BIN/python" "$HERE/analyze.py" "$SWEEP" --early-steps 50 > "$SWEEP/report/depth.md"
 
-if [ "$COPY" = 1 ]; then
+if [ "$REFRESH" = 1 ]; then
   cp "$SWEEP/report/report.md" "$SWEEP/report/depth.md" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller

@@ -3,24 +3,20 @@
 # (Veličković et al. 2024), trained at 16 items and tested at 16 … 1024 (64×), for softmax (β fixed, β learnable,
 # each ± adaptive temperature at evaluation), ssmax, sigmoid (bias −log n) and stick-breaking; 3 vmapped seeds each.
 # The closed-form curves at initialisation come from init_curves.py (no training).
+# The sweeps are the presets configs/experiment/length_dispersion/{softmax,others}.yaml and their learning-rate
+# screens {softmax,others}_lr_screen.yaml (`attnlab-train -m experiment=length_dispersion/softmax`); this script
+# runs all four, query_rows.py, init_curves.py and the reports, into $SWEEP/report, ${SWEEP}_lr_screen/report
+# and ${SWEEP}_selected_lr/report.
 # Usage: bash experiments/length_dispersion/run.sh [extra Hydra overrides, appended to every run]
-# SWEEP=<dir> moves the sweep (default runs/length_dispersion, git-ignored); COPY=0 keeps the study folder untouched.
+# SCALE=gpu (the _gpu presets), SWEEP=<dir>, REFRESH=1 (copy the reports into this folder): ../study.sh.
 set -euo pipefail
+STUDY=length_dispersion
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-BIN="${BIN:-$ROOT/.venv/bin}"
-SWEEP="${SWEEP:-$ROOT/runs/length_dispersion}"
-COPY="${COPY:-1}"
-EXTRA=("$@")
+source "$HERE/../study.sh"
 START=$SECONDS
-COMMON=(task=max_retrieval "task.test_lengths=[16,32,64,128,256,512,1024]"
-  model=tiny model.layers=1 model.heads=1 model.positional=none
-  trainer.steps=2000 trainer.eval_every=500 trainer.vmap_seeds=3 trainer.progress=none)
 
-nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax normalizer.learnable=false,true \
-  normalizer.adaptive_temperature=off,eval "${COMMON[@]}" "hydra.sweep.dir=$SWEEP/softmax" ${EXTRA[@]+"${EXTRA[@]}"}
-nice -n 10 "$BIN/attnlab-train" -m normalizer=ssmax,sigmoid,stickbreaking "${COMMON[@]}" \
-  "hydra.sweep.dir=$SWEEP/others" ${EXTRA[@]+"${EXTRA[@]}"}
+nice -n 10 "$BIN/attnlab-train" -m "experiment=length_dispersion/softmax$SUFFIX" "hydra.sweep.dir=$SWEEP/softmax" "$@"
+nice -n 10 "$BIN/attnlab-train" -m "experiment=length_dispersion/others$SUFFIX" "hydra.sweep.dir=$SWEEP/others" "$@"
 
 # The query row's max weight and entropy per test length, read from the trained checkpoints (query_rows.py).
 nice -n 10 "$BIN/python" "$HERE/query_rows.py" "$SWEEP" "$SWEEP/report"
@@ -32,11 +28,10 @@ nice -n 10 "$BIN/python" "$HERE/init_curves.py" "$SWEEP/report"
 # its own (beside $SWEEP, so the main report's cells keep one rate), reported with the 3e-3 runs copied in.
 SCREEN="${SWEEP}_lr_screen"
 mkdir -p "$SCREEN"
-nice -n 10 "$BIN/attnlab-train" -m normalizer=ssmax,sigmoid,stickbreaking optim.lr=1e-2,1e-3 "${COMMON[@]}" \
-  "hydra.sweep.dir=$SCREEN/others_screen" ${EXTRA[@]+"${EXTRA[@]}"} > "$SCREEN/others_screen.log" 2>&1
-nice -n 10 "$BIN/attnlab-train" -m normalizer=softmax normalizer.learnable=false,true \
-  normalizer.adaptive_temperature=off,eval optim.lr=1e-2,1e-3 "${COMMON[@]}" "hydra.sweep.dir=$SCREEN/softmax_screen" \
-  ${EXTRA[@]+"${EXTRA[@]}"} > "$SCREEN/softmax_screen.log" 2>&1
+nice -n 10 "$BIN/attnlab-train" -m "experiment=length_dispersion/others_lr_screen$SUFFIX" \
+  "hydra.sweep.dir=$SCREEN/others_screen" "$@" > "$SCREEN/others_screen.log" 2>&1
+nice -n 10 "$BIN/attnlab-train" -m "experiment=length_dispersion/softmax_lr_screen$SUFFIX" \
+  "hydra.sweep.dir=$SCREEN/softmax_screen" "$@" > "$SCREEN/softmax_screen.log" 2>&1
 rm -rf "$SCREEN/softmax" "$SCREEN/others"
 cp -r "$SWEEP/softmax" "$SWEEP/others" "$SCREEN/"
 nice -n 10 "$BIN/attnlab-report" "$SCREEN" --group-by normalizer normalizer.learnable normalizer.adaptive_temperature \
@@ -50,7 +45,7 @@ cp -r "$SCREEN/softmax_screen/"*optim.lr=0.01 "$SELECTED/softmax_screen/"
 cp -r "$SCREEN/others_screen/"*optim.lr=0.01 "$SELECTED/others_screen/"
 nice -n 10 "$BIN/python" "$HERE/query_rows.py" "$SELECTED" "$SELECTED/report"
 
-if [ "$COPY" = 1 ]; then
+if [ "$REFRESH" = 1 ]; then
   cp "$SWEEP/report/report.md" "$SWEEP/report/init.md" "$SWEEP/report/query_rows.md" "$HERE/"
   cp "$SCREEN/report/report.md" "$HERE/lr_screen.md"
   cp "$SCREEN/report/lengths.png" "$HERE/lengths_lr_screen.png"

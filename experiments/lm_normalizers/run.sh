@@ -6,28 +6,30 @@
 #  2. confirm: seeds 1 and 2 (vmapped) at each normalizer's selected rate, so the reported cell has 3 seeds.
 # Test bits per byte at equal steps, beside the unigram and bigram baselines (baselines.py), with attention-entropy
 # and gradient-norm curves.
-# Usage: bash experiments/lm_normalizers/run.sh [extra Hydra overrides, e.g. task.seq_len=128 trainer.steps=2000]
-# SWEEP=<dir> moves the sweep (default runs/lm_normalizers, git-ignored); COPY=0 keeps the study folder untouched.
+# The stages are the presets configs/experiment/lm_normalizers/screen.yaml and confirm.yaml
+# (`attnlab-train -m experiment=lm_normalizers/screen`); this script runs both, selects the rates between them and
+# writes the reports into $SWEEP/report*.
+# Usage: bash experiments/lm_normalizers/run.sh [extra Hydra overrides, appended to every run; normalizer= and
+#   optim.lr= reach the screen only, the confirm stage takes the screen's selection]
+# SCALE=gpu (the screen_gpu and confirm_gpu presets), SWEEP=<dir> (default runs/lm_normalizers), REFRESH=1 (copy the
+# reports into this folder): ../study.sh.
 set -euo pipefail
+STUDY=lm_normalizers
+SWEEP_NAME=lm_normalizers
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-BIN="${BIN:-$ROOT/.venv/bin}"
-SWEEP="${SWEEP:-$ROOT/runs/lm_normalizers}"
-COPY="${COPY:-1}"
-NORMALIZERS="${NORMALIZERS:-softmax,kl,squared,linear,sigmoid,relu,entmax,softmax1}"
-RATES="${RATES:-1e-3,3e-3,1e-2}"  # the screen's learning rates
-EXTRA=("$@")
+source "$HERE/../study.sh"
 START=$SECONDS
-# 64-byte windows and 400 steps keep the two stages near 30 min on 2 cores (README, "Cost").
-COMMON=(task=lm task.seq_len=64 model=small trainer.steps=400 trainer.eval_every=50 trainer.progress=none)
+CONFIRM_EXTRA=()  # the extra overrides but the screen's own keys, whose values the screen selects
+for override in "$@"; do
+  case "$override" in normalizer=* | optim.lr=*) ;; *) CONFIRM_EXTRA+=("$override") ;; esac
+done
 
-nice -n 10 "$BIN/attnlab-train" -m "normalizer=$NORMALIZERS" "optim.lr=$RATES" seed=0 "${COMMON[@]}" \
-  "hydra.sweep.dir=$SWEEP/screen" ${EXTRA[@]+"${EXTRA[@]}"}
+nice -n 10 "$BIN/attnlab-train" -m "experiment=lm_normalizers/screen$SUFFIX" "hydra.sweep.dir=$SWEEP/screen" "$@"
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/screen" --group-by normalizer --select-lr --select-by val/loss \
   --metrics val/loss val/bits_per_byte --curves
 while read -r norm lr; do
-  nice -n 10 "$BIN/attnlab-train" "$norm" "$lr" seed=1 trainer.vmap_seeds=2 "${COMMON[@]}" \
-    "hydra.run.dir=$SWEEP/confirm/${norm#normalizer=}" ${EXTRA[@]+"${EXTRA[@]}"}
+  nice -n 10 "$BIN/attnlab-train" "experiment=lm_normalizers/confirm$SUFFIX" "$norm" "$lr" \
+    "hydra.run.dir=$SWEEP/confirm/${norm#normalizer=}" ${CONFIRM_EXTRA[@]+"${CONFIRM_EXTRA[@]}"}
 done < <("$BIN/python" "$ROOT/experiments/selected_lrs.py" "$SWEEP/screen/report/report.csv" normalizer)
 
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by normalizer --select-lr --select-by val/loss \
@@ -40,7 +42,7 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP/screen" --group-by normalizer optim.lr 
   --curves val/bits_per_byte --out "$SWEEP/report_all_lrs"
 nice -n 10 "$BIN/python" "$HERE/baselines.py" "$SWEEP" > "$SWEEP/report/baselines.md"
 
-if [ "$COPY" = 1 ]; then
+if [ "$REFRESH" = 1 ]; then
   cp "$SWEEP/report/report.md" "$SWEEP/report/baselines.md" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   cp "$SWEEP/report_all_lrs/report.md" "$HERE/all_lrs.md"

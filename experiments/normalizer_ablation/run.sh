@@ -4,28 +4,31 @@
 #     on validation loss (attnlab-report --select-lr).
 #  2. confirm: seeds 1 and 2 (vmapped) at each normalizer's selected rate, so the reported cell has 3 seeds.
 # The final report selects again over both stages (still on validation) and reports test metrics at that rate.
-# Usage: bash experiments/normalizer_ablation/run.sh [extra Hydra overrides, appended to every run]
-# SWEEP=<dir> moves the sweep (default runs/normalizer_ablation_lr, git-ignored); COPY=0 keeps the study folder untouched.
+# The stages are the presets configs/experiment/normalizer_ablation/screen.yaml and confirm.yaml
+# (`attnlab-train -m experiment=normalizer_ablation/screen`); this script runs both, selects the rates between them and
+# writes the reports into $SWEEP/report*.
+# Usage: bash experiments/normalizer_ablation/run.sh [extra Hydra overrides, appended to every run; normalizer= and
+#   optim.lr= reach the screen only, the confirm stage takes the screen's selection]
+# SCALE=gpu (the screen_gpu and confirm_gpu presets), SWEEP=<dir> (default runs/normalizer_ablation_lr), REFRESH=1
+# (copy the reports into this folder): ../study.sh.
 # The results of the earlier shared-lr design are kept in history/ (see README.md, "History").
 set -euo pipefail
+STUDY=normalizer_ablation
+SWEEP_NAME=normalizer_ablation_lr
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-BIN="${BIN:-$ROOT/.venv/bin}"
-SWEEP="${SWEEP:-$ROOT/runs/normalizer_ablation_lr}"
-COPY="${COPY:-1}"
-NORMALIZERS="${NORMALIZERS:-softmax,kl,squared,linear,sigmoid,relu,entmax,softmax1}"
-RATES="${RATES:-1e-3,3e-3,1e-2}"  # the screen's learning rates
-EXTRA=("$@")
+source "$HERE/../study.sh"
 START=$SECONDS
-COMMON=(task=mqar model=small trainer.steps=800 trainer.eval_every=100 trainer.progress=none)
+CONFIRM_EXTRA=()  # the extra overrides but the screen's own keys, whose values the screen selects
+for override in "$@"; do
+  case "$override" in normalizer=* | optim.lr=*) ;; *) CONFIRM_EXTRA+=("$override") ;; esac
+done
 
-nice -n 10 "$BIN/attnlab-train" -m "normalizer=$NORMALIZERS" "optim.lr=$RATES" seed=0 "${COMMON[@]}" \
-  "hydra.sweep.dir=$SWEEP/screen" ${EXTRA[@]+"${EXTRA[@]}"}
+nice -n 10 "$BIN/attnlab-train" -m "experiment=normalizer_ablation/screen$SUFFIX" "hydra.sweep.dir=$SWEEP/screen" "$@"
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/screen" --group-by normalizer --select-lr --select-by val/loss \
   --metrics val/loss val/accuracy --curves
 while read -r norm lr; do
-  nice -n 10 "$BIN/attnlab-train" "$norm" "$lr" seed=1 trainer.vmap_seeds=2 "${COMMON[@]}" \
-    "hydra.run.dir=$SWEEP/confirm/${norm#normalizer=}" ${EXTRA[@]+"${EXTRA[@]}"}
+  nice -n 10 "$BIN/attnlab-train" "experiment=normalizer_ablation/confirm$SUFFIX" "$norm" "$lr" \
+    "hydra.run.dir=$SWEEP/confirm/${norm#normalizer=}" ${CONFIRM_EXTRA[@]+"${CONFIRM_EXTRA[@]}"}
 done < <("$BIN/python" "$ROOT/experiments/selected_lrs.py" "$SWEEP/screen/report/report.csv" normalizer)
 
 # Selected rate per normalizer (on val/loss), test metrics at that rate, paired against softmax at its own selected rate.
@@ -38,7 +41,7 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP/screen" --group-by normalizer optim.lr 
   --metrics test/accuracy val/accuracy val/loss \
   --curves val/accuracy --out "$SWEEP/report_all_lrs"
 
-if [ "$COPY" = 1 ]; then
+if [ "$REFRESH" = 1 ]; then
   cp "$SWEEP/report/report.md" "$HERE/report.md"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   cp "$SWEEP/report_all_lrs/report.md" "$HERE/all_lrs.md"

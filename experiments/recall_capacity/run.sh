@@ -1,49 +1,36 @@
 #!/usr/bin/env bash
 # recall_capacity: the Zoology experiment at CPU scale. MQAR test accuracy against the number of key-value pairs
-# (at width D_MODEL) and against model width (at WIDTH_PAIRS pairs) for five sequence mixers: softmax, linear,
-# linear + short convolution, a linear/softmax hybrid and sliding-window softmax; seed 0 only (cost; README).
+# (at d_model 64) and against model width (at 8 pairs) for five sequence mixers: softmax, linear, linear + short
+# convolution, a linear/softmax hybrid and sliding-window softmax; seed 0 only (cost; README).
+# Each mixer's two sweeps are the presets configs/experiment/recall_capacity/pairs_<mixer>.yaml and
+# width_<mixer>.yaml (`attnlab-train -m experiment=recall_capacity/pairs_softmax`); this script runs all ten, the
+# report and capacity.py's capacity.md, into $SWEEP/report.
 # Usage: bash experiments/recall_capacity/run.sh [extra Hydra overrides, appended to every sweep]
-# Environment (defaults = the CPU scale): SEQ_LEN=64 PAIRS=4,8,16 D_MODEL=64 WIDTHS=32,128 WIDTH_PAIRS=8 WINDOW=16.
-# SWEEP=<dir> moves the sweeps (default runs/recall_capacity, git-ignored); COPY=0 keeps the study folder untouched.
-# Needs model.short_conv, model.layer_normalizers and model.window (branch `models`).
+# SCALE=gpu (the _gpu presets: 256 tokens, 16-64 pairs at d_model 128, widths 64-512 at 32 pairs, window 64),
+# SWEEP=<dir>, REFRESH=1 (copy the report into this folder): ../study.sh.
 set -euo pipefail
+STUDY=recall_capacity
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-ROOT="$(cd "$HERE/../.." && pwd)"
-BIN="${BIN:-$ROOT/.venv/bin}"
-SWEEP="${SWEEP:-$ROOT/runs/recall_capacity}"
-COPY="${COPY:-1}"
-SEQ_LEN="${SEQ_LEN:-64}" PAIRS="${PAIRS:-4,8,16}" D_MODEL="${D_MODEL:-64}"
-WIDTHS="${WIDTHS:-32,128}" WIDTH_PAIRS="${WIDTH_PAIRS:-8}" WINDOW="${WINDOW:-16}"
-EXTRA=("$@")
+source "$HERE/../study.sh"
 START=$SECONDS
+# capacity.py's two tables: pairs at the pairs sweeps' width, widths at the width sweeps' pairs (the presets').
+if [ "$SCALE" = gpu ]; then CAPACITY_AT=(--d-model 128 --pairs 32); else CAPACITY_AT=(--d-model 64 --pairs 8); fi
 
-# One mixer: its pairs sweep (width D_MODEL) into pairs/<name>, its width sweep (WIDTH_PAIRS pairs) into width/<name>.
-# The cell (D_MODEL, WIDTH_PAIRS) is trained once, by the pairs sweep; capacity.py reads both folders.
-mixer() {
-  local name=$1
-  shift
-  nice -n 10 "$BIN/attnlab-train" -m task=mqar "task.seq_len=$SEQ_LEN" "task.num_kv_pairs=$PAIRS" \
-    model=small "model.d_model=$D_MODEL" "$@" \
-    trainer.steps=800 trainer.eval_every=100 trainer.progress=none \
-    "hydra.sweep.dir=$SWEEP/pairs/$name" ${EXTRA[@]+"${EXTRA[@]}"}
-  nice -n 10 "$BIN/attnlab-train" -m task=mqar "task.seq_len=$SEQ_LEN" "task.num_kv_pairs=$WIDTH_PAIRS" \
-    model=small "model.d_model=$WIDTHS" "$@" \
-    trainer.steps=800 trainer.eval_every=100 trainer.progress=none \
-    "hydra.sweep.dir=$SWEEP/width/$name" ${EXTRA[@]+"${EXTRA[@]}"}
-}
-mixer softmax normalizer=softmax
-mixer linear normalizer=linear
-mixer linear_conv normalizer=linear model.short_conv=4
-mixer hybrid normalizer=softmax 'model.layer_normalizers=[linear,softmax]'
-mixer window normalizer=softmax "model.window=$WINDOW"
+# One mixer: its pairs sweep into pairs/<mixer>, its width sweep into width/<mixer>. The cell (pairs sweep's width,
+# width sweep's pairs) is trained once, by the pairs sweep; capacity.py reads both folders.
+for mixer in softmax linear linear_conv hybrid window; do
+  nice -n 10 "$BIN/attnlab-train" -m "experiment=recall_capacity/pairs_$mixer$SUFFIX" \
+    "hydra.sweep.dir=$SWEEP/pairs/$mixer" "$@"
+  nice -n 10 "$BIN/attnlab-train" -m "experiment=recall_capacity/width_$mixer$SUFFIX" \
+    "hydra.sweep.dir=$SWEEP/width/$mixer" "$@"
+done
 
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" \
   --group-by normalizer model.short_conv model.layer_normalizers model.window model.d_model task.num_kv_pairs \
   --metrics test/accuracy test/loss --curves val/accuracy
-nice -n 10 "$BIN/python" "$HERE/capacity.py" "$SWEEP" --d-model "$D_MODEL" --pairs "$WIDTH_PAIRS" \
-  > "$SWEEP/report/capacity.md"
+nice -n 10 "$BIN/python" "$HERE/capacity.py" "$SWEEP" "${CAPACITY_AT[@]}" > "$SWEEP/report/capacity.md"
 
-if [ "$COPY" = 1 ]; then
+if [ "$REFRESH" = 1 ]; then
   cp "$SWEEP/report/report.md" "$SWEEP/report/capacity.md" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller

@@ -1,4 +1,4 @@
-"""Hydra entry points: the only place where configs become objects."""
+"""Hydra entry points: a run's config built into its objects (through attnlab.config), trained and recorded."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import chance, checks, composition, construct, exits, outdir, registry
+from attnlab import chance, checks, exits, outdir
+from attnlab.config import composition, construct, registry
 from attnlab.run.files import (
     compute_record,
     finished_with,
@@ -63,7 +64,7 @@ def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> lis
     node = OmegaConf.to_container(cfg.normalizer, resolve=True)
     names = cfg.model.get("layer_normalizers")
     if names is None:
-        return [construct.build("normalizer", node, deferred=FROM_ATTENTION)]
+        return [construct.build("normalizer", node, deferred=FROM_ATTENTION, choice=selected)]
     allowed = registry.choices("normalizer")
     _require(
         OmegaConf.is_list(names) and len(names) > 0 and all(isinstance(n, str) for n in names),
@@ -77,10 +78,10 @@ def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> lis
         f"{', '.join(unknown)}; allowed: {', '.join(allowed)}",
     )
     if selected is None:  # outside Hydra: the YAML whose _target_ the composed normalizer has
-        selected = registry.name_of("normalizer", registry.resolve_target(node.get("_target_")))
+        selected = registry.name_of("normalizer", registry.resolve_target(node.get("_target_"), "normalizer"))
     return [
         construct.build(
-            "normalizer", node if n == selected else registry.load("normalizer", n), deferred=FROM_ATTENTION
+            "normalizer", node if n == selected else registry.load("normalizer", n), deferred=FROM_ATTENTION, choice=n
         )
         for n in names
     ]
@@ -93,8 +94,8 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     import jax
     from flax import nnx
 
-    from attnlab import heads, tasks
     from attnlab.accelerator import compute_dtype
+    from attnlab.config import components
     from attnlab.steps import Net
     from attnlab.tasks.lengths import check_positions
 
@@ -105,8 +106,8 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     make_tx = construct.build("optim", node("optim"))  # checks the optim values, before any model is built
     validate(cfg, jax.device_count())
     dtype = compute_dtype(construct.build("accelerator", node("accelerator")).dtype)  # checks the accelerator values
-    task = tasks.build(node("task"))
-    heads.check_compatible(head_name, task.kind, type(task).__name__)
+    task = components.task_from_node(node("task"))
+    components.check_head_serves(head_name, task.kind, type(task).__name__)
     model = node("model")
     check_positions(task, model.get("positional"), model.get("max_len"))
     make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
@@ -117,7 +118,11 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
         "use model.causal=true or model.causal=null",
     )
     causal_only = sorted(
-        {registry.name_of("normalizer", m.func) for m in make_normalizer if getattr(m.func, "causal_only", False)}
+        {
+            m.args[1] or construct.built_class(m).__name__
+            for m in make_normalizer
+            if getattr(construct.built_class(m), "causal_only", False)
+        }
     )
     setting = "null" if model.get("causal") is None else str(model["causal"]).lower()
     _require(
@@ -308,6 +313,7 @@ def _hydra_train(cfg: DictConfig) -> None:
         signals.job_started(hc.runtime.output_dir, hc.sweep.dir)
     else:
         signals.RUN["run_dir"] = hc.runtime.output_dir
+    registry.use_sources(hc.runtime.config_sources)  # a worker process sees the user's config directories too
     run(cfg)
     signals.check_pending()  # a signal whose KeyboardInterrupt was swallowed stops the sweep after its job
 
@@ -318,7 +324,7 @@ def train_main() -> None:
     try:
         # Composing loads the components' modules and with them jax, whose start-up a KeyboardInterrupt must not
         # break into (signals.signals_held): a signal then waits for the composition.
-        signals.signals_held(composition.compose_or_exit)(sys.argv[1:], str(registry.CONFIG_DIR))
+        signals.signals_held(composition.compose_or_exit)(sys.argv[1:])
         _hydra_train()
     except KeyboardInterrupt:  # outside the step loop (start-up, compile, between jobs): no checkpoint to save
         signals.interrupted_outside_a_job(multirun, sys.argv)
@@ -331,5 +337,12 @@ def train_main() -> None:
 def report_main() -> None:
     """Console script `attnlab-report` (see attnlab.report.cli)."""
     from attnlab.report.cli import main
+
+    main()
+
+
+def check_main() -> None:
+    """Console script `attnlab-check` (see attnlab.config.check)."""
+    from attnlab.config.check import main
 
     main()

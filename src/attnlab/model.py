@@ -156,7 +156,7 @@ class Transformer(nnx.Module):
         test_lengths: Sequence[int] = (),
         rngs: nnx.Rngs,
     ):
-        check_options(locals())  # each option's range, one line naming it (ZeroDivisionError before)
+        check_options(locals())  # each option's range, one line naming it
         if positional in ("learned", "sinusoidal") and seq_len > max_len:
             raise checks.ConfigError(
                 f"sequence length {seq_len} exceeds model.max_len={max_len} of the {positional} table"

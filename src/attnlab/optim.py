@@ -16,7 +16,7 @@ def decay_mask(params: nnx.State):
     """True for weight matrices; False for biases, norm scales (LayerNorm, the QK-norm gain) and every
     NormalizerParam (β, priors, slopes).
 
-    Decay on a raw β pulls attention towards uniform (LITERATURE.md, cross-cutting).
+    Decay on a raw β would pull it towards 0, and so every attention row towards uniform.
     """
     variables = jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, nnx.Variable))
     flags = [not isinstance(v, NormalizerParam) and v[...].ndim >= 2 for v in variables]

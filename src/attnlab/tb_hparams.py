@@ -19,7 +19,7 @@ from typing import Any, Mapping
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
-from attnlab import registry
+from attnlab.config import registry
 from attnlab.sweep import definition
 
 TOP_LEVEL = ("normalizer", "task", "head", "model")  # in the order they fill the ticked columns
@@ -100,7 +100,7 @@ def declare(own: Mapping[str, Any], swept: Mapping[str, list[str]], seeds: list[
             vals = [str(int(s) + i) for s in vals for i in range(len(seeds))]
         typed = [_typed(v, own.get(key, v)) for v in vals]
         values.setdefault(key, []).extend(typed)
-        if (registry.CONFIG_DIR / key).is_dir():  # a swept config group: every choice's options are columns
+        if key in registry.groups():  # a swept config group: every choice's options are columns
             for choice in vals:
                 for k, v in _group_options(key, choice).items():
                     values.setdefault(k, []).append(v)

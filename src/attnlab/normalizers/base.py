@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab import checks, registry
+from attnlab import checks
 
 from . import blockwise, pallas_sigmoid, sampled_rows
 from .contract import check_members
@@ -54,7 +54,7 @@ def core_stats(att_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
 
     entropy: H / log n over admissible keys, rows renormalised first, rows with n < 2 or zero
     mass excluded (a causal row i has at most log n_i nats; normalising keeps the mean from
-    being dominated by sequence length — LITERATURE.md, cross-cutting).
+    being dominated by sequence length).
     """
     att = jnp.where(m_B1TS, att_BNTS.astype(jnp.float32), 0.0)
     mass_BNT = att.sum(-1)
@@ -162,7 +162,7 @@ class Normalizer(nnx.Module):
         return choose(
             self.impl,
             self.capability(),
-            normalizer=registry.name_of("normalizer", type(self)) or type(self).__name__,  # a class no YAML builds
+            normalizer=getattr(self, "config_name", type(self).__name__),  # set by attnlab.config when built from YAML
             platform=platform,
             dtype=dtype,
             head_dim=self.head_dim,

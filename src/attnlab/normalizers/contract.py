@@ -2,16 +2,12 @@
 
 `check_members` runs from `Normalizer.__init_subclass__`, so a half-implemented normalizer fails
 on import, not in the middle of a run with silently wrong statistics; a YAML's options are checked
-against the constructor when it is built (attnlab.construct); `check_configured` is what the
-contract test asks of every class.
+against the constructor when it is built (attnlab.config.construct).
 """
 
 from __future__ import annotations
 
 import inspect
-
-from attnlab import construct
-from attnlab.checks import ConfigError
 
 # What attention passes to every normalizer (the Normalizer contract): arguments, not YAML keys.
 FROM_ATTENTION = ("num_heads", "head_dim", "rngs")
@@ -41,15 +37,3 @@ def check_members(cls, normalizer_base, score_base) -> None:
             f"normalizer {cls.__name__} does not implement {', '.join(missing)} "
             f"(the contract: attnlab.normalizers.base.Normalizer)"
         )
-
-
-def check_configured(cls, configs: dict[str, tuple[type, dict]]) -> None:
-    """Refuse a normalizer no YAML builds, or whose YAMLs ({name: (class, options)}) and constructor disagree."""
-    mine = {name: opts for name, (target, opts) in configs.items() if target is cls}
-    if not mine:
-        options = ", ".join(construct.options_of(cls, deferred=FROM_ATTENTION)[0]) or "no options"
-        raise ConfigError(
-            f"normalizer {cls.__name__} ({options}) has no YAML in configs/normalizer/ whose _target_ builds it"
-        )
-    for name, opts in mine.items():
-        construct.check_keys("normalizer", cls, opts, deferred=FROM_ATTENTION, choice=name)

@@ -135,7 +135,7 @@ class Softmax(AdaptiveTemperature, ScoreNormalizer):
 
 
 class KL(AdaptiveTemperature, ScoreNormalizer):
-    """π = argmax_π Σπz − (1/β)·KL(π‖u) = softmax(βz + log u) (seed 002).
+    """π = argmax_π Σπz − (1/β)·KL(π‖u) = softmax(βz + log u) (the Gibbs variational principle).
 
     prior: `recency` (the default, so that kl is an ablation of softmax: log u ∝ −λ_h·|distance|,
     λ_h = exp(θ) learnable per head, initial `slope`), `uniform` (exactly masked softmax) or `learned`
@@ -223,7 +223,7 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
         bz_BNTS = beta_N[None, :, None, None] * z_BNTS
         x_BNTS = self.softmax_logits(z_BNTS, m_B1TS, q_pos_T)
         # log π − log u = βz − LSE(βz + log u), so KL = β⟨π,z⟩ − LSE and the optimal value of the
-        # objective is LSE/β (LITERATURE.md, cross-cutting).
+        # objective is LSE/β (the Gibbs variational principle).
         lse_BNT = jax.nn.logsumexp(jnp.where(m_B1TS, x_BNTS, -jnp.inf), -1)
         lse_BNT = jnp.where(jnp.isfinite(lse_BNT), lse_BNT, 0.0)
         kl_BNT = jnp.sum(masked_softmax(x_BNTS, m_B1TS) * jnp.where(m_B1TS, bz_BNTS, 0.0), -1) - lse_BNT

@@ -1,4 +1,4 @@
-"""Power ("squared") attention: pᵢᵖ/Σⱼpⱼᵖ over admissible keys (seed 004)."""
+"""Power ("squared") attention: pᵢᵖ/Σⱼpⱼᵖ over admissible keys (Qin et al. 2022, "The Devil in Linear Transformer")."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ class Squared(ScoreNormalizer):
 
     The plain form is scale-invariant (β cancels up to eps) and sign-blind (z and −z weigh the
     same); its denominator can approach 0 — exposed as the `min_denominator` statistic so the
-    instability can be studied (seed 004; Qin et al. 2022). eps = 0 is allowed on purpose.
+    instability can be studied (Qin et al. 2022). eps = 0 is allowed on purpose.
     """
 
     def __init__(

@@ -139,7 +139,7 @@ def _read_run(path: Path, metrics) -> Run:
 
 
 def _refused(path: Path, metrics) -> bool:
-    """A single command refused as bad input before it ran (what older attnlab versions left in outputs/): no
+    """A single command refused as bad input before it ran (a directory with only its refusal's metrics.json): no
     run. A refused job of a sweep stays: it is a failed cell of the sweep's grid. `metrics`: its metrics.json."""
     return (
         isinstance(metrics, dict)

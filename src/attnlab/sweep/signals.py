@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from attnlab import exits
-from attnlab.mistakes import SWEEP_FLAGS
+from attnlab.config.mistakes import SWEEP_FLAGS
 from attnlab.sweep.definition import program, resume_command
 
 # The sweep and job running now: an interrupt between jobs (in Hydra's own code) still names them.

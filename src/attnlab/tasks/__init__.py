@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from attnlab import construct, registry
 from attnlab.tasks.base import Split, Task
 from attnlab.tasks.digits import Digits
 from attnlab.tasks.icl_regression import ICLRegression
@@ -15,8 +14,7 @@ from attnlab.tasks.mqar import MQAR
 __all__ = [
     "Task",
     "Split",
-    "build",
-    "make",
+    "with_test_lengths",
     "MQAR",
     "ListOps",
     "ICLRegression",
@@ -24,16 +22,6 @@ __all__ = [
     "LanguageModel",
     "MaxRetrieval",
 ]
-
-
-def make(name: str, **options) -> Task:
-    """Build task `name` from configs/task/<name>.yaml, with options overriding its defaults."""
-    return build({**registry.load("task", name), **options})
-
-
-def build(node: dict) -> Task:
-    """A task from its composed config node; `test_lengths` adds its rebuilds at other lengths (tasks.lengths)."""
-    return with_test_lengths(construct.build("task", node, read=("test_lengths",)), node.get("test_lengths"))
 
 
 def with_test_lengths(task: Task, test_lengths) -> Task:

@@ -109,7 +109,7 @@ class Task:
     and may say how a model continues a prompt (``continuation``, logged on eval steps).
 
     Tasks are built from their YAML in ``configs/task/<name>.yaml`` via
-    ``attnlab.tasks.make(name, **overrides)``; every constructor option appears there with
+    ``attnlab.config.task(name, **overrides)``; every constructor option appears there with
     its default.
     """
 

@@ -1,6 +1,6 @@
-"""The training loop as named phases: build the state, compile, loop (step → log → eval → checkpoint), records.
+"""The training loop as named phases: build the state, compile, loop (step → log → eval → checkpoint), final records.
 
-`fit` reads top to bottom; each phase lives in a sibling module (state, evaluation, logs, loop, records).
+`fit` reads top to bottom; each phase lives in a sibling module (state, evaluation, logs, loop, final).
 `fit(on_compiled=...)` hands the compiled steps, state and data to a caller (scripts/bench_train.py).
 """
 

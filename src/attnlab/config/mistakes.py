@@ -10,9 +10,9 @@ from __future__ import annotations
 import difflib
 import re
 
-import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from attnlab import registry
+from attnlab.config import registry
 
 SWEEP_FLAGS = ("-m", "--multirun")  # Hydra's flags that make a command a sweep
 # Hydra's own flags (hydra/_internal/utils.py get_args_parser); anything else starting with '-' is a mistake.
@@ -58,12 +58,12 @@ SYNONYMS = {
 
 
 def groups() -> list[str]:
-    return sorted(p.name for p in registry.CONFIG_DIR.iterdir() if p.is_dir() and p.name != "hydra")
+    return registry.groups()
 
 
 def top_keys() -> set[str]:
-    """The top-level keys of configs/train.yaml (hydra included, its defaults list not)."""
-    return set(yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())) - {"defaults"}
+    """The top-level keys of configs/train.yaml as Hydra composes it (hydra included, the groups not)."""
+    return registry.top_keys()
 
 
 def _options(group: str, name: str) -> set[str]:
@@ -71,14 +71,20 @@ def _options(group: str, name: str) -> set[str]:
 
 
 def chosen(overrides: list[str] | None) -> dict[str, str | None]:
-    """The choice of each group a command line composes: train.yaml's defaults, then its `group=choice` overrides."""
-    defaults = yaml.safe_load((registry.CONFIG_DIR / "train.yaml").read_text())["defaults"]
-    out = {g: c for d in defaults if isinstance(d, dict) for g, c in d.items()}
+    """The choice of each group a command line composes, as Hydra composes them (a preset's included); a choice
+    that does not exist is kept as written (the message being worded is about it)."""
+    picks, unknown = [], {}
     for o in overrides or []:
         key, _, value = o.partition("=")
-        if key.lstrip("+~") in out and value and "," not in value:
-            out[key.lstrip("+~")] = value
-    return out
+        key = key.lstrip("+~")
+        if key not in {*groups(), registry.PRESETS} or not value or "," in value:
+            continue
+        if value in registry.choices(key):
+            picks.append(f"{key}={value}")
+        else:
+            unknown[key] = value
+    composed = registry.choices_composed(tuple(picks))
+    return {g: unknown.get(g, composed.get(g)) for g in groups()}
 
 
 def known_keys(overrides: list[str] | None = None) -> list[str]:
@@ -151,8 +157,6 @@ def check_argv(argv: list[str]) -> str | None:
 
 def check_sweep(overrides: list[str], multirun: bool) -> str | None:
     """Several values for a key (a,b / range / glob) without -m: Hydra's six-line 'Ambiguous value'."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     if multirun:
         return None
     swept = [o.input_line for o in OverridesParser.create().parse_overrides(overrides) if o.is_sweep_override()]

@@ -1,7 +1,7 @@
 """One way from YAML to object: a group's composed node built as its `_target_`, and the one unknown-key refusal.
 
-The CLI (every group), `normalizers.build`, `heads.make` and `tasks.make` all build through `build`; the
-command line's keys are refused before Hydra runs (composition.no_unknown_keys) by the same `refuse_unknown`.
+The CLI (every group) and attnlab.config.components all build through `build`; the command line's keys are
+refused before Hydra runs (composition.no_unknown_keys) by the same `refuse_unknown`.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import functools
 import inspect
 from typing import Any
 
-from attnlab import mistakes, registry
 from attnlab.checks import ConfigError
+from attnlab.config import mistakes, registry
 
 
 def refuse_unknown(unknown: list[str], allowed: list[str], group: str | None = None, choice: str | None = None) -> None:
@@ -61,21 +61,48 @@ def check_keys(group: str, cls, node: dict[str, Any], read=(), given=(), deferre
         )
 
 
-def build(group: str, node: dict[str, Any], read=(), deferred=(), **given):
+def build(group: str, node: dict[str, Any], read=(), deferred=(), choice: str | None = None, **given):
     """Build a group's component from its composed node: the `_target_` called with the node's options and `given`
     (what is derived, not configured: the task's sizes, the dtype, rngs, ...). `read`: the group's keys the caller
     consumes itself (model.layer_normalizers, trainer.vmap_seeds, task.test_lengths); `deferred`: arguments of a
-    later call, which makes the result a functools.partial (a normalizer's num_heads, head_dim, rngs).
+    later call, which makes the result a functools.partial (a normalizer's num_heads, head_dim, rngs); `choice`:
+    the YAML the node comes from, kept on a deferred component as `config_name` for its messages.
 
     Not hydra.utils.instantiate: it re-raises a constructor's ConfigError as InstantiationException
     (hydra/_internal/instantiate/_instantiate2.py, _call_target), so a bad value would stop being a one-line refusal.
     """
-    cls = registry.resolve_target(node.get("_target_"))
+    cls = registry.resolve_target(node.get("_target_"), group)
     options = {k: v for k, v in node.items() if k not in read and k != "_target_"}
-    check_keys(group, cls, options, read, given, deferred)
-    return functools.partial(cls, **options, **given) if deferred else cls(**options, **given)
+    check_keys(group, cls, options, read, given, deferred, choice)
+    if not deferred:
+        return cls(**options, **given)
+    return functools.partial(_named, cls, choice or registry.name_of(group, cls), **options, **given)
+
+
+def _named(cls, config_name: str | None, **kwargs):
+    """cls(**kwargs) told the YAML it was built from (None: a class no YAML names, called by its class name)."""
+    built = cls(**kwargs)
+    built.config_name = config_name or cls.__name__
+    return built
+
+
+def built_class(make) -> type:
+    """The class a deferred component (`build` with `deferred`) will build."""
+    return make.args[0]
 
 
 def build_choice(group: str, name: str, overrides: dict[str, Any], read=(), deferred=(), **given):
     """Build choice `name` of `group` from its composed YAML updated with `overrides` (YAML keys only)."""
-    return build(group, {**registry.load(group, name), **overrides}, read=read, deferred=deferred, **given)
+    return build(group, {**registry.load(group, name), **overrides}, read=read, deferred=deferred, choice=name, **given)
+
+
+def check_configured(group: str, cls, configs: dict[str, tuple[type, dict]], deferred=()) -> None:
+    """Refuse a class of `group` no YAML builds, or whose YAMLs ({name: (class, options)}) and constructor disagree."""
+    mine = {name: opts for name, (target, opts) in configs.items() if target is cls}
+    if not mine:
+        options = ", ".join(options_of(cls, deferred=deferred)[0]) or "no options"
+        raise ConfigError(
+            f"{group} {cls.__name__} ({options}) has no YAML in configs/{group}/ whose _target_ builds it"
+        )
+    for name, opts in mine.items():
+        check_keys(group, cls, opts, deferred=deferred, choice=name)

@@ -1,0 +1,243 @@
+"""The choices of each config group and their composed YAML, read through Hydra's own config loader over
+Hydra's search path: attnlab's configs/ (package data) and the user's config directories (`--config-dir`,
+`hydra.searchpath`), so a user's YAML adds choices to any group everywhere a choice is looked up.
+
+A `_target_` may name any importable class that subclasses its group's contract (CONTRACTS); anything else is
+refused before it is called.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+from hydra._internal.config_loader_impl import ConfigLoaderImpl
+from hydra._internal.defaults_list import create_defaults_list
+from hydra._internal.utils import create_config_search_path
+from hydra.core.object_type import ObjectType
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from attnlab.checks import ConfigError
+
+# The package attnlab.configs: the repository's configs/ in a clone (an editable install maps it), package data in
+# a wheel; either way a real directory.
+CONFIG_DIR = Path(str(resources.files("attnlab.configs")))
+
+# The class each group's `_target_` must subclass: the contract its component is built against.
+CONTRACTS = {
+    "normalizer": "attnlab.normalizers.base.Normalizer",
+    "task": "attnlab.tasks.base.Task",
+    "head": "attnlab.heads.base.Head",
+    "model": "attnlab.model.Transformer",
+    "optim": "attnlab.optim.AdamW",
+    "trainer": "attnlab.train.config.LoopConfig",
+    "accelerator": "attnlab.accelerator.Accelerator",
+}
+
+# The search path's entries beyond Hydra's defaults, as (provider, url) in Hydra's order: set by `use`.
+_EXTRA: list[tuple[str, str]] = []
+
+
+def use(config_dirs: Iterable[str] = (), searchpath: Iterable[str] = ()) -> None:
+    """Add the user's config directories to every lookup, as Hydra adds them: `--config-dir` (provider
+    command-line) and the entries of `hydra.searchpath` (file:// or pkg:// urls, or plain directories)."""
+    dirs = [("command-line", f"file://{os.path.abspath(d)}") for d in config_dirs]
+    urls = [u if "://" in u else f"file://{os.path.abspath(u)}" for u in searchpath]
+    _EXTRA[:] = [*dirs, *(("hydra.searchpath in command-line", u) for u in urls)]
+
+
+def use_sources(config_sources) -> None:
+    """The search path of a running Hydra job (HydraConfig's runtime.config_sources), so a joblib or submitit
+    worker sees the choices its launching command saw."""
+    _EXTRA[:] = [
+        (s.provider, f"{s.schema}://{s.path}")
+        for s in config_sources
+        if s.provider == "command-line" or str(s.provider).startswith("hydra.searchpath")
+    ]
+
+
+def use_argv(argv: list[str]) -> None:
+    """`use` with the config directories a command line names: `--config-dir D` / `-cd D` / `--config-dir=D`,
+    and `hydra.searchpath=[...]`; a missing directory is a ConfigError."""
+    dirs, urls = [], []
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag in ("--config-dir", "-cd"):
+            dirs.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ""))
+        elif flag.lstrip("+") == "hydra.searchpath":
+            urls += OverridesParser.create().parse_override(arg).value() or []
+    for d in dirs:
+        if not Path(d).is_dir():
+            raise ConfigError(f"--config-dir {d!r}: no such directory")
+    use(dirs, urls)
+
+
+def extra_dirs() -> list[str]:
+    """The user's config directories in use (file:// entries only)."""
+    return [url.removeprefix("file://") for _, url in _EXTRA if url.startswith("file://")]
+
+
+@functools.lru_cache(maxsize=8)
+def _loader(extra: tuple[tuple[str, str], ...]) -> ConfigLoaderImpl:
+    """Hydra's loader over Hydra's search path for attnlab's configs, the extra entries before its schema entry."""
+    path = create_config_search_path(f"file://{CONFIG_DIR}")
+    schema = path.get_path().pop(-1)
+    for provider, url in extra:
+        path.append(provider, url)
+    path.get_path().append(schema)
+    return ConfigLoaderImpl(config_search_path=path)
+
+
+def loader() -> ConfigLoaderImpl:
+    return _loader(tuple(_EXTRA))
+
+
+# The group of study presets (`# @package _global_`): choices that set other groups and keys, no component.
+PRESETS = "experiment"
+
+
+def groups() -> list[str]:
+    """The component groups over the search path (hydra's own and the presets excluded)."""
+    return list(_groups(tuple(_EXTRA)))
+
+
+@functools.lru_cache(maxsize=None)
+def _groups(extra) -> list[str]:
+    return sorted(g for g in _loader(extra).get_group_options("", ObjectType.GROUP) if g not in ("hydra", PRESETS))
+
+
+def choices(group: str) -> list[str]:
+    """Names available in a config group over the search path, but its `_name_.yaml` bases, which hold the keys
+    its variants share and are no choice of their own."""
+    return list(_choices(tuple(_EXTRA), group))
+
+
+@functools.lru_cache(maxsize=None)
+def _choices(extra, group: str) -> list[str]:
+    return sorted(n for n in _loader(extra).get_group_options(group, ObjectType.CONFIG) if not n.startswith("_"))
+
+
+def is_base(group: str, name: str) -> bool:
+    """Whether `name` is a `_name_.yaml` base of `group` (keys its choices share, no choice itself)."""
+    return name.startswith("_") and name in loader().get_group_options(group, ObjectType.CONFIG)
+
+
+def load(group: str, name: str) -> dict[str, Any]:
+    """The composed YAML of one choice, composed by Hydra under `group`, or a ConfigError listing the choices."""
+    if name not in choices(group):
+        raise ConfigError(f"unknown {group} {name!r}; available: {', '.join(choices(group))}")
+    return copy.deepcopy(_load(tuple(_EXTRA), group, name))
+
+
+@functools.lru_cache(maxsize=None)
+def _load(extra, group: str, name: str) -> dict[str, Any]:
+    # Hydra's composition (ConfigLoaderImpl._load_configuration_impl) of the one group entry, without the `hydra`
+    # node it would compose around it: a tenth of the time of load_configuration.
+    loader_ = _loader(extra)
+    try:
+        parsed, repo = loader_._parse_overrides_and_create_caching_repo(None, [f"+{group}={name}"])
+        defaults = create_defaults_list(repo, None, parsed, prepend_hydra=False, skip_missing=False)
+        cfg = loader_._compose_config_from_defaults_list(defaults.defaults, repo)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise ConfigError(f"{group}={name}: {' '.join(str(exc).split())}") from None
+    return OmegaConf.to_container(cfg[group])
+
+
+def compose_train(overrides: list[str], multirun: bool = False):
+    """configs/train.yaml composed with a command line's overrides over the search path (Hydra's composition)."""
+    mode = RunMode.MULTIRUN if multirun else RunMode.RUN
+    return loader().load_configuration("train", list(overrides), mode, from_shell=True)
+
+
+def top_keys() -> set[str]:
+    """The top-level keys of configs/train.yaml as Hydra composes it (hydra included, the groups not)."""
+    return set(_top_keys(tuple(_EXTRA)))
+
+
+@functools.lru_cache(maxsize=None)
+def _top_keys(extra) -> set[str]:
+    return set(_loader(extra).load_configuration("train", [], RunMode.RUN)) - set(_groups(extra))
+
+
+def choices_composed(picks: tuple[str, ...]) -> dict[str, str | None]:
+    """{group: choice} of configs/train.yaml composed with `group=choice` overrides (Hydra's runtime.choices)."""
+    return dict(_choices_composed(tuple(_EXTRA), picks))
+
+
+@functools.lru_cache(maxsize=None)
+def _choices_composed(extra, picks: tuple[str, ...]) -> dict[str, str | None]:
+    cfg = _loader(extra).load_configuration("train", list(picks), RunMode.RUN)
+    return dict(cfg.hydra.runtime.choices)
+
+
+def resolve_target(target, group: str):
+    """The class a `_target_` names, imported only if it is a dotted path and returned only if it subclasses the
+    group's contract; anything else is a one-line ConfigError and nothing is called."""
+    contract_path = CONTRACTS.get(group)
+    if not isinstance(target, str) or "." not in target:
+        raise ConfigError(f"{group} _target_ {target!r} refused: give a class as module.Class")
+    module, _, attr = target.rpartition(".")
+    try:
+        owner = importlib.import_module(module)
+    except Exception as exc:  # the user's module failing to import is bad input, whatever it raised
+        raise ConfigError(
+            f"{group} _target_ {target!r}: module {module!r} failed to import: {_one_line(exc)}"
+        ) from None
+    cls = getattr(owner, attr, None)
+    if contract_path is None:
+        return cls
+    contract = _contract(contract_path)
+    if not (isinstance(cls, type) and issubclass(cls, contract)):
+        what = (
+            "no such attribute"
+            if cls is None
+            else f"class {cls.__name__}"
+            if isinstance(cls, type)
+            else f"a {type(cls).__name__}"
+        )
+        raise ConfigError(
+            f"{group} _target_ {target!r} refused ({what}): a {group} must be a class subclassing {contract_path}"
+        )
+    return cls
+
+
+def _contract(path: str) -> type:
+    module, _, attr = path.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+def name_of(group: str, cls) -> str | None:
+    """The choice of `group` whose `_target_` builds `cls` (the first, by name, where several do); None when none
+    does. A component's YAML name comes from here, never from its class name."""
+    return next((name for name, built in _built(tuple(_EXTRA), group) if built is cls), None)
+
+
+def varies(group: str) -> bool:
+    """Whether the choices of `group` build different classes, so that which keys it takes depends on the choice."""
+    return len({built for _, built in _built(tuple(_EXTRA), group)}) > 1
+
+
+@functools.lru_cache(maxsize=None)
+def _built(extra, group: str) -> tuple[tuple[str, Any], ...]:
+    """(choice, class its `_target_` names) for each choice of `group` whose `_target_` resolves; a choice that
+    does not is refused where it is used, not in every lookup of its group."""
+    out = []
+    for name in _choices(extra, group):
+        try:
+            out.append((name, resolve_target(_load(extra, group, name).get("_target_"), group)))
+        except ConfigError:
+            continue
+    return tuple(out)
