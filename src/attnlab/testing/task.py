@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from attnlab.checks import ConfigError
 from attnlab.tasks.base import SPLITS
 
 from .violation import ContractViolation, fail
@@ -33,9 +34,10 @@ def check_task(make, *, name: str) -> None:
     - determinism by seed: the same seed gives identical arrays, another seed other inputs in every split.
     - baselines, per split: `baseline(split)` holds the contract's keys (accuracy; mse and mse_zero), each a finite
       float ≥ 0; `baseline_labels` names only baseline keys, under the `headline_metric` among others.
-    - test lengths, where the task declares `length_option`: rebuilt at its own length and at twice it, the test split
-      is the same with train and val shrunk to one example (tasks.lengths rebuilds it so); at its own length it is the
-      task's test split; twice the length gives longer sequences; the rebuilt test split meets the split contract.
+    - test lengths, where the task declares `length_option`: rebuilt at its own length L and at a longer one (the first
+      of 2L, 2L + 1, L + 1, L + 2 it accepts), the test split is the same with train and val shrunk to one example
+      (tasks.lengths rebuilds it so); at L it is the task's test split; the longer length gives longer sequences; the
+      rebuilt test split meets the split contract.
     """
     subject = f"task={name}"
     task = _build(subject, make, "construction", seed=SEED)
@@ -153,12 +155,26 @@ def _baselines(subject, task):
             raise fail(subject, "baselines", f"baseline_labels name {sorted(unknown)}, not keys of baseline()", where)
 
 
+def _longer(make, task, length):
+    """The first of 2L, 2L + 1, L + 1, L + 2 at which the task builds (it may refuse some lengths in one line)."""
+    for at in (2 * length, 2 * length + 1, length + 1, length + 2):
+        try:
+            make(seed=SEED, **task.length_options([at])[at])
+        except ConfigError:
+            continue
+        return at
+    return None
+
+
 def _test_lengths(subject, make, task):
     option = type(task).length_option
     length = int(task.options[option])
+    longer = _longer(make, task, length)
+    if longer is None:
+        raise fail(subject, "test lengths", f"no length above {option}={length} is accepted (tried 2L, 2L+1, L+1, L+2)")
     shrink = {k: 1 for k in ("n_train", "n_val") if k in task.options}
     seq_lens = []
-    for at in (length, 2 * length):
+    for at in (length, longer):
         options = task.length_options([at])[at]
         where = f"seed={SEED} {' '.join(f'{k}={v}' for k, v in options.items())}"
         full = _build(subject, make, "test lengths", seed=SEED, **options)
@@ -166,13 +182,11 @@ def _test_lengths(subject, make, task):
         for field in ("inputs", "targets", "weights", "valid"):
             if not np.array_equal(getattr(full.splits["test"], field), getattr(small.splits["test"], field)):
                 raise fail(subject, "test lengths", f"test {field} change when n_train, n_val shrink to 1", where)
-            if at == length and not np.array_equal(
-                getattr(full.splits["test"], field), getattr(task.splits["test"], field)
-            ):
+            same = np.array_equal(getattr(full.splits["test"], field), getattr(task.splits["test"], field))
+            if at == length and not same:
                 raise fail(subject, "test lengths", f"test {field} rebuilt at its own length differ", where)
         _split_arrays(subject, full, "test", full.splits["test"], where)
         seq_lens.append(full.seq_len)
     if not seq_lens[1] > seq_lens[0]:
-        raise fail(
-            subject, "test lengths", f"{option}={2 * length} gives seq_len {seq_lens[1]}, not above {seq_lens[0]}", ""
-        )
+        what = f"{option}={longer} gives seq_len {seq_lens[1]}, not above {seq_lens[0]}"
+        raise fail(subject, "test lengths", what, f"seed={SEED}")
