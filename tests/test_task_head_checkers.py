@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from attnlab import config, heads, tasks
+from attnlab.checks import ConfigError
 from attnlab.config import registry
 from attnlab.testing import ContractViolation, check_head, check_task
 
@@ -117,3 +118,13 @@ def test_the_head_checker_names_the_broken_property(cls, prop):
         check_head(cls, name="broken")
     msg = str(info.value)
     assert "\n" not in msg and msg.startswith(f"head=broken: {prop}"), msg
+
+
+def test_a_task_taking_odd_lengths_only_is_checked_at_a_longer_odd_length():
+    class OddLengths(tasks.MQAR):
+        def __init__(self, **options):
+            if options["seq_len"] % 2 == 0:
+                raise ConfigError(f"task.seq_len={options['seq_len']} is invalid; allowed: an odd integer")
+            super().__init__(**options)
+
+    check_task(functools.partial(_tiny, OddLengths, seq_len=15), name="odd")

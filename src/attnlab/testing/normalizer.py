@@ -207,7 +207,7 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
       outputs and weights bit-identical; gradients are finite (also with rows of no admissible key, and at logits
       |βz| ≈ 1e4 in float32 and bfloat16, where the output, statistics and weights stay finite too); ∇L·d for
       L = Σ c ⊙ out and random directions d of q, k and v equals the central finite difference of the float64
-      reference (of the normalizer itself in float32 without one).
+      reference (of the normalizer itself in float32 without one), at either of two steps.
     - impl: each implementation the normalizer declares that runs on a CPU (`capability()`: blockwise, the fused
       XLA kernel, linear attention's chunked and bidirectional forms, at block/chunk size 4) equals its dense form
       (linear: the parallel form) forward and backward (q, k, v and every parameter, each of which gets a
@@ -227,7 +227,7 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
     has_reference = callable(getattr(norm, "reference", None))
     runs = [_forward(chk, norm, s) for s in settings]
     for run in runs:
-        _structure(chk, run, has_reference)
+        _structure(chk, run)
     for run in runs:
         _masks(chk, run)
     if has_reference:
@@ -260,7 +260,7 @@ def _forward(chk, norm, s):
     return dict(s=s, q=q, k=k, v=v, w=w, out_s=out_s, out_p=out_p, stats=stats, none=none)
 
 
-def _structure(chk, run, has_reference):
+def _structure(chk, run):
     s, where = run["s"], run["s"].where()
     if run["w"].shape != (B, N, s.T, s.S):
         raise chk.fail("shapes", f"weights have shape {run['w'].shape}, expected (B,N,T,S) {(B, N, s.T, s.S)}", where)
