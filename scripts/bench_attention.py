@@ -40,7 +40,8 @@ from bench_common import (
 )
 from flax import nnx
 
-from attnlab.normalizers import Mask, build
+from attnlab.config import normalizer as build
+from attnlab.normalizers import Mask
 from attnlab.normalizers.impl import Workload
 
 SECTION = "## Attention: dense vs blockwise (scripts/bench_attention.py)"
@@ -59,7 +60,7 @@ class Case:
             name, num_heads=args.heads, head_dim=args.head_dim, rngs=nnx.Rngs(0), impl=impl, block_size=args.block_size
         )
         # The backend this program runs (the normalizer chooses on its first trace, for its batch and heads).
-        self.ran = norm.backend(T, T, Mask(causal=True), args.dtype, Workload(args.batch, args.heads))
+        self.ran = norm.backend(T, T, Mask(causal=True), args.dtype, Workload(args.batch, args.heads)).name
         graphdef, state = nnx.split(norm)
 
         def loss(q, k, v, ct, state):

@@ -2,9 +2,10 @@
 """The plain step of the normalizers with fused Pallas kernels, beside their other forms: compiled for a GPU
 without one (scripts/gpu_program.py's compile, counting and table).
 
-Each row is a run's step at a `normalizer.impl` of IMPLS: the pointwise normalizers at dense|blockwise|pallas,
-linear at chunked|pallas, softmax at cudnn (the one to beat). The kernels are custom calls to XLA's cost
-analysis: their bytes are their operands and results, as gpu_program.py counts cuDNN's.
+Each row is a run's step at one of the `normalizer.impl` values the normalizer accepts (normalizers/impl.py's
+table: the pointwise normalizers at dense|blockwise|pallas, linear at chunked|parallel|pallas, softmax at
+cudnn|xla|blockwise|dense). The kernels are custom calls to XLA's cost analysis: their bytes are their operands
+and results, as gpu_program.py counts cuDNN's.
 
     JAX_PLATFORMS=cpu python scripts/pallas_program.py [--target h100] [--shapes 4x8192] [--normalizers sigmoid,relu]
     JAX_PLATFORMS=cpu python scripts/pallas_program.py --normalizers linear,softmax
@@ -20,15 +21,22 @@ import sys
 import gpu_program as gp
 import jax
 
-IMPLS = {"linear": ("chunked", "pallas"), "softmax": ("cudnn",)}  # others: POINTWISE_IMPLS
-POINTWISE_IMPLS = ("dense", "blockwise", "pallas")
+from attnlab import config
+from attnlab.normalizers import impl as backends
+
+
+def impls(name: str) -> tuple[str, ...]:
+    """The `normalizer.impl` values normalizer `name` accepts besides auto (impl.allowed)."""
+    return backends.allowed(config.normalizer(name, num_heads=1, head_dim=64).capability())[1:]
 
 
 def program(mesh, model: str, B: int, T: int, name: str, impl: str, extra: tuple = ()):
-    """(plain, logging) Programs of `name` under `impl` (a value of IMPLS)."""
+    """(plain, logging) Programs of `name` under `impl` (a value of `impls(name)`)."""
     overrides = gp.run_overrides(model, B, T, name, 1, (f"normalizer.impl={impl}",) + extra)
+    family = config.normalizer(name, num_heads=1, head_dim=64).capability().family
     # jax ≥ 0.12 reads the kernels' Triton target from the abstract mesh's device when no GPU is attached.
-    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if impl == "pallas" else contextlib.nullcontext():
+    pallas = backends.backends(family)[impl].pallas
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh) if pallas else contextlib.nullcontext():
         p = gp.attnlab_programs(mesh, overrides)
     plain = gp.Program.of(p["plain"], T)
     return plain, gp.Program.of(p["stats"], T) + plain
@@ -63,7 +71,7 @@ def main(argv=None) -> int:
                 )
             )
             for name in args.normalizers.split(","):
-                for impl in IMPLS.get(name, POINTWISE_IMPLS):
+                for impl in impls(name):
                     label = f"{name} impl={impl}"
                     build = functools.partial(row, mesh, args.model, B, T, name, impl, tuple(args.override))
                     rows.append(gp.compile_row(label, build))

@@ -10,6 +10,7 @@ from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli, scalar_curve
 
 from attnlab import config
 from attnlab.config import registry
+from attnlab.normalizers.statistics import CORE_STATS
 
 NORMALIZERS = registry.choices("normalizer")
 
@@ -119,7 +120,7 @@ def test_tensorboard_reader_finds_per_layer_head_tags_and_hparams(default_run):
         assert f"grad_norm/layer_{layer}" in tags
         assert f"score_grad/layer_{layer}" in tags
         for head in range(2):
-            for stat in ("entropy", "max_weight", "row_mass", "max_logit", "beta", "kl_prior", "objective"):
+            for stat in (*CORE_STATS, "beta", "kl_prior", "objective"):  # kl's extras
                 assert f"attn_{stat}/layer_{layer}/head_{head}" in tags
     for tag in (
         "train/loss",

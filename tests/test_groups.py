@@ -13,11 +13,11 @@ from test_configs import compose_train
 
 from attnlab import config
 from attnlab.cli import build
+from attnlab.config import normalizer as build_normalizer
 from attnlab.config import registry
 from attnlab.groups import GROUPS, leaf_groups, tag
 from attnlab.model import Transformer
 from attnlab.normalizers import NormalizerParam
-from attnlab.normalizers import build as build_normalizer
 from attnlab.steps import Net
 
 

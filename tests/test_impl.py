@@ -13,8 +13,10 @@ from flax import nnx
 from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.normalizers import Mask, impl
+from attnlab.normalizers.blockwise import BlockForm
 
-SOFTMAX, KL_RECENCY, ENTMAX = impl.Capability(True, True), impl.Capability(False, True), impl.Capability(False, False)
+FORM = BlockForm("exp", {}, logits=None)  # a blockwise form; which one matters to no backend these lines ask
+SOFTMAX, KL_RECENCY, ENTMAX = impl.Capability(True, FORM), impl.Capability(False, FORM), impl.Capability(False)
 BF16, F32 = jnp.bfloat16, jnp.float32
 PAD = jnp.ones((2, 8), bool)
 RIGHT = Mask(key_valid_BS=PAD, causal=True, right_padded=True)
@@ -65,8 +67,8 @@ def test_the_choice_is_a_pure_function_of_its_arguments(requested, cap, platform
     over = T in OVER and S in OVER
     args = dict(normalizer="softmax", platform=platform, dtype=dtype, head_dim=H, mask=mask, T=T, S=S)
     args.update(dense_bytes=2 if over else 1, budget_bytes=1)
-    if expected in impl.SCORE_IMPLS:
-        assert impl.choose(requested, cap, **args) == expected
+    if expected in impl.backends(impl.SCORE):
+        assert impl.choose(requested, cap, **args).name == expected
     else:
         with pytest.raises(
             ValueError, match=rf"^normalizer\.impl={requested} cannot run for softmax: .*{re.escape(expected)}"
@@ -81,10 +83,13 @@ def test_the_choice_is_a_pure_function_of_its_arguments(requested, cap, platform
         ("relu", {}, "xla", "auto, blockwise, dense, pallas"),
         ("kl", {"prior": "recency"}, "cudnn", "auto, blockwise, dense"),
         ("entmax", {}, "blockwise", None),  # entmax has no impl option at all
-        ("softmax", {}, "flash", "auto, cudnn, xla, blockwise, dense"),
+        ("softmax", {}, "flash", None),  # no such backend: the refusal lists what the table offers softmax
     ],
 )
 def test_impl_a_normalizer_cannot_run_is_refused_when_built(name, opts, value, allowed):
+    if allowed is None and name != "entmax":
+        allowed = ", ".join(impl.allowed(config.normalizer(name, num_heads=2, head_dim=8, **opts).capability()))
+        assert {"cudnn", "xla", "blockwise", "dense"} <= set(allowed.split(", "))
     if allowed is None:
         refusal = (
             r"^unknown key\(s\) normalizer.impl for normalizer=entmax "
@@ -142,7 +147,7 @@ def test_xla_path_equals_the_dense_form_forward_and_gradients(name, opts, scenar
     q = jnp.asarray(rng.normal(size=(3, 3, T, 8)), jnp.float32)
     k, v = (jnp.asarray(rng.normal(size=(3, 3, S, 8)), jnp.float32) for _ in range(2))
     mask = lengths_mask(lengths, S, causal=causal, window=window)
-    assert config.normalizer(name, num_heads=3, head_dim=8, impl="xla", **opts).backend(T, S, mask, F32) == "xla"
+    assert config.normalizer(name, num_heads=3, head_dim=8, impl="xla", **opts).backend(T, S, mask, F32).name == "xla"
     out_x, g_x = out_and_grads(name, "xla", q, k, v, mask, opts)
     out_d, g_d = out_and_grads(name, "dense", q, k, v, mask, opts)
     np.testing.assert_allclose(out_x, out_d, atol=2e-6, rtol=1e-5)
@@ -167,7 +172,8 @@ EVERY = {
     "entmax": ("auto dense", "dense", "dense", "dense", "dense"),  # no blockwise form
     "linear": ("auto chunked parallel pallas", "parallel", "parallel", "chunked", "chunked"),  # one chunk at T=8
 }
-EVERY_IMPL = dict.fromkeys(impl.SCORE_IMPLS + impl.LINEAR_IMPLS)
+# The impl values EVERY speaks of (a backend added later is pinned by its own test), and one no backend has.
+EVERY_IMPL = dict.fromkeys([x for accepts, *_ in EVERY.values() for x in accepts.split()] + ["flash"])
 
 
 @pytest.mark.parametrize("platform", ["cpu", "gpu", "tpu"])
@@ -179,14 +185,14 @@ def test_every_normalizer_impl_and_platform_chooses_its_backend_or_refuses_in_on
     assert set(EVERY) == set(registry.choices("normalizer"))
     accepts, *auto = EVERY[name]
     norm = config.normalizer(name, num_heads=2, head_dim=64)
-    assert impl.allowed(norm.capability()) == tuple(accepts.split())
+    cap = norm.capability()
+    assert tuple(x for x in impl.allowed(cap) if x in EVERY_IMPL) == tuple(accepts.split())
     for over, T in ((False, 8), (True, LONG)):
         args = dict(normalizer=name, platform=platform, dtype=BF16, head_dim=64, mask=RIGHT, T=T, S=T)
         args.update(dense_bytes=2 if over else 1, budget_bytes=1)
         if requested not in accepts.split():
-            expected = (
-                f"^normalizer\\.impl={requested} cannot run for {name}: .*; allowed here: {', '.join(accepts.split())}$"
-            )
+            listed = ", ".join(impl.allowed(cap))
+            expected = f"^normalizer\\.impl={requested} cannot run for {name}: .*; allowed here: {listed}$"
         elif requested == "cudnn" and platform != "gpu":
             expected = f"^normalizer\\.impl=cudnn cannot run for {name}: platform {platform} \\(cuDNN needs gpu\\)$"
         elif requested == "pallas" and platform != "gpu":
@@ -197,7 +203,7 @@ def test_every_normalizer_impl_and_platform_chooses_its_backend_or_refuses_in_on
             with pytest.raises(ValueError, match=expected):
                 impl.choose(requested, norm.capability(), **args)
         else:
-            assert impl.choose(requested, norm.capability(), **args) == expected, (T, platform)
+            assert impl.choose(requested, norm.capability(), **args).name == expected, (T, platform)
 
 
 def test_the_dense_score_bytes_and_the_default_budgets_are_the_documented_ones():
@@ -239,7 +245,10 @@ def test_the_model_chooses_each_layers_backend_at_build_by_the_memory_budget():
     assert impl.dense_score_bytes(impl.Workload(32, 2, 3), LONG, LONG) == 3 * 2**29 > impl.memory_budget("cpu")
     assert net.attention_impl(8) == ["xla", "dense", "xla"]
     assert net.attention_impl(LONG) == ["xla", "blockwise", "xla"]
-    assert net.blocks[1].attn.normalizer.backends == ((8, 8, "dense"), (LONG, LONG, "blockwise"))
+    assert [(t, s, b.name) for t, s, b in net.blocks[1].attn.normalizer.backends] == [
+        (8, 8, "dense"),
+        (LONG, LONG, "blockwise"),
+    ]
     remat = tiny_transformer(makers, batch_size=32, test_lengths=[LONG], remat=True)
     assert remat.attention_impl(LONG) == ["xla", "dense", "xla"]
 
@@ -373,7 +382,7 @@ def test_statistics_at_length_keep_the_fused_output_and_the_sampled_row_statisti
     q, k, v = (jnp.asarray(rng.normal(size=(1, 3, LONG, 8)), jnp.float32) for _ in range(3))
     mask = Mask(causal=True)
     fused, block = (config.normalizer("softmax", num_heads=3, head_dim=8, impl=i) for i in ("xla", "blockwise"))
-    assert fused.backend(LONG, LONG, mask, F32) == "xla"
+    assert fused.backend(LONG, LONG, mask, F32).name == "xla"
     out, stats = jax.jit(lambda q, k, v: fused(q, k, v, mask, with_stats=True))(q, k, v)
     plain, _ = jax.jit(lambda q, k, v: fused(q, k, v, mask))(q, k, v)
     np.testing.assert_array_equal(out, plain)
@@ -400,5 +409,71 @@ def test_the_cli_build_records_the_backend_at_the_training_length_and_each_test_
     overrides = ["accelerator=cpu", "model=tiny", "task=mqar", "task.seq_len=16", "task.test_lengths=[32,64]"]
     cfg = bench_gpu.compose([*overrides, "normalizer=relu", "trainer.batch_size=4", "trainer.vmap_seeds=2"])
     _, nets, _, _ = cli.build(cfg, cfg.task.default_head)
-    expected = ((16, 16, "dense"), (32, 32, "blockwise"), (64, 64, "blockwise"))
-    assert [net.body.blocks[0].attn.normalizer.backends for net in nets] == [expected, expected]
+    expected = [(16, 16, "dense"), (32, 32, "blockwise"), (64, 64, "blockwise")]
+    backends = [[(t, s, b.name) for t, s, b in net.body.blocks[0].attn.normalizer.backends] for net in nets]
+    assert backends == [expected, expected]
+
+
+def offering(backend: impl.Backend):
+    """(name, built normalizer) of the first registered normalizer with `backend`'s form, blocks and chunks of 8
+    keys (so a T×T array at T = 32 is the backend's, not one block's); None where no normalizer has it."""
+    import normalizer_refs as R
+
+    from attnlab.config import registry
+
+    for name in registry.choices("normalizer"):
+        options = R.options(name)
+        small = {key: 8 for key in ("block_size", "chunk_size") if key in options}
+        norm = config.normalizer(name, num_heads=R.N, head_dim=R.H, **small)
+        capability = norm.capability()
+        if capability.family == backend.family and backend.lacks(capability) is None:
+            return name, norm
+    return None
+
+
+def holds_txt(hlo: str, T: int) -> bool:
+    """Whether an optimized HLO module has an array with two dimensions of size T."""
+    return any([int(d) for d in dims.split(",")].count(T) >= 2 for dims in re.findall(r"\[([\d,]+)\]", hlo))
+
+
+@pytest.mark.parametrize("backend", impl.TABLE, ids=lambda b: f"{b.family}-{b.name}")
+def test_every_backend_of_the_table_computes_the_float64_reference_and_keeps_a_txs_array_as_it_says(backend):
+    """Each entry's `run` on the first normalizer that offers it, at T = S = 32 on a CPU with the first mask it takes
+    (causal, else none), against normalizer_refs' float64 weights times v; the compiled forward and backward hold a
+    32×32 array exactly where the entry says it keeps one. GPU-only entries (cudnn, pallas) are tested by the GPU
+    program and on-device tests."""
+    import normalizer_refs as R
+
+    T = 32
+    found = offering(backend)
+    assert found is not None, f"no registered normalizer offers {backend.name}"
+    name, norm = found
+    site = [impl.Site("cpu", F32, R.H, m, T, T) for m in (Mask(causal=True), Mask())]
+    site = next((s for s in site if backend.problem(norm.capability(), s) is None), None)
+    if site is None:
+        pytest.skip(f"{backend.name} runs on a GPU only")
+    q, k, v = R.qkv(5, T, T)
+    q_BNTH, k_BNSH, v_BNSH = (jnp.swapaxes(jnp.asarray(x), 1, 2) for x in (q, k, v))
+    run = jax.jit(lambda q, k, v: backend.run(norm, q, k, v, site.mask))
+    m_BTS = R.admissible(R.B, T, T, causal=site.mask.causal)
+    w_BNTS = R.REFS[name][0](q, k, m_BTS, norm, **R.options(name))[0]
+    expected_BNTH = np.einsum("bnts,bsnh->bnth", w_BNTS, v.astype(np.float64))
+    np.testing.assert_allclose(run(q_BNTH, k_BNSH, v_BNSH), expected_BNTH, atol=2e-5, rtol=1e-4)
+    grad = jax.jit(jax.grad(lambda q, k, v: jnp.sum(jnp.sin(backend.run(norm, q, k, v, site.mask))), (0, 1, 2)))
+    assert holds_txt(grad.lower(q_BNTH, k_BNSH, v_BNSH).compile().as_text(), T) == backend.keeps_scores
+
+
+def test_the_table_names_each_backend_once_per_family_and_lists_the_impl_values_in_its_order():
+    """The refusal texts' `allowed here` lists and the YAML-side choices come from the table's order."""
+    names = [(b.family, b.name) for b in impl.TABLE]
+    assert len(names) == len(set(names))
+    known = ("auto", "cudnn", "xla", "blockwise", "dense", "pallas", "chunked", "parallel")
+    assert [x for x in impl.requestable(impl.SCORE) if x in known] == [
+        "auto",
+        "cudnn",
+        "xla",
+        "blockwise",
+        "dense",
+        "pallas",
+    ]
+    assert [x for x in impl.requestable(impl.LINEAR) if x in known] == ["auto", "chunked", "parallel", "pallas"]

@@ -37,7 +37,7 @@ def test_chunked_and_parallel_agree_forward_and_backward(feature_map):
 
     def loss(form, chunk):
         norm = _linear(feature_map=feature_map, chunk_size=chunk, impl=form)
-        assert norm.backend(T, T, mask, F32) == form
+        assert norm.backend(T, T, mask, F32).name == form
         f = lambda q, k, v: norm(q, k, v, mask)[0]  # noqa: E731
         return jax.value_and_grad(lambda q, k, v: jnp.sum(f(q, k, v) * ct), argnums=(0, 1, 2))(q, k, v)
 
@@ -55,12 +55,12 @@ def test_chunked_and_parallel_agree_forward_and_backward(feature_map):
 
 def test_implementation_names_the_path():
     causal, T = nz.Mask(causal=True), 200
-    assert _linear(chunk_size=64).backend(T, T, causal, F32) == "chunked"
-    assert _linear(chunk_size=256).backend(T, T, causal, F32) == "parallel"  # one chunk: the same matrix
-    assert _linear(chunk_size=256, impl="chunked").backend(T, T, causal, F32) == "chunked"
-    assert _linear(impl="parallel").backend(T, T, causal, F32) == "parallel"
-    assert _linear().backend(T, T, nz.Mask(), F32) == "bidirectional"
-    assert _linear(impl="chunked").backend(T, T, nz.Mask(causal=True, window=8), F32) == "parallel"
+    assert _linear(chunk_size=64).backend(T, T, causal, F32).name == "chunked"
+    assert _linear(chunk_size=256).backend(T, T, causal, F32).name == "parallel"  # one chunk: the same matrix
+    assert _linear(chunk_size=256, impl="chunked").backend(T, T, causal, F32).name == "chunked"
+    assert _linear(impl="parallel").backend(T, T, causal, F32).name == "parallel"
+    assert _linear().backend(T, T, nz.Mask(), F32).name == "bidirectional"
+    assert _linear(impl="chunked").backend(T, T, nz.Mask(causal=True, window=8), F32).name == "parallel"
     with pytest.raises(ValueError, match="normalizer.impl='flash'"):
         _linear(impl="flash")
 
@@ -140,7 +140,7 @@ def test_chunked_matmuls_are_tensor_core_shaped():
     q, k, v = (x.astype(jnp.bfloat16) for x in _qkv(6, T))
     norm = _linear(chunk_size=16)
     mask = nz.Mask(causal=True)
-    assert norm.backend(T, T, mask, F32) == "chunked"
+    assert norm.backend(T, T, mask, F32).name == "chunked"
     jaxpr = jax.make_jaxpr(lambda q, k, v: norm(q, k, v, mask)[0])(q, k, v)
 
     def subjaxprs(params):  # the jaxprs a primitive holds (scan, custom_vjp, ...): a Jaxpr or a ClosedJaxpr

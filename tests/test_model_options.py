@@ -12,11 +12,12 @@ from test_configs import compose_train
 
 from attnlab.attention import ShortConv
 from attnlab.cli import ConfigError, build, hparams_of
+from attnlab.config import normalizer as build_normalizer
 from attnlab.config import registry
 from attnlab.groups import leaf_groups
 from attnlab.model import Transformer
 from attnlab.normalizers import Mask
-from attnlab.normalizers import build as build_normalizer
+from attnlab.normalizers.statistics import CORE_STATS
 from attnlab.steps import make_stats_step, make_train_step, probes_supported, sample_batch, step_key
 from attnlab.summaries import flatten_train_metrics
 from attnlab.train.state import fresh_state
@@ -194,7 +195,7 @@ def test_hybrid_statistics_are_the_union_of_its_layers():
     net, metrics, _, _, _ = one_step("model.layers=3", "model.layer_normalizers=[softmax,linear]")
     assert [type(b.attn.normalizer).__name__ for b in net.body.blocks] == ["Softmax", "Linear", "Softmax"]
     attn = jax.tree.map(lambda x: np.asarray(x[0]), metrics["attn"])  # (L, N) per statistic
-    assert set(attn) == {"entropy", "max_weight", "row_mass", "max_logit", "beta", "min_denominator"}
+    assert set(attn) == {*CORE_STATS, "beta", "min_denominator"}  # softmax's extra, linear's
     assert np.isfinite(attn["beta"][[0, 2]]).all() and np.isnan(attn["beta"][1]).all()
     assert np.isnan(attn["min_denominator"][[0, 2]]).all() and np.isfinite(attn["min_denominator"][1]).all()
     np.testing.assert_allclose(attn["row_mass"], 1.0, atol=1e-4)  # both normalizers give rows of mass 1
@@ -264,8 +265,8 @@ def test_bfloat16_compute_keeps_float32_master_params_and_optimizer_state():
 
 
 def test_pooled_features_are_a_float32_mean_under_bfloat16():
+    from attnlab.config import normalizer as build_norm
     from attnlab.model import Transformer
-    from attnlab.normalizers import build as build_norm
 
     net = Transformer(
         d_model=16,

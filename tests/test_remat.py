@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attnlab.config import normalizer as build_normalizer
 from attnlab.model import Transformer
-from attnlab.normalizers import build as build_normalizer
 
 
 def _body(remat, names=("softmax",), layers=3, d_model=16, T=12):

@@ -87,7 +87,7 @@ def library_weights(name: str, n: int) -> np.ndarray:
     """The same row through attnlab: the last query of a causal sequence of n keys (k = the logits, q = 1)."""
     import jax.numpy as jnp
 
-    from attnlab.normalizers import attention_weights
+    from attnlab.config import attention_weights
 
     normalizer, options = NORMALIZERS[name]
     k = jnp.asarray(row(n, high_first=not name.endswith("most recent")), jnp.float32).reshape(1, n, 1, 1)

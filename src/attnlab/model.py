@@ -227,7 +227,7 @@ class Transformer(nnx.Module):
 
     def attention_impl(self, T: int) -> list[str]:
         """The backend each layer's plain step runs at sequence length T (run.json), as chosen at build."""
-        return [b.attn.normalizer.backend(T, T, self.mask_at(T), self.dtype) for b in self.blocks]
+        return [b.attn.normalizer.backend(T, T, self.mask_at(T), self.dtype).name for b in self.blocks]
 
     def attention_maps(self, inputs, valid_BT):
         """Explicit (L, B, N, T, S) attention matrices, for diagnostics (images on eval steps)."""

@@ -19,25 +19,20 @@ from tensorboardX.proto.summary_pb2 import Summary as XSummary
 
 from attnlab import tb_hparams, tb_images
 from attnlab.groups import named_grad_norms
-from attnlab.normalizers import CORE_STATS
+from attnlab.normalizers.statistics import CORE_STATS, STATISTICS
 
 # Per layer in the custom-scalars layout: (chart title, tag pattern), every run overlaid.
 LAYER_CHARTS = (
-    ("entropy (mean over heads)", "attn_entropy/layer_{i}$"),
-    ("max weight (mean over heads)", "attn_max_weight/layer_{i}$"),
+    *((s.chart, f"attn_{s.name}/layer_{{i}}$") for s in STATISTICS if s.chart),
     ("gradient at the scores (norm over heads)", "score_grad/layer_{i}$"),
     ("gradient norm of the layer", "grad_norm/layer_{i}$"),
 )
 
 
 # What a tag measures, shown in TensorBoard's tag tooltip (the first event of each tag carries it).
-# The attn_* definitions are normalizers.base.core_stats'.
+# The attn_* ones are normalizers.statistics.STATISTICS'.
 DESCRIPTIONS = {
-    "attn_entropy/": "attention entropy H / log n over the admissible keys, rows renormalised (1 = uniform, "
-    "0 = one key); mean over heads for layer_i",
-    "attn_max_weight/": "largest attention weight of a query row, mean over rows (and heads for layer_i)",
-    "attn_row_mass/": "sum of a query row's weights (1 for softmax; varies for sigmoid, relu, linear)",
-    "attn_max_logit/": "largest |logit| the normalizer saw (max over batch, rows and keys)",
+    **{f"attn_{s.name}/": s.description for s in STATISTICS},
     "score_grad/": "norm of dL/dz, the gradient at the attention scores z = q·k (norm over heads for layer_i)",
     "grad_norm/": "gradient norm before clipping (global, per layer, per module group)",
     "opt/lr": "learning rate of the update at this step, read from the optimizer state",

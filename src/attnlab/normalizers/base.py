@@ -1,4 +1,4 @@
-"""The normalizer contract, β, and the statistics every normalizer reports (the mask is in mask.py).
+"""The normalizer contract and β (the mask is in mask.py, the statistics in statistics.py).
 
 Shape letters: B batch, T queries, S keys, N heads, H head dim, F feature dim (linear attention).
 Normalizers take heads-major operands (B,N,T,H): XLA's CPU backend runs the attention products
@@ -15,11 +15,11 @@ from flax import nnx
 
 from attnlab import checks
 
-from . import blockwise, pallas_sigmoid, sampled_rows
+from . import sampled_rows
 from .contract import check_members
-from .fused import fused_attention
-from .impl import Capability, Workload, allowed, check_block_size, choose, dense_score_bytes, memory_budget
-from .mask import Mask, masked_max
+from .impl import Backend, Capability, Workload, allowed, check_block_size, choose, dense_score_bytes, memory_budget
+from .mask import Mask
+from .statistics import CORE_STATS, core_stats, softmax_stats  # noqa: F401 (CORE_STATS: normalizers exports it)
 
 
 class NormalizerParam(nnx.Param):
@@ -47,58 +47,6 @@ class InverseTemperature(nnx.Module):
     def log(self) -> jax.Array:
         """log β = θ, (N,)."""
         return jnp.broadcast_to(self.theta[...], (self.num_heads,))
-
-
-def core_stats(att_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
-    """Per-head (N,) statistics shared by every normalizer.
-
-    entropy: H / log n over admissible keys, rows renormalised first, rows with n < 2 or zero
-    mass excluded (a causal row i has at most log n_i nats; normalising keeps the mean from
-    being dominated by sequence length).
-    """
-    att = jnp.where(m_B1TS, att_BNTS.astype(jnp.float32), 0.0)
-    mass_BNT = att.sum(-1)
-    p = att / jnp.where(mass_BNT > 0, mass_BNT, 1.0)[..., None]
-    h_BNT = -jnp.sum(jnp.where(p > 0, p * jnp.log(jnp.where(p > 0, p, 1.0)), 0.0), -1)
-    return _per_head(h_BNT, att.max(-1), mass_BNT, logits_BNTS, m_B1TS)
-
-
-def softmax_stats(x_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
-    """core_stats of the weights masked_softmax(x), from x without building them.
-
-    With d = x − max x over a row's admissible keys and l = Σ e^d: the largest weight is 1/l, the entropy
-    log l − Σ e^d·d / l, the mass 1. Two reductions over x instead of the weights' write and their passes:
-    the sampled-row statistics beside a fused kernel read the row scores only (BENCHMARKS.md, the logging step).
-    """
-    x = x_BNTS.astype(jnp.float32)
-    d_BNTS = jnp.where(m_B1TS, x - masked_max(x, m_B1TS), 0.0)
-    e_BNTS = jnp.where(m_B1TS, jnp.exp(d_BNTS), 0.0)
-    l_BNT = e_BNTS.sum(-1)
-    has_keys = l_BNT > 0
-    l_BNT = jnp.where(has_keys, l_BNT, 1.0)
-    h_BNT = jnp.log(l_BNT) - jnp.sum(e_BNTS * d_BNTS, -1) / l_BNT
-    return _per_head(h_BNT, jnp.where(has_keys, 1.0 / l_BNT, 0.0), has_keys.astype(jnp.float32), logits_BNTS, m_B1TS)
-
-
-def _per_head(h_BNT, max_weight_BNT, mass_BNT, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
-    """CORE_STATS from each row's entropy (nats), largest weight and mass: means over rows, per head."""
-    n_B1T = m_B1TS.sum(-1)
-    row_ok = jnp.broadcast_to(n_B1T >= 1, mass_BNT.shape)
-    ent_ok = (n_B1T >= 2) & (mass_BNT > 0)
-
-    def mean_N(x, ok):
-        return jnp.sum(jnp.where(ok, x, 0.0), (0, 2)) / jnp.maximum(jnp.sum(ok, (0, 2)), 1)
-
-    abs_logits = jnp.where(m_B1TS, jnp.abs(logits_BNTS.astype(jnp.float32)), 0.0)
-    return {
-        "entropy": mean_N(h_BNT / jnp.log(jnp.maximum(n_B1T, 2)), ent_ok),
-        "max_weight": mean_N(max_weight_BNT, row_ok),
-        "row_mass": mean_N(mass_BNT, row_ok),
-        "max_logit": abs_logits.max((0, 2, 3)),
-    }
-
-
-CORE_STATS = ("entropy", "max_weight", "row_mass", "max_logit")
 
 
 class Normalizer(nnx.Module):
@@ -134,7 +82,7 @@ class Normalizer(nnx.Module):
     mode_dependent = False
     exposes_scores = False
     impl, head_dim = "dense", None  # the requested normalizer.impl; head dim (cuDNN's limits): set_impl
-    backends = ()  # ((T, S, backend), ...): chosen when the model was built (record_backends)
+    backends = ()  # ((T, S, impl.Backend), ...): chosen when the model was built (record_backends)
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -156,7 +104,7 @@ class Normalizer(nnx.Module):
         if block_size is not None:
             self.block_size = check_block_size(block_size)
 
-    def choose_backend(self, T: int, S: int, mask: Mask, dtype, workload: Workload) -> str:
+    def choose_backend(self, T: int, S: int, mask: Mask, dtype, workload: Workload) -> Backend:
         """impl.choose for this normalizer on the default platform; ConfigError if its impl cannot run there."""
         platform = jax.default_backend()
         return choose(
@@ -177,9 +125,9 @@ class Normalizer(nnx.Module):
         """Choose, once, the backend at each sequence length (T = S) of `lengths`; mask_of(T): the model's mask."""
         self.backends = tuple((T, T, self.choose_backend(T, T, mask_of(T), dtype, workload)) for T in lengths)
 
-    def backend(self, T: int, S: int, mask: Mask, dtype, workload: Workload | None = None) -> str:
-        """The backend of a plain step at T queries, S keys (run.json: attention_impl): the one recorded when the
-        model was built, else chosen now for `workload` (a normalizer used on its own; default one sequence)."""
+    def backend(self, T: int, S: int, mask: Mask, dtype, workload: Workload | None = None) -> Backend:
+        """The backend of a plain step at T queries, S keys (run.json: attention_impl, its name): the one recorded
+        when the model was built, else chosen now for `workload` (a normalizer used on its own; one sequence)."""
         for t, s, chosen in self.backends:
             if (t, s) == (T, S):
                 return chosen
@@ -221,29 +169,17 @@ class ScoreNormalizer(Normalizer, abstract=True):
         return None
 
     def capability(self) -> Capability:
-        form = self.block_form()
-        return Capability(blockwise=form is not None, pallas=pallas_sigmoid.form_problem(form) is None)
+        return Capability(form=self.block_form())
 
     def plain_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
-        """The attended output of a plain step, by its backend."""
+        """The attended output of a plain step, by its backend (impl.TABLE)."""
         B, N, T, _ = q_BNTH.shape
-        path = self.backend(T, k_BNSH.shape[2], mask, q_BNTH.dtype, Workload(B, N))
-        if path in ("cudnn", "xla"):
-            return fused_attention(q_BNTH, k_BNSH, v_BNSH, mask, self.beta.log(), path)
-        if path == "blockwise":
-            return self._blockwise_call(q_BNTH, k_BNSH, v_BNSH, mask, with_stats=False)[0]
-        if path == "pallas":
-            return pallas_sigmoid.attention(self.block_form(), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size)
-        return self.dense_call(q_BNTH, k_BNSH, v_BNSH, mask)
+        backend = self.backend(T, k_BNSH.shape[2], mask, q_BNTH.dtype, Workload(B, N))
+        return backend.run(self, q_BNTH, k_BNSH, v_BNSH, mask)
 
     def dense_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
         """The dense form's output (softmax overrides it with its hand-written backward)."""
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, False, None)[0]
-
-    def _blockwise_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool):
-        """(out, stats) by blockwise attention; statistics on evenly spaced query rows (sampled_rows)."""
-        out_BNTH = blockwise.attention(self.block_form(), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size)
-        return out_BNTH, (self._row_stats(q_BNTH, k_BNSH, mask) if with_stats else {})
 
     def _row_stats(self, q_BNTH, k_BNSH, mask: Mask):
         """Statistics on sampled_rows.stats_rows evenly spaced query rows: no T×S array at length."""
@@ -271,13 +207,12 @@ class ScoreNormalizer(Normalizer, abstract=True):
             return self.plain_call(q_BNTH, k_BNSH, v_BNSH, mask), {}
         B, N, T, _ = q_BNTH.shape
         S = k_BNSH.shape[2]
-        if score_probe_BNTS is None and self.capability().blockwise and mask.dense_BNTS is None:
-            # Statistics on sampled rows wherever the plain step keeps no T×S matrix (blockwise, the Pallas
-            # kernels; the fused kernels at length); the output by the plain step's own backend (cuDNN's flash
-            # kernel, the Pallas kernels on a GPU).
-            path = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N))
-            if path in ("blockwise", "pallas") or (path in ("cudnn", "xla") and sampled_rows.at_length(T, S)):
-                return self.plain_call(q_BNTH, k_BNSH, v_BNSH, mask), self._row_stats(q_BNTH, k_BNSH, mask)
+        if score_probe_BNTS is None and mask.dense_BNTS is None:  # a probe or a per-head mask: the dense form
+            backend = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N))
+            if backend.stats_rows(T, S):
+                # Statistics on sampled rows where the backend says so (blockwise and the Pallas kernels always, the
+                # fused kernels at length); the output by the plain step's own backend (cuDNN's flash kernel).
+                return backend.run(self, q_BNTH, k_BNSH, v_BNSH, mask), self._row_stats(q_BNTH, k_BNSH, mask)
         return self._dense(q_BNTH, k_BNSH, v_BNSH, mask, with_stats, score_probe_BNTS)
 
     def _dense(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, with_stats: bool, score_probe_BNTS, normalize=None):

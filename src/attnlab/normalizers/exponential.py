@@ -110,7 +110,7 @@ class Softmax(AdaptiveTemperature, ScoreNormalizer):
         return self.beta()[None, :, None, None] * z_BNTS
 
     def capability(self):
-        return Capability(fused=True, blockwise=True)
+        return Capability(fused=True, form=self.block_form())
 
     def block_form(self):
         return BlockForm("exp", {"beta": self.beta()}, scaled_logits)
@@ -166,16 +166,16 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
         checks.integer("normalizer.max_distance", max_distance, 1, 2**20)
         self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.prior, self.max_distance = prior, int(max_distance)
-        self.set_impl(impl, block_size, head_dim)
-        self.set_adaptive(adaptive_temperature)
         if prior == "recency":
             self.log_slope = NormalizerParam(jnp.full((num_heads,), jnp.log(slope), jnp.float32))
         if prior == "learned":
             self.table = NormalizerParam(jnp.zeros((num_heads, 2 * self.max_distance - 1), jnp.float32))
+        self.set_impl(impl, block_size, head_dim)  # after the prior: its block form (capability) reads it
+        self.set_adaptive(adaptive_temperature)
 
     def capability(self):
         # A uniform prior is exactly softmax, so it may take the fused kernels too.
-        return Capability(fused=self.prior == "uniform", blockwise=True)
+        return Capability(fused=self.prior == "uniform", form=self.block_form())
 
     def prior_params(self):
         """The differentiable arrays of the prior ({} for uniform)."""

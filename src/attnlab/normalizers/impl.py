@@ -1,32 +1,33 @@
-"""The attention backend: one pure function, `choose`, of what a normalizer can run, what was asked and where.
+"""The attention backends: one table (TABLE), one entry a backend, and `choose`, a pure function of what a
+normalizer can run (its Capability), what was asked (`normalizer.impl`) and where (a Site).
 
-The model calls it once per layer and sequence length when it is built (model.Transformer.choose_backends);
-the plain step, the logging step and run.json's `attention_impl` read that recorded choice. A normalizer
-used on its own (normalizers.attend, tests) makes the same call on its first trace.
+Each entry says whether it can run for a normalizer, platform, dtype, shape and mask (its refusal message
+included), how it runs, and whether it keeps a T×S matrix. The model calls `choose` once per layer and
+sequence length when it is built (model.Transformer.choose_backends); the plain step, the logging step and
+run.json's `attention_impl` read that recorded entry. A normalizer used on its own (normalizers.attend, tests)
+makes the same call on its first trace. A new backend is its module and its entry here.
 
-`normalizer.impl` of a score normalizer: auto | cudnn | xla | blockwise | dense.
+`normalizer.impl` of a score normalizer: auto | cudnn | xla | blockwise | dense | pallas.
   cudnn / xla  jax.nn.dot_product_attention(implementation=...) with is_causal, key lengths and
                local_window_size, never a dense mask or bias (a mask becomes a T×S bias and loses
                cuDNN's flash kernel); softmax and KL with the uniform prior only (fused.py).
   blockwise    blockwise.py, O(T·block) memory.
   dense        the explicit T×S form (softmax: its hand-written backward, softmax_vjp.py).
   pallas       pointwise forms (sigmoid, relu) only, GPU only: fused Pallas kernels (pallas_sigmoid.py), no
-               T×S array and one kernel per pass where blockwise launches a loop of small ones. Asked for, never
-               chosen by auto: it is checked in interpret mode and compiled for an H100, not yet timed on one.
-               Linear attention has its own (below).
+               T×S array and one kernel per pass where blockwise launches a loop of small ones.
   auto         cudnn where platform, dtype, head dim and mask allow; else dense while the T×S score
                tensors fit the platform's memory budget (`dense_score_bytes` ≤ `memory_budget`), blockwise
                beyond it. Never xla: with a mask XLA materialises the T×S matrix.
 `normalizer.impl` of linear attention (linear.py): auto | chunked | parallel | pallas, giving the backends
   chunked (causal, T = S: O(T)), bidirectional (no causal mask: O(T)) or parallel (the masked T×S form,
   forced by a dense mask, a window or causal T ≠ S); auto is chunked once T exceeds one chunk. pallas: the
-  chunked form as fused kernels (pallas_linear.py), causal with T = S and GPU only; asked for, never chosen by
-  auto, as the pointwise kernels.
+  chunked form as fused kernels (pallas_linear.py), causal with T = S and GPU only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -34,11 +35,11 @@ import jax.numpy as jnp
 from attnlab import checks
 from attnlab.checks import ConfigError
 
-from . import pallas_linear, pallas_sigmoid
+from . import blockwise, pallas_linear, pallas_sigmoid, sampled_rows
+from .blockwise import BlockForm
+from .fused import fused_attention
 from .mask import Mask
 
-SCORE_IMPLS = ("auto", "cudnn", "xla", "blockwise", "dense", "pallas")
-LINEAR_IMPLS = ("auto", "chunked", "parallel", "pallas")
 # cuDNN flash attention (jax/_src/cudnn/fused_attention_stablehlo.py, check_is_flash_attention): fp16/bf16
 # inputs, head dim a multiple of 8 and ≤ 128 (≤ 256 from Hopper on; 128 is what every generation takes).
 CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
@@ -60,12 +61,21 @@ DEFAULT_BUDGET_BYTES = {"gpu": 10 * 2**30, "tpu": 4 * 2**30, "cpu": 2**30}
 
 @dataclasses.dataclass(frozen=True)
 class Capability:
-    """What a normalizer can run besides its dense form."""
+    """What a normalizer can run besides its dense form: its forms, which each backend's `lacks` reads."""
 
     fused: bool = False  # it is softmax(βz) over the admissible keys (jax.nn.dot_product_attention computes it)
-    blockwise: bool = False  # it has a blockwise.BlockForm
+    form: BlockForm | None = None  # its blockwise.BlockForm (kernels of some forms read which one)
     linear_chunk: int = 0  # linear attention's chunk size: its forms are chunked | bidirectional | parallel
-    pallas: bool = False  # it has fused Pallas kernels: a pointwise blockwise form (pallas_sigmoid), or linear
+
+    @property
+    def blockwise(self) -> bool:
+        """Whether it has a blockwise form."""
+        return self.form is not None
+
+    @property
+    def family(self) -> str:
+        """Which backends its `normalizer.impl` names: LINEAR's or SCORE's."""
+        return LINEAR if self.linear_chunk else SCORE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,20 +100,6 @@ def memory_budget(platform: str) -> int:
     if stats and stats.get("bytes_limit"):
         return int(BUDGET_FRACTION * stats["bytes_limit"])
     return DEFAULT_BUDGET_BYTES.get(platform, DEFAULT_BUDGET_BYTES["cpu"])
-
-
-def allowed(capability: Capability) -> tuple[str, ...]:
-    """The `normalizer.impl` values a normalizer of this capability accepts."""
-    if capability.linear_chunk:
-        return tuple(i for i in LINEAR_IMPLS if i != "pallas" or capability.pallas)
-    return tuple(
-        i
-        for i in SCORE_IMPLS
-        if i in ("auto", "dense")
-        or (i == "blockwise" and capability.blockwise)
-        or (i in ("cudnn", "xla") and capability.fused)
-        or (i == "pallas" and capability.pallas)
-    )
 
 
 def check_block_size(block_size) -> int:
@@ -139,23 +135,186 @@ def cudnn_problem(platform: str, dtype, head_dim: int | None, mask: Mask, T: int
     return None if problem is None else f"mask: {problem}"
 
 
-def pallas_problem(capability: Capability, platform: str, head_dim: int | None, mask: Mask, T: int, S: int):
-    """Why the normalizer's fused Pallas kernels cannot run here, or None if they can."""
-    if platform != "gpu":
-        return f"platform {platform} (the kernels are compiled for gpu)"
-    if capability.linear_chunk:
-        return pallas_linear.input_problem(head_dim, mask, T, S)
-    return pallas_sigmoid.input_problem(head_dim, mask)
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """Where and on what a plain step runs: what a backend's refusal and `auto`'s choice read besides the
+    normalizer's Capability."""
+
+    platform: str
+    dtype: Any
+    head_dim: int | None
+    mask: Mask
+    T: int
+    S: int
+    over_budget: bool = False  # the dense score tensors exceed the platform's memory budget
 
 
-def linear_form(requested: str, chunk: int, mask: Mask, T: int, S: int) -> str:
-    """Linear attention's form: chunked | bidirectional | parallel (`chunked` asks for the O(T) form where the
-    mask allows it)."""
-    if mask.has_dense or mask.window is not None or (mask.causal and T != S) or requested == "parallel":
-        return "parallel"
-    if not mask.causal:
-        return "bidirectional"
-    return "chunked" if requested == "chunked" or T > chunk else "parallel"
+def _always(*_) -> None:
+    """No refusal: the backend runs wherever its normalizer has the form."""
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """One way to run a normalizer's plain step: when it can run (its refusal), how, and what it keeps.
+
+    `run(normalizer, q_BNTH, k_BNSH, v_BNSH, mask)` is the plain step's output. `lacks(capability)` says why a
+    normalizer has no such form (None: it has); `problem(capability, site)` why it cannot run at a site (None: it
+    can). `auto(capability, site)`: whether `normalizer.impl=auto` takes it where it can run; auto takes the first
+    such backend in table order. `fallback`: the backends asked in turn, instead of a refusal, where it cannot run.
+    """
+
+    name: str  # the normalizer.impl value that asks for it and run.json's attention_impl
+    family: str  # SCORE | LINEAR: whose normalizer.impl lists it (Capability.family)
+    run: Callable
+    keeps_scores: bool  # its plain step holds a T×S array (tests/test_impl.py compiles each one to check)
+    stats_rows: Callable[[int, int], bool]  # whether a logging step at (T, S) takes its statistics on sampled rows
+    lacks: Callable[[Capability], str | None] = _always
+    problem: Callable[[Capability, Site], str | None] = _always
+    auto: Callable[[Capability, Site], bool] = lambda capability, site: False
+    requestable: bool = True  # False: reached by auto or a fallback only
+    fallback: tuple[str, ...] = ()
+    pallas: bool = False  # a Pallas (Triton) kernel: a deviceless compile reads its GPU from the abstract mesh
+
+
+SCORE, LINEAR = "score", "linear"
+
+
+def _on_gpu(site: Site) -> str | None:
+    return None if site.platform == "gpu" else f"platform {site.platform} (the kernels are compiled for gpu)"
+
+
+def _fused_lacks(capability: Capability) -> str | None:
+    return None if capability.fused else "only softmax and kl with prior=uniform are softmax kernels"
+
+
+def _xla_problem(capability: Capability, site: Site) -> str | None:
+    problem = fused_mask_problem(site.mask, site.T, site.S, cudnn=False)
+    return None if problem is None else f"mask: {problem}"
+
+
+def _linear_o_t_problem(causal: bool):
+    """Why linear attention's O(T) form for a causal (chunked) or bidirectional mask cannot take the site's mask."""
+
+    def problem(capability: Capability, site: Site) -> str | None:
+        m = site.mask
+        if m.has_dense or m.window is not None or m.causal != causal or (causal and site.T != site.S):
+            return "the mask needs the parallel form"
+        return None
+
+    return problem
+
+
+# The backends, in the order `auto` tries them and `normalizer.impl` lists them.
+TABLE = (
+    Backend(
+        "cudnn",
+        SCORE,
+        run=lambda norm, q, k, v, mask: fused_attention(q, k, v, mask, norm.beta.log(), "cudnn"),
+        keeps_scores=False,
+        stats_rows=sampled_rows.at_length,
+        lacks=_fused_lacks,
+        problem=lambda capability, s: cudnn_problem(s.platform, s.dtype, s.head_dim, s.mask, s.T, s.S),
+        auto=lambda capability, site: True,
+    ),
+    Backend(
+        "xla",  # never auto: with a mask XLA materialises the T×S matrix
+        SCORE,
+        run=lambda norm, q, k, v, mask: fused_attention(q, k, v, mask, norm.beta.log(), "xla"),
+        keeps_scores=True,  # XLA's implementation builds the T×S logits
+        stats_rows=sampled_rows.at_length,
+        lacks=_fused_lacks,
+        problem=_xla_problem,
+    ),
+    Backend(
+        "blockwise",
+        SCORE,
+        run=lambda norm, q, k, v, mask: blockwise.attention(norm.block_form(), q, k, v, mask, norm.block_size),
+        keeps_scores=False,
+        stats_rows=lambda T, S: True,
+        lacks=lambda capability: None if capability.blockwise else "it has no blockwise form",
+        problem=lambda capability, site: (
+            None if site.mask.dense_BNTS is None else "the blockwise form takes no per-head dense mask"
+        ),
+        auto=lambda capability, site: site.over_budget,
+    ),
+    Backend(
+        "dense",
+        SCORE,
+        run=lambda norm, q, k, v, mask: norm.dense_call(q, k, v, mask),
+        keeps_scores=True,
+        stats_rows=lambda T, S: False,
+        auto=lambda capability, site: True,
+    ),
+    Backend(
+        "pallas",  # asked for, never chosen by auto: checked in interpret mode and compiled for an H100, not timed
+        SCORE,
+        run=lambda norm, q, k, v, mask: pallas_sigmoid.attention(norm.block_form(), q, k, v, mask, norm.block_size),
+        keeps_scores=False,
+        stats_rows=lambda T, S: True,
+        lacks=lambda capability: (
+            None
+            if pallas_sigmoid.form_problem(capability.form) is None
+            else "only the pointwise normalizers (sigmoid, relu) and linear have Pallas kernels"
+        ),
+        problem=lambda capability, s: _on_gpu(s) or pallas_sigmoid.input_problem(s.head_dim, s.mask),
+        pallas=True,
+    ),
+    Backend(
+        "chunked",  # asked for: the O(T) form wherever the mask allows it
+        LINEAR,
+        run=lambda norm, q, k, v, mask: norm.chunked_call(q, k, v, mask),
+        keeps_scores=False,
+        stats_rows=sampled_rows.at_length,
+        problem=_linear_o_t_problem(causal=True),
+        auto=lambda capability, site: site.T > capability.linear_chunk,
+        fallback=("bidirectional", "parallel"),
+    ),
+    Backend(
+        "bidirectional",
+        LINEAR,
+        run=lambda norm, q, k, v, mask: norm.bidirectional_call(q, k, v, mask),
+        keeps_scores=False,
+        stats_rows=sampled_rows.at_length,
+        problem=_linear_o_t_problem(causal=False),
+        auto=lambda capability, site: True,
+        requestable=False,
+    ),
+    Backend(
+        "parallel",
+        LINEAR,
+        run=lambda norm, q, k, v, mask: norm.parallel_call(q, k, v, mask),
+        keeps_scores=True,
+        stats_rows=sampled_rows.at_length,
+        auto=lambda capability, site: True,
+    ),
+    Backend(
+        "pallas",  # the chunked form as fused kernels; asked for, never chosen by auto
+        LINEAR,
+        run=lambda norm, q, k, v, mask: norm.pallas_call(q, k, v, mask),
+        keeps_scores=False,
+        stats_rows=sampled_rows.at_length,
+        problem=lambda capability, s: _on_gpu(s) or pallas_linear.input_problem(s.head_dim, s.mask, s.T, s.S),
+        pallas=True,
+    ),
+)
+
+
+def backends(family: str) -> dict[str, Backend]:
+    """{name: Backend} of a family, in table order."""
+    return {b.name: b for b in TABLE if b.family == family}
+
+
+def requestable(family: str | None = None) -> tuple[str, ...]:
+    """Every `normalizer.impl` value of a family (of both when None), `auto` first, in table order."""
+    names = (b.name for b in TABLE if b.requestable and family in (None, b.family))
+    return ("auto", *dict.fromkeys(names))
+
+
+def allowed(capability: Capability) -> tuple[str, ...]:
+    """The `normalizer.impl` values a normalizer of this capability accepts."""
+    offered = (b.name for b in backends(capability.family).values() if b.requestable and b.lacks(capability) is None)
+    return ("auto", *offered)
 
 
 def choose(
@@ -171,41 +330,25 @@ def choose(
     S: int,
     dense_bytes: int,
     budget_bytes: int,
-) -> str:
+) -> Backend:
     """The backend a plain step runs at T queries and S keys; ConfigError (one line) if `requested` cannot run.
 
     dense_bytes: `dense_score_bytes` of the step; budget_bytes: `memory_budget` of the platform."""
+    site = Site(platform, dtype, head_dim, mask, T, S, over_budget=dense_bytes > budget_bytes)
+    table = backends(capability.family)
 
     def refuse(why: str):
         raise ConfigError(f"normalizer.impl={requested} cannot run for {normalizer}: {why}")
 
     if requested not in allowed(capability):
-        why = {
-            "cudnn": "only softmax and kl with prior=uniform are softmax kernels",
-            "xla": "only softmax and kl with prior=uniform are softmax kernels",
-            "blockwise": "it has no blockwise form",
-            "pallas": "only the pointwise normalizers (sigmoid, relu) and linear have Pallas kernels",
-        }.get(requested, "no such implementation")
+        asked = table.get(requested)
+        why = "no such implementation" if asked is None or not asked.requestable else asked.lacks(capability)
         refuse(f"{why}; allowed here: {', '.join(allowed(capability))}")
-    if requested == "pallas":
-        problem = pallas_problem(capability, platform, head_dim, mask, T, S)
-        return "pallas" if problem is None else refuse(problem)
-    if capability.linear_chunk:
-        return linear_form(requested, capability.linear_chunk, mask, T, S)
-    if requested == "cudnn":
-        problem = cudnn_problem(platform, dtype, head_dim, mask, T, S)
-        return "cudnn" if problem is None else refuse(problem)
-    if requested == "xla":
-        problem = fused_mask_problem(mask, T, S, cudnn=False)
-        return "xla" if problem is None else refuse(f"mask: {problem}")
-    if requested == "blockwise":
-        if mask.dense_BNTS is not None:
-            refuse("the blockwise form takes no per-head dense mask")
-        return "blockwise"
-    if requested == "dense":
-        return "dense"
-    if capability.fused and cudnn_problem(platform, dtype, head_dim, mask, T, S) is None:
-        return "cudnn"
-    if capability.blockwise and mask.dense_BNTS is None and dense_bytes > budget_bytes:
-        return "blockwise"
-    return "dense"
+    if requested == "auto":
+        offered = [b for b in table.values() if b.lacks(capability) is None]
+        return next(b for b in offered if b.auto(capability, site) and b.problem(capability, site) is None)
+    asked = table[requested]
+    for backend in (asked, *(table[name] for name in asked.fallback)):
+        if backend.problem(capability, site) is None:
+            return backend
+    return refuse(asked.problem(capability, site))

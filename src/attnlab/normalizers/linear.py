@@ -20,7 +20,7 @@ FEATURE_MAPS = ("elu1", "relu", "favor")
 
 
 class Linear(Normalizer):
-    """Kernelised attention in three agreeing forms, its backends (impl.linear_form chooses one):
+    """Kernelised attention in three agreeing forms, its backends (impl.TABLE's linear entries; impl.choose):
 
     - `chunked` (causal, T = S): O(T) — within a chunk of `chunk_size` the masked quadratic form,
       across chunks an exclusive prefix sum of φ(K)ᵀV (flash-linear-attention's chunk form), its matmuls
@@ -94,31 +94,21 @@ class Linear(Normalizer):
         return _divide(a_BNTS, a_BNTS.sum(-1, keepdims=True), self.eps)
 
     def capability(self) -> Capability:
-        return Capability(linear_chunk=self.chunk_size, pallas=True)
+        return Capability(linear_chunk=self.chunk_size)
 
     def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, *, with_stats=False, score_probe_BNTS=None):
-        qf, kf = self._features(q_BNTH, k_BNSH, mask)
-        v = v_BNSH.astype(jnp.float32)
         B, N, T, _ = q_BNTH.shape
         S = k_BNSH.shape[2]
-        path = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N))
-        # The score probe (dL/d scores, on logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ.
-        path = "parallel" if score_probe_BNTS is not None else path
-        if path == "pallas":  # the kernel divides: its output is the one array both backwards read
-            out_BNTH = self._pallas(q_BNTH, k_BNSH, v_BNSH, mask)
-        else:
-            if path == "parallel":
-                num, den = self._parallel(qf, kf, v, mask, score_probe_BNTS)
-            elif path == "chunked":
-                num, den = self._chunked(qf, kf, v_BNSH)  # in the compute dtype: its matmuls take bfloat16
-            else:
-                num = jnp.einsum("bntf,bnfh->bnth", qf, jnp.einsum("bnsf,bnsh->bnfh", kf, v))
-                den = jnp.einsum("bntf,bnf->bnt", qf, kf.sum(2))[..., None]
-            out_BNTH = _divide(num, den, self.eps).astype(v_BNSH.dtype)
+        backend = self.backend(T, S, mask, q_BNTH.dtype, Workload(B, N))
+        if score_probe_BNTS is None:
+            out_BNTH = backend.run(self, q_BNTH, k_BNSH, v_BNSH, mask)
+        else:  # dL/d scores (logging steps) needs the explicit kernel matrix A = φ(Q)φ(K)ᵀ
+            out_BNTH = self.parallel_call(q_BNTH, k_BNSH, v_BNSH, mask, score_probe_BNTS)
         if not with_stats:
             return out_BNTH, {}
         # At length, statistics on sampled query rows: the full T×S kernel matrix is what ran out of memory.
-        rows_R = sampled_rows.stats_rows(T) if sampled_rows.at_length(T, S) else None
+        qf, kf = self._features(q_BNTH, k_BNSH, mask)
+        rows_R = sampled_rows.stats_rows(T) if backend.stats_rows(T, S) else None
         m_B1RS = mask.matrix_B1TS(T, S, rows_R)
         qf_rows = qf if rows_R is None else qf[:, :, rows_R]
         a_BNRS = jnp.where(m_B1RS, jnp.einsum("bnrf,bnsf->bnrs", qf_rows, kf), 0.0)
@@ -128,12 +118,32 @@ class Linear(Normalizer):
         stats["min_denominator"] = jnp.where(has_keys, den_BNR, jnp.inf).min((0, 2))
         return out_BNTH, stats
 
-    def _parallel(self, qf, kf, v, mask, probe_BNTS=None):
+    def parallel_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, probe_BNTS=None):
+        """The output by the masked quadratic form (`probe_BNTS`: a zero array added to the kernel matrix)."""
+        qf, kf = self._features(q_BNTH, k_BNSH, mask)
         a_BNTS = jnp.einsum("bntf,bnsf->bnts", qf, kf)
         if probe_BNTS is not None:
             a_BNTS = a_BNTS + probe_BNTS
         a_BNTS = jnp.where(mask.matrix_B1TS(qf.shape[2], kf.shape[2]), a_BNTS, 0.0)
-        return jnp.einsum("bnts,bnsh->bnth", a_BNTS, v), a_BNTS.sum(-1)[..., None]
+        num = jnp.einsum("bnts,bnsh->bnth", a_BNTS, v_BNSH.astype(jnp.float32))
+        return _divide(num, a_BNTS.sum(-1)[..., None], self.eps).astype(v_BNSH.dtype)
+
+    def bidirectional_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
+        """The output by φ(Q)(φ(K)ᵀV) / φ(Q)·Σφ(K), O(T), for a mask with no causality, window or dense part."""
+        qf, kf = self._features(q_BNTH, k_BNSH, mask)
+        num = jnp.einsum("bntf,bnfh->bnth", qf, jnp.einsum("bnsf,bnsh->bnfh", kf, v_BNSH.astype(jnp.float32)))
+        den = jnp.einsum("bntf,bnf->bnt", qf, kf.sum(2))[..., None]
+        return _divide(num, den, self.eps).astype(v_BNSH.dtype)
+
+    def chunked_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
+        """The output by the chunk form (`_chunked`), O(T), for a causal mask with T = S."""
+        qf, kf = self._features(q_BNTH, k_BNSH, mask)
+        num, den = self._chunked(qf, kf, v_BNSH)  # in the compute dtype: its matmuls take bfloat16
+        return _divide(num, den, self.eps).astype(v_BNSH.dtype)
+
+    def pallas_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
+        """The output by the fused kernels (`_pallas`; the kernel divides: its output is what both backwards read)."""
+        return self._pallas(q_BNTH, k_BNSH, v_BNSH, mask)
 
     def _pallas(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask, interpret: bool = False):
         """The output by the fused kernels (pallas_linear.py). The features are recomputed from q and k in the

@@ -15,6 +15,7 @@ from flax import nnx
 from attnlab import calibration
 from attnlab.accelerator import put
 from attnlab.heads.base import total, upcast
+from attnlab.normalizers.statistics import STATISTICS
 from attnlab.steps import make_maps, over_seeds, scored
 from attnlab.summaries import eval_scalars
 from attnlab.tasks.lengths import LENGTH_PREFIX, split_name
@@ -146,8 +147,8 @@ def make_evaluate(
     logits in split order (calibration.calibration_sample of the whole split, without keeping its
     outputs): no per-batch host round-trip, and no (N, T, C) array of the whole split. A classification
     head's sums also hold those of softmax(logits / temperature) (the *_ts metrics).
-    `attention_stats` adds each layer's attention entropy and max weight (normalizers.core_stats, mean over
-    heads) as attn_entropy/layer_i and attn_max_weight/layer_i: per-batch means weighted by real examples.
+    `attention_stats` adds each layer's final statistics (ATTENTION_STATS: normalizers.statistics, mean over
+    heads) as attn_<name>/layer_i: per-batch means weighted by real examples.
     """
     classify = head.kind == "classification"
 
@@ -205,7 +206,8 @@ def make_evaluate(
     return jax.jit(over_seeds(evaluate, num_seeds, (0, 0, None, None, 0)))
 
 
-ATTENTION_STATS = ("entropy", "max_weight")  # per test length (make_evaluate's attention_stats)
+ATTENTION_STATS = tuple(s.name for s in STATISTICS if s.final)  # per test length (make_evaluate's attention_stats)
+HISTOGRAMS = tuple(s.name for s in STATISTICS if s.histogram)  # hist/<name> on eval steps
 
 
 def _attention_means(attn: dict) -> dict:
@@ -280,7 +282,7 @@ def evaluate_step(
         summaries[i].attention_images(maps[i], step)
         if sample is not None:
             summaries[i].continuation(*evaluator.task.split_continuation(written[i, 0]), step)
-        for name in ("beta", "entropy"):
+        for name in HISTOGRAMS:
             values = np.asarray(attn.get(name, np.zeros(0)))[i : i + 1]
             values = values[~np.isnan(values)]  # NaN: hybrid layers without this statistic
             if values.size:
