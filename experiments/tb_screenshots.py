@@ -15,11 +15,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from chromium_pipe import Chromium  # noqa: E402
 
-COLOUR = "runColorGroup=regex:normalizer%3D(%5Cw%2B)"  # regex:normalizer=(\w+), URL-encoded
+# regex:[_,]normalizer=([^,/]+), URL-encoded: the colour groups of the URL a sweep prints (run.summary.color_group)
+COLOUR = "runColorGroup=regex:%5B_%2C%5Dnormalizer%3D(%5B%5E%2C%2F%5D%2B)"
 VIEWS = {  # name: (URL query and fragment, text to wait for, seconds to settle, viewport, clip x, y, w, h)
     "tb_hparams": (f"?{COLOUR}#hparams", "Trial ID", 3, (1700, 480), None),
-    "tb_custom_scalars": (f"?{COLOUR}#custom_scalars", "layer 0", 6, (1200, 760), None),
-    "tb_timeseries": (f"?smoothing=0&{COLOUR}#timeseries", "Time Series", 8, (1600, 760), (0, 64, 1200, 600)),
+    "tb_custom_scalars": (f"?{COLOUR}#custom_scalars&_smoothingWeight=0", "layer 0", 6, (1200, 1400), None),
+    "tb_timeseries": (f"?smoothing=0&{COLOUR}#timeseries", "Time Series", 8, (1900, 1150), (0, 64, 1900, 1086)),
     "tb_attn_map": (
         f"?smoothing=0&{COLOUR}&tagFilter=attn_map/layer_0/#timeseries",
         "Time Series",

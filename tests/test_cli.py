@@ -105,7 +105,11 @@ def test_run_record_has_the_documented_keys(default_run):
 def test_a_single_run_prints_its_tensorboard_command_and_leaves_no_empty_file(default_run):
     run_dir, proc = default_run
     lines = proc.stdout.splitlines()
-    assert f"curves: tensorboard --logdir {run_dir} --host 127.0.0.1" in lines
+    at = lines.index(f"curves: tensorboard --logdir {run_dir} --host 127.0.0.1")
+    assert lines[at + 1 : at + 3] == [  # unsmoothed, a run alone: no colour groups
+        "        then open http://127.0.0.1:6006/?smoothing=0#timeseries",
+        "        Custom Scalars, unsmoothed: http://127.0.0.1:6006/#custom_scalars&_smoothingWeight=0",
+    ]
     m = metrics(run_dir)  # the summary's test metrics are the record's, to its 4 decimals
     assert f"  {'test/accuracy':24s} {m['final']['test/accuracy']:.4f}" in "\n".join(lines)
     empty = [p for p in run_dir.rglob("*") if p.is_file() and p.stat().st_size == 0]

@@ -34,7 +34,10 @@ SCIPY = (
 )
 SKLEARN = "scikit-learn (1.75 s CPU) loads when task=digits reads its data: no other task or command pays for it"
 MATPLOTLIB = "matplotlib (0.44 s CPU) loads when a figure is drawn"
-EVENT_FILES = "tensorboard's event reader (0.21 s CPU) loads when a report draws curves (not for --curves with no tag)"
+EVENT_FILES = (
+    "tensorboard's event reader (0.21 s CPU) loads when a report draws curves (not for --curves with no tag) or a "
+    "finished run reads its val curve for its record, never for a refusal"
+)
 OPTIONAL = "an optional path's library: loaded only by the runs that take that path"
 NO_REASON = "none found: no cycle and no start-up cost; it can move to the top of its module"
 
@@ -58,13 +61,14 @@ ALLOWED = {
     ("attnlab.config", "attnlab.config.components"): COMPONENTS,
     ("attnlab.sweep.definition", "hydra"): HYDRA_OUT_OF_THE_LIBRARY,
     ("attnlab.report.expected", "hydra"): HYDRA_OUT_OF_THE_LIBRARY,
+    ("attnlab.progress", "hydra"): HYDRA_OUT_OF_THE_LIBRARY,
     ("attnlab.chance", "scipy"): SCIPY,
     ("attnlab.report.stats", "scipy"): SCIPY,
     ("attnlab.tasks.digits", "sklearn"): SKLEARN,
     ("attnlab.report.lengths", "matplotlib"): MATPLOTLIB,
     ("attnlab.report.plots", "matplotlib"): MATPLOTLIB,
     ("attnlab.tb_images", "matplotlib"): MATPLOTLIB,
-    ("attnlab.report.load", "tensorboard"): EVENT_FILES,
+    ("attnlab.run.events", "tensorboard"): EVENT_FILES,
     ("attnlab.tasks.lm.corpus", "datasets"): OPTIONAL + " (task.corpus from the Hugging Face hub; 0.68 s CPU)",
     ("attnlab.tasks.lm.host_stream", "grain"): OPTIONAL + " (a text over task.device_text_bytes; 0.76 s CPU)",
 }

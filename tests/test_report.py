@@ -25,6 +25,7 @@ NORM_CFG = {  # the options differ by normalizer, so they vary across runs only 
     "softmax": {"_target_": "attnlab.normalizers.Softmax", "beta": None, "learnable": True},
     "kl": {"_target_": "attnlab.normalizers.KL", "beta": None, "learnable": True, "prior": "recency"},
     "linear": {"_target_": "attnlab.normalizers.Linear", "feature_map": "elu1", "eps": 1e-6},
+    "sigmoid": {"_target_": "attnlab.normalizers.Sigmoid", "bias": "auto"},
 }
 
 
@@ -53,8 +54,11 @@ def write_run(
     best=None,
     d_model=16,
     overrides=True,
+    extra: dict | None = None,
+    env: dict | None = None,
 ) -> Path:
-    """One run directory as the trainer leaves it; record: run.json | hydra (failed early) | none."""
+    """One run directory as the trainer leaves it; record: run.json | hydra (failed early) | none. `extra` adds
+    metrics.json fields (convergence, plateaus), `env` run.json's env fields (git, versions, devices)."""
     path = root / name
     path.mkdir(parents=True)
     cfg = config(normalizer, lr, seed, d_model)
@@ -69,7 +73,7 @@ def write_run(
     }
     ovr = [f"normalizer={normalizer}", f"optim.lr={lr}", f"seed={seed}"] if overrides else []
     if record == "run.json":  # env differs in every run and must not become a group key
-        env = {"host": "h", "command": f"python -m attnlab {name}", "run_dir": str(path)}
+        env = {"host": "h", "command": f"python -m attnlab {name}", "run_dir": str(path), **(env or {})}
         (path / "run.json").write_text(json.dumps({"config": cfg, "choices": choices, "overrides": ovr, "env": env}))
     elif record == "hydra":
         (path / ".hydra").mkdir()
@@ -85,7 +89,7 @@ def write_run(
             headline="test/accuracy",
             baseline_labels={"test/accuracy": {"baseline/accuracy": "chance"}},
         )
-    (path / "metrics.json").write_text(json.dumps(metrics))
+    (path / "metrics.json").write_text(json.dumps({**metrics, **(extra or {})}))
     return path
 
 

@@ -34,7 +34,7 @@ def test_interrupted_sweep_lists_what_is_missing_by_name_and_never_says_complete
     (killed / "metrics.json").unlink()
     assert report_cli.cli([str(tmp_path), "--curves"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "# normalizer=kl, normalizer=softmax compared (final parameters)"  # the report's title
+    assert out[0] == "# normalizer=kl against normalizer=softmax (final parameters)"  # the default baseline
     assert out[1:3] == [
         "",
         "2 of 4 runs completed; missing: 2_normalizer=kl,seed=0 (incomplete), 3_normalizer=kl,seed=1 (not started).",

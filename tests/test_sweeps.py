@@ -97,11 +97,14 @@ def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothin
             line = rf"^job {re.escape(job)}: completed  test/accuracy {acc:.4f}  \d+\.\ds$"
             assert re.search(line, proc.stderr, re.M)
         assert [p for p in sweep.rglob("*") if p.is_file() and p.stat().st_size == 0] == []  # no empty cli.log
-    assert proc.stderr.rstrip().splitlines()[-4:] == [
+    assert proc.stderr.rstrip().splitlines()[-5:] == [
         "next:",
         f"  attnlab-report {printed}",
         f"  tensorboard --logdir {printed} --host 127.0.0.1",
-        "  then open http://127.0.0.1:6006/?smoothing=0&runColorGroup=regex:normalizer%3D(%5Cw%2B)#timeseries",
+        # runColorGroup=regex:[_,]normalizer=([^,/]+), URL-encoded: one colour per normalizer, whatever the seed
+        "  then open http://127.0.0.1:6006/?smoothing=0&runColorGroup=regex:%5B_%2C%5Dnormalizer%3D(%5B%5E%2C%2F%5D%2B)"
+        "#timeseries",
+        "  Custom Scalars, unsmoothed: http://127.0.0.1:6006/#custom_scalars&_smoothingWeight=0",
     ]
     report = subprocess.run(
         [sys.executable, "-m", "attnlab.report.cli", printed], cwd=tmp_path, capture_output=True, text=True, timeout=300

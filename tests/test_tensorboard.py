@@ -340,8 +340,21 @@ def test_custom_scalars_layout_overlays_one_chart_per_layer_statistic(sweep_dir)
         raw = tensor_util.make_ndarray(acc.Tensors("custom_scalars__config__")[0].tensor_proto).item()
         layout = layout_pb2.Layout.FromString(raw)
         tags = acc.Tags()["scalars"]
-        assert [c.title for c in layout.category] == ["loss and headline", "layer 0", "layer 1", "global"]
-        assert [c.title for c in layout.category[0].chart] == ["train loss", "val loss", "val accuracy"]
+        assert [c.title for c in layout.category] == [
+            "losses, entropy and gradient norms",
+            "layer 0",
+            "layer 1",
+            "global",
+        ]
+        assert [c.title for c in layout.category[0].chart] == [
+            "train loss",
+            "val loss",
+            "val accuracy",
+            "layer 0: entropy",
+            "layer 0: gradient norm",
+            "layer 1: entropy",
+            "layer 1: gradient norm",
+        ]
         for category in layout.category:
             for chart in category.chart:
                 (pattern,) = chart.multiline.tag
@@ -424,8 +437,8 @@ def test_hparams_tab_in_headless_chromium_opens_on_the_swept_columns(sweep_dir, 
     assert not any("." in h for h in header[:8]), header[:8]
 
 
-# The README's URL: smoothing off, runs coloured by normalizer, Time Series.
-README_URL = "?smoothing=0&runColorGroup=regex:normalizer%3D(%5Cw%2B)#timeseries"
+# The URL a sweep prints: smoothing off, runs coloured by normalizer (regex:[_,]normalizer=([^,/]+)), Time Series.
+README_URL = "?smoothing=0&runColorGroup=regex:%5B_%2C%5Dnormalizer%3D(%5B%5E%2C%2F%5D%2B)#timeseries"
 
 
 def test_time_series_opens_on_attention_entropy_unsmoothed_with_a_card_per_head(sweep_dir, tmp_path):
@@ -442,9 +455,11 @@ def test_time_series_opens_on_attention_entropy_unsmoothed_with_a_card_per_head(
     # no filter typed: the first group, 0_main, opens on each layer's entropy beside the losses
     titles = [t for t in leaves if t.startswith("/")]
     assert "0_main" in leaves and leaves.index("0_main") < leaves.index("/attn_entropy_layer_0"), titles[:8]
-    assert titles[:5] == [
+    assert titles[:7] == [
         "/attn_entropy_layer_0",
         "/attn_entropy_layer_1",
+        "/grad_norm_layer_0",
+        "/grad_norm_layer_1",
         "/train_loss",
         "/val_accuracy",
         "/val_loss",
@@ -454,6 +469,41 @@ def test_time_series_opens_on_attention_entropy_unsmoothed_with_a_card_per_head(
     expected = {(f"attn_map/layer_{i}", f"/head_{h}") for i in range(2) for h in range(2)}
     assert "16 cards" in image_leaves  # 4 runs × 2 layers × 2 heads, one image card each (paged, 12 a page)
     assert {("attn_map/layer_0", "/head_0"), ("attn_map/layer_0", "/head_1")} <= cards <= expected, sorted(cards)
+
+
+# The Custom Scalars URL a sweep prints: its smoothing slider is the legacy dashboard's own, kept in the fragment.
+CUSTOM_SCALARS_URL = "#custom_scalars&_smoothingWeight=0"
+# The value of the Custom Scalars smoothing slider (paper-slider#slider), through shadow roots.
+SLIDER_JS = r"""(() => { let found = null;
+  const walk = (n) => { if (found !== null) return; if (n.shadowRoot) walk(n.shadowRoot);
+    if (n.tagName === 'PAPER-SLIDER' && n.id === 'slider') { found = String(n.value); return; }
+    for (const c of n.children || []) walk(c); };
+  walk(document); return found; })()"""
+
+
+def test_custom_scalars_opens_unsmoothed_on_entropy_and_gradient_norm_per_layer(sweep_dir):
+    with _tensorboard(sweep_dir) as port, _browser() as browser:
+        plain = browser.open(f"http://127.0.0.1:{port}/#custom_scalars")
+        browser.wait_for_text(plain, "layer 0: gradient norm")
+        time.sleep(2)
+        default = browser.evaluate(plain, SLIDER_JS)
+        page = browser.open(f"http://127.0.0.1:{port}/{CUSTOM_SCALARS_URL}")
+        browser.wait_for_text(page, "layer 0: gradient norm")
+        time.sleep(2)
+        leaves = [t for _, t in browser.evaluate(page, DEEP_TEXT_JS) if len(t) < 80]
+        smoothing = browser.evaluate(page, SLIDER_JS)
+    assert (default, smoothing) == ("0.6", "0")  # TensorBoard's default, and the printed URL's
+    first = leaves.index("losses, entropy and gradient norms")
+    charts = [t for t in leaves[first:] if t.startswith(("train loss", "val ", "layer 0:", "layer 1:"))]
+    assert charts[:7] == [
+        "train loss",
+        "val loss",
+        "val accuracy",
+        "layer 0: entropy",
+        "layer 0: gradient norm",
+        "layer 1: entropy",
+        "layer 1: gradient norm",
+    ], charts[:10]
 
 
 def _report(sweep, out):

@@ -15,8 +15,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import chance, checks, exits, outdir
+from attnlab import chance, checks, exits, outdir, progress
 from attnlab.config import composition, construct, registry
+from attnlab.run.convergence import at_plateaus
 from attnlab.run.files import (
     compute_record,
     finished_with,
@@ -160,6 +161,7 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     return task, nets, make_tx(nnx.state(nets[0], nnx.Param), total_steps=loop.steps), loop
 
 
+@progress.in_sweep_labelled  # a sweep job's lines carry its name
 def run(cfg: DictConfig) -> dict[str, Any]:
     """Run one experiment in Hydra's output directory and write its record there."""
     hc = HydraConfig.get()
@@ -185,7 +187,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     run_dirs = [run_dir] if len(nets) == 1 else [run_dir / f"seed{s}" for s in seeds]
     try:
         if multirun:
-            loop = type(loop)(**{**loop.__dict__, "progress": "none"})
+            loop = type(loop)(**{**loop.__dict__, "progress": progress.job_mode(loop.progress)})
         writer = _writes_files()
         if writer:
             write_run_json(seeds, run_dirs, resolved, choices, list(hc.overrides.task), task, compute)
@@ -201,6 +203,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         return _failed(run_dir, record, multirun)
     for r in records:  # is each test accuracy distinguishable from the task's baseline? (attnlab.chance)
         r["chance"] = chance.flags(r.get("final", {}), r.get("baseline", {}), chance.scored_targets(task))
+        r["plateaus"] = at_plateaus(r.get("final", {}), task.plateaus())  # attnlab.run.convergence
     if writer:
         write_results(seeds, run_dirs, records, run_dir, resolved, print_summaries=not multirun)
     _exit_unless_finished(records, run_dirs, run_dir, resolved, hc.sweep.dir if multirun else None)

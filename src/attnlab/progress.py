@@ -1,12 +1,15 @@
 """Progress reporting: a tqdm bar on a terminal, plain periodic lines otherwise, nothing when quiet;
-the run's phases timed and announced."""
+the run's phases timed and announced; a sweep job's lines labelled with its name."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 import sys
 import time
+from pathlib import Path
+from typing import Callable
 
 from tqdm.auto import tqdm
 
@@ -78,3 +81,71 @@ class Phases:
                 self._inner[-1] += elapsed
             if message and self.say:
                 print(f"{message}: {elapsed:.1f}s", file=sys.stderr, flush=True)
+
+
+class Labelled:
+    """A text stream that starts every line written to it with `[label] ` (a sweep's job name), so that the lines
+    of jobs running side by side (hydra/launcher=joblib) say whose they are."""
+
+    def __init__(self, stream, label: str):
+        self.stream, self.prefix, self.partial = stream, f"[{label}] ", ""
+
+    def write(self, text: str) -> int:
+        lines = (self.partial + text).split("\n")
+        self.partial = lines.pop()
+        if lines:
+            self.stream.write("".join(f"{self.prefix}{line}\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def close_line(self) -> None:
+        """Write an unfinished last line."""
+        if self.partial:
+            self.stream.write(f"{self.prefix}{self.partial}\n")
+            self.partial = ""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return False  # never a bar: one bar per job would overwrite the others' lines
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def labelled(label: str):
+    """stdout and stderr of this process labelled with `label` (Labelled) until the block ends."""
+    out, err = Labelled(sys.stdout, label), Labelled(sys.stderr, label)
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+        out.close_line()
+        err.close_line()
+
+
+def job_mode(mode: str) -> str:
+    """A sweep job's progress mode: plain lines (a bar per job would fight over the terminal); none stays none."""
+    return "none" if mode == "none" else "lines"
+
+
+def in_sweep_labelled(run: Callable) -> Callable:
+    """Decorates the train entry point: inside a Hydra multirun, the job's output is labelled with its directory's
+    name (`[3_normalizer=kl,seed=1] step 100: loss ...`)."""
+
+    @functools.wraps(run)
+    def wrapped(cfg, *args, **kwargs):
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        hc = HydraConfig.get()
+        if hc.mode != RunMode.MULTIRUN:
+            return run(cfg, *args, **kwargs)
+        with labelled(Path(hc.runtime.output_dir).name):
+            return run(cfg, *args, **kwargs)
+
+    return wrapped

@@ -1,8 +1,8 @@
 """TensorBoard event writing with tensorboardX (no TensorFlow); tags grouped by what they measure.
 
-Scalar tags: 0_main/ (copies of train/loss, val/loss, the val headline metric and attn_entropy/layer_i, so Time
-Series opens on them), train/, val/, test/, baseline_val/, baseline_test/, opt/, perf/, grad_norm/ (global,
-layer_i, group/*, beta where the model has a β), score_grad/layer_i[/head_h] (the gradient at each
+Scalar tags: 0_main/ (copies of train/loss, val/loss, the val headline metric, attn_entropy/layer_i and
+grad_norm/layer_i, so Time Series opens on them), train/, val/, test/, baseline_val/, baseline_test/, opt/, perf/,
+grad_norm/ (global, layer_i, group/*, beta where the model has a β), score_grad/layer_i[/head_h] (the gradient at each
 layer's attention scores; the layer tag is the norm over heads), attn_<stat>/layer_i (mean over
 heads; sorts before its per-head cards) and attn_<stat>/layer_i/head_h. Images: attn_map/layer_i/head_h.
 """
@@ -81,15 +81,18 @@ MAIN = "0_main"
 
 
 def custom_scalars_layout(num_layers: int, headline: str = "accuracy") -> dict:
-    """tensorboardX layout: loss and the headline metric first, then one category per layer with its four
-    charts, then the global gradient norm."""
-    layout = {
-        "loss and headline": {
-            "train loss": ["Multiline", ["train/loss$"]],
-            "val loss": ["Multiline", ["val/loss$"]],
-            f"val {headline}": ["Multiline", [f"val/{headline}$"]],
-        }
+    """tensorboardX layout: a first category with the losses, the headline metric and, per layer, the two statistics
+    the normalizers are compared on (attention entropy and the layer's gradient norm); then one category per layer
+    with its four charts, then the global gradient norm."""
+    first = {
+        "train loss": ["Multiline", ["train/loss$"]],
+        "val loss": ["Multiline", ["val/loss$"]],
+        f"val {headline}": ["Multiline", [f"val/{headline}$"]],
     }
+    for i in range(num_layers):
+        first[f"layer {i}: entropy"] = ["Multiline", [f"attn_entropy/layer_{i}$"]]
+        first[f"layer {i}: gradient norm"] = ["Multiline", [f"grad_norm/layer_{i}$"]]
+    layout = {"losses, entropy and gradient norms": first}
     layout.update(
         {
             f"layer {i}": {title: ["Multiline", [pattern.format(i=i)]] for title, pattern in LAYER_CHARTS}
@@ -159,13 +162,14 @@ class Summaries:
     def layout(self, num_layers: int, headline: str = "accuracy"):
         """The custom-scalars layout, and which tags get a first-group copy in Time Series."""
         self.writer.add_custom_scalars(custom_scalars_layout(num_layers, headline))
-        # attention entropy, the statistic the normalizers are compared on, beside the losses: Time Series
-        # sorts its groups by name and shows attn_beta/ before attn_entropy/, below the fold
+        # attention entropy and each layer's gradient norm, the statistics the normalizers are compared on, beside
+        # the losses: Time Series sorts its groups by name and shows attn_beta/ before attn_entropy/, below the fold
         self.main = {
             "train/loss",
             "val/loss",
             f"val/{headline}",
             *(f"attn_entropy/layer_{i}" for i in range(num_layers)),
+            *(f"grad_norm/layer_{i}" for i in range(num_layers)),
         }
 
     def shown_text(self, task, tokens_T, step: int = 0):

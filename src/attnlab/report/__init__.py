@@ -10,14 +10,18 @@ Small n: below SMALL_N (5) values a cell's interval is the Student-t one, marked
 value), not the bootstrap's; below MIN_PAIRS (3) pairs the differences are reported without a p-value.
 
 The report opens with a verdict (verdict.py): per headline metric, the cells that differ from the baseline
-(--baseline, else normalizer=softmax when the sweep has it) by a paired t-test with Holm's correction over every
-cell and metric tested, those indistinguishable from it, and those identical to it (every seed, every metric
-equal to float32 tolerance: one computation, never shown as Δ 0).
+(--baseline, else normalizer=softmax when the sweep has it) by a paired t-test, those equivalent to it within a
+margin by two one-sided tests (both Holm-corrected over every cell and metric tested), those it cannot resolve (with
+the interval, the detectable effect and the seeds needed), and those identical to it (every seed, every metric
+equal to float32 tolerance: one computation, never shown as Δ 0); a sweep whose cells all sit at a plateau or were
+still learning is said to be unable to rank them. Provenance (provenance.py) and runs still running (running.py)
+come before it.
 
 Modules, one concern each: load (run directories and TensorBoard scalars → records), stats (one metric
-over seeds: intervals, paired comparison, lr selection), cells (grouping runs into cells: `summarize`),
-verdict (the opening conclusion), tables (Markdown, LaTeX, CSV), plots (learning curves), write (a report
-directory), cli (`attnlab-report`).
+over seeds: intervals, paired comparison, equivalence and power, lr selection), cells (grouping runs into cells:
+`summarize`), verdict (the opening conclusion), comparison (Δ per cell), provenance, running (runs without an
+outcome yet), tables (Markdown, LaTeX, CSV), plots (learning curves), write (a report directory), cli
+(`attnlab-report`).
 """
 
 from attnlab.report.cells import Cell, Table, default_metrics, summarize

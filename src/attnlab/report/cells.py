@@ -40,6 +40,54 @@ class Cell:
         s = self.stats.get(metric)
         return bool(limits) and s is not None and s.n > 0 and s.mean <= max(limits)
 
+    def done(self) -> list[Run]:
+        return [r for r in self.runs if r.status == "completed"]
+
+    def at_plateau(self) -> list[Run]:
+        """Completed runs whose test metric sits at a plateau their task declared (attnlab.run.convergence)."""
+        return [r for r in self.done() if any(p.get("at") for rows in r.plateaus.values() for p in rows)]
+
+    def still_falling(self) -> list[Run]:
+        """Completed runs whose val loss was still falling at the end (attnlab.run.convergence.still_falling)."""
+        return [r for r in self.done() if r.convergence.get("val_loss_falling")]
+
+    def unsettled(self) -> bool:
+        """Whether at least half the cell's completed runs sit at a plateau or were still learning: its numbers say
+        where training stopped, not what the configuration can do."""
+        done = self.done()
+        flagged = {id(r) for r in self.at_plateau() + self.still_falling()}
+        return bool(done) and 2 * len(flagged) >= len(done)
+
+    def standing(self) -> str:
+        """`at plateau test/accuracy ≈ 1/pairs 0.25 (3 of 3 runs); val loss still falling (2 of 3 runs)`, or ''."""
+        done, parts = self.done(), []
+        labels: dict[str, int] = {}
+        for r in done:
+            for metric, rows in r.plateaus.items():
+                for p in rows:
+                    if p.get("at"):
+                        name = f"{metric} ≈ {p['label']} {p['value']:.3g}"
+                        labels[name] = labels.get(name, 0) + 1
+        parts += [f"at plateau {name} ({k} of {len(done)} runs)" for name, k in labels.items()]
+        falling = self.still_falling()
+        if falling:
+            parts.append(f"val loss still falling ({len(falling)} of {len(done)} runs)")
+        return "; ".join(parts)
+
+    def beats_baseline(self, metric: str, labels: dict[str, str]) -> bool:
+        """Whether the cell's mean is better than the weakest task baseline of `metric` (of its runs' baseline values
+        `labels` names: chance, the unigram rate, the zero predictor; a regression's reference estimator is a bar
+        to reach, not the baseline of having learnt something); an accuracy with a chance flag must also be beyond
+        binomial noise of it (near_chance)."""
+        s = self.stats.get(metric)
+        if s is None or s.n == 0:
+            return False
+        if any(metric in r.chance for r in self.done()) and self.near_chance(metric):
+            return False
+        sign = 1 if stats.higher_is_better(metric) else -1
+        refs = [r.baseline[k] for r in self.done() for k in labels if isinstance(r.baseline.get(k), (int, float))]
+        return any(sign * (s.mean - ref) > 0 for ref in refs)
+
     def below_chance(self, metric: str) -> bool:
         """Whether the cell's mean is below the 2.5% point of the baseline's binomial (attnlab.chance): worse than
         guessing. Records written before that point was kept give it from their baseline and n."""
@@ -66,7 +114,10 @@ class Table:
     notes: list[str] = field(default_factory=list)
     progress: str | None = None  # "N of M runs completed; missing: ..." against the sweep's definition
     missing_runs: list[str] = field(default_factory=list)  # jobs not started, runs without an outcome
+    live: list[str] = field(default_factory=list)  # the Still running section (attnlab.report.running)
     alpha: float = 0.05  # the verdict's family-wise level (attnlab.report.verdict)
+    baseline_given: bool = True  # False: `baseline` is DEFAULT_BASELINE, chosen because the sweep has it
+    margins: dict[str, float] = field(default_factory=dict)  # fnmatch pattern -> equivalence margin (--margin)
     n_boot: int = 2000  # bootstrap resamples of every interval summarize computed (and the length table's)
     seed: int = 0  # the bootstrap's seed
 
@@ -78,6 +129,18 @@ class Table:
         order = [r.headline for r in runs if r.headline] + [m for r in runs for m in r.baseline_labels]
         labels = {m: {k: v for r in runs for k, v in r.baseline_labels.get(m, {}).items()} for m in order}
         return {m: labels[m] for m in dict.fromkeys(order) if m in self.metrics}
+
+    def ranked(self, metric: str) -> bool:
+        """Whether a ranking of the cells on `metric` means anything: some cell beats the task's weakest baseline on
+        it (a metric with baselines: beats_baseline), or, for a metric without, some cell beats it on the headline
+        metric and is not at a plateau. True when the runs declare no baselines."""
+        judged = self.judged_by
+        if not judged:
+            return True
+        if metric in judged:
+            return any(c.beats_baseline(metric, judged[metric]) for c in self.cells)
+        head, labels = next(iter(judged.items()))
+        return any(c.beats_baseline(head, labels) and 2 * len(c.at_plateau()) < len(c.done()) for c in self.cells)
 
     @property
     def statuses(self) -> list[str]:
@@ -173,11 +236,19 @@ def summarize(
         seed=seed,
     )
     table.cells = _cells(runs, group_by, metrics, which, select_lr, select_by, n_boot, seed)
+    if baseline is None and _has_default_baseline(table):
+        baseline, table.baseline, table.baseline_given = DEFAULT_BASELINE, DEFAULT_BASELINE, False
     if baseline:
         _apply_baseline(table, baseline, n_boot, seed)
     _completeness(table, runs)
     table.notes += _notes(table, runs)
     return table
+
+
+def _has_default_baseline(table: Table) -> bool:
+    """Whether the cells vary DEFAULT_BASELINE's key and one of several cells has its value."""
+    key, _, value = DEFAULT_BASELINE.partition("=")
+    return key in table.group_by and len(table.cells) > 1 and any(same_value(c.key[key], value) for c in table.cells)
 
 
 def _group_keys(runs: list[Run], group_by: list[str] | None, select_lr: bool) -> list[str]:
@@ -302,6 +373,8 @@ def partners(table: Table, spec: str) -> list[tuple[Cell, Cell]]:
             out.append((c, base[0]))
     return out
 
+
+DEFAULT_BASELINE = "normalizer=softmax"  # the baseline when none is given and the sweep has it
 
 # Two cells are one computation when every metric of every seed agrees to float32 tolerance: kl with a uniform
 # prior against softmax differs in the last bits only (measured on CPU: test/loss relative 1e-7, a test/ece_ts

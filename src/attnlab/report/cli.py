@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import Iterable
 
 import attnlab.report as report
 from attnlab import exits
-from attnlab.report import expected, plots
+from attnlab.report import expected, plots, running
 from attnlab.report.cells import Table, expand, summarize
 from attnlab.report.load import LR, load_runs
 from attnlab.report.tables import MAX_COLUMNS
@@ -68,6 +69,15 @@ def _parser() -> argparse.ArgumentParser:
         help="family-wise level of the verdict's Holm-corrected tests (default 0.05)",
     )
     p.add_argument(
+        "--margin",
+        nargs="+",
+        default=[],
+        metavar="METRIC=VALUE",
+        help="the verdict's equivalence margin of a metric (an fnmatch pattern), in the metric's units, e.g. "
+        "test/accuracy=0.02 (default: 0.01 for accuracy, ECE, loss, NLL and bits per byte; else 1%% of the "
+        "baseline's mean)",
+    )
+    p.add_argument(
         "--n-boot", type=int, default=2000, help="bootstrap resamples of each CI (cells, paired Δs, the length table)"
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (every table)")
@@ -86,6 +96,25 @@ def _curves(table: Table, patterns: list[str] | None, log_y: list[str], cache: d
     return curves, log_y
 
 
+def margins(given: list[str], metrics: list[str]) -> dict[str, float]:
+    """--margin METRIC=VALUE pairs as {pattern: margin}; ValueError for a malformed pair, a margin that is not a
+    positive number, or a pattern matching none of the report's metrics."""
+    out = {}
+    for text in given:
+        pattern, sep, value = text.partition("=")
+        try:
+            margin = float(value)
+        except ValueError:
+            margin = math.nan
+        if not sep or not pattern or not margin > 0 or not math.isfinite(margin):
+            raise ValueError(
+                f"--margin {text!r}; allowed: METRIC=VALUE with VALUE a positive number, e.g. test/accuracy=0.02"
+            )
+        expand([pattern], metrics, "--margin metric")
+        out[pattern] = margin
+    return out
+
+
 def cli(argv: Iterable[str] | None = None) -> int:
     """Run the report; returns the exit status."""
 
@@ -95,6 +124,10 @@ def cli(argv: Iterable[str] | None = None) -> int:
         print(f"attnlab-report: error: sweep directory {root} does not exist", file=sys.stderr)
         return exits.REFUSED
     runs = load_runs(root)
+    if not runs and expected.sweep_dirs(root):  # a sweep whose jobs have not yet written a record: say so
+        print(expected.progress(root, runs)[0])
+        print("No run has written its record yet; run attnlab-report again once one has.")
+        return exits.COMPLETED
     if not runs:
         print(
             f"attnlab-report: error: no runs under {root} (no metrics.json, run.json or .hydra/ found)", file=sys.stderr
@@ -121,7 +154,9 @@ def cli(argv: Iterable[str] | None = None) -> int:
         )
         curves, log_y = _curves(table, args.curves, args.log_y, cache)
         table.progress, table.missing_runs = expected.progress(root, runs)
+        table.live = running.section(runs, root)
         table.alpha = args.alpha
+        table.margins = margins(args.margin, table.metrics)
     except ValueError as exc:
         print(f"attnlab-report: error: {exc}", file=sys.stderr)
         return exits.REFUSED

@@ -36,7 +36,10 @@ def task_baselines(table: Table, metric: str) -> str:
 
 
 def _order(table: Table, metric: str) -> list[Cell]:
-    """Best first: by the mean paired Δ when there is a baseline (the baseline itself at Δ = 0), else by mean."""
+    """Best first: by the mean paired Δ when there is a baseline (the baseline itself at Δ = 0), else by mean; in
+    the table's order when the metric is not ranked (Table.ranked)."""
+    if not table.ranked(metric):
+        return list(table.cells)
     sign = -1 if higher_is_better(metric) else 1
 
     def key(c: Cell):
@@ -50,6 +53,11 @@ def _order(table: Table, metric: str) -> list[Cell]:
 
 
 def _line(table: Table, c: Cell, metric: str) -> str:
+    flag = c.standing()
+    return _numbers(table, c, metric) + (f" — {flag}" if flag else "")
+
+
+def _numbers(table: Table, c: Cell, metric: str) -> str:
     s = c.stats[metric]
     if s.n == 0:
         return f"{c.label()}: no completed run"
@@ -70,6 +78,15 @@ def _line(table: Table, c: Cell, metric: str) -> str:
     return f"{c.label()}: {delta}; {value}"
 
 
+def _unranked(table: Table, metric: str) -> str:
+    """Why a metric is not ranked (Table.ranked)."""
+    judged = table.judged_by
+    if metric in judged:
+        return "no cell beats the task's baseline on it"
+    head = next(iter(judged))
+    return f"no cell beats the task's baseline on {head} away from a plateau (none has learnt the task)"
+
+
 def comparison(table: Table) -> list[str]:
     """The opening section, headline metric first (Table.judged_by), cells best first."""
     order = [*table.judged_by, *(m for m in table.metrics if m not in table.judged_by)]
@@ -82,8 +99,14 @@ def comparison(table: Table) -> list[str]:
         "differences."
     )
     out = ["## Comparison", "", intro, ""]
+    if table.baseline:
+        out[0] = f"## Comparison against {table.baseline}"
     for m in order:
         better = "higher" if higher_is_better(m) else "lower"
-        out.append(f"- **{m}** ({better} is better{task_baselines(table, m)})")
-        out += [f"  {i}. {_line(table, c, m)}" for i, c in enumerate(_order(table, m), start=1)]
+        if table.ranked(m):
+            out.append(f"- **{m}** ({better} is better{task_baselines(table, m)})")
+            out += [f"  {i}. {_line(table, c, m)}" for i, c in enumerate(_order(table, m), start=1)]
+        else:
+            out.append(f"- **{m}** ({better} is better{task_baselines(table, m)}); not ranked: {_unranked(table, m)}")
+            out += [f"  - {_line(table, c, m)}" for c in _order(table, m)]
     return out

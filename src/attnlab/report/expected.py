@@ -59,8 +59,8 @@ def progress(root: Path, runs: list[Run]) -> tuple[str, list[str]]:
             found = in_job.get(job.resolve(), [])
             seen.update(p for p, _ in found)
             held = [r for _, r in found]
-            if not held:
-                missing.append(f"{rel} (not started)")
+            if not held:  # Hydra writes .hydra/ as a job starts; run.json follows once the run is built
+                missing.append(f"{rel} (started, building)" if (job / ".hydra").is_dir() else f"{rel} (not started)")
                 continue
             missing += [f"{_rel(r.path, root)} ({r.status})" for r in held if r.status not in STATUSES]
             missing += [f"{rel} ({n_runs - len(held)} seed run(s) not written)"] if len(held) < n_runs else []

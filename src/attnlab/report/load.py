@@ -13,6 +13,9 @@ from typing import Any
 
 import yaml
 
+from attnlab.run.convergence import still_falling
+from attnlab.run.events import read_scalars
+
 log = logging.getLogger(__name__)  # unconfigured: Python's last-resort handler writes warnings to stderr
 LR = "optim.lr"
 SEED = "seed"
@@ -46,6 +49,9 @@ class Run:
     baseline: dict[str, float] = field(default_factory=dict)  # the task's baselines (chance, bigram, ...)
     headline: str | None = None  # the metric the task judges a run by (metrics.json's, Task.judged_by)
     baseline_labels: dict[str, dict] = field(default_factory=dict)  # metric -> {baseline key: label}
+    env: dict[str, Any] = field(default_factory=dict)  # run.json's env: git state, package versions, devices
+    convergence: dict[str, Any] = field(default_factory=dict)  # attnlab.run.convergence.still_falling
+    plateaus: dict[str, list] = field(default_factory=dict)  # test metric -> [{label, value, low, high, at}]
 
     @property
     def seed(self):
@@ -109,8 +115,9 @@ def _read_run(path: Path, metrics) -> Run:
     else:
         status, metrics = "unreadable", None
     metrics = metrics or {}
-    config, swept = {}, ()
+    config, swept, env = {}, (), {}
     if isinstance(rec, dict):
+        env = rec.get("env") or {}
         config = _flat_config(rec.get("config", {}), rec.get("choices", {}))
         swept = tuple(_override_key(o) for o in rec.get("overrides", []))
     elif (path / ".hydra" / "config.yaml").exists():
@@ -135,7 +142,19 @@ def _read_run(path: Path, metrics) -> Run:
         baseline=metrics.get("baseline") or {},
         headline=metrics.get("headline"),
         baseline_labels=metrics.get("baseline_labels") or {},
+        env=env,
+        convergence=metrics.get("convergence") or _convergence_from_events(path, status, config),
+        plateaus=metrics.get("plateaus") or {},
     )
+
+
+def _convergence_from_events(path: Path, status: str, config: dict) -> dict:
+    """For a completed run whose record predates `convergence`: the same rule (attnlab.run.convergence) applied
+    to the val/loss curve of its TensorBoard events; {} without them."""
+    steps = config.get("trainer.steps")
+    if status != "completed" or not isinstance(steps, int) or not any(path.glob("events.out.tfevents.*")):
+        return {}
+    return still_falling(read_scalars(path).get("val/loss", {}), steps)
 
 
 def _refused(path: Path, metrics) -> bool:
@@ -238,31 +257,3 @@ def same_value(v, text: str) -> bool:
     if isinstance(v, (int, float)) and isinstance(p, (int, float)) and not isinstance(v, bool):
         return math.isclose(v, p, rel_tol=1e-9)
     return v == p or str(v) == text
-
-
-class _PluginlessDescription(logging.Filter):
-    """Drops EventAccumulator's "summary with tag ... oddly not associated with a plugin" warning, one per tag and
-    run of an event file written before summaries.Summaries gave each description the scalars plugin: tensorboardX's
-    add_scalar(summary_description=...) writes such metadata. Every other warning of the reader passes."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "oddly not associated with a plugin" not in str(record.msg)
-
-
-def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
-    """{tag: {step: value}} of a run, read with TensorBoard's own EventAccumulator (every scalar kept)."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.util import tb_logging
-
-    if not any(Path(run_dir).glob("events.out.tfevents.*")):
-        log.warning("attnlab-report: warning: %s has no TensorBoard event file; its curves are left out", run_dir)
-        return {}
-    acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 1, "images": 1, "tensors": 1})
-    quiet = _PluginlessDescription()
-    tb_logging.get_logger().addFilter(quiet)
-    try:
-        acc.Reload()
-    finally:
-        tb_logging.get_logger().removeFilter(quiet)
-    # A step written twice (a resumed run) keeps its last value.
-    return {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in acc.Tags().get("scalars", [])}

@@ -143,10 +143,11 @@ def compare(stat: Stat, base: Stat, metric: str = "", n_boot: int = 2000, seed: 
         stat.diff_ci = clip(_interval(d, n_boot, seed), metric, diff=True)  # the same rule as a cell's mean
     if len(seeds) >= MIN_PAIRS and not test:  # one computation: no difference to test
         stat.t, stat.p, stat.within_noise = 0.0, 1.0, True
+    elif len(seeds) >= MIN_PAIRS and not d.any():  # identical pairs make ttest_rel 0/0: no difference is p = 1
+        stat.t, stat.p, stat.within_noise = 0.0, 1.0, True
     elif len(seeds) >= MIN_PAIRS:
         res = stats.ttest_rel(x, y)
-        # identical pairs make ttest_rel 0/0 = nan; no difference at all is p = 1
-        stat.t, stat.p = (0.0, 1.0) if not d.any() else (float(res.statistic), float(res.pvalue))
+        stat.t, stat.p = float(res.statistic), float(res.pvalue)
         stat.within_noise = bool(abs(stat.diff_mean) <= stat.diff_std)
 
 
@@ -163,3 +164,82 @@ def select_lr(runs: list[Run], metric: str, which: str) -> tuple[float | None, d
     clean = [lr for lr, rs in by_lr.items() if all(r.status == "completed" for r in rs)]
     pool = [lr for lr in (clean or by_lr) if math.isfinite(scores[lr])]
     return (min(pool, key=lambda lr: sign * scores[lr]) if pool else None), scores
+
+
+# Equivalence and power of the paired comparison (verdict.py). A margin is what "no practical difference" means
+# for a metric: the default is one unit in the last of the three significant figures the report prints for a
+# typical value (accuracy 0.01 = one percentage point, 0.01 bits per byte, 0.01 nats of loss), absolute for
+# metrics on a fixed scale; for the scale-free ones (MSE, perplexity, anything unlisted) 1% of the baseline
+# cell's mean. `--margin METRIC=VALUE` overrides it.
+ABSOLUTE_MARGINS = {
+    "accuracy": 0.01,
+    "ece": 0.01,
+    "brier": 0.01,
+    "r2": 0.01,
+    "loss": 0.01,
+    "nll": 0.01,
+    "bits_per_byte": 0.01,
+}
+RELATIVE_MARGIN = 0.01  # of |baseline mean|, for a metric without an absolute default
+POWER = 0.8  # the power at which the detectable effect and the seeds needed are stated
+MAX_SEEDS = 1000  # seeds_needed searches no further
+
+
+def default_margin(metric: str, base_mean: float) -> float:
+    """The equivalence margin of `metric`: ABSOLUTE_MARGINS by name ending, else RELATIVE_MARGIN·|base_mean|."""
+    name = metric.rsplit("/", 1)[-1].removesuffix("_ts").removesuffix("_bigram")
+    if name in ABSOLUTE_MARGINS:
+        return ABSOLUTE_MARGINS[name]
+    return RELATIVE_MARGIN * abs(base_mean) if math.isfinite(base_mean) else math.nan
+
+
+def tost_p(diffs, margin: float) -> float:
+    """Two one-sided paired t-tests (Schuirmann 1987) of |mean difference| < margin: the larger of the p-values
+    of H0 mean <= −margin and H0 mean >= +margin; equivalence at level α when it is <= α."""
+    from scipy import stats
+
+    d = np.asarray(diffs, np.float64)
+    n = len(d)
+    if n < 2 or not margin > 0:
+        return math.nan
+    se = d.std(ddof=1) / math.sqrt(n)
+    if se == 0:
+        return 0.0 if abs(d.mean()) < margin else 1.0
+    p_above_lower = stats.t.sf((d.mean() + margin) / se, n - 1)
+    p_below_upper = stats.t.cdf((d.mean() - margin) / se, n - 1)
+    return float(max(p_above_lower, p_below_upper))
+
+
+def paired_power(effect: float, sd: float, n: int, alpha: float) -> float:
+    """Power of the two-sided paired t-test at level alpha to detect a true mean difference `effect` from n pairs
+    whose differences have standard deviation sd: P(|T| > t_{1−α/2, n−1}) with T noncentral t, noncentrality
+    effect·√n/sd."""
+    from scipy import stats
+
+    if n < 2 or not sd > 0:
+        return math.nan
+    crit = stats.t.ppf(1 - alpha / 2, n - 1)
+    nc = abs(effect) * math.sqrt(n) / sd
+    # the lower tail is negligible for nc > 0, and scipy's nct.cdf returns NaN there once nc is large
+    lower = stats.nct.cdf(-crit, n - 1, nc)
+    return float(stats.nct.sf(crit, n - 1, nc) + (lower if math.isfinite(lower) else 0.0))
+
+
+def detectable_effect(sd: float, n: int, alpha: float, power: float = POWER) -> float:
+    """The smallest |mean difference| the paired t-test at level alpha detects with `power` from n pairs."""
+    from scipy import optimize
+
+    if n < 2 or not sd > 0:
+        return math.nan
+    hi = sd
+    while paired_power(hi, sd, n, alpha) < power:
+        hi *= 2
+    return float(optimize.brentq(lambda e: paired_power(e, sd, n, alpha) - power, 0.0, hi, xtol=1e-12 * hi))
+
+
+def seeds_needed(effect: float, sd: float, alpha: float, power: float = POWER) -> int | None:
+    """The fewest pairs with which the paired t-test at level alpha detects `effect` with `power`; None beyond
+    MAX_SEEDS (or without an effect or a spread)."""
+    if not abs(effect) > 0 or not sd > 0:
+        return None
+    return next((n for n in range(2, MAX_SEEDS + 1) if paired_power(effect, sd, n, alpha) >= power), None)

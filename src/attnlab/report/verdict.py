@@ -1,24 +1,40 @@
-"""The report's verdict: per headline metric, which cells differ from the baseline beyond seed noise.
+"""The report's verdict: per headline metric, which cells differ from the baseline, which are equivalent to it within
+a stated margin, and which this sweep cannot resolve.
 
-Each cell is compared with its baseline partner by a paired t-test on the seeds both completed
-(scipy.stats.ttest_rel: a seed fixes the initialisation and the batch order of both runs, so the runs pair),
-from MIN_PAIRS pairs. The tests of every cell and metric in the verdict form one family, corrected by
-Holm's step-down method (Holm 1979), which bounds the family-wise error rate at the stated level without
-assuming the tests independent (the metrics of one run are not). Cells whose every seed agrees with the
-baseline on every metric (cells.identical) are one computation: reported as identical, never tested.
+Each cell is compared with its baseline partner on the seeds both completed (a seed fixes the initialisation and the
+batch order of both runs, so the runs pair), from MIN_PAIRS pairs:
+
+- *differs*: a paired t-test (scipy.stats.ttest_rel) rejects Δ = 0 after Holm's step-down correction (Holm 1979) over
+  every (cell, metric) tested, at family-wise level α; Holm bounds the family-wise error without assuming the tests
+  independent (the metrics of one run are not).
+- *equivalent within ±m*: two one-sided paired t-tests (Schuirmann 1987) reject |Δ| >= m, Holm-corrected over the
+  same family, at level α. m is the metric's margin (stats.default_margin, or --margin).
+- *not resolved*: neither. The verdict then gives Δ's 95% interval, the smallest |Δ| these pairs detect at 80% power
+  and the seeds the observed Δ would need, both for the two-sided paired t-test at level α/k, k the tests in the
+  family (Holm's first, strictest step: an effect of that size is found whatever the other tests do).
+
+Cells whose every seed agrees with the baseline on every metric (cells.identical) are one computation: reported as
+identical, never tested. When every compared cell sits at a plateau of its task or was still learning
+(Cell.unsettled), the verdict first says that this sweep cannot rank them.
 """
 
 from __future__ import annotations
 
 import copy
+import fnmatch
 import math
 from dataclasses import dataclass
 
 from attnlab.report import stats
-from attnlab.report.cells import Cell, Table, identical, partners
+from attnlab.report.cells import DEFAULT_BASELINE, Cell, Table, identical, partners
 from attnlab.report.stats import MIN_PAIRS, Stat, higher_is_better
+from attnlab.report.tables import num
 
-DEFAULT_BASELINE = "normalizer=softmax"  # the verdict's baseline when --baseline is not given and the sweep has it
+# Where the reference manual says which scale separates the normalizers: the verdict's pointer when a sweep cannot rank.
+SCALE_GUIDE = (
+    "docs/REFERENCE.md, 'Which scale separates the normalizers on a CPU' (the default MQAR at model=small, "
+    "trainer.steps=800, optim.lr=3e-3)"
+)
 
 
 @dataclass
@@ -28,12 +44,27 @@ class Comparison:
     cell: Cell
     base: Cell
     metric: str
-    stat: Stat  # the cell's stat with the paired fields (diff_mean, p, n_pairs) filled
+    stat: Stat  # the cell's stat with the paired fields (diff_mean, p, n_pairs, diffs) filled
     same: bool  # identical to the baseline
-    adjusted: float = math.nan  # Holm-adjusted p
+    margin: float = math.nan  # the equivalence margin m
+    adjusted: float = math.nan  # Holm-adjusted p of the t-test
+    tost: float = math.nan  # two one-sided tests' p
+    tost_adjusted: float = math.nan  # its Holm-adjusted p
+    detectable: float = math.nan  # smallest |Δ| detected at stats.POWER from these pairs
+    needed: int | None = None  # pairs needed to detect the observed Δ at stats.POWER
 
     def tested(self) -> bool:
         return not self.same and self.stat.n_pairs >= MIN_PAIRS and math.isfinite(self.stat.p)
+
+    def outcome(self, alpha: float) -> str:
+        """identical | untested | differs | equivalent | unresolved."""
+        if self.same:
+            return "identical"
+        if not self.tested():
+            return "untested"
+        if self.adjusted <= alpha:
+            return "differs"
+        return "equivalent" if self.tost_adjusted <= alpha else "unresolved"
 
 
 def holm(pvalues: list[float]) -> list[float]:
@@ -62,8 +93,16 @@ def baseline_of(table: Table) -> str | None:
     return None
 
 
+def margin_of(table: Table, metric: str, base: Cell) -> float:
+    """The metric's equivalence margin: the first --margin pattern matching it, else stats.default_margin."""
+    for pattern, value in table.margins.items():
+        if fnmatch.fnmatchcase(metric, pattern):
+            return value
+    return stats.default_margin(metric, base.stats[metric].mean)
+
+
 def comparisons(table: Table, spec: str) -> list[Comparison]:
-    """Every (cell, metric) of the verdict, Holm-adjusted over those tested."""
+    """Every (cell, metric) of the verdict: t-test and TOST Holm-adjusted over those tested, power of each."""
     out = []
     for cell, base in partners(table, spec):
         same = cell.identical if table.baseline else identical(cell, base, table.which)
@@ -72,38 +111,75 @@ def comparisons(table: Table, spec: str) -> list[Comparison]:
             if not table.baseline:  # the table has no paired fields: compare a copy (its interval is not shown)
                 s = copy.copy(s)
                 stats.compare(s, base.stats[m], m, n_boot=200, test=not same)
-            out.append(Comparison(cell, base, m, s, same))
+            out.append(Comparison(cell, base, m, s, same, margin=margin_of(table, m, base)))
     tested = [c for c in out if c.tested()]
-    for c, p in zip(tested, holm([c.stat.p for c in tested])):
-        c.adjusted = p
+    for c in tested:
+        c.tost = stats.tost_p(list(c.stat.diffs.values()), c.margin)
+    for c, p, q in zip(tested, holm([c.stat.p for c in tested]), holm([_or_one(c.tost) for c in tested])):
+        c.adjusted, c.tost_adjusted = p, q
+    level = table.alpha / max(len(tested), 1)
+    for c in tested:
+        c.detectable = stats.detectable_effect(c.stat.diff_std, c.stat.n_pairs, level)
+        c.needed = stats.seeds_needed(c.stat.diff_mean, c.stat.diff_std, level)
     return out
+
+
+def _or_one(p: float) -> float:
+    return p if math.isfinite(p) else 1.0
+
+
+def _interval(c: Comparison) -> str:
+    lo, hi = c.stat.diff_ci
+    return f"[{num(lo, True)}, {num(hi, True)}]"
 
 
 def _effect(c: Comparison) -> str:
     s = c.stat
     better = (s.diff_mean > 0) == higher_is_better(c.metric)
-    return f"{'better' if better else 'worse'}: Δ {s.diff_mean:+.3g}, p={s.p:.3g}, Holm-adjusted p={c.adjusted:.3g}"
+    inside = f"; within the ±{num(c.margin)} margin" if abs(s.diff_mean) < c.margin else ""
+    return (
+        f"{'better' if better else 'worse'}: Δ {num(s.diff_mean, True)} {_interval(c)}, p={s.p:.3g}, "
+        f"Holm-adjusted p={c.adjusted:.3g}{inside}"
+    )
+
+
+def _unresolved(c: Comparison) -> str:
+    s = c.stat
+    need = (
+        f"the observed Δ needs {c.needed} seeds"
+        if c.needed is not None
+        else f"the observed Δ needs more than {stats.MAX_SEEDS} seeds"
+    )
+    return (
+        f"{c.cell.label()}: Δ in {_interval(c)} (Δ {num(s.diff_mean, True)}, Holm-adjusted p={c.adjusted:.3g}; "
+        f"these {s.n_pairs} seeds detect |Δ| >= {num(c.detectable)} at {stats.POWER:.0%} power, {need})"
+    )
 
 
 def _sentence(metric: str, rows: list[Comparison], spec: str, alpha: float) -> str:
-    differ = [c for c in rows if c.tested() and c.adjusted <= alpha]
-    same_noise = [c for c in rows if c.tested() and c.adjusted > alpha]
+    groups = {k: [c for c in rows if c.outcome(alpha) == k] for k in ("differs", "equivalent", "unresolved")}
     same = [c for c in rows if c.same]
-    untested = [c for c in rows if not c.same and not c.tested()]
+    untested = [c for c in rows if c.outcome(alpha) == "untested"]
     parts = []
-    if differ:
+    if groups["differs"]:
         parts.append(
-            "differ from "
-            + spec
-            + " beyond seed noise: "
-            + "; ".join(f"{c.cell.label()} ({_effect(c)})" for c in differ)
+            f"differ from {spec} beyond seed noise: "
+            + "; ".join(f"{c.cell.label()} ({_effect(c)})" for c in groups["differs"])
         )
-    if same_noise:
+    if groups["equivalent"]:
         parts.append(
-            "indistinguishable from it at this level: "
+            "equivalent to it within the margin: "
             + "; ".join(
-                f"{c.cell.label()} (Δ {c.stat.diff_mean:+.3g}, Holm-adjusted p={c.adjusted:.3g})" for c in same_noise
+                f"{c.cell.label()} (within ±{num(c.margin)}: Δ {num(c.stat.diff_mean, True)} {_interval(c)}, "
+                f"TOST Holm-adjusted p={c.tost_adjusted:.3g})"
+                for c in groups["equivalent"]
             )
+        )
+    if groups["unresolved"]:
+        margin = groups["unresolved"][0].margin
+        parts.append(
+            f"not resolved (neither a difference nor equivalence within ±{num(margin)}): "
+            + "; ".join(_unresolved(c) for c in groups["unresolved"])
         )
     if same:
         parts.append(
@@ -116,6 +192,21 @@ def _sentence(metric: str, rows: list[Comparison], spec: str, alpha: float) -> s
             + ", ".join(f"{c.cell.label()} ({c.stat.n_pairs} paired)" for c in untested)
         )
     return f"- **{metric}**: " + ("; ".join(parts) if parts else "no cell to compare") + "."
+
+
+def cannot_rank(table: Table, rows: list[Comparison]) -> list[str]:
+    """The verdict's warning when every compared cell sits at a plateau or was still learning; else none."""
+    ids = {id(c) for r in rows for c in (r.cell, r.base)}
+    compared = [c for c in table.cells if id(c) in ids]
+    if not compared or not all(c.unsettled() for c in compared):
+        return []
+    named = "; ".join(f"{c.label()}: {c.standing()}" for c in compared)
+    return [
+        f"**This sweep cannot rank these cells**: every compared cell sits at a plateau of its task or was still "
+        f"learning when training stopped ({named}). Their differences say where training stopped, not what each "
+        f"configuration can do; a scale that separates them: {SCALE_GUIDE}.",
+        "",
+    ]
 
 
 def verdict(table: Table) -> list[str]:
@@ -132,13 +223,18 @@ def verdict(table: Table) -> list[str]:
         return ["## Verdict", "", f"No cell has a partner in {spec} to compare with."]
     n_tests = sum(c.tested() for c in rows)
     metrics = metrics_of(table)
-    chosen = "" if table.baseline else " (the default; --baseline KEY=VALUE picks another)"
+    chosen = "" if table.baseline and table.baseline_given else " (the default; --baseline KEY=VALUE picks another)"
+    margins = ", ".join(f"{m} ±{num(next(c.margin for c in rows if c.metric == m))}" for m in metrics)
     method = (
-        f"Against {spec}{chosen}, on {', '.join(metrics)} ({table.which} parameters): a paired t-test on the "
-        f"seeds both completed (scipy.stats.ttest_rel, from {MIN_PAIRS} pairs), with Holm's correction over "
-        f"the {n_tests} (cell, metric) comparison(s) tested, at family-wise α = {table.alpha:g}."
+        f"Against {spec}{chosen}, on {', '.join(metrics)} ({table.which} parameters), from the seeds both "
+        f"completed (from {MIN_PAIRS} pairs): *differ* where a paired t-test (scipy.stats.ttest_rel) rejects Δ = 0, "
+        f"*equivalent* where two one-sided paired t-tests reject |Δ| >= the margin ({margins}; --margin "
+        f"METRIC=VALUE sets one), each with Holm's correction over the {n_tests} (cell, metric) comparison(s) tested "
+        f"at family-wise α = {table.alpha:g}; otherwise *not resolved*, with Δ's 95% interval, the smallest |Δ| these "
+        f"seeds detect at {stats.POWER:.0%} power and the seeds the observed Δ needs (paired t-test at "
+        f"α/{max(n_tests, 1)})."
     )
-    lines = ["## Verdict", "", method, ""]
+    lines = ["## Verdict", "", *cannot_rank(table, rows), method, ""]
     for m in metrics:
         lines.append(_sentence(m, [c for c in rows if c.metric == m], spec, table.alpha))
     return lines

@@ -6,7 +6,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Iterable
 
-from attnlab.report import lengths, plots
+from attnlab.report import lengths, plots, provenance
 from attnlab.report.cells import Table
 from attnlab.report.comparison import comparison, title
 from attnlab.report.tables import MAX_COLUMNS, markdown_tables, to_latex, write_csv
@@ -46,12 +46,14 @@ def write_report(
 def to_markdown(
     table: Table, images: Iterable[Path] = (), notes: Iterable[str] = (), max_columns: int = MAX_COLUMNS
 ) -> str:
-    """report.md: title, progress, verdict, comparison, the tables (tables.markdown_tables), completeness, notes,
-    curve images."""
+    """report.md: title, progress, the runs still running, provenance, verdict, comparison, the tables
+    (tables.markdown_tables), completeness, notes, curve images."""
     out = [
         title(table),
         "",
         *([table.progress, ""] if table.progress else []),
+        *([*table.live, ""] if table.live else []),
+        *(lines + [""] if (lines := provenance.section(table)) else []),
         *verdict(table),
         "",
         *comparison(table),

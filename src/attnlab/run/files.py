@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
+from attnlab.run.convergence import still_falling, val_curve
 from attnlab.run.record import FINISHED, environment, read_json, write_json
 from attnlab.run.summary import print_summary
 
@@ -125,6 +126,8 @@ def write_results(
         diagnosis = rec.pop("diagnosis", None)
         if diagnosis is not None:
             write_json(d / "diverged.json", diagnosis)
+        if rec.get("status") == "completed":  # is its val loss still falling? (attnlab.run.convergence)
+            rec["convergence"] = still_falling(val_curve(d), resolved.get("trainer", {}).get("steps", 0))
         write_json(d / "metrics.json", {**rec, "run_dir": str(d)})
         if print_summaries:
             print_summary({**rec, "run_dir": str(d)})

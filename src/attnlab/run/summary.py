@@ -3,11 +3,14 @@ where the time went and, for an interrupted run, the command that resumes it."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from attnlab.chance import describe
+from attnlab.run import convergence
 from attnlab.run.record import read_json
 
 
@@ -67,6 +70,9 @@ def opening_lines(record: dict[str, Any]) -> list[str]:
     top = headline(record)
     if top:
         lines.append(top)
+    unsettled = convergence.describe(record)
+    if unsettled:  # its numbers say where training stopped, not what the configuration can do
+        lines.append(f"warning: {unsettled}")
     if record.get("status") == "interrupted":
         lines.append(f"resume: {resume_command(record, run)}")
     return lines
@@ -97,4 +103,40 @@ def print_summary(record: dict[str, Any]) -> None:
     if timing:  # where the wall time went (train.PHASES); steps/s above counts the train loop alone
         parts = ", ".join(f"{k} {v:.1f}" for k, v in timing.items() if k != "total")
         print(f"time (s): {timing['total']:.1f} total = {parts}")
-    print(f"curves: tensorboard --logdir {shlex.quote(str(record['run_dir']))} --host 127.0.0.1")
+    print("\n".join(tensorboard_lines(str(record["run_dir"]), prefix="curves: ")))
+
+
+TENSORBOARD_URL = "http://127.0.0.1:6006/"  # TensorBoard's default port; it prints the one it took
+# Smoothing off: a val curve has a handful of points, and the default 0.6 never reaches the last values.
+SMOOTHING_OFF = "?smoothing=0"
+# Custom Scalars (a legacy dashboard) keeps its own smoothing slider in the URL fragment, default 0.6. It colours
+# runs from its palette in run order: TensorBoard 2.21's tf_color_scale ignores runColorGroup.
+CUSTOM_SCALARS = "#custom_scalars&_smoothingWeight=0"
+
+
+def color_regex(keys: list[str]) -> str:
+    """A regex whose capture groups are the values of `keys` in a sweep's job name (`3_normalizer=kl,seed=1`): a
+    key starts the name or follows a comma; several keys are lookaheads, so their order in the name does not matter.
+    TensorBoard groups runs by the captured values (JSON of the groups) and gives each group one colour."""
+    parts = [f"[_,]{re.escape(k)}=([^,/]+)" for k in keys]
+    return parts[0] if len(parts) == 1 else "".join(f"(?=.*{p})" for p in parts)
+
+
+def color_group(keys: list[str]) -> str:
+    """`&runColorGroup=regex:...` colouring runs by `keys` (color_regex), URL-encoded: a bare "+" in a query reads
+    as a space."""
+    if not keys:
+        return ""
+    return "&runColorGroup=" + quote(f"regex:{color_regex(keys)}", safe=":()*")
+
+
+def tensorboard_lines(logdir: str, color_by: list[str] = (), prefix: str = "") -> list[str]:
+    """The TensorBoard command for `logdir`, the URL that opens Time Series unsmoothed and coloured by `color_by` keys,
+    and the one that opens Custom Scalars unsmoothed."""
+    url = TENSORBOARD_URL + SMOOTHING_OFF + color_group(list(color_by)) + "#timeseries"
+    indent = " " * len(prefix)
+    return [
+        f"{prefix}tensorboard --logdir {shlex.quote(logdir)} --host 127.0.0.1",
+        f"{indent}then open {url}",
+        f"{indent}Custom Scalars, unsmoothed: {TENSORBOARD_URL}{CUSTOM_SCALARS}",
+    ]

@@ -18,15 +18,11 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 
 from attnlab import exits
+from attnlab.run.convergence import describe
 from attnlab.run.record import FINISHED
+from attnlab.run.summary import tensorboard_lines
 from attnlab.sweep.definition import swept_keys
 from attnlab.sweep.signals import sweep_started
-
-TENSORBOARD_URL = "http://127.0.0.1:6006/"  # TensorBoard's default port; it prints the one it took
-# Smoothing off: a val curve has a handful of points, and the default 0.6 never reaches the last values.
-SMOOTHING_OFF = "?smoothing=0"
-# One colour per normalizer (job names hold it); URL-encoded, since a bare "+" in a query reads as a space.
-COLOR_BY_NORMALIZER = "&runColorGroup=regex:normalizer%3D(%5Cw%2B)"
 
 
 def job_runs(job: Path) -> list[Path]:
@@ -89,14 +85,33 @@ def job_line(job: Path, wall_s: float) -> str:
     errors = [str(r["error"]) for r in records if r.get("error")]
     if not result and errors:
         result = errors[0] if len(errors[0]) <= 100 else errors[0][:97] + "..."
-    return "  ".join(part for part in (f"job {job.name}: {status}", result, f"{wall_s:.1f}s") if part)
+    flags = _flags(done)
+    return "  ".join(part for part in (f"job {job.name}: {status}", result, f"{wall_s:.1f}s", flags) if part)
 
 
-def next_steps(sweep_dir: str, color_by_normalizer: bool) -> list[str]:
-    """The commands that read a sweep: the report and TensorBoard, with the URL that colours by normalizer."""
+def _flags(done: list[dict]) -> str:
+    """`warning: at plateau: test/accuracy ≈ 1/pairs 0.25 (2 of 3 seeds)`: what attnlab.run.convergence flagged,
+    counted over a job's seeds."""
+    counts: dict[str, int] = {}
+    for r in done:
+        for part in filter(None, describe(r).split("; ")):
+            key = part.split(" (val loss fell")[0]  # the same flag, whatever each seed's own drop
+            counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return ""
+    of = f" of {len(done)} seeds" if len(done) > 1 else ""
+    return "warning: " + "; ".join(f"{k}" + (f" ({n}{of})" if of else "") for k, n in counts.items())
+
+
+def color_keys(swept) -> list[str]:
+    """The swept keys that colour a sweep's runs in TensorBoard: all but the seed (a seed's runs share a colour)."""
+    return sorted(k for k in swept if k != "seed")
+
+
+def next_steps(sweep_dir: str, color_by: list[str]) -> list[str]:
+    """The commands that read a sweep: the report and TensorBoard, with the URL that colours runs by `color_by`."""
     d = shlex.quote(str(sweep_dir))
-    url = TENSORBOARD_URL + SMOOTHING_OFF + (COLOR_BY_NORMALIZER if color_by_normalizer else "") + "#timeseries"
-    return ["next:", f"  attnlab-report {d}", f"  tensorboard --logdir {d} --host 127.0.0.1", f"  then open {url}"]
+    return ["next:", f"  attnlab-report {d}", *tensorboard_lines(str(sweep_dir), color_by, prefix="  ")]
 
 
 class SweepSummary(Callback):
@@ -128,7 +143,7 @@ class SweepSummary(Callback):
             if status != "completed":
                 print(f"  {status:10s} {run}", file=sys.stderr)
         swept = swept_keys(Path(sweep_dir)) or set()
-        print("\n".join(next_steps(sweep_dir, "normalizer" in swept)), file=sys.stderr, flush=True)
+        print("\n".join(next_steps(sweep_dir, color_keys(swept))), file=sys.stderr, flush=True)
         if threading.current_thread() is threading.main_thread():  # nothing left to stop: a late signal
             for sig in (signal.SIGINT, signal.SIGTERM):  # raised in JAX's atexit clean-up (the soak found it)
                 signal.signal(sig, signal.SIG_IGN)

@@ -149,6 +149,11 @@ class Task:
             return {"accuracy": {"accuracy": "chance"}}
         return {"mse": {"mse": "reference estimator", "mse_zero": "zero predictor"}}
 
+    def plateaus(self) -> dict[str, dict[str, float]]:
+        """{test metric: {label: value}}: values the metric sits at before the model has learnt the task (a run there
+        is flagged: attnlab.run.convergence); none by default."""
+        return {}
+
     def judged_by(self) -> dict:
         """What metrics.json says a run is judged by: `headline`, the test metric (test/<headline_metric>), and
         `baseline_labels`, {test metric: {baseline key: label}} (the keys of metrics.json's final and baseline)."""

@@ -139,6 +139,11 @@ class MQAR(Task):
             inputs = np.where(inputs == 0, filler, inputs)
         return Split(inputs, targets, weights, np.ones((n, T), dtype=bool))
 
+    def plateaus(self) -> dict[str, dict[str, float]]:
+        """1/pairs: a model that retrieves the context's values but not the one a query asks for guesses among the
+        num_kv_pairs values (linear attention at model=tiny or small sits there: docs/REFERENCE.md, Which scale ...)."""
+        return {"test/accuracy": {"1/pairs": 1.0 / self.num_kv_pairs}}
+
     def baseline(self, split: str) -> dict[str, float]:
         """Chance accuracy: one over the number of possible values, V - V/2."""
         self.splits[split]  # a KeyError for unknown split names

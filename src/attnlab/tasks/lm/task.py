@@ -240,6 +240,16 @@ class LanguageModel(Task):
         s = self.splits[split]
         return {"accuracy": majority_accuracy(self.text["train"], s.targets, s.weights), **self._entropy}
 
+    def plateaus(self) -> dict[str, dict[str, float]]:
+        """The training text's unigram and bigram rates: a model that predicts bytes by frequency alone, or from
+        the previous byte alone, sits there."""
+        return {
+            "test/bits_per_byte": {
+                "unigram": self._entropy["bits_per_byte"],
+                "bigram": self._entropy["bits_per_byte_bigram"],
+            }
+        }
+
     def derived_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         """bits_per_byte = nll / ln 2 and perplexity = exp(nll) (per byte), from the head's nll in nats."""
         if "nll" not in metrics:

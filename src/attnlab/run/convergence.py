@@ -1,0 +1,94 @@
+"""Whether a run had finished learning: its validation loss still falling at the end, its metric at a task's plateau.
+
+Still falling (the rule, a judgement): the val evaluations of the last half of training (at least MIN_EVALS of them,
+else the last MIN_EVALS of the run) are fitted with a least-squares line; the loss is still falling when that line
+drops by more than FALLING_DROP (1%) of the window's mean val loss across the window. Half, not a last tenth: the
+default cadence (trainer.eval_every = steps // 4) gives four evaluations, so a shorter window holds too few points
+for a slope; 1%, because a smaller change moves no reported metric in its third significant figure. A line, not the
+last two points, so that one noisy evaluation neither hides nor fakes a trend.
+
+At a plateau: a task declares the values its metric sits at before the model has learnt the task (Task.plateaus:
+MQAR's 1/pairs accuracy of a model that finds the context's values but not which one a query asks for; a language
+model's unigram and bigram rates). A run is at a plateau when its test metric lies within PLATEAU_BAND (10%) of the
+distance from the plateau to the metric's best value (accuracy 1, bits per byte 0): on the default MQAR (4 pairs)
+accuracy in [0.175, 0.325].
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from attnlab.run.events import read_scalars
+
+MIN_EVALS = 3
+FALLING_DROP = 0.01
+PLATEAU_BAND = 0.1
+# The best value of a metric, by name ending: the band around a plateau is a fraction of the distance to it.
+BEST = {"accuracy": 1.0, "bits_per_byte": 0.0, "loss": 0.0, "nll": 0.0, "mse": 0.0, "perplexity": 1.0}
+RULE = (
+    f"least-squares line through the val losses of the last half of training (at least {MIN_EVALS} evaluations) "
+    f"drops by more than {FALLING_DROP:.0%} of their mean"
+)
+
+
+def still_falling(curve: dict[int, float], total_steps: int) -> dict:
+    """{val_loss_falling: True | False | None (fewer than MIN_EVALS evaluations), window, evals, relative_drop, rule}
+    for a run's val loss curve {step: loss}."""
+    points = sorted((s, v) for s, v in curve.items() if math.isfinite(v))
+    out = {"val_loss_falling": None, "rule": RULE}
+    if len(points) < MIN_EVALS:
+        return {**out, "evals": len(points)}
+    late = [p for p in points if p[0] >= total_steps / 2]
+    window = late if len(late) >= MIN_EVALS else points[-MIN_EVALS:]
+    steps, losses = np.array(window, np.float64).T
+    slope = np.polyfit(steps, losses, 1)[0]
+    drop = -slope * (steps[-1] - steps[0]) / max(abs(losses.mean()), 1e-12)
+    return {
+        **out,
+        "val_loss_falling": bool(drop > FALLING_DROP),
+        "window": [int(steps[0]), int(steps[-1])],
+        "evals": len(window),
+        "relative_drop": float(drop),
+    }
+
+
+def band(metric: str, plateau: float) -> tuple[float, float]:
+    """The values counted as at `plateau` for `metric` (test/<name>): PLATEAU_BAND of the distance to its best."""
+    best = BEST.get(metric.rsplit("/", 1)[-1])
+    half = PLATEAU_BAND * abs(best - plateau) if best is not None else PLATEAU_BAND * abs(plateau)
+    return plateau - half, plateau + half
+
+
+def at_plateaus(final: dict[str, float], plateaus: dict[str, dict[str, float]]) -> dict[str, list[dict]]:
+    """{test metric: [{label, value, low, high, at}]} for each declared plateau of a metric the run has."""
+    out = {}
+    for metric, named in plateaus.items():
+        value = final.get(metric)
+        if not isinstance(value, (int, float)) or not math.isfinite(value):
+            continue
+        rows = []
+        for label, level in named.items():
+            lo, hi = band(metric, level)
+            rows.append({"label": label, "value": level, "low": lo, "high": hi, "at": bool(lo <= value <= hi)})
+        out[metric] = rows
+    return out
+
+
+def val_curve(run_dir: Path) -> dict[int, float]:
+    """The run's val/loss scalars {step: value}, read from its TensorBoard events."""
+    return read_scalars(Path(run_dir)).get("val/loss", {})
+
+
+def describe(record: dict) -> str:
+    """`not converged (val loss fell 4.1% over steps 200–400)`, `at plateau test/accuracy 1/pairs 0.25`, or ''."""
+    parts = []
+    conv = record.get("convergence") or {}
+    if conv.get("val_loss_falling"):
+        lo, hi = conv["window"]
+        parts.append(f"not converged (val loss fell {conv['relative_drop']:.1%} over steps {lo}–{hi})")
+    for metric, rows in (record.get("plateaus") or {}).items():
+        parts += [f"at plateau: {metric} ≈ {r['label']} {r['value']:.4g}" for r in rows if r.get("at")]
+    return "; ".join(parts)
