@@ -33,7 +33,8 @@ def check_task(make, *, name: str) -> None:
     - disjoint splits: no input row is in two splits.
     - determinism by seed: the same seed gives identical arrays, another seed other inputs in every split.
     - baselines, per split: `baseline(split)` holds the contract's keys (accuracy; mse and mse_zero), each a finite
-      float ≥ 0; `baseline_labels` names only baseline keys, under the `headline_metric` among others.
+      float ≥ 0; `baseline_labels` names only baseline keys, under the `headline_metric` among others; the values of
+      `plateaus()` are finite floats.
     - test lengths, where the task declares `length_option`: rebuilt at its own length L and at a longer one (the first
       of 2L, 2L + 1, L + 1, L + 2 it accepts), the test split is the same with train and val shrunk to one example
       (tasks.lengths rebuilds it so); at L it is the task's test split; the longer length gives longer sequences; the
@@ -153,6 +154,12 @@ def _baselines(subject, task):
         unknown = {k for refs in labels.values() for k in refs} - set(base)
         if unknown:
             raise fail(subject, "baselines", f"baseline_labels name {sorted(unknown)}, not keys of baseline()", where)
+    plateaus = task.plateaus() if hasattr(task, "plateaus") else {}
+    for metric, values in plateaus.items():
+        if not all(isinstance(v, float) and math.isfinite(v) for v in values.values()):
+            raise fail(
+                subject, "baselines", f"plateaus()[{metric!r}] = {values} holds a non-finite value", f"seed={SEED}"
+            )
 
 
 def _longer(make, task, length):
