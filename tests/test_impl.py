@@ -425,7 +425,7 @@ def offering(backend: impl.Backend):
     from attnlab.config import registry
 
     for name in registry.choices("normalizer"):
-        options = R.options(name)
+        options = registry.load("normalizer", name)  # the YAML's keys
         small = {key: 8 for key in ("block_size", "chunk_size") if key in options}
         norm = config.normalizer(name, num_heads=R.N, head_dim=R.H, **small)
         capability = norm.capability()
@@ -442,9 +442,9 @@ def holds_txt(hlo: str, T: int) -> bool:
 @pytest.mark.parametrize("backend", impl.TABLE, ids=lambda b: f"{b.family}-{b.name}")
 def test_every_backend_of_the_table_computes_the_float64_reference_and_keeps_a_txs_array_as_it_says(backend):
     """Each entry's `run` on the first normalizer that offers it, at T = S = 32 on a CPU with the first mask it takes
-    (causal, else none), against normalizer_refs' float64 weights times v; the compiled forward and backward hold a
-    32×32 array exactly where the entry says it keeps one. GPU-only entries (cudnn, pallas) are tested by the GPU
-    program and on-device tests."""
+    (causal, else none), against the normalizer's float64 reference weights times v; the compiled forward and
+    backward hold a 32×32 array exactly where the entry says it keeps one. GPU-only entries (cudnn, pallas) are
+    tested by the GPU program and on-device tests."""
     import normalizer_refs as R
 
     T = 32
@@ -459,7 +459,7 @@ def test_every_backend_of_the_table_computes_the_float64_reference_and_keeps_a_t
     q_BNTH, k_BNSH, v_BNSH = (jnp.swapaxes(jnp.asarray(x), 1, 2) for x in (q, k, v))
     run = jax.jit(lambda q, k, v: backend.run(norm, q, k, v, site.mask))
     m_BTS = R.admissible(R.B, T, T, causal=site.mask.causal)
-    w_BNTS = R.REFS[name][0](q, k, m_BTS, norm, **R.options(name))[0]
+    w_BNTS = R.reference(norm, q, k, m_BTS)[0]  # the normalizer's float64 `reference` method
     expected_BNTH = np.einsum("bnts,bsnh->bnth", w_BNTS, v.astype(np.float64))
     np.testing.assert_allclose(run(q_BNTH, k_BNSH, v_BNSH), expected_BNTH, atol=2e-5, rtol=1e-4)
     grad = jax.jit(jax.grad(lambda q, k, v: jnp.sum(jnp.sin(backend.run(norm, q, k, v, site.mask))), (0, 1, 2)))

@@ -62,7 +62,7 @@ def test_ssmax_per_head_s_and_bias_match_the_reference():
         q, k, v = R.qkv(41, T, S)
         norm = R.build("ssmax", {"bias": True})
         _set(norm, s=s, b=b)
-        w_ref, _, extras = R.ref_ssmax(q, k, m, norm, **R.options("ssmax", bias=True, s=s, b=b))
+        w_ref, _, extras = R.reference(norm, q, k, m)
         np.testing.assert_allclose(np.asarray(norm.weights(q, k, mask)), w_ref, atol=ATOL, rtol=RTOL)
         stats = norm(q, k, v, mask, with_stats=True)[1]
         for key in ("s", "bias", "beta"):
@@ -279,7 +279,7 @@ def test_adaptive_temperature_applies_at_evaluation_or_also_in_training(name, op
     eval_only = R.build(name, {**opts, "adaptive_temperature": "eval"})
     always = R.build(name, {**opts, "adaptive_temperature": "train"})
     assert not plain.mode_dependent and eval_only.mode_dependent and always.mode_dependent
-    w_ref, _, extras = R.REFS[name][0](q, k, m, None, **R.options(name, **opts, adaptive_temperature="eval"))
+    w_ref, _, extras = R.reference(eval_only, q, k, m)
     assert extras["adaptive_beta"].max() > 1.2  # some rows were sharpened
     out_plain = np.asarray(plain(q, k, v, mask)[0])
     out_adapted = np.einsum("bnts,bsnh->btnh", w_ref, v.astype(np.float64))
@@ -350,7 +350,7 @@ def test_stickbreaking_at_length_goes_blockwise_with_statistics_on_sampled_rows(
     )
     rows = sampled_rows.stats_rows(T, 5)
     m = R.admissible(R.B, T, T, causal=True)
-    w = R.ref_stickbreaking(q, k, m, None, **R.options("stickbreaking"))[0][:, :, rows]
+    w = R.reference(dense, q, k, m)[0][:, :, rows]
     np.testing.assert_allclose(np.asarray(stats["leftover"]), (1 - w.sum(-1)).mean((0, 2)), rtol=1e-5, atol=1e-6)
 
 

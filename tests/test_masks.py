@@ -53,7 +53,7 @@ def test_per_head_mask_matches_the_float64_reference_head_by_head(name, shape):
     out, _ = config.attend(name, q, k, v, mask=random_mask(shape), with_stats=True)
     norm = R.build(name, {})
     for n in range(N):
-        w_ref = R.REFS[name][0](q, k, m_BNTS[:, n], norm, **R.options(name))[0][:, n]
+        w_ref = R.reference(norm, q, k, m_BNTS[:, n])[0][:, n]
         np.testing.assert_allclose(w[:, n], w_ref, atol=2e-5, rtol=1e-4, err_msg=f"head {n}")
         out_ref = np.einsum("bts,bsh->bth", w_ref, v[:, :, n].astype(np.float64))
         np.testing.assert_allclose(np.asarray(out)[:, :, n], out_ref, atol=2e-5, rtol=1e-4, err_msg=f"head {n}")
@@ -68,7 +68,7 @@ def test_mask_object_still_accepted_and_combined_with_causal():
         config.attention_weights("softmax", q, k, mask=nz.Mask(key_valid_BS=jnp.asarray(valid)), causal=True)
     )
     m_BTS = R.admissible(B, T, T, valid, None, causal=True)
-    w_ref = R.REFS["softmax"][0](q, k, m_BTS, R.build("softmax", {}), **R.options("softmax"))[0]
+    w_ref = R.reference(R.build("softmax", {}), q, k, m_BTS)[0]
     np.testing.assert_allclose(w, w_ref, atol=2e-5, rtol=1e-4)
 
 

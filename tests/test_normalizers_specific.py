@@ -109,8 +109,8 @@ def test_large_beta_is_argmax_and_small_beta_is_uniform(name, opts):
     w_hi = np.asarray(_build(name, {**opts, "beta": 1e3}).weights(q, k, mask))
     np.testing.assert_allclose(w_hi[has], hot[has], atol=1e-5)
     w_lo = np.asarray(_build(name, {**opts, "beta": 1e-6}).weights(q, k, mask))
-    if opts.get("prior") == "recency":  # β → 0 leaves the prior u
-        expected = np.exp(R.kl_log_prior(m, R.N, "recency", R.options("kl")["slope"]))
+    if opts.get("prior") == "recency":  # β → 0 leaves the prior u (the YAML's slope, 0.1)
+        expected = np.exp(R.kl_log_prior(m, R.N, "recency", 0.1))
     else:
         expected = np.broadcast_to((m / np.maximum(m.sum(-1, keepdims=True), 1))[:, None], z.shape)
     np.testing.assert_allclose(w_lo, expected, atol=1e-5)
@@ -165,9 +165,7 @@ def test_linear_attention_forms_agree(feature_map):
     valid = mask_c.key_valid_BS
     q, k, v = R.qkv(47, T, S)
     opts = {"feature_map": feature_map, "num_features": 16}
-    ref = np.einsum(
-        "bnts,bsnh->btnh", R.ref_linear(q, k, m, _build("linear", opts), **R.options("linear", **opts))[0], v
-    )
+    ref = np.einsum("bnts,bsnh->btnh", R.reference(_build("linear", opts), q, k, m)[0], v)
     tol = dict(atol=1e-5, rtol=1e-5)
 
     norm = _build("linear", opts)
@@ -203,7 +201,7 @@ def test_elu1_features_keep_precision_far_below_zero():
     q, k, v = R.qkv(54, T, S)
     k = (-20 - 5 * np.abs(k)).astype(np.float32)
     norm = _build("linear", {"eps": 0.0})
-    w_ref = R.ref_linear(q, k, m, norm, **R.options("linear", eps=0.0))[0]
+    w_ref = R.reference(norm, q, k, m)[0]
     np.testing.assert_allclose(np.asarray(norm.weights(q, k, mask)), w_ref, rtol=1e-4, atol=1e-6)
     g = jax.grad(lambda k: norm(q, k, v, mask)[0].sum())(jnp.asarray(k))
     assert np.isfinite(np.asarray(g)).all() and np.abs(np.asarray(g)).sum() > 0

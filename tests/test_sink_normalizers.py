@@ -12,6 +12,7 @@ import normalizer_refs as R
 import numpy as np
 import pytest
 from flax import nnx
+from normalizer_variants import VARIANTS
 
 from attnlab import config
 from attnlab import normalizers as nz
@@ -226,37 +227,41 @@ def test_sink_agrees_with_fla_naive_attention_with_sinks(impl):
 # ---------------------------------------------------------------------------------------------
 # the soft cap on every scored normalizer
 
+
+def _options(name):
+    return {k: v for k, v in registry.load("normalizer", name).items() if not k.startswith("_")}
+
+
+# softpick, sink and forgetting apply the cap in their own references (VARIANTS draws them with one)
 SCORED = [
-    name
-    for name in registry.choices("normalizer")
-    if "softcap" in R.options(name) and name not in ("softpick", "sink")  # those two: VARIANTS, on their classes
+    n
+    for n in registry.choices("normalizer")
+    if "softcap" in _options(n) and n not in ("softpick", "sink", "forgetting")
 ]
 
 
-def _capped_refs(monkeypatch, c, beta):
-    """The shared float64 references with their scores z replaced by (c/β)·tanh(βz/c), so that every reference's
-    βz is c·tanh(βz/c) and any bias, prior or gate comes after it."""
-    plain = R.scores
-    monkeypatch.setattr(R, "scores", lambda q, k: (c / beta) * np.tanh(beta * plain(q, k) / c))
-
-
 @pytest.mark.parametrize("name", SCORED)
-def test_softcap_matches_each_reference_on_capped_scores(name, monkeypatch):
-    """Weights, plain-step output and statistics of every scored normalizer with softcap=c against its reference
-    with βz → c·tanh(βz/c); max |logit| stays within c where the logits are the scaled scores."""
+def test_softcap_matches_each_reference_on_capped_scores(name):
+    """Weights, plain-step and statistics-step output of every scored normalizer with softcap=c against its class's
+    float64 reference fed the capped scores: queries (c/β)·tanh(βz/c) and identity keys (head dim S), so that the
+    reference's own βq·k is c·tanh(βz/c) and its bias, prior or gate comes after; max |logit| is the capped one."""
     c, beta = 1.5, 2.0
     T, S, mask, m = R.make_mask("causal_pad")
     q, k, v = R.qkv(13, T, S)
-    opts = {**R.VARIANTS[name][next(iter(R.VARIANTS[name]))], "beta": beta, "softcap": c}
-    norm = R.build(name, opts)
-    _capped_refs(monkeypatch, c, beta)
-    w_ref, logits_ref, extras = R.REFS[name][0](q, k, m, norm, **R.options(name, **opts))
+    opts = {**next(iter(VARIANTS[name].values())), "beta": beta}
+    norm = R.build(name, {**opts, "softcap": c})
+    z_BNTS = R.scores(q, k)
+    capped_BNTS = (c / beta) * np.tanh(beta * z_BNTS / c)
+    plain = config.normalizer(name, num_heads=R.N, head_dim=S, rngs=nnx.Rngs(0), **opts)
+    eye_BNSS = np.broadcast_to(np.eye(S), (R.B, R.N, S, S))
+    w_ref, logits_ref, _ = plain.reference(capped_BNTS, eye_BNSS, m)
     np.testing.assert_allclose(np.asarray(norm.weights(q, k, mask)), w_ref, atol=2e-5, rtol=1e-4)
     out_ref = np.einsum("bnts,bsnh->btnh", w_ref, v.astype(np.float64))
     np.testing.assert_allclose(np.asarray(norm(q, k, v, mask)[0]), out_ref, atol=2e-5, rtol=1e-4)  # the plain step
     out, stats = norm(q, k, v, mask, with_stats=True)
     np.testing.assert_allclose(np.asarray(out), out_ref, atol=2e-5, rtol=1e-4)
-    np.testing.assert_allclose(np.asarray(stats["max_logit"]), R.core_stats(w_ref, logits_ref, m)["max_logit"], 2e-5)
+    max_logit_N = np.where(np.broadcast_to(m[:, None], logits_ref.shape), np.abs(logits_ref), 0).max((0, 2, 3))
+    np.testing.assert_allclose(np.asarray(stats["max_logit"]), max_logit_N, rtol=2e-5, atol=1e-6)
     if name in ("softmax", "softmax1", "relu", "squared", "entmax", "stickbreaking"):
         assert (np.asarray(stats["max_logit"]) <= c + 1e-6).all()
 
@@ -298,7 +303,7 @@ def test_softcap_is_gemma2s_cap_on_the_scaled_scores():
 @pytest.mark.parametrize("name", ["kl", "sigmoid", "ssmax", "squared"])
 def test_softcap_blockwise_equals_dense(name):
     """Outputs and gradients (q, k, v and the normalizer's parameters) of the capped blockwise form."""
-    opts = {**R.VARIANTS[name][list(R.VARIANTS[name])[-1]], "softcap": 1.2}
+    opts = {**VARIANTS[name][list(VARIANTS[name])[-1]], "softcap": 1.2}
     opts.pop("adaptive_temperature", None)
     T, S, mask, _ = R.make_mask("grad")
     q, k, v = (heads_major(x) for x in R.qkv(15, T, S, scale=2.0))

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from attnlab import checks
 
+from . import reference as ref
 from .base import InverseTemperature, ScoreNormalizer
 from .mask import MASK_GAP, masked_max
 
@@ -96,3 +97,10 @@ class Entmax(ScoreNormalizer):
         x = jnp.where(m_B1TS, logits_BNTS, masked_max(logits_BNTS, m_B1TS) - MASK_GAP * self.alpha / (self.alpha - 1))
         att_BNTS = jnp.where(m_B1TS.any(-1, keepdims=True) & m_B1TS, entmax(x, self.alpha), 0.0)
         return att_BNTS, logits_BNTS, {"beta": beta_N}
+
+    def reference(self, q_BNTH, k_BNSH, admissible_BTS):
+        """Float64: α-entmax(βz) over the admissible keys (sparsemax by sorting at α = 2, bisection otherwise)."""
+        beta_N = ref.inverse_temperature(self, q_BNTH.shape[1])
+        x_BNTS = beta_N[None, :, None, None] * ref.scores(q_BNTH, k_BNSH)
+        w = ref.rowwise(lambda r, *_: ref.entmax_np(r, self.alpha), x_BNTS, admissible_BTS)
+        return w, x_BNTS, {"beta": beta_N}

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attnlab import checks
 
+from . import reference as ref
 from .base import InverseTemperature, NormalizerParam, ScoreNormalizer
 from .blockwise import BlockForm, scaled_logits
 from .impl import Capability
@@ -129,6 +131,12 @@ class Softmax(AdaptiveTemperature, ScoreNormalizer):
         x_BNTS, logits_BNTS, extras = self.softmax_rows(z_BNTS, m_B1TS)
         return masked_softmax(x_BNTS, m_B1TS), logits_BNTS, extras
 
+    def reference(self, q_BNTH, k_BNSH, admissible_BTS):
+        """Float64: softmax(βz) over the admissible keys, at the adaptive temperature where it applies at evaluation."""
+        beta_N = ref.inverse_temperature(self, q_BNTH.shape[1])
+        x_BNTS = beta_N[None, :, None, None] * ref.scores(q_BNTH, k_BNSH)
+        return ref.tempered(x_BNTS, admissible_BTS, {"beta": beta_N}, self.adaptive)
+
 
 class KL(AdaptiveTemperature, ScoreNormalizer):
     """π = argmax_π Σπz − (1/β)·KL(π‖u) = softmax(βz + log u) (the Gibbs variational principle).
@@ -236,6 +244,54 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
         x_BNTS, bz_BNTS, extras = self.softmax_rows(z_BNTS, m_B1TS, q_pos_T)
         return masked_softmax(x_BNTS, m_B1TS), bz_BNTS, extras
 
+    def reference(self, q_BNTH, k_BNSH, admissible_BTS):
+        """Float64: π = softmax(βz + log u) over the admissible keys, u the prior normalised over them; KL(π‖u) and
+        the objective ⟨π, z⟩ − KL/β per row (the adaptive temperature, where it applies at evaluation, acting on π's
+        logits βz + log u, the KL staying π's)."""
+        m = admissible_BTS
+        N = q_BNTH.shape[1]
+        beta_N = ref.inverse_temperature(self, N)
+        z = ref.scores(q_BNTH, k_BNSH)
+        slope = np.exp(np.asarray(self.log_slope[...], np.float64)) if self.prior == "recency" else None
+        table = np.asarray(self.table[...], np.float64) if self.prior == "learned" else None
+        logu = kl_log_prior_np(m, N, self.prior, slope, table, self.max_distance)
+        bz = beta_N[None, :, None, None] * z
+        w = ref.rowwise(lambda r, b, n, t, idx: ref.softmax_np(r + logu[b, n, t, idx]), bz, m)
+        B, _, T, _ = z.shape
+        kl, obj = np.zeros((B, N, T)), np.zeros((B, N, T))
+        for b, n, t in np.ndindex(B, N, T):
+            idx = np.flatnonzero(m[b, t])
+            if idx.size:
+                p, lu = w[b, n, t, idx], logu[b, n, t, idx]
+                kl[b, n, t] = np.sum(np.where(p > 0, p * (np.log(np.where(p > 0, p, 1)) - lu), 0))
+                obj[b, n, t] = p @ z[b, n, t, idx] - kl[b, n, t] / beta_N[n]
+        extras = {"beta": beta_N, "kl_prior": ref.row_mean(kl, m), "objective": ref.row_mean(obj, m)}
+        if self.adaptive != "off":
+            return ref.tempered(np.where(m[:, None], bz + logu, 0.0), m, extras, self.adaptive)
+        return w, bz, extras
+
+
+def kl_log_prior_np(m_BTS, N, prior, slope_N=None, table_NK=None, max_distance=512):
+    """Float64 log u (B,N,T,S), normalised over the admissible keys of each row, −inf elsewhere. Query t sits at
+    position i = t + S − T; recency: log u ∝ −λ_h|i − j|; learned: table[h, clip(i − j, ±(M − 1)) + M − 1]."""
+    B, T, S = m_BTS.shape
+    raw = np.zeros((B, N, T, S))
+    for t, s, n in np.ndindex(T, S, N):
+        d = t + (S - T) - s
+        if prior == "recency":
+            raw[:, n, t, s] = -np.broadcast_to(slope_N, (N,))[n] * abs(d)
+        elif prior == "learned":
+            M = max_distance
+            raw[:, n, t, s] = table_NK[n, min(max(d, -(M - 1)), M - 1) + M - 1]
+    logu = np.full_like(raw, -np.inf)
+    for b, t in np.ndindex(B, T):
+        idx = np.flatnonzero(m_BTS[b, t])
+        if idx.size:
+            r = raw[b, :, t, idx]  # (len(idx), N)
+            lse = np.log(np.exp(r - r.max(0)).sum(0)) + r.max(0)
+            logu[b, :, t, idx] = r - lse
+    return logu
+
 
 class Softmax1(ScoreNormalizer):
     """softmax₁: exp(βzᵢ)/(1 + Σⱼ exp(βzⱼ)), attention with a null sink ("attention is off by one")."""
@@ -268,3 +324,10 @@ class Softmax1(ScoreNormalizer):
         mx = jnp.maximum(masked_max(logits_BNTS, m_B1TS), 0.0)
         e = jnp.exp(jnp.where(m_B1TS, logits_BNTS - mx, -jnp.inf))
         return e / (jnp.exp(-mx) + e.sum(-1, keepdims=True)), logits_BNTS, {"beta": beta_N}
+
+    def reference(self, q_BNTH, k_BNSH, admissible_BTS):
+        """Float64: exp(xᵢ)/(1 + Σⱼ exp(xⱼ)), x = βz over the admissible keys: exp(xᵢ − log(1 + Σ exp xⱼ))."""
+        beta_N = ref.inverse_temperature(self, q_BNTH.shape[1])
+        x_BNTS = beta_N[None, :, None, None] * ref.scores(q_BNTH, k_BNSH)
+        w = ref.rowwise(lambda r, *_: np.exp(r - np.logaddexp(0.0, np.logaddexp.reduce(r))), x_BNTS, admissible_BTS)
+        return w, x_BNTS, {"beta": beta_N}

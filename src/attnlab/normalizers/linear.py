@@ -6,10 +6,12 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attnlab import checks
 
 from . import pallas_linear, sampled_rows
+from . import reference as ref
 from .base import FixedFeatures, Normalizer, core_stats
 from .impl import Capability, Workload
 from .mask import Mask
@@ -197,6 +199,32 @@ class Linear(Normalizer):
         )
         den = a_BNKCC.astype(jnp.float32).sum(-1) + jnp.einsum("bnkcf,bnkf->bnkc", qf.astype(jnp.float32), z_BNKF)
         return num.reshape(B, N, K * C, -1)[:, :, :T], den.reshape(B, N, K * C, 1)[:, :, :T]
+
+    def reference(self, q_BNTH, k_BNSH, admissible_BTS):
+        """Float64: a_ij = φ(q_i)·φ(k_j) over the admissible keys, a_ij/(Σ_j a_ij + eps); min_denominator the least
+        Σ_j a_ij of a row with a key."""
+        omega = np.asarray(self.omega[...], np.float64) if self.feature_map == "favor" else None
+        qf = linear_features_np(q_BNTH, self.feature_map, omega, is_query=True)
+        kf = linear_features_np(k_BNSH, self.feature_map, omega, is_query=False)
+        a_BNTS = np.einsum("bntf,bnsf->bnts", qf, kf) * admissible_BTS[:, None]
+        w = ref.rowwise(lambda r, *_: r / (r.sum() + self.eps), a_BNTS, admissible_BTS)
+        return w, a_BNTS, {"min_denominator": ref.min_row_sum(a_BNTS, admissible_BTS)}
+
+
+def linear_features_np(x_BNTH, feature_map, omega_FH=None, is_query=False):
+    """Float64 φ: elu(x) + 1, relu(x), or FAVOR+ m^{-1/2}(exp(ωᵀx′ − ‖x′‖²/2 − c) + 1e-6), x′ = x d^{-1/4}, c the
+    per-query max over features (queries), 0 (keys) (Choromanski et al. 2021)."""
+    x = np.asarray(x_BNTH, np.float64)
+    if feature_map == "elu1":
+        return np.where(x > 0, x + 1, np.exp(np.minimum(x, 0)))
+    if feature_map == "relu":
+        return np.maximum(x, 0)
+    mF, d = omega_FH.shape
+    xs = x * d**-0.25
+    lg = xs @ omega_FH.T - 0.5 * (xs**2).sum(-1, keepdims=True)
+    if is_query:
+        lg = lg - lg.max(-1, keepdims=True)
+    return (np.exp(lg) + 1e-6) / math.sqrt(mF)
 
 
 def _exclusive_cumsum(x, axis: int):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attnlab import checks
 
+from . import reference as ref
 from .base import InverseTemperature, ScoreNormalizer
 from .blockwise import BlockForm, scaled_logits
 
@@ -48,6 +50,14 @@ class Sigmoid(ScoreNormalizer):
         logits_BNTS = beta_N[None, :, None, None] * z_BNTS + b
         return jnp.where(m_B1TS, jax.nn.sigmoid(logits_BNTS), 0.0), logits_BNTS, {"beta": beta_N}
 
+    def reference(self, q_BNTH, k_BNSH, admissible_BTS):
+        """Float64: σ(βz + b) per admissible key, b = −log n (n admissible keys of the row) unless `bias` is set."""
+        beta_N = ref.inverse_temperature(self, q_BNTH.shape[1])
+        n_BT = np.maximum(admissible_BTS.sum(-1), 1)
+        bias = -np.log(n_BT)[:, None, :, None] if self.bias is None else float(self.bias)
+        x_BNTS = beta_N[None, :, None, None] * ref.scores(q_BNTH, k_BNSH) + bias
+        return ref.rowwise(lambda r, *_: 1 / (1 + np.exp(-r)), x_BNTS, admissible_BTS), x_BNTS, {"beta": beta_N}
+
 
 class ReLU(ScoreNormalizer):
     """relu(βz)/n, n = admissible keys of the row (Wortsman et al. 2023)."""
@@ -79,3 +89,9 @@ class ReLU(ScoreNormalizer):
         logits_BNTS = beta_N[None, :, None, None] * z_BNTS
         n_B1T1 = jnp.maximum(m_B1TS.sum(-1, keepdims=True), 1)
         return jnp.where(m_B1TS, jax.nn.relu(logits_BNTS), 0.0) / n_B1T1, logits_BNTS, {"beta": beta_N}
+
+    def reference(self, q_BNTH, k_BNSH, admissible_BTS):
+        """Float64: relu(βz)/n over the n admissible keys of the row."""
+        beta_N = ref.inverse_temperature(self, q_BNTH.shape[1])
+        x_BNTS = beta_N[None, :, None, None] * ref.scores(q_BNTH, k_BNSH)
+        return ref.rowwise(lambda r, *_: np.maximum(r, 0) / r.size, x_BNTS, admissible_BTS), x_BNTS, {"beta": beta_N}

@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 
 import jax.numpy as jnp
+import numpy as np
 
 from attnlab import checks
 
+from . import reference as ref
 from .base import FixedFeatures, NormalizerParam, ScoreNormalizer
 from .blockwise import BlockForm
 from .exponential import row_mean_N
@@ -86,3 +88,18 @@ class SSMax(ScoreNormalizer):
     def normalize(self, z_BNTS, m_B1TS):
         x_BNTS, logits_BNTS, extras = self.softmax_rows(z_BNTS, m_B1TS)
         return masked_softmax(x_BNTS, m_B1TS), logits_BNTS, extras
+
+    def reference(self, q_BNTH, k_BNSH, admissible_BTS):
+        """Float64: softmax((s_h·log n + b_h)·βz) over the n admissible keys of each row; `beta` the row mean of the
+        effective inverse temperature β(s_h log n + b_h)."""
+        m = admissible_BTS
+        N = q_BNTH.shape[1]
+        s_N = np.asarray(self.s[...], np.float64)
+        b_N = np.asarray(self.b[...], np.float64) if self.has_bias else np.zeros(N)
+        log_n_BT = np.log(np.maximum(m.sum(-1), 1))
+        eff_BNT = self.scale * (s_N[None, :, None] * log_n_BT[:, None, :] + b_N[None, :, None])
+        x_BNTS = eff_BNT[..., None] * ref.scores(q_BNTH, k_BNSH)
+        extras = {"s": s_N, "beta": ref.row_mean(eff_BNT, m)}
+        if self.has_bias:
+            extras["bias"] = b_N
+        return ref.rowwise(lambda r, *_: ref.softmax_np(r), x_BNTS, m), x_BNTS, extras

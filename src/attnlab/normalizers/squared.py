@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import jax.numpy as jnp
+import numpy as np
 
 from attnlab import checks
 
+from . import reference as ref
 from .base import InverseTemperature, ScoreNormalizer
 from .blockwise import BlockForm, power_gate, scaled_logits
 
@@ -75,3 +78,17 @@ class Squared(ScoreNormalizer):
         # min over rows that have at least one admissible key (empty rows have no denominator).
         min_den_N = jnp.where(has_keys, den_BNT1, jnp.inf).min((0, 2, 3))
         return att_BNTS, x_BNTS, {"beta": beta_N, "min_denominator": min_den_N}
+
+    def reference(self, q_BNTH, k_BNSH, admissible_BTS):
+        """Float64: f(βzᵢ)/(Σⱼ f(βzⱼ) + eps) over the admissible keys, f(x) = |x|ᵖ or Σ_{k≤p} xᵏ/k! (offset);
+        min_denominator the least Σⱼ f of a row with a key."""
+        beta_N = ref.inverse_temperature(self, q_BNTH.shape[1])
+        x_BNTS = beta_N[None, :, None, None] * ref.scores(q_BNTH, k_BNSH)
+        p = self.power
+
+        def f(x):
+            return sum(x**j / math.factorial(j) for j in range(p + 1)) if self.offset else np.abs(x) ** p
+
+        w = ref.rowwise(lambda r, *_: f(r) / (f(r).sum() + self.eps), x_BNTS, admissible_BTS)
+        den_N = ref.min_row_sum(np.where(admissible_BTS[:, None], f(x_BNTS), 0.0), admissible_BTS)
+        return w, x_BNTS, {"beta": beta_N, "min_denominator": den_N}

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attnlab import checks
 from attnlab.checks import ConfigError
 
+from . import reference as ref
 from .base import InverseTemperature, ScoreNormalizer
 from .blockwise import BlockForm, _rows, scaled_logits
 from .exponential import row_mean_N
@@ -97,6 +99,26 @@ class StickBreaking(ScoreNormalizer):
         att_BNTS = jnp.where(m, jnp.exp(log_att), 0.0)
         extras = {"beta": beta_N, "leftover": row_mean_N(1.0 - att_BNTS.sum(-1), m_B1TS)}
         return att_BNTS, x_BNTS, extras
+
+    def reference(self, q_BNTH, k_BNSH, admissible_BTS):
+        """Float64: A_ij = σ(x_ij)·∏ over the admissible keys k more recent than j of (1 − σ(x_ik)), x = βz, as a plain
+        product (the query's own position left out unless attend_current); `leftover` the row mean of 1 − Σ_j A_ij."""
+        beta_N = ref.inverse_temperature(self, q_BNTH.shape[1])
+        x_BNTS = beta_N[None, :, None, None] * ref.scores(q_BNTH, k_BNSH)
+        T, S = x_BNTS.shape[-2:]
+
+        def sig(r):
+            return 1 / (1 + np.exp(-r))
+
+        def row(r, b, n, t, idx):
+            keep = np.flatnonzero(np.ones(idx.size, bool) if self.attend_current else idx != t + (S - T))
+            w = np.zeros(idx.size)
+            for a in keep:
+                w[a] = sig(r[a]) * np.prod([1 - sig(r[c]) for c in keep if idx[c] > idx[a]])
+            return w
+
+        w = ref.rowwise(row, x_BNTS, admissible_BTS)
+        return w, x_BNTS, {"beta": beta_N, "leftover": ref.row_mean(1 - w.sum(-1), admissible_BTS)}
 
 
 def _make_blocks(geo, attend_current: bool):
