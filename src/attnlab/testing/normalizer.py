@@ -474,11 +474,17 @@ def _cpu_impls(norm) -> tuple[list[str], str]:
 
 
 def _out_and_grads(norm, q, k, v, mask, ct):
-    """(out, (d params, dq, dk, dv)) of Σ ct ⊙ out, jitted over the parameters and inputs."""
+    """(out, (d params, dq, dk, dv)) of Σ ct ⊙ out, jitted over the parameters and inputs; a normalizer that
+    `takes_layer_input` (its gates projected from it) gets a fixed random one, so its projection has a gradient."""
     graphdef, params, rest = nnx.split(norm, nnx.Param, ...)
+    kwargs = {}
+    if getattr(norm, "takes_layer_input", False):
+        B_, N_, _, H_ = q.shape
+        x_BSD = np.random.default_rng(2).normal(size=(B_, k.shape[2], N_ * H_))
+        kwargs["layer_input_BTD"] = jnp.asarray(x_BSD, jnp.float32)
 
     def loss(params, q, k, v):
-        out, _ = nnx.merge(graphdef, params, rest)(q, k, v, mask)
+        out, _ = nnx.merge(graphdef, params, rest)(q, k, v, mask, **kwargs)
         return jnp.sum(out * ct), out
 
     (_, out), grads = jax.jit(jax.value_and_grad(loss, (0, 1, 2, 3), has_aux=True))(params, q, k, v)
