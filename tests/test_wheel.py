@@ -155,19 +155,15 @@ def test_a_user_project_installed_beside_the_wheel_checks_trains_sweeps_and_repo
     bin_ = venv / "bin"
     example = tmp_path / "example"  # installed from a copy: the checkout gets no build/ or egg-info
     shutil.copytree(ROOT / "examples" / "capped", example, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(example)],
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr[-3000:]
     subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(bin_ / "python"),
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            str(example),
-        ],
+        [sys.executable, "-m", "pip", "--python", str(bin_ / "python"), "install", "-q", "--no-deps"]
+        + [str(w) for w in (tmp_path / "dist").glob("attnlab_capped_example-*.whl")],
         check=True,
     )
     work = tmp_path / "work"
