@@ -19,7 +19,7 @@ RESERVED = ("_target_", "_partial_", "defaults")
 
 
 def groups() -> list[str]:
-    return sorted(p.name for p in registry.CONFIG_DIR.iterdir() if p.is_dir() and p.name != "hydra")
+    return registry.groups()  # the component groups: hydra's own and the study presets are no option space
 
 
 def options(group: str, name: str) -> dict:
