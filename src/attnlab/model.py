@@ -35,6 +35,22 @@ def stack_layer_stats(per_layer: list[dict]) -> dict:
     return {k: jnp.stack([s[k] if k in s else jnp.full_like(like_N, jnp.nan) for s in per_layer]) for k in keys}
 
 
+def residual_outliers(x_BTD, valid_BT):
+    """(largest |x| / median |x|, kurtosis E[(x − μ)⁴] / σ⁴) over every entry of the valid tokens' residual stream.
+
+    The first is Sun et al. 2024's massive-activation measure (their outliers are ~10⁴ times the median); the
+    second the hidden-state kurtosis Zuhri et al. 2025 report for softpick (Pearson's: 3 for a Gaussian)."""
+    x_BTD = x_BTD.astype(jnp.float32)
+    w_BT1 = jnp.broadcast_to(valid_BT[..., None], x_BTD.shape[:2] + (1,)).astype(bool)
+    abs_BTD = jnp.where(w_BT1, jnp.abs(x_BTD), jnp.nan)
+    ratio = jnp.nanmax(abs_BTD) / jnp.maximum(jnp.nanmedian(abs_BTD), 1e-30)
+    count = jnp.maximum(w_BT1.sum() * x_BTD.shape[-1], 1)
+    mean = jnp.where(w_BT1, x_BTD, 0.0).sum() / count
+    c_BTD = jnp.where(w_BT1, x_BTD - mean, 0.0)
+    var = (c_BTD**2).sum() / count
+    return ratio, (c_BTD**4).sum() / count / jnp.maximum(var**2, 1e-30)
+
+
 # Beyond this many parameters no machine can hold the model (10^10 float32 = 40 GB before optimizer state).
 MAX_PARAMS = 10**10
 # A short convolution (2-8 in Zoology/fla); its taps are unrolled, so a bound keeps compilation finite.
@@ -115,7 +131,14 @@ class Block(nnx.Module):
         )
         x_BTD = x_BTD + self.drop(a_BTD, deterministic=deterministic, rngs=rngs)
         h = self.fc2(gelu(self.fc1(self.ln2(x_BTD))))
-        return x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs), stats
+        x_BTD = x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs)
+        if with_stats:  # the residual stream this block leaves, one value per layer repeated per head
+            B, T, _ = x_BTD.shape
+            valid_BT = jnp.ones((B, T), bool) if mask.key_valid_BS is None else mask.key_valid_BS[:, :T]
+            ratio, kurtosis = residual_outliers(x_BTD, valid_BT)
+            N = self.attn.num_heads
+            stats = {**stats, "massive_ratio": jnp.full((N,), ratio), "kurtosis": jnp.full((N,), kurtosis)}
+        return x_BTD, stats
 
 
 class Transformer(nnx.Module):

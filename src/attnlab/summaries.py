@@ -19,7 +19,7 @@ from tensorboardX.proto.summary_pb2 import Summary as XSummary
 
 from attnlab import tb_hparams, tb_images
 from attnlab.groups import named_grad_norms
-from attnlab.normalizers.statistics import CORE_STATS, STATISTICS
+from attnlab.normalizers.statistics import CORE_STATS, SINK_EPSILON, STATISTICS
 
 # Per layer in the custom-scalars layout: (chart title, tag pattern), every run overlaid.
 LAYER_CHARTS = (
@@ -33,6 +33,8 @@ LAYER_CHARTS = (
 # The attn_* ones are normalizers.statistics.STATISTICS'.
 DESCRIPTIONS = {
     **{f"attn_{s.name}/": s.description for s in STATISTICS},
+    "attn_sink_rate": f"share of heads whose mean first-key weight exceeds {SINK_EPSILON} (the sink rate, Gu et al. "
+    "2024), per layer and over every head",
     "score_grad/": "norm of dL/dz, the gradient at the attention scores z = q·k (norm over heads for layer_i)",
     "grad_norm/": "gradient norm before clipping (global, per layer, per module group)",
     "opt/lr": "learning rate of the update at this step, read from the optimizer state",
@@ -67,6 +69,10 @@ def flatten_train_metrics(m: Mapping[str, Any], prefix: str = "train", has_beta:
                 continue  # a hybrid's layer whose normalizer does not report this statistic (model.stack_layer_stats)
             out[f"attn_{stat}/layer_{i}"] = float(np.mean(row))
             out.update({f"attn_{stat}/layer_{i}/head_{h}": float(x) for h, x in enumerate(row)})
+    if "first_weight" in m.get("attn", {}):  # Gu et al. 2024's sink rate of this step's per-head first-key weights
+        rate_L = (np.asarray(m["attn"]["first_weight"]) > SINK_EPSILON).mean(-1)
+        out.update({f"attn_sink_rate/layer_{i}": float(r) for i, r in enumerate(rate_L)})
+        out["attn_sink_rate"] = float(rate_L.mean())
     return out
 
 

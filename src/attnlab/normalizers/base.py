@@ -228,9 +228,9 @@ class ScoreNormalizer(Normalizer, abstract=True):
         softmax_rows = self.softmax_rows(z_BNRS, m_B1RS, q_pos_R)
         if softmax_rows is not None:
             x_BNRS, logits_BNRS, extras = softmax_rows
-            return {**softmax_stats(x_BNRS, logits_BNRS, m_B1RS), **extras}
+            return {**softmax_stats(x_BNRS, logits_BNRS, m_B1RS, q_pos_R), **extras}
         att_BNRS, logits_BNRS, extras = self.normalize_rows(z_BNRS, m_B1RS, q_pos_R)
-        return {**core_stats(att_BNRS, logits_BNRS, m_B1RS), **extras}
+        return {**core_stats(att_BNRS, logits_BNRS, m_B1RS, q_pos_R), **extras}
 
     def _scores(self, q_BNTH, k_BNSH):
         # Normalizer math in float32 even under bfloat16 compute (softmax-in-fp32 practice).

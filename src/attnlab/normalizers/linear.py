@@ -114,7 +114,8 @@ class Linear(Normalizer):
         a_BNRS = jnp.where(m_B1RS, jnp.einsum("bnrf,bnsf->bnrs", qf_rows, kf), 0.0)
         den_BNR = a_BNRS.sum(-1)
         has_keys = jnp.broadcast_to(m_B1RS.any(-1), den_BNR.shape)
-        stats = core_stats(_divide(a_BNRS, den_BNR[..., None], self.eps), a_BNRS, m_B1RS)
+        q_pos_R = None if rows_R is None else jnp.asarray(rows_R) + (S - T)
+        stats = core_stats(_divide(a_BNRS, den_BNR[..., None], self.eps), a_BNRS, m_B1RS, q_pos_R)
         stats["min_denominator"] = jnp.where(has_keys, den_BNR, jnp.inf).min((0, 2))
         return out_BNTH, stats
 

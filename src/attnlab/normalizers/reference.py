@@ -57,17 +57,23 @@ def row_mean(x_BNT, m_BTS):
     return np.where(ok, x_BNT, 0).sum((0, 2)) / np.maximum(ok.sum((0, 2)), 1)
 
 
-def core_stats(w_BNTS, logits_BNTS, m_BTS):
+def core_stats(w_BNTS, logits_BNTS, m_BTS, q_pos_T=None):
     """CORE_STATS from their definitions, one row at a time: entropy (nats / log n, rows renormalised, rows with
-    n < 2 or zero mass left out), largest weight, row mass (means over rows with a key) and max |logit|."""
+    n < 2 or zero mass left out), largest weight, weight on the first admissible key, row mass (means over rows
+    with a key), weight on the row's own position (rows that may see it; queries at q_pos_T, default the last T of
+    the S keys) and max |logit|."""
     B, N, T, S = w_BNTS.shape
-    ent, mx, mass = ([[] for _ in range(N)] for _ in range(3))
+    q_pos_T = np.arange(T) + (S - T) if q_pos_T is None else np.asarray(q_pos_T)
+    ent, mx, mass, first, own = ([[] for _ in range(N)] for _ in range(5))
     maxlog = np.zeros(N)
     for b, n, t in np.ndindex(B, N, T):
         idx = np.flatnonzero(m_BTS[b, t])
         if not idx.size:
             continue
+        if q_pos_T[t] in idx:
+            own[n].append(w_BNTS[b, n, t, q_pos_T[t]])
         p = w_BNTS[b, n, t, idx]
+        first[n].append(p[0])
         mx[n].append(p.max())
         mass[n].append(p.sum())
         maxlog[n] = max(maxlog[n], np.abs(logits_BNTS[b, n, t, idx]).max())
@@ -79,7 +85,27 @@ def core_stats(w_BNTS, logits_BNTS, m_BTS):
     def mean(xs):
         return np.array([np.mean(x) if x else 0.0 for x in xs])
 
-    return {"entropy": mean(ent), "max_weight": mean(mx), "row_mass": mean(mass), "max_logit": maxlog}
+    return {
+        "entropy": mean(ent),
+        "max_weight": mean(mx),
+        "first_weight": mean(first),
+        "self_weight": mean(own),
+        "row_mass": mean(mass),
+        "max_logit": maxlog,
+    }
+
+
+def sink_rate(first_weight_LN, epsilon=0.3):
+    """Gu et al. 2024: per layer, the share of heads whose mean first-token weight exceeds ε."""
+    return (np.asarray(first_weight_LN, np.float64) > epsilon).mean(-1)
+
+
+def residual_outliers(x_BTD, valid_BT):
+    """(largest |x| / median |x|, kurtosis E[(x − μ)⁴] / σ⁴) over every entry of the valid tokens, in float64."""
+    v = np.asarray(x_BTD, np.float64)[np.asarray(valid_BT, bool)].ravel()
+    a = np.abs(v)
+    c = v - v.mean()
+    return a.max() / np.median(a), (c**4).mean() / (c**2).mean() ** 2
 
 
 def softmax_np(x):

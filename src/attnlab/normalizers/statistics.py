@@ -27,8 +27,11 @@ class Rows:
     Shape letters as in base.py; R query rows. `m_B1RS` is the admissible mask of the rows, `logits_BNRS` what the
     normalizer acts on (the scaled scores)."""
 
-    def __init__(self, logits_BNRS, m_B1RS):
+    def __init__(self, logits_BNRS, m_B1RS, q_pos_R=None):
         self.logits_BNRS, self.m_B1RS = logits_BNRS, m_B1RS
+        R, S = m_B1RS.shape[-2:]
+        # The rows' query positions among the S keys; default: the queries are the last R keys (the dense form).
+        self.q_pos_R = jnp.arange(R) + (S - R) if q_pos_R is None else jnp.asarray(q_pos_R)
 
     @functools.cached_property
     def n_B1R(self):
@@ -39,6 +42,17 @@ class Rows:
     def first_key_B1R(self):
         """The position of each row's first admissible key (0 for a row with none)."""
         return jnp.argmax(self.m_B1RS, axis=-1)
+
+    @functools.cached_property
+    def own_key_B1R(self):
+        """The position of each row's own query among the keys (clipped into range)."""
+        S = self.m_B1RS.shape[-1]
+        return jnp.broadcast_to(jnp.clip(self.q_pos_R, 0, S - 1), self.n_B1R.shape)
+
+    @functools.cached_property
+    def own_admissible_B1R(self):
+        """Whether each row may attend to its own position."""
+        return jnp.take_along_axis(self.m_B1RS, self.own_key_B1R[..., None], -1)[..., 0]
 
     mass_BNR: jax.Array  # Σ of a row's weights
     entropy_BNR: jax.Array  # the entropy (nats) of a row's weights renormalised to sum 1
@@ -52,8 +66,8 @@ class Rows:
 class WeightRows(Rows):
     """Rows from their weights att_BNRS (padding and masked keys read as 0)."""
 
-    def __init__(self, att_BNRS, logits_BNRS, m_B1RS):
-        super().__init__(logits_BNRS, m_B1RS)
+    def __init__(self, att_BNRS, logits_BNRS, m_B1RS, q_pos_R=None):
+        super().__init__(logits_BNRS, m_B1RS, q_pos_R)
         self.att_BNRS = jnp.where(m_B1RS, att_BNRS.astype(jnp.float32), 0.0)
 
     @functools.cached_property
@@ -81,8 +95,8 @@ class SoftmaxRows(Rows):
     entropy log l − Σ e^d·d / l, the mass 1. Two reductions over x instead of the weights' write and their passes
     (BENCHMARKS.md, the logging step)."""
 
-    def __init__(self, x_BNRS, logits_BNRS, m_B1RS):
-        super().__init__(logits_BNRS, m_B1RS)
+    def __init__(self, x_BNRS, logits_BNRS, m_B1RS, q_pos_R=None):
+        super().__init__(logits_BNRS, m_B1RS, q_pos_R)
         x = x_BNRS.astype(jnp.float32)
         self.d_BNRS = jnp.where(m_B1RS, x - masked_max(x, m_B1RS), 0.0)
         self.e_BNRS = jnp.where(m_B1RS, jnp.exp(self.d_BNRS), 0.0)
@@ -116,6 +130,16 @@ def _entropy(rows: Rows):
     # H / log n over rows with n ≥ 2 and mass > 0: a causal row i has at most log n_i nats, so normalising
     # keeps the mean from being dominated by sequence length.
     return rows.entropy_BNR / jnp.log(jnp.maximum(rows.n_B1R, 2)), (rows.n_B1R >= 2) & (rows.mass_BNR > 0)
+
+
+def _first_weight(rows: Rows):
+    # Gu et al. 2024 ("When Attention Sink Emerges", Eq. 1): a head's mean weight on the first token; here the
+    # first key a row may see, so a window or left-out prefix moves it.
+    return rows.weight_at(rows.first_key_B1R), rows_with_keys(rows)
+
+
+def _self_weight(rows: Rows):
+    return rows.weight_at(rows.own_key_B1R), jnp.broadcast_to(rows.own_admissible_B1R, rows.mass_BNR.shape)
 
 
 def _max_logit(rows: Rows):
@@ -163,6 +187,21 @@ STATISTICS = (
         final=True,
     ),
     Statistic(
+        "first_weight",
+        "weight of a query row on its first admissible key (the attention sink's mass; Gu et al. 2024), mean over "
+        "rows (and heads for layer_i); sink_rate is the share of heads whose mean exceeds 0.3",
+        _first_weight,
+        chart="first-key weight (mean over heads)",
+        final=True,
+    ),
+    Statistic(
+        "self_weight",
+        "weight of a query row on its own position, mean over rows that may see it (and heads for layer_i)",
+        _self_weight,
+        chart="own-position weight (mean over heads)",
+        final=True,
+    ),
+    Statistic(
         "row_mass",
         "sum of a query row's weights (1 for softmax; varies for sigmoid, relu, linear)",
         lambda rows: (rows.mass_BNR, rows_with_keys(rows)),
@@ -184,6 +223,22 @@ STATISTICS = (
     Statistic("zero_share", "share of a row's admissible keys weighted exactly 0, mean over rows (softpick)", None),
     Statistic("sink_logit", "the sink's logit b of each head, e^b/(e^b + Σe^x) its weight (sink)", None),
     Statistic("forget_gate", "forget gate f of a key, mean over the keys a query may see (forgetting)", None),
+    Statistic(
+        "massive_ratio",
+        "the residual stream after the block: largest |activation| over the median |activation| of the valid "
+        "tokens' entries (Sun et al. 2024, Massive Activations); one value per layer, repeated per head",
+        None,
+        chart="residual max/median |x|",
+        final=True,
+    ),
+    Statistic(
+        "kurtosis",
+        "the residual stream after the block: kurtosis E[(x-mean)^4]/var^2 of the valid tokens' entries (3 for a "
+        "Gaussian; Zuhri et al. 2025, softpick); one value per layer, repeated per head",
+        None,
+        chart="residual kurtosis",
+        final=True,
+    ),
     Statistic("gate_mean", "output gate σ(x·W) of a head, mean over valid tokens (model.output_gate)", None),
 )
 
@@ -191,16 +246,25 @@ BY_NAME = {s.name: s for s in STATISTICS}
 CORE_STATS = tuple(s.name for s in STATISTICS if s.of_rows is not None)  # those every normalizer reports
 
 
+# Gu et al. 2024: a head is a sink head when its mean first-token weight exceeds this ε.
+SINK_EPSILON = 0.3
+
+
+def sink_rate(first_weight_LN) -> jax.Array:
+    """(L,) share of each layer's heads whose mean first-key weight exceeds SINK_EPSILON (NaN heads count as none)."""
+    return jnp.mean(jnp.asarray(first_weight_LN) > SINK_EPSILON, -1)
+
+
 def per_head(rows: Rows) -> dict[str, jax.Array]:
     """{name: (N,)} of every statistic computed from rows (CORE_STATS)."""
     return {s.name: s.per_head(rows) for s in STATISTICS if s.of_rows is not None}
 
 
-def core_stats(att_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
-    """CORE_STATS of the weights att_BNTS (the dense form's, or sampled rows')."""
-    return per_head(WeightRows(att_BNTS, logits_BNTS, m_B1TS))
+def core_stats(att_BNTS, logits_BNTS, m_B1TS, q_pos_T=None) -> dict[str, jax.Array]:
+    """CORE_STATS of the weights att_BNTS (the dense form's, or sampled rows' at query positions q_pos_T)."""
+    return per_head(WeightRows(att_BNTS, logits_BNTS, m_B1TS, q_pos_T))
 
 
-def softmax_stats(x_BNTS, logits_BNTS, m_B1TS) -> dict[str, jax.Array]:
+def softmax_stats(x_BNTS, logits_BNTS, m_B1TS, q_pos_T=None) -> dict[str, jax.Array]:
     """CORE_STATS of the weights masked_softmax(x), from x without building them (SoftmaxRows)."""
-    return per_head(SoftmaxRows(x_BNTS, logits_BNTS, m_B1TS))
+    return per_head(SoftmaxRows(x_BNTS, logits_BNTS, m_B1TS, q_pos_T))

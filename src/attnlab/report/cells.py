@@ -193,7 +193,8 @@ class Table:
 
 
 def default_metrics(runs: list[Run], which: str) -> list[str]:
-    """Every test/ metric of the completed runs, minus the post-hoc temperature-scaling extras."""
+    """Every test/ metric of the completed runs, minus the post-hoc temperature-scaling extras and the per-layer
+    attention statistics (test/attn_*/layer_i: named with --metrics; the overall sink rate stays)."""
     done = [r.final if which == "final" else r.best for r in runs if r.status == "completed"]
     found = {k for rec in done for k in rec}
     # test/nll equal to test/loss in every run (softmax_ce, hlgauss: the loss is the NLL) is one metric, not two
@@ -204,6 +205,7 @@ def default_metrics(runs: list[Run], which: str) -> list[str]:
         if k.startswith("test/")
         and not k.endswith("_ts")
         and k != "test/temperature"
+        and not (k.startswith("test/attn_") and "/layer_" in k)
         and not (same and k == "test/nll")
     )
 

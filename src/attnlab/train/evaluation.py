@@ -15,7 +15,7 @@ from flax import nnx
 from attnlab import calibration
 from attnlab.accelerator import put
 from attnlab.heads.base import total, upcast
-from attnlab.normalizers.statistics import STATISTICS
+from attnlab.normalizers.statistics import STATISTICS, sink_rate
 from attnlab.steps import make_maps, over_seeds, scored
 from attnlab.summaries import eval_scalars
 from attnlab.tasks.lengths import LENGTH_PREFIX, split_name
@@ -47,6 +47,15 @@ class Evaluator:
             graphdef, head, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds, scored_k=task.scored_positions()
         )
         programs, baseline = {s: evaluate for s in evals}, {s: task.baseline(s) for s in ("val", "test")}
+        # The test split's final metrics carry the attention and residual statistics, as each test length's do.
+        programs["test"] = make_evaluate(
+            graphdef,
+            head,
+            eval_batch_size=cfg.eval_batch_size,
+            num_seeds=num_seeds,
+            scored_k=task.scored_positions(),
+            attention_stats=True,
+        )
         for length, at in task.at_lengths.items():  # task.test_lengths: one more program per length
             name, rows = split_name(length), length_batch(cfg.eval_batch_size, task.seq_len, at.seq_len)
             evals[name] = jax.device_put(pad_split(at.splits["test"], rows), replicated)
@@ -210,14 +219,26 @@ ATTENTION_STATS = tuple(s.name for s in STATISTICS if s.final)  # per test lengt
 HISTOGRAMS = tuple(s.name for s in STATISTICS if s.histogram)  # hist/<name> on eval steps
 
 
+PER_HEAD = ("first_weight", "self_weight")  # final statistics also written per head (attn_<name>/layer_i/head_h)
+
+
 def _attention_means(attn: dict) -> dict:
-    """{attn_<stat>/layer_i: mean over heads} from the example-weighted (L, N) sums and the example count."""
+    """{attn_<stat>/layer_i: mean over heads} from the example-weighted (L, N) sums and the example count; the
+    PER_HEAD ones per head too, and the sink rate (Gu et al. 2024) of the per-head first-key weights per layer
+    (attn_sink_rate/layer_i) and over every head (attn_sink_rate)."""
     examples = jnp.maximum(attn["examples"], 1)
-    return {
+    out = {
         f"attn_{stat}/layer_{i}": attn[stat][i].mean() / examples
         for stat in ATTENTION_STATS
         for i in range(attn[stat].shape[0])
     }
+    for stat in PER_HEAD:
+        value_LN = attn[stat] / examples
+        out.update({f"attn_{stat}/layer_{i}/head_{h}": value_LN[i, h] for i, h in np.ndindex(value_LN.shape)})
+    rate_L = sink_rate(attn["first_weight"] / examples)
+    out.update({f"attn_sink_rate/layer_{i}": rate_L[i] for i in range(rate_L.shape[0])})
+    out["attn_sink_rate"] = rate_L.mean()  # every layer has the same number of heads
+    return out
 
 
 def _one_batch(net, b, t, k, attention_stats=False):

@@ -1,0 +1,158 @@
+"""The attention-sink statistics: first-key and own-position weight (statistics.py) against float64 references on
+hand-built weights with a known sink, the sink rate (Gu et al. 2024) where train steps and final metrics write it,
+and the residual stream's outlier ratio and kurtosis (Sun et al. 2024; Zuhri et al. 2025) on a planted outlier."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attnlab import summaries
+from attnlab.model import residual_outliers
+from attnlab.normalizers import reference as ref
+from attnlab.normalizers import statistics
+from attnlab.train import evaluation
+
+B, N, T = 2, 3, 6
+SINK, SELF = 0.6, 0.9  # head 0 parks SINK on the first admissible key, head 1 SELF on its own position
+
+
+def sink_weights(m_BTS, q_pos_T):
+    """(B,N,T,S) rows over the admissible keys: head 0 a sink, head 1 self-attending, head 2 uniform."""
+    w = np.zeros((B, N) + m_BTS.shape[1:])
+    for b, t in np.ndindex(B, len(q_pos_T)):
+        idx = np.flatnonzero(m_BTS[b, t])
+        if not idx.size:
+            continue
+        for n in range(N):
+            w[b, n, t, idx] = 1.0 / idx.size
+        if idx.size > 1:
+            w[b, 0, t, idx] = (1 - SINK) / (idx.size - 1)
+            w[b, 0, t, idx[0]] = SINK
+            if q_pos_T[t] in idx:
+                w[b, 1, t, idx] = (1 - SELF) / (idx.size - 1)
+                w[b, 1, t, q_pos_T[t]] = SELF
+    return w
+
+
+def causal_window_padded(S, window=None):
+    m = ref.admissible(B, S, S, key_valid_BS=np.arange(S)[None] < np.array([[S], [S - 2]]), causal=True, window=window)
+    return m
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_first_and_own_weight_of_a_known_sink_against_float64(window):
+    """A window moves the first admissible key off position 0; padded rows (no key) are left out of the means."""
+    m_BTS = causal_window_padded(T, window)
+    w = sink_weights(m_BTS, np.arange(T))
+    want = ref.core_stats(w, w, m_BTS)
+    got = statistics.core_stats(jnp.asarray(w, jnp.float32), jnp.asarray(w, jnp.float32), jnp.asarray(m_BTS[:, None]))
+    for name in ("first_weight", "self_weight"):
+        np.testing.assert_allclose(got[name], want[name], atol=1e-6, err_msg=name)
+    # By hand: row 0 has one key (its own, also its first), weight 1; every other row of head 0 puts SINK first,
+    # of head 1 SELF on its own position where the row may see it (not the padded rows of example 1).
+    n_BT, own_BT = m_BTS.sum(-1), m_BTS[:, np.arange(T), np.arange(T)]
+    rows, one = (n_BT > 0).sum(), (n_BT == 1).sum()
+    own, own_one = own_BT.sum(), (own_BT & (n_BT == 1)).sum()
+    assert own == rows - 2 and one >= B
+    assert want["first_weight"][0] == pytest.approx((SINK * (rows - one) + one) / rows)
+    assert want["self_weight"][1] == pytest.approx((SELF * (own - own_one) + own_one) / own)
+    assert want["first_weight"][0] > 0.3  # a sink head at Gu et al.'s ε
+    np.testing.assert_allclose(
+        statistics.sink_rate(want["first_weight"][None]), ref.sink_rate(want["first_weight"][None])
+    )
+
+
+def test_sampled_rows_use_their_own_query_positions():
+    """Rows sampled from a longer sequence (q_pos_T) read their own position there, not the last R keys."""
+    S, rows_R = 8, np.array([0, 3, 5])
+    m_full = causal_window_padded(S)
+    m_BRS = m_full[:, rows_R]
+    w = sink_weights(m_BRS, rows_R)
+    want = ref.core_stats(w, w, m_BRS, q_pos_T=rows_R)
+    for rows in (
+        statistics.WeightRows(jnp.asarray(w, jnp.float32), jnp.asarray(w), jnp.asarray(m_BRS[:, None]), rows_R),
+        statistics.SoftmaxRows(
+            jnp.asarray(np.log(np.where(w > 0, w, 1e-30)), jnp.float32),
+            jnp.asarray(w),
+            jnp.asarray(m_BRS[:, None]),
+            rows_R,
+        ),
+    ):
+        got = statistics.per_head(rows)
+        for name in ("first_weight", "self_weight"):
+            np.testing.assert_allclose(got[name], want[name], atol=1e-5, err_msg=f"{type(rows).__name__} {name}")
+    assert want["self_weight"][1] > 0.85  # the defaulted positions (last 3 of 8) would miss the diagonal
+
+
+def test_sink_rate_in_train_tags_and_final_metrics_equals_the_float64_share():
+    """attn_sink_rate/layer_i and attn_sink_rate from per-head first-key weights, in both places they are written."""
+    first_LN = np.array([[0.9, 0.31, 0.1, 0.29], [0.05, 0.2, 0.1, 0.3], [0.5, 0.6, 0.7, 0.8]])
+    want_L = ref.sink_rate(first_LN)
+    np.testing.assert_allclose(want_L, [0.5, 0.0, 1.0])
+    tags = summaries.flatten_train_metrics(
+        {"loss": 0.0, "nonfinite": 0, "grad_norm": np.zeros(0), "attn": {"first_weight": first_LN}}, has_beta=False
+    )
+    examples = 4.0
+    attn = {s: jnp.asarray(first_LN * examples) for s in evaluation.ATTENTION_STATS}
+    final = evaluation._attention_means({**attn, "examples": jnp.float32(examples)})
+    for out in (tags, final):
+        for i, r in enumerate(want_L):
+            assert float(out[f"attn_sink_rate/layer_{i}"]) == pytest.approx(r)
+        assert float(out["attn_sink_rate"]) == pytest.approx(want_L.mean())
+    assert float(final["attn_first_weight/layer_2/head_1"]) == pytest.approx(0.6)
+
+
+def test_residual_outliers_of_a_planted_outlier_against_float64():
+    """Largest |x| over median |x| and the kurtosis over the valid tokens only: a larger value on a padded token
+    is ignored."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2, 7, 16))
+    x[0, 0, 3] = 400.0  # the massive activation, on the first token
+    x[1, 6, 0] = 1e4  # on padding
+    valid = np.arange(7)[None] < np.array([[7], [5]])
+    want_ratio, want_kurt = ref.residual_outliers(x, valid)
+    ratio, kurt = residual_outliers(jnp.asarray(x, jnp.float32), jnp.asarray(valid))
+    assert float(ratio) == pytest.approx(want_ratio, rel=1e-5)
+    assert float(kurt) == pytest.approx(want_kurt, rel=1e-4)
+    assert want_ratio > 400 and want_kurt > 50  # the outlier dominates; a Gaussian alone gives ~3
+    g = rng.normal(size=(4, 64, 64))
+    assert float(residual_outliers(jnp.asarray(g), jnp.ones((4, 64), bool))[1]) == pytest.approx(3.0, abs=0.1)
+
+
+def test_a_tiny_softpick_lm_run_reports_the_sink_statistics_everywhere(tmp_path):
+    """metrics.json (test split and each test length), TensorBoard (train steps and the final test scalars) and
+    attnlab-report's metrics all carry them; the sink rate agrees with the per-head first-key weights written."""
+    from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli
+
+    from attnlab.report import cli as report_cli
+
+    run_dir = tmp_path / "r"
+    overrides = (*TINY, *TINY_TASK["lm"], "normalizer=softpick", "model.layers=2", "task.test_lengths=[32]")
+    run_cli(*overrides, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    final = metrics(run_dir)["final"]
+    stats = ("first_weight", "self_weight", "massive_ratio", "kurtosis", "row_mass", "sink_rate")
+    for prefix in ("test/", "test_len/32/"):
+        for stat in stats[:4]:
+            for i in range(2):
+                assert np.isfinite(final[f"{prefix}attn_{stat}/layer_{i}"]), (prefix, stat, i)
+        heads_LN = np.array(
+            [[final[f"{prefix}attn_first_weight/layer_{i}/head_{h}"] for h in range(2)] for i in range(2)]
+        )
+        np.testing.assert_allclose(
+            [final[f"{prefix}attn_sink_rate/layer_{i}"] for i in range(2)], ref.sink_rate(heads_LN)
+        )
+        assert final[f"{prefix}attn_sink_rate"] == pytest.approx(ref.sink_rate(heads_LN).mean())
+        assert final[f"{prefix}attn_kurtosis/layer_0"] > 1.0  # Pearson's kurtosis is ≥ 1 for any distribution
+    scalars = set(events(run_dir).Tags()["scalars"])
+    for stat in stats:
+        assert f"attn_{stat}/layer_1" in scalars, stat  # train logging steps: the curves over training
+    assert {"attn_sink_rate", "attn_first_weight/layer_0/head_1", "test/attn_sink_rate"} <= scalars
+    assert {"test/attn_kurtosis/layer_1", "test_len/32/attn_massive_ratio/layer_0"} <= scalars
+    out = tmp_path / "report"
+    metric_names = ["test/attn_sink_rate", "test/attn_first_weight/layer_0", "test/attn_kurtosis/layer_1"]
+    assert report_cli.cli([str(run_dir), "--metrics", *metric_names, "--out", str(out)]) in (0, None)
+    csv = (out / "report.csv").read_text()
+    for name in metric_names:
+        assert f"{name}," in csv
+    row = next(line for line in csv.splitlines() if line.startswith("test/attn_sink_rate,"))
+    assert float(row.split(",")[3]) == pytest.approx(final["test/attn_sink_rate"])
