@@ -315,6 +315,12 @@ _LM_GPU = (
     "accelerator=gpu model=base task.seq_len=256 trainer.steps=5000 trainer.eval_every=250 trainer.batch_size=256 "
     "optim.lr=3e-4,1e-3,3e-3 task.n_train=200000"
 )
+_SINKS = "softmax,softmax1,sigmoid,relu,softpick,sink,forgetting"
+_AS = f"{_LM} trainer.log_every=25"
+_AS_GPU = (
+    "accelerator=gpu model=base task.seq_len=256 trainer.steps=5000 trainer.eval_every=250 trainer.log_every=100 "
+    "trainer.batch_size=256 optim.lr=3e-4,1e-3,3e-3 task.n_train=200000"
+)
 _RC_GPU = "accelerator=gpu task.vocab_size=8192 trainer.steps=5000 trainer.batch_size=256 trainer.vmap_seeds=3"
 _MIXERS = {
     "softmax": "normalizer=softmax",
@@ -367,6 +373,9 @@ BEFORE = {
     "trainer.eval_every=250 trainer.vmap_seeds=3 trainer.progress=none",
     "lm_normalizers/screen": f"normalizer={_ALL} optim.lr=1e-3,3e-3,1e-2 seed=0 {_LM}",
     "lm_normalizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM}",
+    "attention_sinks/screen": f"normalizer={_SINKS} optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS}",
+    "attention_sinks/screen_gated": f"normalizer=softmax model.output_gate=headwise optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS}",
+    "attention_sinks/confirm": f"seed=1 trainer.vmap_seeds=2 {_AS}",
     "length_dispersion/softmax": f"normalizer=softmax normalizer.learnable=false,true "
     f"normalizer.adaptive_temperature=off,eval {_LD}",
     "length_dispersion/others": f"normalizer=ssmax,sigmoid,stickbreaking {_LD}",
@@ -421,6 +430,10 @@ BEFORE |= {
     "normalizer_ablation/screen_gpu": f"{BEFORE['normalizer_ablation/screen']} {_NA_GPU}",
     "normalizer_ablation/confirm_gpu": f"{BEFORE['normalizer_ablation/confirm']} {_NA_GPU}",
     "lm_normalizers/screen_gpu": f"{BEFORE['lm_normalizers/screen']} {_LM_GPU}",
+    "attention_sinks/screen_gpu": f"{BEFORE['attention_sinks/screen']} {_AS_GPU}",
+    "attention_sinks/screen_gated_gpu": f"{BEFORE['attention_sinks/screen_gated']} {_AS_GPU}",
+    "attention_sinks/confirm_gpu": f"{BEFORE['attention_sinks/confirm']} "
+    + _AS_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", ""),
     # The confirm stage takes the rate the screen selected, not the README's swept rates.
     "lm_normalizers/confirm_gpu": f"{BEFORE['lm_normalizers/confirm']} "
     + _LM_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", ""),
@@ -444,6 +457,7 @@ _STUDY_SWEEPS = {
     "final_softmax": ("final_softmax/classification", ""),
     "normalizer_ablation": ("normalizer_ablation/screen", ""),
     "lm_normalizers": ("lm_normalizers/screen", ""),
+    "attention_sinks": ("attention_sinks/screen", ""),
     "length_dispersion": ("length_dispersion/others", "normalizer=softmax,ssmax,sigmoid,stickbreaking"),
     "length_extrapolation": ("length_extrapolation/rope", "normalizer=softmax,stickbreaking,ssmax,sigmoid"),
     "recall_capacity": ("recall_capacity/pairs_softmax", "normalizer=softmax,linear"),
