@@ -132,7 +132,7 @@ def test_a_tiny_softpick_lm_run_reports_the_sink_statistics_everywhere(tmp_path)
     final = metrics(run_dir)["final"]
     stats = ("first_weight", "self_weight", "massive_ratio", "kurtosis", "row_mass", "sink_rate")
     for prefix in ("test/", "test_len/32/"):
-        for stat in stats[:4]:
+        for stat in stats[:5]:
             for i in range(2):
                 assert np.isfinite(final[f"{prefix}attn_{stat}/layer_{i}"]), (prefix, stat, i)
         heads_LN = np.array(

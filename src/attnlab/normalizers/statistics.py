@@ -203,8 +203,9 @@ STATISTICS = (
     ),
     Statistic(
         "row_mass",
-        "sum of a query row's weights (1 for softmax; varies for sigmoid, relu, linear)",
+        "sum of a query row's weights (1 for softmax; varies for sigmoid, relu, softpick, sink, linear)",
         lambda rows: (rows.mass_BNR, rows_with_keys(rows)),
+        final=True,  # beside first_weight: a row that is not sum-to-one can put little mass anywhere
     ),
     Statistic(
         "max_logit",
