@@ -100,6 +100,7 @@ def test_sink_rate_in_train_tags_and_final_metrics_equals_the_float64_share():
             assert float(out[f"attn_sink_rate/layer_{i}"]) == pytest.approx(r)
         assert float(out["attn_sink_rate"]) == pytest.approx(want_L.mean())
     assert float(final["attn_first_weight/layer_2/head_1"]) == pytest.approx(0.6)
+    assert [tags[f"attn_sink_rate/layer_0/head_{h}"] for h in range(4)] == [1.0, 1.0, 0.0, 0.0]  # a sink head: 1
 
 
 def test_residual_outliers_of_a_planted_outlier_against_float64():

@@ -70,9 +70,11 @@ def flatten_train_metrics(m: Mapping[str, Any], prefix: str = "train", has_beta:
             out[f"attn_{stat}/layer_{i}"] = float(np.mean(row))
             out.update({f"attn_{stat}/layer_{i}/head_{h}": float(x) for h, x in enumerate(row)})
     if "first_weight" in m.get("attn", {}):  # Gu et al. 2024's sink rate of this step's per-head first-key weights
-        rate_L = (np.asarray(m["attn"]["first_weight"]) > SINK_EPSILON).mean(-1)
-        out.update({f"attn_sink_rate/layer_{i}": float(r) for i, r in enumerate(rate_L)})
-        out["attn_sink_rate"] = float(rate_L.mean())
+        sink_LN = np.asarray(m["attn"]["first_weight"]) > SINK_EPSILON  # per head: 1 for a sink head
+        for i, row in enumerate(sink_LN):
+            out[f"attn_sink_rate/layer_{i}"] = float(row.mean())
+            out.update({f"attn_sink_rate/layer_{i}/head_{h}": float(x) for h, x in enumerate(row)})
+        out["attn_sink_rate"] = float(sink_LN.mean())
     return out
 
 
