@@ -374,7 +374,8 @@ BEFORE = {
     "lm_normalizers/screen": f"normalizer={_ALL} optim.lr=1e-3,3e-3,1e-2 seed=0 {_LM}",
     "lm_normalizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM}",
     "attention_sinks/screen": f"normalizer={_SINKS} optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS}",
-    "attention_sinks/screen_gated": f"normalizer=softmax model.output_gate=headwise optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS}",
+    "attention_sinks/screen_gated": "normalizer=softmax model.output_gate=headwise optim.lr=1e-3,3e-3,1e-2 seed=0 "
+    + _AS,
     "attention_sinks/confirm": f"seed=1 trainer.vmap_seeds=2 {_AS}",
     "length_dispersion/softmax": f"normalizer=softmax normalizer.learnable=false,true "
     f"normalizer.adaptive_temperature=off,eval {_LD}",
