@@ -100,7 +100,8 @@ def test_sigint_mid_training_exits_130_at_once_with_the_resume_command(tmp_path,
     assert time.monotonic() - signalled < 30, "the stop waited for something"
     record = metrics(run_dir)
     assert record["status"] == "interrupted" and record["final"] == {} and "headline:" not in out
-    assert re.search(r"^(resume: |  ).*hydra\.(run|sweep)\.dir=", out, re.M), out[-3000:]
+    # a sweep job's lines carry its label ("[0] ", sweep.progress), the resume command too
+    assert re.search(r"^(\[[^\]]+\] )?(resume: |  ).*hydra\.(run|sweep)\.dir=", out, re.M), out[-3000:]
 
 
 # A SIGTERM while jaxlib starts (the import of its MLIR bindings, which run Python called from C++), sent by the
