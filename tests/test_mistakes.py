@@ -14,7 +14,10 @@ from cli_helpers import run_cli
         (["lr=0.1"], "lr is not a key of the config (did you mean optim.lr?)"),
         (["trainer.step=5"], "trainer.step is not a key of the config (did you mean trainer.steps?)"),
         (["+trainer.stepz=5"], "unknown key(s) trainer.stepz (did you mean trainer.steps?); allowed: attn_map_scale"),
-        (["normalizer=softmx"], "normalizer=softmx unknown (did you mean softmax?); allowed: entmax, kl, linear"),
+        (
+            ["normalizer=softmx"],
+            "normalizer=softmx unknown (did you mean softmax?); allowed: entmax, forgetting, kl, linear",
+        ),
         (
             ["normalizer=softmax,linear"],
             "several values need -m for a sweep: attnlab-train -m normalizer=softmax,linear",
