@@ -119,11 +119,7 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
         "use model.causal=true or model.causal=null",
     )
     causal_only = sorted(
-        {
-            m.args[1] or construct.built_class(m).__name__
-            for m in make_normalizer
-            if getattr(construct.built_class(m), "causal_only", False)
-        }
+        {construct.built_name(m) for m in make_normalizer if getattr(construct.built_class(m), "causal_only", False)}
     )
     setting = "null" if model.get("causal") is None else str(model["causal"]).lower()
     _require(

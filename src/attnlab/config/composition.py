@@ -100,12 +100,13 @@ def compose_or_exit(argv: list[str]) -> None:
     Hydra would print a multi-line message (unknown choice, key not in the config) and exit 1.
     """
 
+    override_list = None  # the single-run command line being composed, for the message's suggestions
     try:
         registry.use_argv(argv)
         argv = without_config_dir(argv)  # read by use_argv, passed on to Hydra by the caller's own argv
         overrides = [a for a in argv if not a.startswith("-")]
         multirun = any(a in mistakes.SWEEP_FLAGS for a in argv)
-        override_list = overrides  # the single-run command line being composed, for the message's suggestions
+        override_list = overrides
         mistake = mistakes.check_argv(argv)
         if mistake:
             raise ValueError(mistake)
@@ -123,6 +124,6 @@ def compose_or_exit(argv: list[str]) -> None:
                 override_list = swept_list
                 no_unknown_keys(registry.compose_train(swept_list), swept_list)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
-        said = mistakes.explain(str(exc), locals().get("override_list")) or one_line(exc)
+        said = mistakes.explain(str(exc), override_list) or one_line(exc)
         print(f"attnlab: error: {said}", file=sys.stderr)
         sys.exit(exits.REFUSED)

@@ -91,6 +91,11 @@ def built_class(make) -> type:
     return make.args[0]
 
 
+def built_name(make) -> str:
+    """The YAML choice a deferred component comes from, else its class name (what its messages call it)."""
+    return make.args[1] or make.args[0].__name__
+
+
 def build_choice(group: str, name: str, overrides: dict[str, Any], read=(), deferred=(), **given):
     """Build choice `name` of `group` from its composed YAML updated with `overrides` (YAML keys only)."""
     return build(group, {**registry.load(group, name), **overrides}, read=read, deferred=deferred, choice=name, **given)

@@ -81,11 +81,6 @@ def use_argv(argv: list[str]) -> None:
     use(dirs, urls)
 
 
-def extra_dirs() -> list[str]:
-    """The user's config directories in use (file:// entries only)."""
-    return [url.removeprefix("file://") for _, url in _EXTRA if url.startswith("file://")]
-
-
 @functools.lru_cache(maxsize=8)
 def _loader(extra: tuple[tuple[str, str], ...]) -> ConfigLoaderImpl:
     """Hydra's loader over Hydra's search path for attnlab's configs, the extra entries before its schema entry."""
