@@ -80,7 +80,7 @@ def test_statistics_at_length_are_the_dense_statistics_of_sampled_rows():
     qf, kf = (np.asarray(norm.phi(x, is_q), np.float64) for x, is_q in ((q, True), (k, False)))
     m = np.asarray(mask.matrix_B1TS(T, T))[:, :, rows]
     a = np.where(m, np.einsum("bnrf,bnsf->bnrs", qf[:, :, rows], kf), 0.0)
-    ref = core_stats(w, jnp.asarray(a, jnp.float32), jnp.asarray(m))
+    ref = core_stats(w, jnp.asarray(a, jnp.float32), jnp.asarray(m), q_pos_T=jnp.asarray(rows))
     for key in ref:
         np.testing.assert_allclose(np.asarray(stats[key]), np.asarray(ref[key]), rtol=1e-4, err_msg=key)
     np.testing.assert_allclose(np.asarray(stats["min_denominator"]), a.sum(-1).min((0, 2)), rtol=1e-4)
