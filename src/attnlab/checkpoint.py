@@ -1,4 +1,7 @@
-"""Orbax checkpoints of the whole training state, with fallback past a partial or corrupt latest one."""
+"""Orbax checkpoints of the whole training state, with fallback past a partial or corrupt latest one.
+
+No signal handling here: the training loop holds SIGINT/SIGTERM around these calls (train.stopping.HeldCheckpoints).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,6 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers as pp
-
-from attnlab.sweep.signals import signals_held
 
 logging.getLogger("absl").setLevel(logging.WARNING)  # orbax logs every save at INFO
 
@@ -23,7 +24,6 @@ class Checkpoints:
     """state (a pytree of arrays: params, optimizer, RNG key data, step, best params) + meta (JSON:
     best-val metrics) under <run_dir>/checkpoints/<step>/, the last `keep` kept."""
 
-    @signals_held
     def __init__(self, run_dir: Path, keep: int = 2):
         self.directory = Path(run_dir).resolve() / "checkpoints"
         options = ocp.CheckpointManagerOptions(
@@ -31,7 +31,6 @@ class Checkpoints:
         )
         self.manager = ocp.CheckpointManager(self.directory, options=options)
 
-    @signals_held
     def save(self, step: int, state: Any, meta: dict[str, Any]) -> None:
         if step in self.manager.all_steps():
             return
@@ -40,12 +39,10 @@ class Checkpoints:
         )
         self.manager.wait_until_finished()
 
-    @signals_held
     def steps(self) -> list[int]:
         self.manager.reload()
         return sorted(self.manager.all_steps())
 
-    @signals_held
     def restore_latest(self, template: Any) -> tuple[int, Any, dict[str, Any]] | None:
         """(step, state, meta) of the newest readable checkpoint; None if there is none at all."""
         steps = self.steps()
@@ -65,6 +62,5 @@ class Checkpoints:
             raise CheckpointError(f"no usable checkpoint in {self.directory} (tried steps {steps})")
         return None
 
-    @signals_held
     def close(self) -> None:
         self.manager.close()

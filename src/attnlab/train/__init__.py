@@ -14,7 +14,6 @@ import jax
 from flax import nnx
 
 from attnlab.accelerator import put
-from attnlab.checkpoint import Checkpoints
 from attnlab.groups import leaf_groups
 from attnlab.progress import Phases
 from attnlab.steps import Net, probes_supported
@@ -24,7 +23,7 @@ from attnlab.train.final import seed_records
 from attnlab.train.logs import Logs
 from attnlab.train.loop import CompiledSteps, compile_steps, run_steps, save
 from attnlab.train.state import LoopState, Placement, initial_loop
-from attnlab.train.stopping import Diverged, StopRequest
+from attnlab.train.stopping import Diverged, HeldCheckpoints, StopRequest
 from attnlab.train.trees import pad_split
 
 # metrics.json's `timing`: seconds per phase, none counted twice (train_loop excludes its evaluation,
@@ -60,7 +59,7 @@ def fit(
         graphdef, params, _ = nnx.split(nets[0], nnx.Param, ...)
         groups, layers = leaf_groups(params)
         num_layers = len(nets[0].body.blocks)
-        ckpt = Checkpoints(checkpoint_dir)
+        ckpt = HeldCheckpoints(checkpoint_dir)
         placement = Placement.of(mesh, S)
         loop = initial_loop(nets, tx, cfg, ckpt, placement)
         data = train_data(task, placement, loop.state, batch_size=cfg.batch_size, start=loop.start, stop=cfg.steps)

@@ -1,4 +1,5 @@
-"""When the loop stops before its last step: the non-finite policy (Diverged) and signals (StopRequest)."""
+"""When the loop stops before its last step: the non-finite policy (Diverged) and signals (StopRequest, and the
+checkpoint calls a signal must wait for: HeldCheckpoints)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from typing import TYPE_CHECKING
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
+
+from attnlab.checkpoint import Checkpoints
+from attnlab.sweep.signals import signals_held
 
 if TYPE_CHECKING:
     from attnlab.train.config import LoopConfig
@@ -65,3 +69,14 @@ class StopRequest:
     def __exit__(self, *exc):
         for sig, handler in self._old.items():
             signal.signal(sig, handler)
+
+
+class HeldCheckpoints(Checkpoints):
+    """Checkpoints whose orbax calls run with SIGINT/SIGTERM held (sweep.signals.signals_held): a signal waits for
+    the call, then reaches the handler installed (StopRequest in the step loop, the sweep's outside it)."""
+
+    __init__ = signals_held(Checkpoints.__init__)
+    save = signals_held(Checkpoints.save)
+    steps = signals_held(Checkpoints.steps)
+    restore_latest = signals_held(Checkpoints.restore_latest)
+    close = signals_held(Checkpoints.close)
