@@ -6,7 +6,6 @@ import json
 
 from omegaconf import OmegaConf
 
-from attnlab import tb_hparams
 from attnlab.report.expected import expected_jobs
 from attnlab.run import files as run_files
 from attnlab.sweep import definition
@@ -41,6 +40,6 @@ def test_multirun_yaml_is_read_in_one_place(monkeypatch, tmp_path):
     monkeypatch.setattr(definition, "multirun_config", lambda _dir: saved)
     nowhere = tmp_path / "no-such-sweep"  # no multirun.yaml on disk: only the patched reader knows the sweep
     assert definition.swept_keys(nowhere) == {"normalizer", "optim.lr"}
-    assert tb_hparams.sweep_values(nowhere) == {"normalizer": ["softmax", "kl"], "optim.lr": ["0.1", "0.2"]}
+    assert definition.sweep_values(nowhere) == {"normalizer": ["softmax", "kl"], "optim.lr": ["0.1", "0.2"]}
     assert len(expected_jobs(nowhere)) == 4
     assert "normalizer=softmax,kl" in definition.resume_command(nowhere)

@@ -28,6 +28,7 @@ from tensorboard.util import tensor_util
 from attnlab import tb_hparams, tb_images
 from attnlab.config import registry
 from attnlab.summaries import Summaries
+from attnlab.sweep import definition
 from attnlab.tasks import Task
 
 NORMALIZERS = ("softmax", "linear")
@@ -109,12 +110,12 @@ def test_sweep_values_read_the_multirun_yaml(tmp_path):
         {"hydra": {"overrides": {"task": task}, "sweeper": {"params": {"model.d_model": "16,32"}}}},
         tmp_path / "multirun.yaml",
     )
-    assert tb_hparams.sweep_values(tmp_path) == {
+    assert definition.sweep_values(tmp_path) == {
         "normalizer": ["softmax", "kl"],
         "seed": ["0", "1", "2"],
         "model.d_model": ["16", "32"],
     }
-    assert tb_hparams.sweep_values(tmp_path / "missing") == {}
+    assert definition.sweep_values(tmp_path / "missing") == {}
 
 
 def test_outside_a_sweep_the_top_level_choices_are_marked():

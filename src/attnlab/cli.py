@@ -28,7 +28,7 @@ from attnlab.run.files import (
     write_run_json,
 )
 from attnlab.run.summary import smaller_lr
-from attnlab.sweep import naming, signals
+from attnlab.sweep import definition, naming, signals
 
 ConfigError = checks.ConfigError  # bad input: one line, exits.REFUSED; any other exception is a failed run (a bug)
 _require = checks.require
@@ -187,11 +187,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         writer = _writes_files()
         if writer:
             write_run_json(seeds, run_dirs, resolved, choices, list(hc.overrides.task), task, compute)
-        from attnlab import tb_hparams
+        from attnlab.tb_hparams import declare
 
         hparams = [{**hparams_of(cfg, choices), "seed": str(seed)} for seed in seeds]
-        swept = tb_hparams.sweep_values(hc.sweep.dir if multirun else None)
-        declared = tb_hparams.declare(hparams[0], swept, seeds)
+        declared = declare(hparams[0], definition.sweep_values(hc.sweep.dir if multirun else None), seeds)
         with tempfile.TemporaryDirectory(prefix="attnlab-follower-") as scratch:
             log_dirs = run_dirs if writer else [Path(scratch) / d.name for d in run_dirs]
             records = _train(cfg, task, nets, tx, loop, log_dirs, run_dir, hparams, declared)

@@ -1,9 +1,10 @@
 """TensorBoard HParams as a sweep: one experiment config (swept keys marked `differs`), one session per run.
 
 TensorBoard's hparams plugin takes the experiment config of an arbitrary run, so every run of a sweep
-writes the same one, computed from the sweep's multirun.yaml. The server lists hparams `differs` first,
-then by name, and the HParams tab ticks the first five, so `differs` marks the swept keys, then the
-top-level choices (normalizer, task, head, model) up to five in all; every other option is unticked.
+writes the same one, computed from the values the sweep takes (the caller reads them from the sweep's
+multirun.yaml: sweep.definition.sweep_values). The server lists hparams `differs` first, then by name, and the
+HParams tab ticks the first five, so `differs` marks the swept keys, then the top-level choices (normalizer,
+task, head, model) up to five in all; every other option is unticked.
 
 Domains never hide a run of another sweep opened in the same TensorBoard (the HParams tab's value
 filters start from the domain): config-group choices list every choice in configs/, booleans both
@@ -13,14 +14,12 @@ values, numbers an interval, other strings (seed included) no domain.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any, Mapping
 
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
 from attnlab.config import registry
-from attnlab.sweep import definition
 
 TOP_LEVEL = ("normalizer", "task", "head", "model")  # in the order they fill the ticked columns
 SHOWN = 5  # the HParams tab ticks the first five hparams (differs first, then by name)
@@ -46,20 +45,6 @@ CHOICE_GROUPS = {
     "model": "model",
     "trainer.accelerator": "accelerator",
 }
-
-
-def sweep_values(sweep_dir: Path | str | None) -> dict[str, list[str]]:
-    """{hparam name: the values it takes} of every key a multirun sweeps, from its multirun.yaml."""
-
-    saved = None if sweep_dir is None else definition.multirun_config(sweep_dir)
-    if saved is None:
-        return {}
-    overrides = definition.sweep_overrides(saved)
-    return {
-        ALIASES.get(o.key_or_group, o.key_or_group): list(o.sweep_string_iterator())
-        for o in overrides
-        if o.is_sweep_override() and not o.key_or_group.startswith("hydra")
-    }
 
 
 def _group_options(group: str, choice: str) -> dict[str, Any]:
@@ -90,10 +75,12 @@ def _typed(value: str, like: Any) -> Any:
 def declare(own: Mapping[str, Any], swept: Mapping[str, list[str]], seeds: list[int]) -> dict[str, tuple[list, bool]]:
     """{hparam: (the values it takes across the sweep, differs)}: this run's, swept values, other choices' options.
 
-    `seeds` are this job's vmapped seeds; each swept seed s contributes s..s+len(seeds)-1. Outside a
-    sweep nothing is swept, so the top-level choices are marked instead: runs gathered under outputs/
-    then open on them.
+    `swept` is {key: the values the sweep gives it, as written on the command line} under Hydra's names (the
+    caller's: sweep.definition.sweep_values); a key ALIASES renames gets its hparam name here. `seeds` are this
+    job's vmapped seeds; each swept seed s contributes s..s+len(seeds)-1. Outside a sweep nothing is swept, so the
+    top-level choices are marked instead: runs gathered under outputs/ then open on them.
     """
+    swept = {ALIASES.get(k, k): v for k, v in swept.items()}
     values: dict[str, list] = {k: [v] for k, v in own.items()}
     for key, vals in swept.items():
         if key == "seed":

@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 def multirun_config(sweep_dir: Path | str) -> Any:
     """The sweep's multirun.yaml (Hydra's sweeper writes it before any job), None if it cannot be read: the one
-    place that reads it (swept keys, the resume command, the HParams domains, the report's expected jobs)."""
+    place that reads it (swept keys and values, the resume command, the report's expected jobs)."""
     try:
         return OmegaConf.load(Path(sweep_dir) / "multirun.yaml")
     except (OSError, ValueError):
@@ -34,6 +34,20 @@ def swept_keys(sweep_dir: Path | None, saved: Any = None) -> set[str] | None:
     """Keys this multirun sweeps (several values), from its multirun.yaml (`saved`: that file already read)."""
     saved = multirun_config(sweep_dir) if saved is None else saved
     return None if saved is None else {o.key_or_group for o in sweep_overrides(saved) if o.is_sweep_override()}
+
+
+def sweep_values(sweep_dir: Path | str | None) -> dict[str, list[str]]:
+    """{key: the values it takes} of every key a multirun sweeps, Hydra's own keys left out, as written on the
+    command line or in the sweeper's params; {} outside a sweep (None) or where multirun.yaml cannot be read.
+    The HParams experiment declares them (tb_hparams.declare)."""
+    saved = None if sweep_dir is None else multirun_config(sweep_dir)
+    if saved is None:
+        return {}
+    return {
+        o.key_or_group: list(o.sweep_string_iterator())
+        for o in sweep_overrides(saved)
+        if o.is_sweep_override() and not o.key_or_group.startswith("hydra")
+    }
 
 
 def program(argv0: str) -> list[str]:
