@@ -4,7 +4,7 @@ NLL (numpy float64), which calibration.fit_temperature (on device) is pinned to.
 import numpy as np
 import scipy.optimize
 
-from attnlab import calibration as cal
+from attnlab.heads import calibration as cal
 
 
 def _float64(logits, labels, weights):

@@ -9,8 +9,8 @@ import math
 from cli_helpers import TINY, TINY_TASK, metrics, run_cli
 from test_report import write_run
 
-from attnlab import chance
 from attnlab.report import cli as report_cli
+from attnlab.run import chance
 
 
 def exact_threshold(p0: float, n: int, level: float = 0.975) -> float:

@@ -9,9 +9,9 @@ import scipy.special
 import scipy.stats
 from flax import nnx
 
-from attnlab import calibration as cal
 from attnlab import config, heads
 from attnlab.config import registry
+from attnlab.heads import calibration as cal
 
 D, C = 6, 5
 LEADING = [(3, 5), (7,)]

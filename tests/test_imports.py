@@ -62,7 +62,7 @@ ALLOWED = {
     ("attnlab.sweep.definition", "hydra"): HYDRA_OUT_OF_THE_LIBRARY,
     ("attnlab.report.expected", "hydra"): HYDRA_OUT_OF_THE_LIBRARY,
     ("attnlab.progress", "hydra"): HYDRA_OUT_OF_THE_LIBRARY,
-    ("attnlab.chance", "scipy"): SCIPY,
+    ("attnlab.run.chance", "scipy"): SCIPY,
     ("attnlab.report.stats", "scipy"): SCIPY,
     ("attnlab.tasks.digits", "sklearn"): SKLEARN,
     ("attnlab.report.lengths", "matplotlib"): MATPLOTLIB,

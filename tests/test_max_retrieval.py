@@ -11,9 +11,10 @@ import pytest
 from flax import nnx
 from test_configs import compose_train
 
-from attnlab import chance, config
+from attnlab import config
 from attnlab.checks import ConfigError
 from attnlab.cli import build
+from attnlab.run import chance
 
 
 def decode(split, num_classes):

@@ -174,9 +174,9 @@ def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap,
     import jax
     from flax import nnx
 
-    from attnlab import calibration
     from attnlab.cli import build
     from attnlab.config import registry
+    from attnlab.heads import calibration
     from attnlab.train.evaluation import make_evaluate
     from attnlab.train.trees import pad_split, stack
 

@@ -15,8 +15,9 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from attnlab import chance, checks, exits, outdir, progress
+from attnlab import checks, exits, outdir, progress
 from attnlab.config import composition, construct, registry
+from attnlab.run import chance
 from attnlab.run.convergence import at_plateaus
 from attnlab.run.files import (
     compute_record,
@@ -196,7 +197,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             records = _train(cfg, task, nets, tx, loop, log_dirs, run_dir, hparams, declared)
     except Exception:  # a failed run records why and lets a sweep go on
         return _failed(run_dir, record, multirun)
-    for r in records:  # is each test accuracy distinguishable from the task's baseline? (attnlab.chance)
+    for r in records:  # is each test accuracy distinguishable from the task's baseline? (attnlab.run.chance)
         r["chance"] = chance.flags(r.get("final", {}), r.get("baseline", {}), chance.scored_targets(task))
         r["plateaus"] = at_plateaus(r.get("final", {}), task.plateaus())  # attnlab.run.convergence
     if writer:

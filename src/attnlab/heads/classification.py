@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab import calibration as cal
 from attnlab import checks
 from attnlab.groups import tag
+from attnlab.heads import calibration as cal
 
 from .base import Head, total, upcast
 

@@ -8,10 +8,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnlab.chance import lower_threshold
 from attnlab.report import stats
 from attnlab.report.load import LR, Run, drifted_keys, same_value, sort_key, varying_keys
 from attnlab.report.stats import Stat
+from attnlab.run.chance import lower_threshold
 from attnlab.run.record import STATUSES  # always counted; others (interrupted, incomplete) when present
 
 
@@ -35,7 +35,7 @@ class Cell:
 
     def near_chance(self, metric: str) -> bool:
         """Whether the cell's mean is within binomial noise of the task's baseline (the threshold its runs
-        recorded, attnlab.chance: it depends on the task's test split only, so it serves --which best too)."""
+        recorded, attnlab.run.chance: it depends on the task's test split only, so it serves --which best too)."""
         limits = [r.chance[metric]["threshold"] for r in self.runs if r.status == "completed" and metric in r.chance]
         s = self.stats.get(metric)
         return bool(limits) and s is not None and s.n > 0 and s.mean <= max(limits)
@@ -89,7 +89,7 @@ class Cell:
         return any(sign * (s.mean - ref) > 0 for ref in refs)
 
     def below_chance(self, metric: str) -> bool:
-        """Whether the cell's mean is below the 2.5% point of the baseline's binomial (attnlab.chance): worse than
+        """Whether the cell's mean is below the 2.5% point of the baseline's binomial (attnlab.run.chance): worse than
         guessing. Records written before that point was kept give it from their baseline and n."""
         flags = [r.chance[metric] for r in self.runs if r.status == "completed" and metric in r.chance]
         limits = [f["lower"] if "lower" in f else lower_threshold(f["baseline"], f["n"]) for f in flags]
@@ -303,12 +303,12 @@ def _notes(table: Table, runs: list[Run]) -> list[str]:
     if any(c.below_chance(m) for c in table.cells for m in metrics):
         notes.append(
             "below chance: the cell's mean accuracy is below the 2.5% point of Binomial(n, baseline)/n "
-            "over the n test targets: worse than guessing, not merely at chance (attnlab.chance)."
+            "over the n test targets: worse than guessing, not merely at chance (attnlab.run.chance)."
         )
     if any(c.near_chance(m) and not c.below_chance(m) for c in table.cells for m in metrics):
         notes.append(
             "≈chance: the cell's mean accuracy is within noise of the task's baseline (at or below the "
-            "97.5% point of Binomial(n, baseline)/n over the n test targets; attnlab.chance)."
+            "97.5% point of Binomial(n, baseline)/n over the n test targets; attnlab.run.chance)."
         )
     drift = [k for k in drifted_keys(runs) if k not in table.group_by]
     if drift and configured:

@@ -45,7 +45,7 @@ class Run:
     best: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     swept: tuple[str, ...] = ()  # keys set on the command line, in order
-    chance: dict[str, dict] = field(default_factory=dict)  # metric -> attnlab.chance flag (threshold, ...)
+    chance: dict[str, dict] = field(default_factory=dict)  # metric -> attnlab.run.chance flag (threshold, ...)
     baseline: dict[str, float] = field(default_factory=dict)  # the task's baselines (chance, bigram, ...)
     headline: str | None = None  # the metric the task judges a run by (metrics.json's, Task.judged_by)
     baseline_labels: dict[str, dict] = field(default_factory=dict)  # metric -> {baseline key: label}

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from attnlab.chance import describe
 from attnlab.run import convergence
+from attnlab.run.chance import describe
 from attnlab.run.record import read_json
 
 

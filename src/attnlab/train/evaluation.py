@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attnlab import calibration
 from attnlab.accelerator import put
+from attnlab.heads import calibration
 from attnlab.heads.base import total, upcast
 from attnlab.normalizers.statistics import STATISTICS, sink_rate
 from attnlab.steps import make_maps, over_seeds, scored
