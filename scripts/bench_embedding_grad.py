@@ -3,7 +3,7 @@
 
 dW (V,D) = Σ_n e_{id_n} g_nᵀ for N = 32768 tokens, D = 512, V = 257 (bytes), as the model=base lm step computes
 it: XLA's scatter-add of the bfloat16 cotangent (as autodiff of jnp.take gives it), the model's lookup
-(fast_vjp.take_rows: the same scatter in float32), and a one-hot matmul (f32 accumulation). Token ids uniform
+(model.backward.take_rows: the same scatter in float32), and a one-hot matmul (f32 accumulation). Token ids uniform
 over V (the hand-written reference's random batches) and the shipped lm text's bytes (skewed: a few byte values
 take most updates, so scatter atomics contend on their rows). Prints the median ms of --reps calls of each.
 Without a GPU it says so and exits 0 (--cpu-check runs anyway). `--ptx h100` needs no GPU: it compiles each
@@ -39,9 +39,9 @@ def ids_of(kind: str, N: int, V: int) -> np.ndarray:
 
 
 def variants(table_VD):
-    """name -> (ids, g) -> dW: the model's own lookup (fast_vjp.take_rows: the scatter in float32, the reference
+    """name -> (ids, g) -> dW: the model's own lookup (model.backward.take_rows: the scatter in float32, the reference
     of the error column), autodiff of the bfloat16 lookup (its bf16 scatter), and a one-hot matmul."""
-    from attnlab.fast_vjp import take_rows
+    from attnlab.model.backward import take_rows
 
     def pulled_back(lookup):
         return lambda ids, g: jax.vjp(lambda t: lookup(t, ids), table_VD)[1](g)[0]

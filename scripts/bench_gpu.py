@@ -134,7 +134,7 @@ def attnlab_run(overrides: list[str], mesh=None) -> dict:
 
     from attnlab.accelerator import apply_matmul_precision, data_mesh
     from attnlab.cli import build
-    from attnlab.groups import leaf_groups
+    from attnlab.model.groups import leaf_groups
     from attnlab.run.files import compute_record
     from attnlab.steps import probes_supported
     from attnlab.train import train_data
@@ -213,7 +213,7 @@ def handwritten(
     import optax
 
     from attnlab.accelerator import apply_matmul_precision
-    from attnlab.attention import rope
+    from attnlab.model.attention import rope
     from attnlab.optim import clip_by_global_norm
     from attnlab.steps import leaf_sums
 

@@ -30,7 +30,7 @@ def compiled_steps(overrides: list[str], stats: bool):
     from attnlab.checkpoint import Checkpoints
     from attnlab.cli import build
     from attnlab.config import registry
-    from attnlab.groups import leaf_groups
+    from attnlab.model.groups import leaf_groups
     from attnlab.steps import make_stats_step, make_train_step, probes_supported
     from attnlab.train import train_data
     from attnlab.train.state import Placement, initial_loop

@@ -6,7 +6,7 @@ final LayerNorm, linear head, weighted cross-entropy; optax clip + AdamW with at
 decay mask and hyper-parameters; batch drawn on device with attnlab's key scheme), written in
 plain jnp with heads-major (B,N,T,H) attention operands and nothing else: no statistics, no
 non-finite guard, β not learned. `fast=True` swaps in attnlab's hand-written backwards
-(attnlab.fast_vjp's matmul and GELU, softmax_vjp's attention): the fastest step we can write;
+(attnlab.model.backward's matmul and GELU, softmax_vjp's attention): the fastest step we can write;
 `fast=False` is plain autodiff.
 """
 
@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from attnlab.fast_vjp import gelu, matmul
+from attnlab.model.backward import gelu, matmul
 from attnlab.normalizers.softmax_vjp import softmax_attention
 
 

@@ -18,7 +18,7 @@ from test_configs import compose_train
 
 from attnlab import exits
 from attnlab.cli import build
-from attnlab.groups import leaf_groups
+from attnlab.model.groups import leaf_groups
 from attnlab.steps import make_train_step
 from attnlab.train.state import fresh_state
 

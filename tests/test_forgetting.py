@@ -14,7 +14,7 @@ from flax import nnx
 
 from attnlab import config
 from attnlab import normalizers as nz
-from attnlab.attention import MultiHeadAttention
+from attnlab.model.attention import MultiHeadAttention
 
 pytestmark = pytest.mark.numerics
 

@@ -191,7 +191,7 @@ def test_logging_softmax_step_stays_within_its_measured_ratios_to_the_plain_step
 
 
 def test_the_embedding_gradient_is_scatter_added_in_float32_where_the_reference_adds_bfloat16(programs):
-    """The lm embedding's (257×512) gradient: one scatter, in float32 (fast_vjp.take_rows), where autodiff's bfloat16
+    """The lm embedding's (257×512) gradient: one scatter, in float32 (backward.take_rows), where autodiff's bfloat16
     lookup, as the hand-written step has it, scatters in bfloat16. On the H100 target the bfloat16 scatter compiles
     to four scalar system-scope bfloat16 atomics per thread and the float32 one to one 4-wide float32 atomic
     (`bench_embedding_grad.py --ptx h100`); on the H100 the bfloat16 one took 58-63 ms of a 65-74 ms step."""

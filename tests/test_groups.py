@@ -1,4 +1,4 @@
-"""Gradient-norm groups tagged at construction (attnlab.groups) against the old path-based rule."""
+"""Gradient-norm groups tagged at construction (attnlab.model.groups) against the old path-based rule."""
 
 from __future__ import annotations
 
@@ -15,10 +15,9 @@ from attnlab import config
 from attnlab.cli import build
 from attnlab.config import normalizer as build_normalizer
 from attnlab.config import registry
-from attnlab.groups import GROUPS, leaf_groups, tag
-from attnlab.model import Transformer
+from attnlab.model import Net, Transformer
+from attnlab.model.groups import GROUPS, leaf_groups, tag
 from attnlab.normalizers import NormalizerParam
-from attnlab.steps import Net
 
 
 def path_groups_ref(params) -> tuple[list[str], list[int]]:

@@ -115,7 +115,7 @@ def test_host_stream_steps_train_as_the_device_steps():
 
     from attnlab import cli
     from attnlab.accelerator import data_mesh
-    from attnlab.groups import leaf_groups
+    from attnlab.model.groups import leaf_groups
     from attnlab.steps import probes_supported
     from attnlab.train import train_data
     from attnlab.train.loop import compile_steps

@@ -46,7 +46,7 @@ ALLOWED = {
     ("attnlab.cli", "flax"): JAX_OUT_OF_THE_CLI,
     ("attnlab.cli", "attnlab.accelerator"): JAX_OUT_OF_THE_CLI,
     ("attnlab.cli", "attnlab.normalizers"): JAX_OUT_OF_THE_CLI,
-    ("attnlab.cli", "attnlab.steps"): JAX_OUT_OF_THE_CLI,
+    ("attnlab.cli", "attnlab.model"): JAX_OUT_OF_THE_CLI,
     ("attnlab.cli", "attnlab.tasks.lengths"): JAX_OUT_OF_THE_CLI,
     ("attnlab.cli", "attnlab.train"): JAX_OUT_OF_THE_CLI,
     ("attnlab.run.files", "attnlab.steps"): JAX_OUT_OF_THE_CLI,  # run.files is imported by attnlab.cli

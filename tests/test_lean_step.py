@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from attnlab.groups import named_grad_norms
+from attnlab.model.groups import named_grad_norms
 from attnlab.optim import clip_by_global_norm
 from attnlab.steps import FINITE_GROUP, SUM_ROW, all_finite, grad_norms, leaf_sums
 

@@ -3,7 +3,7 @@
 The reference is written from the documented model (pre-LN blocks, token + learned positions, qkv
 and output projections without bias, GELU MLP, final LayerNorm) in jax.nn.dot_product_attention's
 (B,T,N,H) layout with autodiff of plain jnp, and reads the same parameter values. It pins the
-fast paths (heads-major layout, attnlab.fast_vjp's backward, softmax_vjp's backward) to the same
+fast paths (heads-major layout, attnlab.model.backward's, softmax_vjp's backward) to the same
 numbers.
 """
 
@@ -98,10 +98,10 @@ def test_loss_and_gradients_equal_the_reference(normalizer, causal):
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_embedding_gradient_sums_in_float32_whatever_the_compute_dtype(dtype):
-    """fast_vjp.take_rows: the rows in the compute dtype, and dW = Σ_n e_{id_n} g_nᵀ against float64 numpy on the
+    """model.backward.take_rows: the rows in the compute dtype, and dW = Σ_n e_{id_n} g_nᵀ against float64 numpy on the
     shipped lm text's bytes (a few byte values take most of the 8192 updates). Scatter-added in bfloat16, as
     autodiff of the bfloat16 lookup does, they are off by 4% of the largest entry (measured)."""
-    from attnlab.fast_vjp import take_rows
+    from attnlab.model.backward import take_rows
     from attnlab.tasks.lm import corpus
 
     ids = np.frombuffer(b"".join(corpus.pydoc_topics()[0])[:8192], np.uint8).astype(np.int32)

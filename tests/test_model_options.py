@@ -10,12 +10,12 @@ from cli_helpers import TINY_TASK
 from flax import nnx
 from test_configs import compose_train
 
-from attnlab.attention import ShortConv
 from attnlab.cli import ConfigError, build, hparams_of
 from attnlab.config import normalizer as build_normalizer
 from attnlab.config import registry
-from attnlab.groups import leaf_groups
 from attnlab.model import Transformer
+from attnlab.model.attention import ShortConv
+from attnlab.model.groups import leaf_groups
 from attnlab.normalizers import Mask
 from attnlab.normalizers.statistics import CORE_STATS
 from attnlab.steps import make_stats_step, make_train_step, probes_supported, sample_batch, step_key

@@ -10,10 +10,10 @@ import pytest
 from flax import nnx
 
 from attnlab import config
-from attnlab.attention import MultiHeadAttention
 from attnlab.checks import ConfigError
-from attnlab.groups import leaf_groups
 from attnlab.model import Transformer
+from attnlab.model.attention import MultiHeadAttention
+from attnlab.model.groups import leaf_groups
 from attnlab.normalizers import Mask
 
 B, T, D, N = 2, 6, 8, 2

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnlab.attention import rope
+from attnlab.model.attention import rope
 
 
 def rope_reference(x_BNTH, positions_T, base=10000.0):

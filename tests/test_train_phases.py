@@ -76,7 +76,7 @@ def test_logging_never_changes_the_parameters():
     from test_configs import compose_train
 
     from attnlab import cli
-    from attnlab.groups import leaf_groups
+    from attnlab.model.groups import leaf_groups
     from attnlab.steps import probes_supported
     from attnlab.train.loop import compile_steps
     from attnlab.train.state import fresh_state

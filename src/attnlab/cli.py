@@ -98,7 +98,7 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
 
     from attnlab.accelerator import compute_dtype
     from attnlab.config import components
-    from attnlab.steps import Net
+    from attnlab.model import Net
     from attnlab.tasks.lengths import check_positions
 
     def node(group):

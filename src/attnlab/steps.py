@@ -11,17 +11,11 @@ import numpy as np
 import optax
 from flax import nnx
 
-from attnlab.groups import GRAD_NORMS, in_grad_norm
+from attnlab.model import Net
+from attnlab.model.groups import GRAD_NORMS, in_grad_norm
 from attnlab.normalizers import sampled_rows
 from attnlab.optim import current_lr
 from attnlab.tasks.batches import key_at
-
-
-class Net(nnx.Module):
-    """The transformer body and its output head."""
-
-    def __init__(self, body, head):
-        self.body, self.head = body, head
 
 
 def grad_norms(grads, groups, layers, num_layers) -> jax.Array:

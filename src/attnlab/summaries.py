@@ -18,7 +18,7 @@ from tensorboardX import SummaryWriter
 from tensorboardX.proto.summary_pb2 import Summary as XSummary
 
 from attnlab import tb_hparams, tb_images
-from attnlab.groups import named_grad_norms
+from attnlab.model.groups import named_grad_norms
 from attnlab.normalizers.statistics import CORE_STATS, SINK_EPSILON, STATISTICS
 
 # Per layer in the custom-scalars layout: (chart title, tag pattern), every run overlaid.

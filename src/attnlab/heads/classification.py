@@ -7,8 +7,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab import checks
-from attnlab.groups import tag
 from attnlab.heads import calibration as cal
+from attnlab.model.groups import tag
 
 from .base import Head, total, upcast
 

@@ -14,9 +14,10 @@ import jax
 from flax import nnx
 
 from attnlab.accelerator import put
-from attnlab.groups import leaf_groups
+from attnlab.model import Net
+from attnlab.model.groups import leaf_groups
 from attnlab.progress import Phases
-from attnlab.steps import Net, probes_supported
+from attnlab.steps import probes_supported
 from attnlab.train.config import LoopConfig
 from attnlab.train.evaluation import Evaluator, final_metrics
 from attnlab.train.final import seed_records

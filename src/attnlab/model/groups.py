@@ -63,7 +63,7 @@ def leaf_groups(params: nnx.State) -> tuple[list[str], list[int]]:
         if group is None:
             raise ValueError(
                 f"parameter {'.'.join(names)} has no gradient group: its module must call "
-                f"attnlab.groups.tag(group, ...) with one of {GROUPS}"
+                f"attnlab.model.groups.tag(group, ...) with one of {GROUPS}"
             )
         layers.append(int(names[names.index("blocks") + 1]) if "blocks" in names else -1)
         groups.append(("beta:" if "beta" in names else "") + group)

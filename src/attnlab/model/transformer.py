@@ -9,12 +9,12 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab import checks
-from attnlab.attention import OUTPUT_GATES, MultiHeadAttention
-from attnlab.fast_vjp import dense_dot_general, gelu, take_rows
-from attnlab.groups import tag
+from attnlab.model.attention import OUTPUT_GATES, MultiHeadAttention
+from attnlab.model.backward import dense_dot_general, gelu, take_rows
+from attnlab.model.groups import tag
+from attnlab.model.remat import run_blocks
 from attnlab.normalizers import Mask, Normalizer
 from attnlab.normalizers.impl import Workload
-from attnlab.remat import run_blocks
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "none")
 
@@ -151,7 +151,7 @@ class Transformer(nnx.Module):
     `make_normalizer` is one factory, or a sequence of them cycled over the layers (hybrids);
     `window` (None: off) limits each query to its `window` nearest admissible keys (Mask.window);
     `short_conv` (0: off) is the width of a short convolution on q, k, v (attention.ShortConv);
-    `remat` (false | true | "dots") recomputes each block in the backward pass (attnlab.remat);
+    `remat` (false | true | "dots") recomputes each block in the backward pass (attnlab.model.remat);
     `output_gate` (none | headwise | elementwise) gates each head's output (attention.OUTPUT_GATES).
 
     Given `batch_size` (the sequences a device holds in a step), each layer's attention backend is chosen here,

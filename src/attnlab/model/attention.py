@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab.fast_vjp import dense_dot_general
-from attnlab.groups import tag
+from attnlab.model.backward import dense_dot_general
+from attnlab.model.groups import tag
 from attnlab.normalizers import Mask, Normalizer
 
 
