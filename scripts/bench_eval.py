@@ -83,7 +83,7 @@ def head_rows(rounds: int) -> list[list]:
 
 def eval_rows(rounds: int) -> list[list]:
     from attnlab.accelerator import data_mesh
-    from attnlab.summaries import Summaries
+    from attnlab.board.summaries import Summaries
     from attnlab.train.evaluation import Evaluator, evaluate_step
     from attnlab.train.state import Placement
 

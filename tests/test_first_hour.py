@@ -152,7 +152,7 @@ def test_attention_statistic_tags_carry_their_definition(tmp_path):
     """TensorBoard's own (plugin) reader finds the description on the tags: entropy is H / log n."""
     from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
 
-    from attnlab.summaries import Summaries
+    from attnlab.board.summaries import Summaries
 
     s = Summaries(str(tmp_path))
     s.scalars(1, {"attn_entropy/layer_0": 0.5, "attn_entropy/layer_0/head_1": 0.4, "val/accuracy": 0.1})
@@ -167,7 +167,7 @@ def test_attention_statistic_tags_carry_their_definition(tmp_path):
 
 
 def test_short_lm_attention_maps_are_labelled_with_the_shown_characters():
-    from attnlab import tb_images
+    from attnlab.board import images as tb_images
 
     lm = config.task("lm", seq_len=16, n_train=50, n_val=10, n_test=10)
     text = "to be\nor not"
@@ -226,7 +226,7 @@ def test_lm_logs_a_continuation_of_the_shown_example_at_each_eval(tmp_path):
 def test_loss_and_headline_curves_are_the_first_time_series_group(tmp_path):
     from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
 
-    from attnlab.summaries import MAIN, Summaries
+    from attnlab.board.summaries import MAIN, Summaries
 
     s = Summaries(str(tmp_path))
     s.layout(1, "bits_per_byte")

@@ -17,7 +17,7 @@ JAX_OUT_OF_THE_CLI = (
     "attnlab-train answers --help and refuses a bad command before jax and flax load: `import attnlab.cli` "
     "takes 0.99 s CPU, 1.95 s after `import jax, flax.nnx` (median of 7 paired runs)"
 )
-TENSORBOARD = "tensorboard's protobufs (import attnlab.tb_hparams: 0.22 s CPU) load once a run declares its HParams"
+TENSORBOARD = "tensorboard's protobufs (import attnlab.board.hparams: 0.22 s CPU) load once a run declares its HParams"
 REPORT_OUT_OF_TRAINING = "the console script attnlab-report is cli.report_main; attnlab-train never loads the report"
 HYDRA_OUT_OF_THE_LIBRARY = (
     "Hydra (0.14 s CPU) loads where configs are composed (attnlab.config) or a sweep's overrides parsed, not when "
@@ -51,8 +51,8 @@ ALLOWED = {
     ("attnlab.cli", "attnlab.train"): JAX_OUT_OF_THE_CLI,
     ("attnlab.run.files", "attnlab.steps"): JAX_OUT_OF_THE_CLI,  # run.files is imported by attnlab.cli
     ("attnlab.run.record", "jax"): JAX_OUT_OF_THE_CLI,
-    ("attnlab.cli", "attnlab.tb_hparams"): TENSORBOARD,
-    ("attnlab.run.files", "attnlab.tb_hparams"): TENSORBOARD,
+    ("attnlab.cli", "attnlab.board.hparams"): TENSORBOARD,
+    ("attnlab.run.files", "attnlab.board.hparams"): TENSORBOARD,
     ("attnlab.cli", "attnlab.report.cli"): REPORT_OUT_OF_TRAINING,
     ("attnlab.cli", "attnlab.config.components"): JAX_OUT_OF_THE_CLI,
     ("attnlab.cli", "attnlab.config.check"): CHECKER,
@@ -67,7 +67,7 @@ ALLOWED = {
     ("attnlab.tasks.digits", "sklearn"): SKLEARN,
     ("attnlab.report.lengths", "matplotlib"): MATPLOTLIB,
     ("attnlab.report.plots", "matplotlib"): MATPLOTLIB,
-    ("attnlab.tb_images", "matplotlib"): MATPLOTLIB,
+    ("attnlab.board.images", "matplotlib"): MATPLOTLIB,
     ("attnlab.run.events", "tensorboard"): EVENT_FILES,
     ("attnlab.tasks.lm.corpus", "datasets"): OPTIONAL + " (task.corpus from the Hugging Face hub; 0.68 s CPU)",
     ("attnlab.tasks.lm.host_stream", "grain"): OPTIONAL + " (a text over task.device_text_bytes; 0.76 s CPU)",

@@ -10,6 +10,7 @@ from cli_helpers import TINY_TASK
 from flax import nnx
 from test_configs import compose_train
 
+from attnlab.board.summaries import flatten_train_metrics
 from attnlab.cli import ConfigError, build, hparams_of
 from attnlab.config import normalizer as build_normalizer
 from attnlab.config import registry
@@ -19,7 +20,6 @@ from attnlab.model.groups import leaf_groups
 from attnlab.normalizers import Mask
 from attnlab.normalizers.statistics import CORE_STATS
 from attnlab.steps import make_stats_step, make_train_step, probes_supported, sample_batch, step_key
-from attnlab.summaries import flatten_train_metrics
 from attnlab.train.state import fresh_state
 
 NORMALIZERS = registry.choices("normalizer")

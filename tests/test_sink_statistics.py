@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attnlab import summaries
+from attnlab.board import summaries
 from attnlab.model import residual_outliers
 from attnlab.normalizers import reference as ref
 from attnlab.normalizers import statistics

@@ -6,7 +6,7 @@ import normalizer_refs as R
 import numpy as np
 import pytest
 
-from attnlab import summaries
+from attnlab.board import summaries
 from attnlab.normalizers import statistics
 from attnlab.train import evaluation
 

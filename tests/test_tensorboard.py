@@ -25,9 +25,10 @@ from tensorboard.plugins.custom_scalar import layout_pb2
 from tensorboard.plugins.hparams import api_pb2, backend_context, metadata
 from tensorboard.util import tensor_util
 
-from attnlab import tb_hparams, tb_images
+from attnlab.board import hparams as tb_hparams
+from attnlab.board import images as tb_images
+from attnlab.board.summaries import Summaries
 from attnlab.config import registry
-from attnlab.summaries import Summaries
 from attnlab.sweep import definition
 from attnlab.tasks import Task
 

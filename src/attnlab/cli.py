@@ -188,7 +188,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         writer = _writes_files()
         if writer:
             write_run_json(seeds, run_dirs, resolved, choices, list(hc.overrides.task), task, compute)
-        from attnlab.tb_hparams import declare
+        from attnlab.board.hparams import declare
 
         hparams = [{**hparams_of(cfg, choices), "seed": str(seed)} for seed in seeds]
         declared = declare(hparams[0], definition.sweep_values(hc.sweep.dir if multirun else None), seeds)

@@ -18,7 +18,7 @@ from attnlab.run.summary import print_summary
 
 def hparams_of(cfg: DictConfig, choices: dict[str, str]) -> dict[str, Any]:
     """Every config choice and scalar option, flat, for TensorBoard's HParams tab (seed as a string)."""
-    from attnlab.tb_hparams import ALIASES
+    from attnlab.board.hparams import ALIASES
 
     flat = {ALIASES.get(g, g): str(choices.get(g)) for g in ("normalizer", "task", "head", "model", "accelerator")}
     for group in ("normalizer", "task", "model", "optim", "trainer"):

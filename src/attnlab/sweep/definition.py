@@ -39,7 +39,7 @@ def swept_keys(sweep_dir: Path | None, saved: Any = None) -> set[str] | None:
 def sweep_values(sweep_dir: Path | str | None) -> dict[str, list[str]]:
     """{key: the values it takes} of every key a multirun sweeps, Hydra's own keys left out, as written on the
     command line or in the sweeper's params; {} outside a sweep (None) or where multirun.yaml cannot be read.
-    The HParams experiment declares them (tb_hparams.declare)."""
+    The HParams experiment declares them (board.hparams.declare)."""
     saved = None if sweep_dir is None else multirun_config(sweep_dir)
     if saved is None:
         return {}

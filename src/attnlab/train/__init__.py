@@ -50,7 +50,7 @@ def fit(
     """Train one net per seed (cfg.seed + i) on `task` as one vmapped program; one record per seed.
 
     Seed i logs to run_dirs[i]; the stacked state is checkpointed in checkpoint_dir. hparams[i] is seed
-    i's HParams row, `declared` the sweep's columns (attnlab.tb_hparams.declare). `on_compiled(steps, state,
+    i's HParams row, `declared` the sweep's columns (attnlab.board.hparams.declare). `on_compiled(steps, state,
     data)` is called once the steps are compiled, before any runs (a benchmark raises there to stop).
     """
     phases = Phases(cfg.progress)

@@ -23,7 +23,7 @@ class LoopConfig:
     progress: str = "auto"
     checkpoint_every: int = 0  # 0: only on a signal and at the end
     resume: bool = False
-    attn_map_scale: str = "row"  # row | log | max (attnlab.tb_images.scaled)
+    attn_map_scale: str = "row"  # row | log | max (attnlab.board.images.scaled)
     max_skipped: float = 0.1  # share of `steps` that may be skipped as non-finite before the run is diverged
 
     def __post_init__(self):

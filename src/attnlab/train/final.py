@@ -7,11 +7,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attnlab.board.hparams import metric_list
+from attnlab.board.summaries import eval_scalars
 from attnlab.run.record import STATUSES
 from attnlab.steps import sample_batch, step_key
-from attnlab.summaries import eval_scalars
 from attnlab.tasks.lengths import LENGTH_PREFIX
-from attnlab.tb_hparams import metric_list
 from attnlab.train.config import LoopConfig
 from attnlab.train.logs import Logs
 from attnlab.train.state import LoopState

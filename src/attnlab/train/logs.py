@@ -9,8 +9,8 @@ from pathlib import Path
 import jax
 import numpy as np
 
+from attnlab.board.summaries import Summaries, flatten_train_metrics
 from attnlab.progress import Progress
-from attnlab.summaries import Summaries, flatten_train_metrics
 from attnlab.train.config import LoopConfig
 from attnlab.train.state import LoopState
 from attnlab.train.stopping import Diverged, divergence

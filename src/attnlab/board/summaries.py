@@ -17,7 +17,8 @@ from tensorboard.plugins.scalar.metadata import create_summary_metadata
 from tensorboardX import SummaryWriter
 from tensorboardX.proto.summary_pb2 import Summary as XSummary
 
-from attnlab import tb_hparams, tb_images
+from attnlab.board import images
+from attnlab.board.hparams import experiment_summary, session_end_summary, session_start_summary
 from attnlab.model.groups import named_grad_norms
 from attnlab.normalizers.statistics import CORE_STATS, SINK_EPSILON, STATISTICS
 
@@ -117,14 +118,12 @@ class Summaries:
     def __init__(self, logdir: str, purge_step: int | None = None, attn_map_scale: str = "row"):
         # purge_step drops events at or after it when a resumed run rewrites those steps.
         self.writer = SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=30)
-        self.attn_map_scale = tb_images.check_scale(attn_map_scale)
-        self.figures = tb_images.Figures()  # drawn on self.background's one thread
+        self.attn_map_scale = images.check_scale(attn_map_scale)
+        self.figures = images.Figures()  # drawn on self.background's one thread
         self.described: set[str] = set()
         self.main: set[str] = set()  # tags copied under MAIN (set by layout)
-        self.labels: list[str] | None = (
-            None  # the shown example's characters (tb_images.char_labels), set by shown_text
-        )
-        self.background = tb_images.Background()  # images and histograms are drawn off the loop's thread
+        self.labels: list[str] | None = None  # the shown example's characters (images.char_labels), set by shown_text
+        self.background = images.Background()  # images and histograms are drawn off the loop's thread
 
     # Nothing non-finite reaches the writer: tensorboardX warns per NaN and refuses an empty histogram;
     # a skipped step is counted in train/nonfinite_steps and a diverged run says so in metrics.json.
@@ -184,7 +183,7 @@ class Summaries:
         """The shown example as text (`example/text`), for a text task (Task.is_text)."""
         if task.is_text:
             self.writer.add_text("example/text", str(task.decode(tokens_T)), step)
-        self.labels = tb_images.char_labels(task, tokens_T)
+        self.labels = images.char_labels(task, tokens_T)
 
     def continuation(self, prompt: str, written: str, step: int):
         """`sample/continuation`: the shown example's prompt and what the model wrote after it (greedy), as a code block
@@ -196,7 +195,7 @@ class Summaries:
 
     def attention_images(self, maps_LBNTS, step: int):
         """One RGB image per layer and head of the shown example (the fixed first validation example), drawn in
-        the background from ≤ 256×256 block means (tb_images.Figures, one kept per head); a non-finite map is
+        the background from ≤ 256×256 block means (images.Figures, one kept per head); a non-finite map is
         skipped."""
         maps_LBNTS = np.asarray(maps_LBNTS, np.float32)
         labels = self.labels
@@ -224,9 +223,9 @@ class Summaries:
         """The sweep's experiment config, then this run's session start and end, in its own directory."""
         own = {k: v for k, v in own.items() if v is not None}
         for pb in (
-            tb_hparams.experiment_summary(declared, metrics),
-            tb_hparams.session_start_summary(own, declared),
-            tb_hparams.session_end_summary(status),
+            experiment_summary(declared, metrics),
+            session_start_summary(own, declared),
+            session_end_summary(status),
         ):
             # tensorboard's proto and tensorboardX's are the same message in two Python classes.
             self.writer.file_writer.add_summary(XSummary.FromString(pb.SerializeToString()))
