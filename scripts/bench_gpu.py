@@ -296,7 +296,7 @@ def handwritten(
 
 
 def mfu(n_params: int, B: int, T: int, ms: float, peak_tflops: float, L: int = 8, D: int = 512) -> float:
-    """Model FLOPs utilisation, the issue's formula (6·params + 12·L·T·d per token)."""
+    """Model FLOPs utilisation: 6·params + 12·L·T·d FLOPs per token (Chowdhery et al. 2022, PaLM, Appendix B)."""
     return (6 * n_params + 12 * L * T * D) * B * T / (ms / 1e3) / (peak_tflops * 1e12)
 
 

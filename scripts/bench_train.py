@@ -53,7 +53,7 @@ def compiled_default_step():
         raise Stop
 
     hook = {"on_compiled": capture}
-    if "on_compiled" not in inspect.signature(train.fit).parameters:  # a --base commit before the hook
+    if "on_compiled" not in inspect.signature(train.fit).parameters:  # a --base commit whose fit has no hook
         hook, real = {}, train.make_train_step
 
         def make(*args, **kwargs):  # those commits compile train.make_train_step's result inside fit

@@ -65,7 +65,7 @@ def test_report_marks_cells_within_noise_of_the_baseline(tmp_path, capsys):
 
 
 def test_below_chance_is_said_as_below_chance_in_the_summary_flag_and_the_report(tmp_path, capsys):
-    """The issue's case: 0.006 against chance 1/32 over 4000 targets is worse than guessing, not ≈chance."""
+    """0.006 against chance 1/32 over 4000 targets is worse than guessing, not ≈chance."""
     base, n = {"baseline/accuracy": 1 / 32}, 4000
     lower = exact_threshold(1 / 32, n, level=0.025)  # the 2.5% point, the pmf summed term by term
     assert chance.lower_threshold(1 / 32, n) == lower

@@ -4,7 +4,7 @@ Needs the CUDA plugin of the installed jax: `make test-gpu-program` builds that 
 `pytest -m gpu_program`. The structure tests use model=base cut to 2 layers at B=2, T=1024 (statistics on
 sampled rows, two key blocks): the full-size program's structure at a compile cost 2 cores can
 pay. The ratio targets hold at a size, not in general (the statistics program's share grows with B and
-the layers), so they are tested at the issue's sizes, model=base at B=32, T=1024 and (the plain step
+the layers), so they are tested at two fixed sizes, model=base at B=32, T=1024 and (the plain step
 against the reference) at B=4, T=8192; the rest of the B=4, T=8192 figures are the script's table in
 BENCHMARKS.md.
 """

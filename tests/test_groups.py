@@ -21,7 +21,7 @@ from attnlab.normalizers import NormalizerParam
 
 
 def path_groups_ref(params) -> tuple[list[str], list[int]]:
-    """The older rule (steps.leaf_groups at b98f93a): groups from substrings of the path."""
+    """The path rule (steps.leaf_groups at commit b98f93a), the reference: groups from substrings of the path."""
     groups, layers = [], []
     flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
     for path, var in flat:

@@ -17,7 +17,7 @@ from attnlab.config import registry
 _mask, _build = R.make_mask, R.build
 
 
-# --- KL-regularised attention (seed 002) -----------------------------------------------------
+# --- KL-regularised attention: softmax(βz + log u) -------------------------------------------
 
 
 @pytest.mark.parametrize("kind", R.MASK_KINDS)
@@ -116,7 +116,7 @@ def test_large_beta_is_argmax_and_small_beta_is_uniform(name, opts):
     np.testing.assert_allclose(w_lo, expected, atol=1e-5)
 
 
-# --- squared attention (seed 004) ------------------------------------------------------------
+# --- squared attention (Qin et al. 2022) ------------------------------------------------------
 
 
 def test_squared_is_beta_invariant_without_offset_and_not_with_it():
@@ -137,7 +137,7 @@ def test_squared_is_beta_invariant_without_offset_and_not_with_it():
 
 def test_squared_zero_logit_row_is_nan_with_eps0_and_zero_with_eps():
     """Pinned instability: a row whose logits are all 0 has denominator 0. With eps = 0 it is 0/0
-    (NaN, on purpose, seed 004); with eps > 0 its weights are 0 and gradients finite."""
+    (NaN, on purpose: the instability Qin et al. 2022 describe); with eps > 0 its weights are 0 and gradients finite."""
     T, S, mask, _ = _mask("pad")
     q, k, v = R.qkv(46, T, S)
     q[0, 3] = 0.0  # row (b=0, t=3): every logit is 0

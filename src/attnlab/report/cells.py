@@ -90,7 +90,7 @@ class Cell:
 
     def below_chance(self, metric: str) -> bool:
         """Whether the cell's mean is below the 2.5% point of the baseline's binomial (attnlab.run.chance): worse than
-        guessing. Records written before that point was kept give it from their baseline and n."""
+        guessing. A record without that point (its flag's `lower`) gives it from its baseline and n."""
         flags = [r.chance[metric] for r in self.runs if r.status == "completed" and metric in r.chance]
         limits = [f["lower"] if "lower" in f else lower_threshold(f["baseline"], f["n"]) for f in flags]
         s = self.stats.get(metric)

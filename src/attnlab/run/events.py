@@ -11,8 +11,8 @@ log = logging.getLogger(__name__)  # unconfigured: Python's last-resort handler 
 
 class _PluginlessDescription(logging.Filter):
     """Drops EventAccumulator's "summary with tag ... oddly not associated with a plugin" warning, one per tag and
-    run of an event file written before summaries.Summaries gave each description the scalars plugin: tensorboardX's
-    add_scalar(summary_description=...) writes such metadata. Every other warning of the reader passes."""
+    run of an event file whose descriptions name no plugin, as tensorboardX's add_scalar(summary_description=...)
+    writes them (board.summaries.Summaries names the scalars plugin). Every other warning of the reader passes."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "oddly not associated with a plugin" not in str(record.msg)
