@@ -171,3 +171,25 @@ def test_rope_rotates_each_half_alone_so_each_map_sees_relative_positions():
 def test_a_head_dim_below_two_is_refused():
     with pytest.raises(nz.base.checks.ConfigError, match="head dim .*at least 2"):
         config.normalizer("differential", num_heads=2, head_dim=1)
+
+
+def test_the_backend_choice_counts_two_score_maps_per_head():
+    """The dense form keeps two T×S maps per head: at T = 10⁴ softmax's scores fit the CPU's 1 GiB budget for one
+    sequence and one head (8·10⁸ bytes), differential's twice as many do not, so auto goes blockwise."""
+    mask, T = nz.Mask(causal=True), 10_000
+    for name, expected in (("softmax", "dense"), ("differential", "blockwise")):
+        norm = config.normalizer(name, num_heads=1, head_dim=8)
+        assert norm.backend(T, T, mask, jnp.float32).name == expected, name
+
+
+class _SignedWithoutEntropy(nz.Differential):
+    """Signed weights whose reference leaves the entropy to the definition for non-negative weights."""
+
+    def reference(self, q_BNTH, k_BNSH, admissible_BTS):
+        w, logits, extras = super().reference(q_BNTH, k_BNSH, admissible_BTS)
+        return w, logits, {key: value for key, value in extras.items() if key != "entropy"}
+
+
+def test_signed_weights_must_define_their_entropy():
+    with pytest.raises(ContractViolation, match="statistics keys: a normalizer with signed weights defines its own"):
+        check_normalizer(_SignedWithoutEntropy, name="broken")

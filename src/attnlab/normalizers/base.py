@@ -28,7 +28,8 @@ class NormalizerParam(nnx.Param):
 
 
 class FixedFeatures(nnx.Variable):
-    """A non-trainable constant drawn once at initialisation (e.g. FAVOR+ projections)."""
+    """A non-trainable constant drawn or set once when the model is built (FAVOR+ projections, a fixed β, a layer
+    index)."""
 
 
 class InverseTemperature(nnx.Module):

@@ -206,8 +206,8 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
     - reference, where the class defines `reference(q_BNTH, k_BNSH, admissible_BTS) -> (weights, logits, extras)` in
       float64 numpy: weights, the output (plain step and statistics step) weights @ v or, where the class defines
       `reference_output(weights, v)`, that (reference.output), every CORE_STATS from its definition
-      (reference.core_stats of the reference's weights and logits) unless the extras redefine it (the entropy of
-      signed weights), and every extra equal to it.
+      (reference.core_stats of the reference's weights and logits) unless the extras redefine it (the entropy,
+      which a normalizer with `signed_weights` must), and every extra equal to it.
     - gradients, at T=S=13 causal with padding (setting grad): output row t gets no gradient from later keys or
       values nor from other queries; padding keys and values get none; changing padded keys and values leaves
       outputs and weights bit-identical; gradients are finite (also with rows of no admissible key, and at logits
@@ -329,6 +329,13 @@ def _against_reference(chk, norm, run):
     where, m = run["s"].where(), run["s"].admissible()
     w_ref, logits_ref, extras = _reference(chk, norm, run["q"], run["k"], m, where)
     declared = set(CORE_STATS) | set(extras)
+    if getattr(norm, "signed_weights", False) and "entropy" not in extras:
+        raise chk.fail(
+            "statistics keys",
+            "a normalizer with signed weights defines its own entropy (its reference's extras): the entropy of "
+            "signed weights is undefined",
+            where,
+        )
     if set(run["stats"]) != declared:
         raise chk.fail(
             "statistics keys",
