@@ -2,13 +2,15 @@
 
 Nothing here lists a group, choice or option: every group directory of configs/ (but hydra), every
 YAML in it, every option of every YAML (and the run-level keys of train.yaml) is discovered, and a
-value is drawn from the type of the option's default: valid ones near the default and wrong ones
-(zero, negative, huge, wrong type, out of range, unknown choice, null, not-a-number).
+value is drawn from the type of the option's default: valid ones near the default (for a string, every
+default any YAML gives the option and the choices its comment lists) and wrong ones (zero, negative, huge,
+wrong type, out of range, unknown choice, null, not-a-number).
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 import yaml
 from hypothesis import strategies as st
@@ -38,8 +40,26 @@ def train_defaults() -> dict[str, str]:
     return {k: v for d in raw["defaults"] if isinstance(d, dict) for k, v in d.items() if v is not None}
 
 
+# A YAML comment that opens with an option's choices, `key: value  # a | b | c ...` (model.output_gate's
+# none | headwise | elementwise, whose YAMLs all default to none): bare words joined by `|`.
+LISTED = re.compile(r"^\s*([\w.]+):[^#\n]*#\s*([\w.-]+(?:\s*\|\s*[\w.-]+)+)", re.M)
+
+
+def strings_listed(key: str) -> set[str]:
+    """The choices the comment of an option of this name lists (LISTED) in any YAML of a group, bases included."""
+    return {
+        word.strip()
+        for g in groups()
+        for path in sorted((registry.CONFIG_DIR / g).glob("*.yaml"))
+        for k, words in LISTED.findall(path.read_text())
+        if k == key
+        for word in words.split("|")
+    }
+
+
 def strings_seen(key: str) -> list[str]:
-    """Every string default any YAML gives an option of this name (the valid spellings we know)."""
+    """Every string default any YAML gives an option of this name, and the choices its comments list (the valid
+    spellings we know)."""
     seen = {
         v
         for g in groups()
@@ -47,7 +67,7 @@ def strings_seen(key: str) -> list[str]:
         for k, v in options(g, c).items()
         if k == key and isinstance(v, str)
     }
-    return sorted(seen)
+    return sorted(seen | strings_listed(key))
 
 
 WRONG = ["0", "-1", "1000000000000", "1e30", "-0.001", "1.5", "abc", "true", "null", "nan", "inf", "''"]

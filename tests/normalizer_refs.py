@@ -23,6 +23,7 @@ from attnlab.normalizers.reference import (  # noqa: F401  re-exported for the t
     rowwise,
     softmax_np,
 )
+from attnlab.normalizers.reference import output as reference_output
 from attnlab.testing import MASK_SETTINGS
 from attnlab.testing import normalizer as checker
 
@@ -36,6 +37,13 @@ def reference(norm, q_BTNH, k_BSNH, m_BTS):
     """(weights_BNTS, logits_BNTS, extras) of the normalizer's float64 `reference` on token-major operands."""
     inner = norm.inner if isinstance(norm, TokenMajor) else norm
     return inner.reference(*(np.swapaxes(np.asarray(x, np.float64), 1, 2) for x in (q_BTNH, k_BSNH)), m_BTS)
+
+
+def output(norm, w_BNTS, v_BNSH):
+    """The float64 output of reference weights (attnlab.normalizers.reference.output: w·v, or the normalizer's own
+    `reference_output`), heads-major."""
+    inner = norm.inner if isinstance(norm, TokenMajor) else norm
+    return reference_output(inner, w_BNTS, v_BNSH)
 
 
 def kl_log_prior(m_BTS, N, prior, slope=0.1, table_NK=None, max_distance=512):

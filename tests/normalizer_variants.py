@@ -36,6 +36,12 @@ VARIANTS = {
         "fixed-1.5": {"sink": -1.5, "learnable_sink": False},
         "sink2-softcap2": {"sink": 2.0, "softcap": 2.0},
     },
+    # at layer 3 in the checker (takes_layer_index: λ_init from the schedule), 0 elsewhere; λ_init fixed; a soft cap
+    "differential": {
+        "default": {},
+        "fixed0.5-beta1": {"lambda_init": 0.5, "learnable_lambda": False, "beta": 1.0},
+        "softcap2": {"softcap": 2.0},
+    },
     # without a layer input (the shared checks pass none): the gate σ(b_f) at every position
     "forgetting": {"default": {}, "gate2-beta1": {"gate_bias": 2.0, "beta": 1.0}, "softcap1": {"softcap": 1.0}},
 }

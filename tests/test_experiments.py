@@ -315,7 +315,7 @@ _LM_GPU = (
     "accelerator=gpu model=base task.seq_len=256 trainer.steps=5000 trainer.eval_every=250 trainer.batch_size=256 "
     "optim.lr=3e-4,1e-3,3e-3 task.n_train=200000"
 )
-_SINKS = "softmax,softmax1,sigmoid,relu,softpick,sink,forgetting"
+_SINKS = "softmax,softmax1,sigmoid,relu,softpick,sink,forgetting,differential"
 _AS = f"{_LM} trainer.log_every=25"
 _AS_GPU = (
     "accelerator=gpu model=base task.seq_len=256 trainer.steps=5000 trainer.eval_every=250 trainer.log_every=100 "

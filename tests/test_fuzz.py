@@ -115,6 +115,12 @@ def train_one_step(cfg, built, tmp_dir):
     return record, scalar_curve(tmp_dir, "train/loss")
 
 
+def test_a_string_option_is_drawn_from_every_choice_its_comment_lists():
+    """model.output_gate defaults to none in every YAML; its comment lists the rest (none | headwise | elementwise)."""
+    assert space.near("none", "output_gate") == ["elementwise", "headwise", "none"]
+    assert {"learned", "sinusoidal", "rope", "none"} <= set(space.near("learned", "positional"))
+
+
 FIXED = [  # a structural number 0, a rate above 1, a GPU that is not there
     ["model.heads=0"],
     ["model.d_model=0"],

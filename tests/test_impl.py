@@ -170,6 +170,7 @@ EVERY = {
     "ssmax": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
     "stickbreaking": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
     "softpick": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
+    "differential": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
     "sink": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
     "forgetting": ("auto blockwise dense", "dense", "dense", "blockwise", "blockwise"),
     "entmax": ("auto dense", "dense", "dense", "dense", "dense"),  # no blockwise form
@@ -460,7 +461,7 @@ def test_every_backend_of_the_table_computes_the_float64_reference_and_keeps_a_t
     run = jax.jit(lambda q, k, v: backend.run(norm, q, k, v, site.mask))
     m_BTS = R.admissible(R.B, T, T, causal=site.mask.causal)
     w_BNTS = R.reference(norm, q, k, m_BTS)[0]  # the normalizer's float64 `reference` method
-    expected_BNTH = np.einsum("bnts,bsnh->bnth", w_BNTS, v.astype(np.float64))
+    expected_BNTH = R.output(norm, w_BNTS, v_BNSH)  # w·v, or its own reference_output (differential)
     np.testing.assert_allclose(run(q_BNTH, k_BNSH, v_BNSH), expected_BNTH, atol=2e-5, rtol=1e-4)
     grad = jax.jit(jax.grad(lambda q, k, v: jnp.sum(jnp.sin(backend.run(norm, q, k, v, site.mask))), (0, 1, 2)))
     assert holds_txt(grad.lower(q_BNTH, k_BNSH, v_BNSH).compile().as_text(), T) == backend.keeps_scores

@@ -16,7 +16,7 @@ from cli_helpers import run_cli
         (["+trainer.stepz=5"], "unknown key(s) trainer.stepz (did you mean trainer.steps?); allowed: attn_map_scale"),
         (
             ["normalizer=softmx"],
-            "normalizer=softmx unknown (did you mean softmax?); allowed: entmax, forgetting, kl, linear",
+            "normalizer=softmx unknown (did you mean softmax?); allowed: differential, entmax, forgetting, kl",
         ),
         (
             ["normalizer=softmax,linear"],

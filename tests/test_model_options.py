@@ -225,7 +225,8 @@ def test_hybrid_layers_use_their_own_yaml_and_the_selected_normalizers_overrides
     [
         (
             "model.layer_normalizers=[softmax,nope]",
-            "model.layer_normalizers=['softmax', 'nope'] names unknown normalizer(s) nope; allowed: entmax",
+            "model.layer_normalizers=['softmax', 'nope'] names unknown normalizer(s) nope; "
+            "allowed: differential, entmax",
         ),
         ("model.layer_normalizers=softmax", "model.layer_normalizers='softmax' is invalid"),
         ("model.layer_normalizers=[]", "is invalid; allowed: null or a non-empty list"),

@@ -65,10 +65,16 @@ def _without_weights():
             return v_BNSH, {}
 
 
+def _layer_index_without_setter():
+    class ByDepth(nz.Softmax):
+        takes_layer_index = True
+
+
 @pytest.mark.parametrize(
     "define,member",
     [
         (_score_without_normalize, "does not implement normalize "),
+        (_layer_index_without_setter, "does not implement set_layer_index"),
         (_positional_without_rows, "does not implement normalize_rows"),
         (_without_call, "does not implement __call__"),
         (_without_weights, "does not implement weights"),

@@ -232,11 +232,12 @@ def _options(name):
     return {k: v for k, v in registry.load("normalizer", name).items() if not k.startswith("_")}
 
 
-# softpick, sink and forgetting apply the cap in their own references (VARIANTS draws them with one)
+# softpick, sink, forgetting and differential apply the cap in their own references (VARIANTS draws them with one;
+# differential's two maps read halves of q and k, which identity keys of head dim S cannot stand for)
 SCORED = [
     n
     for n in registry.choices("normalizer")
-    if "softcap" in _options(n) and n not in ("softpick", "sink", "forgetting")
+    if "softcap" in _options(n) and n not in ("softpick", "sink", "forgetting", "differential")
 ]
 
 

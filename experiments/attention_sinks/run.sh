@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # attention_sinks: does a normalizer or gate remove the attention sink? Byte-level language modelling (task=lm) with
-# softmax, softmax1, sigmoid, ReLU, softpick, a learnable sink logit, forgetting attention (FoX) and gated attention
-# (softmax with model.output_gate=headwise), each at its own learning rate, in two stages (as lm_normalizers):
+# softmax, softmax1, sigmoid, ReLU, softpick, a learnable sink logit, forgetting attention (FoX), differential
+# attention and gated attention (softmax with model.output_gate=headwise), each at its own learning rate, in two
+# stages (as lm_normalizers):
 #  1. screen: 3 rates spanning 10x (1e-3, 3e-3, 1e-2), seed 0 (screen.yaml; gated attention screen_gated.yaml);
 #     the rate is selected per cell on validation loss (attnlab-report --select-lr);
 #  2. confirm: seeds 1 and 2 (vmapped) at each cell's selected rate, so the reported cell has 3 seeds.

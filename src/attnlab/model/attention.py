@@ -25,6 +25,16 @@ def rope(x_BNTH, positions_T, base: float = 10000.0):
     return rot.astype(x_BNTH.dtype)
 
 
+def rope_parts(x_BNTH, positions_T, parts: int):
+    """RoPE on each of `parts` equal slices of the head dim on its own (a normalizer whose score maps read q and k
+    by parts: `qk_split`), the remaining channels of an uneven split unrotated; parts = 1 is `rope`."""
+    if parts == 1:
+        return rope(x_BNTH, positions_T)
+    w = x_BNTH.shape[-1] // parts
+    rotated = [rope(x_BNTH[..., i * w : (i + 1) * w], positions_T) for i in range(parts)]
+    return jnp.concatenate([*rotated, x_BNTH[..., parts * w :]], -1)
+
+
 class ShortConv(nnx.Module):
     """Depthwise 1-D convolution of width k over time, then SiLU, on the (B,T,C) q/k/v projections.
 
@@ -134,7 +144,7 @@ class MultiHeadAttention(nnx.Module):
             q = q * (self.qk_gain[...] * math.sqrt(self.head_dim)).astype(q.dtype)
         if self.use_rope:
             pos_T = jnp.arange(T)
-            q, k = rope(q, pos_T), rope(k, pos_T)
+            q, k = (rope_parts(x, pos_T, self.normalizer.qk_split) for x in (q, k))
         return q, k, v
 
     def weights(self, x_BTD, mask: Mask):

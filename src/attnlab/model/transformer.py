@@ -220,6 +220,9 @@ class Transformer(nnx.Module):
                 for i in range(layers)
             ]
         )
+        for i, block in enumerate(self.blocks):  # e.g. differential attention's λ_init, by depth
+            if block.attn.normalizer.takes_layer_index:
+                block.attn.normalizer.set_layer_index(i)
         self.ln_f = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
         tag("embedding", self.embed, *([self.pos] if positional == "learned" else []))
         tag("norm", self.ln_f)

@@ -13,6 +13,7 @@ from .base import (
     softmax_stats,
 )
 from .contract import FROM_ATTENTION
+from .differential import Differential
 from .entmax import Entmax, entmax
 from .exponential import KL, Softmax, Softmax1
 from .forgetting import Forgetting
@@ -28,6 +29,7 @@ from .stickbreaking import StickBreaking
 __all__ = [
     "CORE_STATS",
     "KL",
+    "Differential",
     "Entmax",
     "FROM_ATTENTION",
     "FixedFeatures",

@@ -16,7 +16,7 @@ from flax import nnx
 
 from attnlab import checks
 
-from . import sampled_rows
+from . import blockwise, sampled_rows
 from .contract import check_members
 from .impl import Backend, Capability, Workload, allowed, check_block_size, choose, dense_score_bytes, memory_budget
 from .mask import Mask
@@ -28,7 +28,8 @@ class NormalizerParam(nnx.Param):
 
 
 class FixedFeatures(nnx.Variable):
-    """A non-trainable constant drawn once at initialisation (e.g. FAVOR+ projections)."""
+    """A non-trainable constant drawn or set once when the model is built (FAVOR+ projections, a fixed β, a layer
+    index)."""
 
 
 class InverseTemperature(nnx.Module):
@@ -81,11 +82,21 @@ class Normalizer(nnx.Module):
 
     A normalizer whose `__call__` takes `score_probe_BNTS` (a zero array added to its score matrix, whose
     gradient the trainer logs as score_grad) sets `exposes_scores`; one with no score matrix leaves it False.
+
+    A normalizer whose weights may be negative (differential attention: a difference of two softmaxes) sets
+    `signed_weights`: the contract checker then asks for no non-negativity, and the statistics defined for
+    non-negative weights only (entropy) come from its `normalize` extras. A normalizer whose constants depend on its
+    layer (differential attention's λ_init) sets `takes_layer_index`; the model calls `set_layer_index(i)` (0-based)
+    once it is built. A normalizer that splits q and k into `qk_split` equal parts of the head dimension (one score
+    map each; the rest of an odd dimension in none) has RoPE rotate each part on its own (attention.rope).
     """
 
     mode_dependent = False
     exposes_scores = False
     takes_layer_input = False  # True: attention passes layer_input_BTD= (its normalised input) to __call__, weights
+    signed_weights = False  # True: weights may be negative (their entropy is the normalizer's own, in its extras)
+    takes_layer_index = False  # True: the model calls set_layer_index(i) (0-based) after building layer i
+    qk_split = 1  # q and k split into this many equal parts along the head dimension, a score map each
     impl, head_dim = "dense", None  # the requested normalizer.impl; head dim (cuDNN's limits): set_impl
     backends = ()  # ((T, S, impl.Backend), ...): chosen when the model was built (record_backends)
 
@@ -139,6 +150,10 @@ class Normalizer(nnx.Module):
         return self.choose_backend(T, S, mask, dtype, workload or Workload(batch=1, heads=1))
 
     def weights(self, q_BNTH, k_BNSH, mask: Mask):
+        raise NotImplementedError
+
+    def set_layer_index(self, index: int) -> None:
+        """Told the (0-based) index of its layer by the model, where the class says `takes_layer_index`."""
         raise NotImplementedError
 
 
@@ -208,6 +223,10 @@ class ScoreNormalizer(Normalizer, abstract=True):
 
     def capability(self) -> Capability:
         return Capability(form=self.block_form())
+
+    def blockwise_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
+        """The attended output by the blockwise form (impl.TABLE's blockwise backend runs it)."""
+        return blockwise.attention(self.block_form(), q_BNTH, k_BNSH, v_BNSH, mask, self.block_size)
 
     def plain_call(self, q_BNTH, k_BNSH, v_BNSH, mask: Mask):
         """The attended output of a plain step, by its backend (impl.TABLE)."""

@@ -6,7 +6,7 @@ scans key blocks per query block carrying Σg·v, the denominator and, for exp, 
 "Self-attention does not need O(n²) memory"; Dao et al. 2022, FlashAttention). A custom VJP
 recomputes each block in the backward pass (FlashAttention, Alg. 4), so no T×S array is stored.
 
-Operands are heads-major: q_BNTH, k_BNSH, v_BNSH. Kinds of `BlockForm`:
+Operands are heads-major: q_BNTH, k_BNSH, v_BNSH (v's last dimension may differ from q's and k's). Kinds of `BlockForm`:
   exp:   g = exp(x − m), D = Σ exp(x − m) (+ exp(b − m) with a sink logit b: 0 for `sink=True`, softmax₁; the
          per-head parameter `params[sink]` for a named sink), m the running max;
   softpick: g = relu(exp(x − m) − exp(−m)), D = Σ |exp(x − m) − exp(−m)| + eps, m the running max of x and 0
@@ -216,8 +216,9 @@ def _finish_rows(form: BlockForm, p, acc, m_run, l_run, n_blk):
 
 
 def _forward(form: BlockForm, geo: _Geometry, p, q, k, v, kv, dense, n):
-    """(out, r): each query block scans the key blocks it can see (lax.map over query blocks)."""
-    B, N, _, H = q.shape
+    """(out, r): each query block scans the key blocks it can see (lax.map over query blocks); v may be wider than
+    q and k (differential attention's halves)."""
+    B, N, _, H = v.shape
     Q, K = geo.Q, geo.K
 
     def qblock(i):

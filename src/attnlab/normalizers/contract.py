@@ -26,6 +26,8 @@ def check_members(cls, normalizer_base, score_base) -> None:
     """Refuse a concrete normalizer class that leaves a contract member unimplemented (Normalizer and
     ScoreNormalizer, given by base.py, which calls this as each class is defined)."""
     missing = [m for m in ("__call__", "weights") if _inherited(cls, m, normalizer_base)]
+    if cls.takes_layer_index and _inherited(cls, "set_layer_index", normalizer_base):
+        missing.append("set_layer_index (it takes_layer_index)")
     if issubclass(cls, score_base):
         if _inherited(cls, "normalize", score_base):
             missing.append("normalize")

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from attnlab import checks
 from attnlab.checks import ConfigError
 
-from . import blockwise, pallas_linear, pallas_sigmoid, sampled_rows
+from . import pallas_linear, pallas_sigmoid, sampled_rows
 from .blockwise import BlockForm
 from .fused import fused_attention
 from .mask import Mask
@@ -229,7 +229,7 @@ TABLE = (
     Backend(
         "blockwise",
         SCORE,
-        run=lambda norm, q, k, v, mask: blockwise.attention(norm.block_form(), q, k, v, mask, norm.block_size),
+        run=lambda norm, q, k, v, mask: norm.blockwise_call(q, k, v, mask),
         keeps_scores=False,
         stats_rows=lambda T, S: True,
         lacks=lambda capability: None if capability.blockwise else "it has no blockwise form",

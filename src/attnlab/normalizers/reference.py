@@ -35,6 +35,14 @@ def scores(q_BNTH, k_BNSH):
     return np.einsum("bnth,bnsh->bnts", np.asarray(q_BNTH, np.float64), np.asarray(k_BNSH, np.float64))
 
 
+def output(norm, w_BNTS, v_BNSH):
+    """The float64 output the reference weights make: w·v, or the normalizer's own `reference_output(w, v)` where
+    its output is not the weighted sum alone (differential attention's per-head RMS norm after it)."""
+    w, v = np.asarray(w_BNTS, np.float64), np.asarray(v_BNSH, np.float64)
+    own = getattr(norm, "reference_output", None)
+    return np.asarray(own(w, v), np.float64) if callable(own) else np.einsum("bnts,bnsh->bnth", w, v)
+
+
 def inverse_temperature(module, N):
     """β (N,) in float64 from a module's `InverseTemperature` (β = exp θ)."""
     return np.broadcast_to(np.exp(np.asarray(module.beta.theta[...], np.float64)), (N,)).copy()

@@ -6,7 +6,9 @@ form's whole T×S matrix, or the weights of sampled rows: sampled_rows.py), and 
 weights masked_softmax(x) without building them (the sampled rows of a softmax-family normalizer beside a fused
 kernel). A statistic written from the row quantities both forms give (mass, entropy, largest weight, the weight
 at a key position) is computed the same way by each; `core_stats` and `softmax_stats` compute every one.
-Statistics a normalizer computes itself (its extras: β, KL to the prior, ...) are declared with `of_rows=None`.
+Statistics a normalizer computes itself (its extras: β, KL to the prior, ...) are declared with `of_rows=None`. Its
+extras also replace a statistic of rows that its weights leave undefined: the entropy of signed weights (a normalizer
+that says `signed_weights`; differential attention reports its first softmax map's).
 """
 
 from __future__ import annotations
@@ -172,8 +174,8 @@ class Statistic:
 STATISTICS = (
     Statistic(
         "entropy",
-        "attention entropy H / log n over the admissible keys, rows renormalised (1 = uniform, 0 = one key); "
-        "mean over heads for layer_i",
+        "attention entropy H / log n over the admissible keys, rows renormalised (1 = uniform, 0 = one key; "
+        "differential: of its first softmax map); mean over heads for layer_i",
         _entropy,
         chart="entropy (mean over heads)",
         final=True,
@@ -203,7 +205,8 @@ STATISTICS = (
     ),
     Statistic(
         "row_mass",
-        "sum of a query row's weights (1 for softmax; varies for sigmoid, relu, softpick, sink, linear)",
+        "sum of a query row's weights (1 for softmax; 1 − λ for differential; varies for sigmoid, relu, softpick, "
+        "sink, linear)",
         lambda rows: (rows.mass_BNR, rows_with_keys(rows)),
         final=True,  # beside first_weight: a row that is not sum-to-one can put little mass anywhere
     ),
@@ -224,6 +227,7 @@ STATISTICS = (
     Statistic("zero_share", "share of a row's admissible keys weighted exactly 0, mean over rows (softpick)", None),
     Statistic("sink_logit", "the sink's logit b of each head, e^b/(e^b + Σe^x) its weight (sink)", None),
     Statistic("forget_gate", "forget gate f of a key, mean over the keys a query may see (forgetting)", None),
+    Statistic("diff_lambda", "differential attention's λ, the second map's weight (one per layer, each head)", None),
     Statistic(
         "massive_ratio",
         "the residual stream after the block: largest |activation| over the median |activation| of the valid "

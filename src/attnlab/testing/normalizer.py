@@ -21,6 +21,7 @@ ATOL, RTOL = 2e-5, 1e-4  # float32 against the float64 reference
 FD_TOL = 1e-3  # |∇L·d − finite difference| ≤ FD_TOL · Σ|∇L ⊙ d|
 PARAM_SHIFT = 0.3  # parameters (nnx.Param) are moved off their initial values by this × N(0, 1)
 LARGE_LOGIT = 1e4
+LAYER_INDEX = 3  # the layer a normalizer that `takes_layer_index` is told it is in: not 0, where a schedule starts
 BLOCK = 4  # block size of blockwise forms and chunk size of linear attention's chunked form: several per sequence
 
 
@@ -175,6 +176,8 @@ class _Check:
             if linear and hasattr(norm, "chunk_size"):
                 norm.chunk_size = BLOCK
             self.run("construction", f"{where} impl={impl}", norm.set_impl, impl, None if linear else BLOCK, H)
+        if getattr(norm, "takes_layer_index", False):
+            self.run("construction", f"{where} layer={LAYER_INDEX}", norm.set_layer_index, LAYER_INDEX)
         graphdef, params, rest = nnx.split(norm, nnx.Param, ...)
         leaves = jax.tree.leaves(params)
         keys = iter(jax.random.split(jax.random.key(100 + seed), max(len(leaves), 1)))
@@ -188,7 +191,8 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
 
     `make` is what attnlab builds from a YAML: functools.partial(cls, **options). Sizes B=2, N=3, H=5; the
     normalizer's parameters (nnx.Param) are moved off their initial values by a fixed random draw first, so a learned
-    prior or per-head β is not checked at a trivial value. `causal_only` (default: the class attribute): the
+    prior or per-head β is not checked at a trivial value, and a normalizer that `takes_layer_index` is told it is
+    layer LAYER_INDEX. `causal_only` (default: the class attribute): the
     normalizer needs a causal mask; bidirectional settings are then checked to be refused and left out. Properties,
     in the order they are checked (`name` in the message):
 
@@ -197,11 +201,13 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
     - statistics keys: `with_stats=False` gives {}; with them, each statistic is finite and (N,), the keys are
       CORE_STATS plus the extras the reference reports (CORE_STATS at least without a reference).
     - masks and padding, over the settings none, pad, causal_pad, causal_cross, dense (MASK_SETTINGS): weights are
-      finite and ≥ 0; padding keys weigh 0 and so do keys outside the causal/explicit mask (exactly); rows with no
-      admissible key have output 0.
+      finite and ≥ 0 (any sign where the class says `signed_weights`); padding keys weigh 0 and so do keys outside
+      the causal/explicit mask (exactly); rows with no admissible key have output 0.
     - reference, where the class defines `reference(q_BNTH, k_BNSH, admissible_BTS) -> (weights, logits, extras)` in
-      float64 numpy: weights, the output weights @ v (plain step and statistics step), every CORE_STATS from its
-      definition (reference.core_stats of the reference's weights and logits) and every extra equal to it.
+      float64 numpy: weights, the output (plain step and statistics step) weights @ v or, where the class defines
+      `reference_output(weights, v)`, that (reference.output), every CORE_STATS from its definition
+      (reference.core_stats of the reference's weights and logits) unless the extras redefine it (the entropy,
+      which a normalizer with `signed_weights` must), and every extra equal to it.
     - gradients, at T=S=13 causal with padding (setting grad): output row t gets no gradient from later keys or
       values nor from other queries; padding keys and values get none; changing padded keys and values leaves
       outputs and weights bit-identical; gradients are finite (also with rows of no admissible key, and at logits
@@ -228,8 +234,9 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
     runs = [_forward(chk, norm, s) for s in settings]
     for run in runs:
         _structure(chk, run)
+    signed = bool(getattr(norm, "signed_weights", False))
     for run in runs:
-        _masks(chk, run)
+        _masks(chk, run, signed)
     if has_reference:
         for run in runs:
             _against_reference(chk, norm, run)
@@ -285,7 +292,7 @@ def _structure(chk, run):
             raise chk.fail("statistics keys", f"statistic {key} is not finite: {val}", where)
 
 
-def _masks(chk, run):
+def _masks(chk, run, signed):
     s, w = run["s"], run["w"]
     where, m = s.where(), s.admissible()
     if not np.isfinite(w).all():
@@ -293,7 +300,7 @@ def _masks(chk, run):
     for what in ("out_p", "out_s"):
         if not np.isfinite(np.asarray(run[what])).all():
             raise chk.fail("masks", "outputs must be finite: found non-finite outputs", where)
-    if (w < 0).any():
+    if not signed and (w < 0).any():
         raise chk.fail("masks", f"weights must be non-negative: weight {w.min():.3g}", where)
     off = ~np.broadcast_to(m[:, None], w.shape)
     padded = np.broadcast_to(s.padded_BS()[:, None, None, :], w.shape)
@@ -322,6 +329,13 @@ def _against_reference(chk, norm, run):
     where, m = run["s"].where(), run["s"].admissible()
     w_ref, logits_ref, extras = _reference(chk, norm, run["q"], run["k"], m, where)
     declared = set(CORE_STATS) | set(extras)
+    if getattr(norm, "signed_weights", False) and "entropy" not in extras:
+        raise chk.fail(
+            "statistics keys",
+            "a normalizer with signed weights defines its own entropy (its reference's extras): the entropy of "
+            "signed weights is undefined",
+            where,
+        )
     if set(run["stats"]) != declared:
         raise chk.fail(
             "statistics keys",
@@ -329,7 +343,7 @@ def _against_reference(chk, norm, run):
             where,
         )
     chk.expect("reference", "weights:", run["w"], w_ref, where)
-    out_ref = np.einsum("bnts,bnsh->bnth", w_ref, run["v"].astype(np.float64))
+    out_ref = ref.output(norm, w_ref, run["v"])
     chk.expect("reference", "output (plain step):", run["out_p"], out_ref, where)
     chk.expect("reference", "output (statistics step):", run["out_s"], out_ref, where)
     for key, want in {**ref.core_stats(w_ref, logits_ref, m), **extras}.items():
@@ -354,14 +368,14 @@ def _gradients(chk, norm, has_reference, empty_row_settings):
         if not all(np.isfinite(np.asarray(g)).all() for g in grads):
             raise chk.fail("gradient", "gradients must be finite with rows of no admissible key", e.where())
     for dtype in (jnp.float32, jnp.bfloat16):
-        _large_logits(chk, norm, s, dtype)
+        _large_logits(chk, norm, s, dtype, bool(getattr(norm, "signed_weights", False)))
 
 
 def _causality_and_padding(chk, norm, s, q, k, v, c):
     """Exact zeros of the gradients where causality and padding say, and (dq, dk, dv) of Σ c ⊙ out."""
     where, mask = s.where(), s.mask()
     _, vjp = chk.run("gradient", where, jax.vjp, lambda q, k, v: norm(q, k, v, mask)[0], q, k, v)
-    attends = np.asarray(norm.weights(q, k, mask)) > 0
+    attends = np.asarray(norm.weights(q, k, mask)) != 0
     for t in (0, 3, 4, 9, s.T - 1):  # first row, block boundaries of size 4, mid-block, last (partial) block
         c_t = np.zeros_like(c)
         c_t[:, :, t] = c[:, :, t]
@@ -404,7 +418,7 @@ def _finite_differences(chk, norm, has_reference, s, q, k, v, c, grads):
 
         def loss(q, k, v):
             w = _reference(chk, norm, q, k, m, s.where())[0]
-            return float(np.sum(c64 * np.einsum("bnts,bnsh->bnth", w, np.asarray(v, np.float64))))
+            return float(np.sum(c64 * ref.output(norm, w, v)))
     else:
         steps, source = (1e-3, 1e-4), "the normalizer in float32"
 
@@ -432,7 +446,7 @@ def _finite_differences(chk, norm, has_reference, s, q, k, v, c, grads):
             )
 
 
-def _large_logits(chk, norm, s, dtype):
+def _large_logits(chk, norm, s, dtype, signed):
     """Finite output, statistics, weights and gradients once |βz| reaches LARGE_LOGIT."""
     mask, m = s.mask(), s.admissible()
     q, k, v = qkv(24, s.T, s.S)
@@ -458,7 +472,7 @@ def _large_logits(chk, norm, s, dtype):
     if not all(np.isfinite(np.asarray(g, np.float32)).all() for g in grads):
         raise chk.fail("gradient", "gradients must be finite at large logits", where)
     w = np.asarray(chk.run("weights", where, norm.weights, q, k, mask), np.float32)
-    if not (np.isfinite(w).all() and (w >= 0).all()):
+    if not (np.isfinite(w).all() and (signed or (w >= 0).all())):
         raise chk.fail("masks", "weights must stay finite and non-negative at large logits", where)
 
 
