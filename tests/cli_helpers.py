@@ -1,14 +1,19 @@
-"""Run the real `python -m attnlab` entry point in a subprocess and read what it left behind."""
+"""Run the real `attnlab-train` entry point, in a subprocess or in this process, and read what it left behind."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import jax
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 # One persistent compilation cache for the whole suite: runs that differ only in seed, steps or
@@ -60,6 +65,55 @@ def run_cli(*overrides: str, cwd: Path, check: bool = True, timeout: int = 600) 
     )
     if check and proc.returncode != 0:
         raise AssertionError(f"exit {proc.returncode}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def train_in_process(*overrides: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    """`attnlab-train OVERRIDES...` called in this process (attnlab.cli.train_main, the console script's own
+    function), stdout and stderr captured: what `run_cli` checks, without a process's start-up (a fresh import of
+    jax, and its compilations held in memory); for tests where starting a process is not what is tested. The
+    process-wide state a run sets (signal handlers, the search path, the precision, logging) is restored after."""
+    from attnlab import cli
+    from attnlab.config import registry
+    from attnlab.sweep import signals
+
+    saved_signals = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    saved = (list(sys.argv), os.getcwd(), sys.unraisablehook, list(registry._EXTRA), dict(signals.RUN))
+    saved_jax = {k: getattr(jax.config, k) for k in ("jax_default_matmul_precision", "jax_compilation_cache_dir")}
+    root = logging.getLogger()
+    saved_logging = (list(root.handlers), root.level)
+    # Hydra configures logging through logging.config.dictConfig, which closes every handler made so far
+    # (logging.shutdown over logging._handlerList), pytest's log-capturing file handler among them: hidden here.
+    handlers_made = logging._handlerList[:]
+    del logging._handlerList[:]
+    out, err = io.StringIO(), io.StringIO()
+    sys.argv = ["attnlab-train", *overrides]
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli.train_main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if not isinstance(exc.code, int | None):
+                    print(exc.code, file=sys.stderr)
+    finally:
+        sys.argv, cwd_before, sys.unraisablehook, registry._EXTRA[:], run = saved
+        os.chdir(cwd_before)
+        signals.RUN.clear()
+        signals.RUN.update(run)
+        signals._PENDING.clear()
+        for sig, handler in saved_signals.items():
+            signal.signal(sig, handler)
+        for key, value in saved_jax.items():
+            jax.config.update(key, value)
+        root.handlers[:], _ = saved_logging
+        root.setLevel(saved_logging[1])
+        logging._handlerList[:0] = handlers_made
+    proc = subprocess.CompletedProcess(sys.argv, code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"exit {code}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-3000:]}")
     return proc
 
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli, scalar_curve
+from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli, scalar_curve, train_in_process
 
 from attnlab import config
 from attnlab.config import registry
@@ -17,7 +17,7 @@ NORMALIZERS = registry.choices("normalizer")
 
 def sweep(tmp_path, task, normalizers, head_names):
     """A Hydra multirun of normalizers × heads on a tiny task; every run completes with finite metrics."""
-    run_cli(
+    train_in_process(
         "-m",
         f"task={task}",
         f"normalizer={','.join(normalizers)}",
@@ -64,7 +64,9 @@ def default_run(tmp_path_factory):
     """One tiny single run of the default task, with its run directory."""
     root = tmp_path_factory.mktemp("run")
     run_dir = root / "out"
-    proc = run_cli(*TINY, *TINY_TASK["mqar"], "normalizer=kl", "model.layers=2", f"hydra.run.dir={run_dir}", cwd=root)
+    proc = train_in_process(
+        *TINY, *TINY_TASK["mqar"], "normalizer=kl", "model.layers=2", f"hydra.run.dir={run_dir}", cwd=root
+    )
     return run_dir, proc
 
 
@@ -159,7 +161,7 @@ def test_tensorboard_reader_finds_per_layer_head_tags_and_hparams(default_run):
 
 def test_loss_falls_on_a_memorisable_batch(tmp_path):
     """8 training examples, batch 8, 80 steps: the train loss must drop well below its start."""
-    run_cli(
+    train_in_process(
         *TINY,
         *TINY_TASK["mqar"],
         "task.n_train=8",
@@ -189,18 +191,27 @@ MQAR, ICL = TINY_TASK["mqar"], ["task=icl_regression", *TINY_TASK["icl_regressio
         ([*MQAR, "optim.lr=-1"], "optim.lr"),
         ([*MQAR, "normalizer=linear", "normalizer.feature_map=cosine"], "feature_map"),
         ([*MQAR, "normalizer=entmax", "normalizer.alpha=1.0"], "alpha"),
-        ([*MQAR, "trainer.batch_size=6", "accelerator.devices=4"], "divisible by the device count"),
     ],
 )
 def test_bad_override_exits_nonzero_naming_it(tmp_path, overrides, needle):
-    proc = run_cli(*TINY, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
+    proc = train_in_process(*TINY, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
     assert proc.returncode != 0
     assert needle in proc.stderr + proc.stdout
     assert "Traceback" not in proc.stderr
 
 
+def test_a_batch_the_devices_cannot_split_exits_nonzero_naming_it(tmp_path):
+    """In a process of its own: the simulated device count is fixed when JAX starts."""
+    overrides = [*MQAR, "trainer.batch_size=6", "accelerator.devices=4"]
+    proc = run_cli(*TINY, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "divisible by the device count" in proc.stderr + proc.stdout
+    assert "Traceback" not in proc.stderr
+
+
 def test_one_device_equals_four_devices(tmp_path):
-    """The same seed on 1 and 4 simulated CPU devices gives the same loss curve (float tolerance)."""
+    """The same seed on 1 and 4 simulated CPU devices gives the same loss curve (float tolerance); each run in a
+    process of its own, as the device count is fixed when JAX starts."""
     curves = []
     for n in (1, 4):
         run_cli(

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli
+from cli_helpers import TINY, TINY_TASK, events, metrics, train_in_process
 from flax import nnx
 from tensorboard.plugins.hparams import metadata
 from test_configs import compose_train
@@ -44,7 +44,7 @@ def finite_tree(value) -> bool:
 @pytest.mark.parametrize("lr", ["1e5", "1000"])
 def test_huge_learning_rate_ends_diverged_with_finite_records_and_events(tmp_path, lr):
     run_dir = tmp_path / "r"
-    proc = run_cli(*RUN, f"optim.lr={lr}", f"hydra.run.dir={run_dir}", cwd=tmp_path, check=False)
+    proc = train_in_process(*RUN, f"optim.lr={lr}", f"hydra.run.dir={run_dir}", cwd=tmp_path, check=False)
     m = metrics(run_dir)
     assert proc.returncode == exits.DIVERGED, proc.stderr[-2000:]
     assert m["status"] == "diverged" and 1 <= m["diverged"]["step"] <= m["steps"] < 40, m

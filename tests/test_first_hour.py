@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from cli_helpers import CACHE, TINY, TINY_TASK, metrics, run_cli, scalar_curve
+from cli_helpers import CACHE, TINY, TINY_TASK, metrics, scalar_curve, train_in_process
 
 from attnlab import config, exits
 from attnlab.train import LoopConfig
@@ -49,7 +49,7 @@ def test_logged_lr_is_the_applied_schedule_with_its_final_fraction(tmp_path):
     lr, warmup, steps, final = 1e-3, 2, 8, 0.5
     keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.log_every=", "trainer.eval_every="))]
     run_dir = tmp_path / "r"
-    run_cli(
+    train_in_process(
         *keep,
         *TINY_TASK["mqar"],
         f"trainer.steps={steps}",
@@ -79,7 +79,7 @@ def test_auto_eval_every_gives_short_runs_a_val_curve(steps, every):
 
 def test_eval_every_above_steps_warns_in_one_line(tmp_path):
     keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.eval_every="))]
-    proc = run_cli(
+    proc = train_in_process(
         *keep,
         *TINY_TASK["mqar"],
         "trainer.steps=6",
@@ -93,14 +93,14 @@ def test_eval_every_above_steps_warns_in_one_line(tmp_path):
 
 def test_a_short_run_with_the_default_has_a_val_curve(tmp_path):
     keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.eval_every="))]
-    run_cli(*keep, *TINY_TASK["mqar"], "trainer.steps=8", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    train_in_process(*keep, *TINY_TASK["mqar"], "trainer.steps=8", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
     assert [s for s, _ in scalar_curve(tmp_path / "r", "val/loss")] == [2, 4, 6, 8]
 
 
 def test_summary_leads_with_what_ran_and_the_headline_against_its_baselines(tmp_path):
     keep = [o for o in TINY if not o.startswith("model=")]
     run_dir = tmp_path / "r"
-    proc = run_cli(
+    proc = train_in_process(
         *keep, "model=tiny", "task=lm", *TINY_TASK["lm"], "normalizer=linear", f"hydra.run.dir={run_dir}", cwd=tmp_path
     )
     m = metrics(run_dir)
@@ -140,7 +140,7 @@ def test_an_interrupted_run_prints_the_command_that_resumes_it(tmp_path):
     assert len(resume) == 1, out
     argv = shlex.split(resume[0])
     assert argv[0] == "attnlab-train" and f"hydra.run.dir={run_dir}" in argv and "trainer.resume=true" in argv
-    resumed = run_cli(*argv[1:], cwd=tmp_path)  # the printed command, as printed, finishes the run
+    resumed = train_in_process(*argv[1:], cwd=tmp_path)  # the printed command, as printed, finishes the run
     done = metrics(run_dir)
     assert done["status"] == "completed" and done["steps"] == 40 and done["resumed_from"] >= 6
     assert (
@@ -211,7 +211,9 @@ def test_lm_logs_a_continuation_of_the_shown_example_at_each_eval(tmp_path):
     from tensorboard.backend.event_processing.plugin_event_accumulator import EventAccumulator
 
     run_dir = tmp_path / "r"
-    run_cli(*TINY, "task=lm", *TINY_TASK["lm"], "trainer.eval_every=2", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    train_in_process(
+        *TINY, "task=lm", *TINY_TASK["lm"], "trainer.eval_every=2", f"hydra.run.dir={run_dir}", cwd=tmp_path
+    )
     acc = EventAccumulator(str(run_dir))
     acc.Reload()
     events = acc.Tensors("sample/continuation/text_summary")

@@ -13,7 +13,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, run_cli, scalar_curve
+from cli_helpers import TINY, TINY_TASK, scalar_curve, train_in_process
 
 from attnlab import config
 from attnlab.checks import ConfigError
@@ -171,7 +171,7 @@ def test_host_stream_trains_and_resumes_as_the_device_path(tmp_path):
     runs = {}
     for where, budget in (("device", 2**30), ("host-stream", 1000)):
         run_dir = tmp_path / where
-        proc = run_cli(*common, f"task.device_text_bytes={budget}", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+        proc = train_in_process(*common, f"task.device_text_bytes={budget}", f"hydra.run.dir={run_dir}", cwd=tmp_path)
         assert ("train_data: host-stream" in proc.stderr) == (where == "host-stream")
         for seed in (0, 1):
             assert json.loads((run_dir / f"seed{seed}" / "run.json").read_text())["train_data"] == where
@@ -192,7 +192,7 @@ def test_host_stream_trains_and_resumes_as_the_device_path(tmp_path):
     proc.communicate(timeout=300)
     first = json.loads((tmp_path / "resumed" / "seed0" / "metrics.json").read_text())
     assert first["status"] == "interrupted" and 4 <= first["steps"] < 12, first
-    run_cli(*host, "trainer.resume=true", cwd=tmp_path)
+    train_in_process(*host, "trainer.resume=true", cwd=tmp_path)
     runs["resumed"] = [scalar_curve(tmp_path / "resumed" / f"seed{seed}", "train/loss") for seed in (0, 1)]
     for seed in (0, 1):
         device = runs["device"][seed]

@@ -174,10 +174,10 @@ def test_stickbreaking_gradients_match_finite_differences_of_the_reference():
 def test_ssmax_and_stickbreaking_train_without_positions_and_log_their_statistics(tmp_path):
     """The README's example through the real entry point: a hybrid (layer 0 ssmax, layer 1 stick-breaking)
     with model.positional=none; s, the effective β and the leftover mass reach TensorBoard per layer and head."""
-    from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli
+    from cli_helpers import TINY, TINY_TASK, events, metrics, train_in_process
 
     run_dir = tmp_path / "out"
-    run_cli(
+    train_in_process(
         *TINY,
         *TINY_TASK["mqar"],
         "model.layers=2",

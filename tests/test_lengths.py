@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli
+from cli_helpers import TINY, TINY_TASK, events, metrics, train_in_process
 from flax import nnx
 from scipy import stats as sps
 from test_configs import compose_train
@@ -195,7 +195,7 @@ def test_attention_statistics_per_length_are_example_weighted_and_skip_padding()
 def test_a_run_records_each_length_in_metrics_json_and_tensorboard(tmp_path):
     """One real run (tiny MQAR at seq_len 16) with test_lengths=[16,48]: at 16 the ordinary test metrics."""
     run_dir = tmp_path / "run"
-    run_cli(*TINY, *TINY_TASK["mqar"], "task.test_lengths=[16,48]", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    train_in_process(*TINY, *TINY_TASK["mqar"], "task.test_lengths=[16,48]", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     rec = metrics(run_dir)
     final = rec["final"]
     tests = {k.split("/", 1)[1]: v for k, v in final.items() if k.startswith("test/") and k != "test/temperature"}

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, metrics, run_cli
+from cli_helpers import TINY, TINY_TASK, metrics, train_in_process
 
 from attnlab import config
 from attnlab.tasks.lm import corpus
@@ -121,7 +121,7 @@ def test_bad_options_fail_in_one_line(options, needle):
 def test_cli_run_on_a_user_file_records_corpus_and_bits_per_byte(tmp_path):
     root = write_docs(tmp_path / "texts")
     run_dir = tmp_path / "run"
-    run_cli(
+    train_in_process(
         *TINY,
         "task=lm",
         *TINY_TASK["lm"],

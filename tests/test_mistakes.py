@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import train_in_process
 
 
 @pytest.mark.parametrize(
@@ -45,7 +45,7 @@ from cli_helpers import run_cli
 )
 def test_mistake_is_one_line_with_the_fix_and_exit_2(tmp_path, argv, line):
     run_dir = tmp_path / "r"
-    proc = run_cli(
+    proc = train_in_process(
         *argv, "trainer.steps=1", f"hydra.run.dir={run_dir}", f"hydra.sweep.dir={run_dir}", cwd=tmp_path, check=False
     )
     assert proc.returncode == 2, proc.stderr
@@ -56,7 +56,7 @@ def test_mistake_is_one_line_with_the_fix_and_exit_2(tmp_path, argv, line):
 
 def test_a_list_value_is_not_taken_for_a_sweep(tmp_path):
     """Brackets are a list (the hybrid layout), not several values: composition goes on to the model check."""
-    proc = run_cli(
+    proc = train_in_process(
         "model.layer_normalizers=[softmax,bogus]", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False
     )
     assert proc.returncode == 2 and "names unknown normalizer(s) bogus" in proc.stderr, proc.stderr

@@ -519,10 +519,10 @@ def test_cli_writes_the_report(tmp_path, capsys):
 @pytest.mark.slow
 def test_report_of_a_real_tiny_sweep(tmp_path):
     """Two normalizers × two seeds through the real trainer (~2 min on 2 cores), then attnlab-report."""
-    from cli_helpers import TINY, TINY_TASK, run_cli
+    from cli_helpers import TINY, TINY_TASK, train_in_process
 
     sweep = tmp_path / "sweep"
-    run_cli(
+    train_in_process(
         "-m",
         "normalizer=softmax,linear",
         "seed=0,1",

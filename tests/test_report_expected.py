@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from cli_helpers import run_cli
+from cli_helpers import train_in_process
 from omegaconf import OmegaConf
 from test_report import write_run
 
@@ -74,7 +74,7 @@ def test_report_skips_directories_that_hold_no_run(tmp_path, capsys):
 
 
 def test_a_refused_command_leaves_no_directory(tmp_path):
-    proc = run_cli("model=tiny", "model.heads=3", cwd=tmp_path, check=False)
+    proc = train_in_process("model=tiny", "model.heads=3", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "model.heads=3" in proc.stderr
     assert list(tmp_path.iterdir()) == []  # no outputs/<ts>/, not even an empty outputs/
 
@@ -83,6 +83,6 @@ def test_a_refused_resume_keeps_the_directory_it_was_pointed_at(tmp_path):
     run_dir = tmp_path / "old_run"
     run_dir.mkdir()
     (run_dir / "run.json").write_text("{}")
-    proc = run_cli("model=tiny", "trainer.resume=true", f"hydra.run.dir={run_dir}", cwd=tmp_path, check=False)
+    proc = train_in_process("model=tiny", "trainer.resume=true", f"hydra.run.dir={run_dir}", cwd=tmp_path, check=False)
     assert proc.returncode == 2 and "trainer.resume=true" in proc.stderr
     assert (run_dir / "run.json").read_text() == "{}"

@@ -123,13 +123,13 @@ def test_residual_outliers_of_a_planted_outlier_against_float64():
 def test_a_tiny_softpick_lm_run_reports_the_sink_statistics_everywhere(tmp_path):
     """metrics.json (test split and each test length), TensorBoard (train steps and the final test scalars) and
     attnlab-report's metrics all carry them; the sink rate agrees with the per-head first-key weights written."""
-    from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli
+    from cli_helpers import TINY, TINY_TASK, events, metrics, train_in_process
 
     from attnlab.report import cli as report_cli
 
     run_dir = tmp_path / "r"
     overrides = (*TINY, *TINY_TASK["lm"], "normalizer=softpick", "model.layers=2", "task.test_lengths=[32]")
-    run_cli(*overrides, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    train_in_process(*overrides, f"hydra.run.dir={run_dir}", cwd=tmp_path)
     final = metrics(run_dir)["final"]
     stats = ("first_weight", "self_weight", "massive_ratio", "kurtosis", "row_mass", "sink_rate")
     for prefix in ("test/", "test_len/32/"):

@@ -336,10 +336,10 @@ def test_every_task_declares_the_headline_its_short_run_reports(name, tmp_path):
     import json
     import math
 
-    from cli_helpers import TINY, TINY_TASK, run_cli
+    from cli_helpers import TINY, TINY_TASK, train_in_process
 
     run_dir = tmp_path / "run"
-    proc = run_cli(
+    proc = train_in_process(
         *TINY,
         f"task={name}",
         *TINY_TASK[name],

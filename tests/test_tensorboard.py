@@ -17,7 +17,7 @@ import urllib.request
 import numpy as np
 import pytest
 from chromium_pipe import DEEP_TEXT_JS
-from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli
+from cli_helpers import TINY, TINY_TASK, events, metrics, train_in_process
 from matplotlib import colormaps
 from omegaconf import OmegaConf
 from PIL import Image
@@ -40,7 +40,7 @@ EVAL_STEPS = [4]
 def sweep_dir(tmp_path_factory):
     """normalizer=softmax,linear × trainer.vmap_seeds=2 (seeds 0, 1 as seed<k>/ sub-runs), 2 layers of 2 heads."""
     root = tmp_path_factory.mktemp("tb")
-    run_cli(
+    train_in_process(
         "-m",
         f"normalizer={','.join(NORMALIZERS)}",
         *TINY,
@@ -324,7 +324,7 @@ def test_shown_text_is_written_for_a_task_that_decodes_and_only_then(tmp_path):
 
 
 def test_unknown_attn_map_scale_exits_2_naming_the_key(tmp_path):
-    proc = run_cli(
+    proc = train_in_process(
         *TINY,
         *TINY_TASK["mqar"],
         "trainer.attn_map_scale=bright",

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_helpers import TINY, TINY_TASK, run_cli
+from cli_helpers import TINY, TINY_TASK, train_in_process
 from hydra import compose, initialize_config_dir
 
 from attnlab.accelerator import configure
@@ -92,7 +92,7 @@ def test_unknown_accelerator_platform_is_refused():
     ],
 )
 def test_cli_exits_2_with_one_line_before_compiling(tmp_path, overrides, needle):
-    proc = run_cli(*TINY, *MQAR, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
+    proc = train_in_process(*TINY, *MQAR, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.startswith("attnlab: error:")]
     assert len(lines) == 1 and needle in lines[0], proc.stderr
@@ -124,7 +124,7 @@ def test_output_directory_under_a_regular_file_is_one_line_and_exit_2(tmp_path, 
     blocker.write_text("not a directory")
     key = "hydra.run.dir" if mode == "run" else "hydra.sweep.dir"
     flags = [] if mode == "run" else ["-m", "seed=0,1"]
-    proc = run_cli(*flags, *TINY, *MQAR, f"{key}={blocker / 'out'}", cwd=tmp_path, check=False)
+    proc = train_in_process(*flags, *TINY, *MQAR, f"{key}={blocker / 'out'}", cwd=tmp_path, check=False)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert lines == [
@@ -137,7 +137,7 @@ def test_output_directory_under_a_regular_file_is_one_line_and_exit_2(tmp_path, 
 def test_compile_cache_under_a_regular_file_is_one_line_and_exit_2(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("x")
-    proc = run_cli(
+    proc = train_in_process(
         *TINY, *MQAR, f"compile_cache={blocker / 'cache'}", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False
     )
     assert proc.returncode == 2
@@ -151,7 +151,7 @@ def test_gpu_without_a_gpu_says_what_jax_sees_and_how_to_install(tmp_path):
 
     if jax.devices()[0].platform == "gpu":
         pytest.skip("this machine has a GPU")
-    proc = run_cli(
+    proc = train_in_process(
         *[o for o in TINY if not o.startswith("accelerator=")],
         *MQAR,
         "accelerator=gpu",
