@@ -14,8 +14,8 @@ from flax import nnx
 
 from attnlab import config
 from attnlab import normalizers as nz
-from attnlab.attention import rope, rope_parts
 from attnlab.model import Transformer
+from attnlab.model.attention import rope, rope_parts
 from attnlab.testing import ContractViolation, check_normalizer
 from attnlab.testing.normalizer import LAYER_INDEX, mask_setting
 
