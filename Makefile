@@ -64,8 +64,9 @@ $(GPU_PROGRAM)/.installed: pyproject.toml
 	$(GPU_PROGRAM)/bin/python -m pip install --quiet "jax[cuda12]==$$($(GPU_PROGRAM)/bin/python -c 'import jax; print(jax.__version__)')"
 	touch $@
 
+# XLA_FLAGS: scripts/gpu_program.py's DEVICELESS_XLA_FLAGS, set before the suite starts XLA.
 test-gpu-program: $(GPU_PROGRAM)/.installed
-	JAX_PLATFORMS=cpu $(GPU_PROGRAM)/bin/python -m pytest -n 0 -q -m gpu_program --durations=10
+	JAX_PLATFORMS=cpu XLA_FLAGS="$$XLA_FLAGS --xla_gpu_enable_cub_radix_sort=false" $(GPU_PROGRAM)/bin/python -m pytest -n 0 -q -m gpu_program --durations=10
 
 bench: $(STAMP)
 	JAX_PLATFORMS=cpu $(PY) scripts/bench_attention.py

@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import dataclasses
 import itertools
+import os
 import re
 import sys
 import traceback
@@ -34,9 +35,17 @@ from collections import Counter
 from pathlib import Path
 from unittest import mock
 
-import jax
-import numpy as np
-from bench_common import mib, peak_bytes, table, write_section
+# XLA's CUB sort rewriter asks the CUDA runtime for a radix sort's scratch size while it compiles, which fails with no
+# device ("cudaErrorInvalidDevice: invalid device ordinal"); the deviceless compile sorts with XLA's own sort kernel.
+# The logging step sorts (the residual stream's median |x|, for massive_ratio); a run on a GPU keeps CUB. Read when
+# XLA starts: set here before jax is imported for the script, and by `make test-gpu-program` for pytest.
+DEVICELESS_XLA_FLAGS = "--xla_gpu_enable_cub_radix_sort=false"
+if DEVICELESS_XLA_FLAGS not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {DEVICELESS_XLA_FLAGS}".strip()
+
+import jax  # noqa: E402 — after XLA_FLAGS
+import numpy as np  # noqa: E402
+from bench_common import mib, peak_bytes, table, write_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"h100": "h100_sxm.txtpb", "a100": "a100_sxm_80.txtpb"}
