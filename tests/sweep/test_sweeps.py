@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_helpers import TINY, TINY_TASK, metrics, run_cli
+from cli_helpers import TINY, TINY_TASK, metrics, run_cli, train_in_process
 
 from attnlab import exits
 
@@ -28,7 +28,7 @@ def test_failed_job_is_isolated_reported_and_rerun_on_resume(tmp_path):
     blocker = tmp_path / JOBS[2] / "checkpoints"
     blocker.parent.mkdir(parents=True)
     blocker.write_text("not a directory")  # makes job 2 raise inside training
-    proc = run_cli(*SWEEP, f"hydra.sweep.dir={tmp_path}", cwd=tmp_path, check=False)
+    proc = train_in_process(*SWEEP, f"hydra.sweep.dir={tmp_path}", cwd=tmp_path, check=False)
     assert proc.returncode == exits.FAILED
     assert "3 completed" in proc.stderr and "1 failed" in proc.stderr and JOBS[2] in proc.stderr
     failed = metrics(tmp_path / JOBS[2])
@@ -41,7 +41,7 @@ def test_failed_job_is_isolated_reported_and_rerun_on_resume(tmp_path):
     done = {job: (tmp_path / job / "metrics.json").stat().st_mtime_ns for job in JOBS if job != JOBS[2]}
 
     blocker.unlink()
-    proc = run_cli(*SWEEP, f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    proc = train_in_process(*SWEEP, f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
     assert "4 completed" in proc.stderr
     assert proc.stderr.count("already completed with the same config; skipped") == 3
     assert metrics(tmp_path / JOBS[2])["status"] == "completed"
@@ -52,10 +52,10 @@ def test_failed_job_is_isolated_reported_and_rerun_on_resume(tmp_path):
 
 
 def test_changed_config_is_not_skipped(tmp_path):
-    run_cli("-m", "normalizer=softmax", *TINY, *TINY_TASK["mqar"], f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    train_in_process("-m", "normalizer=softmax", *TINY, *TINY_TASK["mqar"], f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
     job = tmp_path / "0"  # nothing swept: the job number alone
     shutil.rmtree(job / "checkpoints")
-    proc = run_cli(
+    proc = train_in_process(
         "-m",
         "normalizer=softmax",
         *TINY,
@@ -138,7 +138,7 @@ def test_vmapped_seeds_equal_separate_runs(tmp_path, devices):
         f"hydra.run.dir={tmp_path / 'v'}",
         cwd=tmp_path,
     )
-    run_cli(*common, "seed=2", f"hydra.run.dir={tmp_path / 'alone'}", cwd=tmp_path)
+    train_in_process(*common, "seed=2", f"hydra.run.dir={tmp_path / 'alone'}", cwd=tmp_path)
     from attnlab.report import load_runs
 
     runs = load_runs(tmp_path / "v")
