@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	JAX_PLATFORMS=cpu $(VENV)/bin/attnlab-train accelerator=cpu
 
-# The real-browser tests (tests/test_tensorboard.py) need Debian's chromium: installed here when absent (CI runs
+# The real-browser tests (tests/board/test_tensorboard.py) need Debian's chromium: installed here when absent (CI runs
 # as root with the package index reachable); where it cannot be, make test stops and says so, never skips them.
 chromium:
 	@command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium) || \

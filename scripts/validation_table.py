@@ -1,7 +1,7 @@
 """Today's validation table, measured: each bad-input case through the real `attnlab-train` entry.
 
-The cases are the test suite's own (tests/test_validation.py BAD, tests/test_fuzz.py FIXED) plus the
-command-line-only ones of tests/test_validation.py and tests/test_cli.py. Each runs in this process
+The cases are the test suite's own (tests/config/test_validation.py BAD, tests/test_fuzz.py FIXED) plus the
+command-line-only ones of tests/config/test_validation.py and tests/test_cli.py. Each runs in this process
 through `cli.train_main` (exit code and the `attnlab: error:` lines it prints); the module that raised
 is read from the traceback of the error that the exit reports.
 

@@ -117,6 +117,16 @@ def train_in_process(*overrides: str, cwd: Path, check: bool = True) -> subproce
     return proc
 
 
+def compose_train(*overrides: str):
+    """configs/train.yaml composed by Hydra's compose API with these overrides (no Hydra node)."""
+    from hydra import compose, initialize_config_dir
+
+    from attnlab.config import registry
+
+    with initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
+        return compose("train", overrides=list(overrides))
+
+
 def metrics(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "metrics.json").read_text())
 

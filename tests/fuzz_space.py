@@ -13,11 +13,18 @@ import math
 import re
 
 import yaml
+from cli_helpers import TINY
+from hydra import compose, initialize_config_dir
+from hydra.errors import HydraException
 from hypothesis import strategies as st
+from omegaconf.errors import OmegaConfBaseException
 
-from attnlab.config import registry
+from attnlab import accelerator, checks, cli
+from attnlab.config import composition, registry
 
 RESERVED = ("_target_", "_partial_", "defaults")
+# Base: the CLI tests' tiny run, in-process (no compile cache flag, no accelerator=cpu: drawn like the rest).
+BASE = [o for o in TINY if not o.startswith(("compile_cache=", "accelerator="))]
 
 
 def groups() -> list[str]:
@@ -106,3 +113,26 @@ def option_override(draw, group: str, key: str, default, wrong_weight: float = 0
     value = draw(st.sampled_from(WRONG if wrong else near(default, key)))
     prefix = f"{group}." if group else ""
     return f"{prefix}{key}={value}"
+
+
+def outcome(overrides: list[str]):
+    """('refused', message) | ('accepted', (cfg, build result)) | ('bug', exception), as the CLI would see it."""
+    try:
+        with initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
+            cfg = compose("train", overrides=[*BASE, *overrides], return_hydra_config=True)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:  # the CLI's compose_or_exit
+        return "refused", composition.one_line(exc)
+    choices = dict(cfg.hydra.runtime.choices)
+    try:
+        a = cfg.accelerator
+        accelerator.check_options(
+            a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction, a.distributed, a.dtype
+        )
+        if a.platform not in ("auto", "cpu"):
+            accelerator.check_platform(a.platform)
+        built = cli.build(cfg, choices.get("head") or cfg.task.default_head)
+    except checks.ConfigError as exc:  # cli.run prints these as one line, exit 2; anything else is a bug
+        return "refused", str(exc)
+    except Exception as exc:  # noqa: BLE001 - anything else is what the fuzzer hunts
+        return "bug", exc
+    return "accepted", (cfg, built)

@@ -15,7 +15,7 @@ from cli_helpers import TINY, TINY_TASK, metrics, run_cli
 
 from attnlab import exits
 
-# squared attention without eps at lr 1e6: non-finite from the first steps (tests/test_reliability.py).
+# squared attention without eps at lr 1e6: non-finite from the first steps (tests/train/test_reliability.py).
 DIVERGE = [
     *TINY,
     *TINY_TASK["mqar"],

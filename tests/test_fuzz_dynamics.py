@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 from cli_helpers import CACHE, TINY_TASK, events
+from fuzz_space import BASE, outcome
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_fuzz import BASE, outcome
 
 from attnlab import cli
 from attnlab.config import registry
@@ -92,7 +92,7 @@ def test_fuzzed_dynamics_end_completed_with_finite_metrics_or_diverged(tmp_path_
     assert sum(seen.values()) == 2
 
 
-@pytest.mark.slow  # the same cases run through the CLI in test_divergence.py and test_reliability.py
+@pytest.mark.slow  # the same cases run through the CLI in train/test_divergence.py and train/test_reliability.py
 def test_huge_learning_rates_and_eps0_squared_diverge(tmp_path_factory):
     """The held-out corner cases: a huge rate under softmax, eps=0 squared attention at a huge rate."""
     for extra in (["optim.lr=1e5"], ["normalizer=squared", "normalizer.eps=0", "optim.lr=1e6"]):

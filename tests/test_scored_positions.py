@@ -6,9 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_helpers import TINY_TASK
+from cli_helpers import TINY_TASK, compose_train
 from flax import nnx
-from test_configs import compose_train
 
 from attnlab import config
 from attnlab.cli import build

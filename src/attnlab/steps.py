@@ -160,7 +160,7 @@ def make_train_step(
     state = {params, rest (non-trainable variables), opt_state, step, key (raw key data), nonfinite,
     first_nonfinite}; several seeds train as one compiled program (trainer.vmap_seeds). Logging steps
     run this same program: their statistics come from `make_stats_step`, which never feeds the update,
-    so the parameters do not depend on trainer.log_every (tests/test_train_phases.py). `data` is shared by the
+    so the parameters do not depend on trainer.log_every (tests/train/test_phases.py). `data` is shared by the
     seeds (data_axis None) or, from the host stream, one batch of windows per seed (data_axis 0).
     """
     sample = batch_sampler(batch_size, batch_sharding)

@@ -100,7 +100,7 @@ def block_mean(map_NTS: np.ndarray, max_side: int = MAX_SIDE) -> tuple[np.ndarra
 class Figures:
     """One figure per layer, kept and drawn again with the next eval step's map: its layout is solved once
     (constrained layout was ~60% of a drawing), and a redrawn figure's pixels equal a fresh figure's
-    (tests/test_tensorboard.py). Used from one thread (the writer's Background)."""
+    (tests/board/test_tensorboard.py). Used from one thread (the writer's Background)."""
 
     def __init__(self):
         self.figures: dict = {}  # (layer, head) -> (figure, its images, its suptitle, what fixes its layout)

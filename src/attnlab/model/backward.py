@@ -10,7 +10,7 @@ matmuls instead: the default model's MLP forward+backward takes 11 ms of CPU tim
 
 GELU (tanh form, as jax.nn.gelu): autodiff keeps tanh and its products and walks the (B,T,4D)
 activation in four fusions; the closed-form derivative recomputed in the backward needs two.
-tests/test_model_equivalence.py pins both against plain autodiff.
+tests/model/test_reference.py pins both against plain autodiff.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ def take_rows(table_VD, ids, dtype):
 
     Autodiff scatter-adds the cotangent in the compute dtype: in bfloat16 a frequent token's row sums thousands of
     updates at 8 significant bits (8192 bytes of the shipped lm text: 4% of the largest entry off the exact sum,
-    tests/test_model_equivalence.py). On an H100 that bfloat16 scatter also took 58-63 ms of the 65-74 ms
+    tests/model/test_reference.py). On an H100 that bfloat16 scatter also took 58-63 ms of the 65-74 ms
     model=base lm step (BENCHMARKS.md); the float32 one has not been timed there. In float32 runs this is
     autodiff's scatter itself."""
     return jnp.take(table_VD.astype(dtype), ids, axis=0)

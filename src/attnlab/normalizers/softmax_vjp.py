@@ -7,7 +7,7 @@ al. 2022, eq. in Alg. 2): with P the weights, O = PV and G = dL/dO,
     dV = PᵀG,  dP = GVᵀ,  dX = P∘(dP − rowsum(G∘O)),  dQ = β·dX·K,  dK = β·dXᵀ·Q,  dβ = Σ Q∘(dX·K),
 
 X = βz the logits (the last identity avoids keeping z: Σₛ dXₜₛ zₜₛ = qₜ·Σₛ dXₜₛ kₛ). The same
-function, so the same numbers up to float rounding (tests/test_normalizers_grad.py checks the
+function, so the same numbers up to float rounding (tests/normalizers/test_gradients.py checks the
 gradients against the float64 references).
 """
 

@@ -33,9 +33,9 @@ def signals_held(method):
     """Run `method` with SIGINT/SIGTERM held, then re-send the first one that came.
 
     For work a KeyboardInterrupt must not break into: orbax's asyncio machinery left its threads printing
-    "Event loop is closed" tracebacks at exit (found by tests/test_sweep_soak.py), and jaxlib's start-up runs
+    "Event loop is closed" tracebacks at exit (found by tests/sweep/test_signals.py), and jaxlib's start-up runs
     Python called from C++ (its MLIR initialisation), where the exception aborted the process (found by
-    tests/test_reliability.py's soak). The work is short, so the signal waits for it and then reaches whatever
+    tests/train/test_reliability.py's soak). The work is short, so the signal waits for it and then reaches whatever
     handler was installed (train.StopRequest, the sweep's).
     """
 

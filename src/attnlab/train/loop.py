@@ -100,7 +100,7 @@ def compile_steps(
     """The train step and the statistics program compiled ahead of time (`shape`: their shared options).
 
     A logging step runs the statistics program on the state before the step, then the same train step
-    as every other step: logging never changes the parameters (tests/test_train_phases.py). Each step takes
+    as every other step: logging never changes the parameters (tests/train/test_phases.py). Each step takes
     `data.next()` (attnlab.tasks.batches): resident data is itself; streamed data (train_data: host-stream)
     is the step's own batch of windows, one per seed, read once per step by both programs of a logging step.
     """

@@ -1,0 +1,135 @@
+"""A user's own components through the search path: examples/capped's normalizer, task and head, composed from
+its config directory the way `--config-dir` adds it, and the refusals of a `_target_` that is no component."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from cli_helpers import TINY_TASK
+from flax import nnx
+from hydra import compose, initialize_config_dir
+
+from attnlab import config
+from attnlab import normalizers as nz
+from attnlab.checks import ConfigError
+from attnlab.cli import build
+from attnlab.config import composition, construct, registry
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "capped"
+USER_CONFIGS = EXAMPLE / "configs"
+
+
+@pytest.fixture
+def user_project(monkeypatch):
+    """examples/capped importable and its configs/ on the search path, as `--config-dir` puts it there."""
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    registry.use([str(USER_CONFIGS)])
+    yield USER_CONFIGS
+    registry.use()
+
+
+def test_a_user_config_dir_adds_a_choice_to_every_group_it_names(user_project):
+    assert "capped" in registry.choices("normalizer") and "softmax" in registry.choices("normalizer")
+    assert "majority" in registry.choices("task") and "smoothed_ce" in registry.choices("head")
+    assert registry.load("normalizer", "capped")["_target_"] == "capped.CappedSoftmax"
+    registry.use()
+    assert "capped" not in registry.choices("normalizer")  # nothing is left behind for the next lookup
+
+
+def test_the_did_you_mean_and_the_allowed_list_see_the_users_choices(user_project, capsys):
+    with pytest.raises(SystemExit) as refused:
+        composition.compose_or_exit(["--config-dir", str(user_project), "normalizer=capeed"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("attnlab: error: normalizer=capeed unknown (did you mean capped?); allowed: capped, ")
+
+
+def test_a_missing_config_dir_is_one_line(capsys, tmp_path):
+    with pytest.raises(SystemExit) as refused:
+        composition.compose_or_exit(["--config-dir", str(tmp_path / "nowhere"), "normalizer=softmax"])
+    assert refused.value.code == 2
+    assert (
+        capsys.readouterr().err.strip() == f"attnlab: error: --config-dir '{tmp_path / 'nowhere'}': no such directory"
+    )
+
+
+def test_capped_softmax_matches_its_float64_reference_and_softmax_without_a_cap(user_project):
+    rng = np.random.default_rng(0)
+    q_BNTH, k_BNSH = (rng.normal(size=(2, 3, 6, 5)).astype(np.float32) for _ in range(2))
+    valid_BS = np.ones((2, 6), bool)
+    valid_BS[1, 4:] = False
+    mask = nz.Mask(key_valid_BS=valid_BS, causal=True)
+    capped = config.normalizer("capped", num_heads=3, head_dim=5, cap=0.7, beta=2.0)
+    admissible_BTS = np.asarray(mask.matrix_B1TS(6, 6))[:, 0]
+    reference_BNTS = capped.reference(q_BNTH, k_BNSH, admissible_BTS)[0]
+    np.testing.assert_allclose(capped.weights(q_BNTH, k_BNSH, mask), reference_BNTS, atol=2e-6)
+    # |logit| < c bounds a row's largest weight by e^c / (e^c + (n − 1)·e^−c) over its n keys; softmax exceeds it
+    n_B1T1 = admissible_BTS.sum(-1)[:, None, :, None]
+    bound_B1T1 = np.exp(0.7) / (np.exp(0.7) + (n_B1T1 - 1) * np.exp(-0.7))
+    assert (reference_BNTS.max(-1, keepdims=True) <= bound_B1T1 + 1e-12).all()
+    softmax = config.normalizer("softmax", num_heads=3, head_dim=5, beta=2.0)
+    softmax_BNTS = np.asarray(softmax.weights(q_BNTH, k_BNSH, mask))
+    assert (softmax_BNTS.max(-1, keepdims=True) > bound_B1T1 + 0.05).any()
+    uncapped = config.normalizer("capped", num_heads=3, head_dim=5, cap=1e6, beta=2.0)
+    np.testing.assert_allclose(uncapped.weights(q_BNTH, k_BNSH, mask), softmax_BNTS, atol=1e-6)
+
+
+def test_model_layer_normalizers_takes_a_users_normalizer(user_project):
+    with initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                "model=tiny",
+                "model.layers=2",
+                "model.layer_normalizers=[capped,softmax]",
+                *TINY_TASK["mqar"],
+                f"hydra.searchpath=[file://{user_project}]",
+            ],
+        )
+    body = build(cfg, "softmax_ce", "softmax")[1][0].body
+    kinds = [type(block.attn.normalizer).__name__ for block in body.blocks]
+    assert kinds == ["CappedSoftmax", "Softmax"]
+
+
+def test_a_users_task_and_head_are_built_and_checked_like_attnlabs(user_project):
+    task = config.task("majority", n_train=64, n_val=16, n_test=16)
+    for split in task.splits.values():  # the label is the majority of the bits, computed here independently
+        np.testing.assert_array_equal(split.targets, (split.inputs.sum(-1) > task.seq_len / 2).astype(np.int32))
+    assert config.head_kind("smoothed_ce") == "classification"
+    with pytest.raises(ConfigError, match=r"^head=smoothed_ce serves classification, but task t is regression; "):
+        config.check_head_serves("smoothed_ce", "regression", "t")
+    with pytest.raises(ConfigError, match=r"^task\.length=4 is invalid; allowed: an odd integer"):
+        config.task("majority", length=4)
+
+
+def test_a_target_that_is_no_component_is_refused_before_it_is_called(monkeypatch):
+    called = []
+    monkeypatch.setattr(os, "system", lambda *a: called.append(a))
+    with pytest.raises(ConfigError, match=r"^normalizer _target_ 'os.system' refused \(a function\): a normalizer "):
+        construct.build("normalizer", {"_target_": "os.system", "command": "touch /tmp/x"}, deferred=("num_heads",))
+    with pytest.raises(ConfigError, match=r"^task _target_ 'attnlab.normalizers.Softmax' refused \(class Softmax\)"):
+        construct.build("task", {"_target_": "attnlab.normalizers.Softmax"})
+    assert called == []
+
+
+def test_a_target_whose_module_fails_to_import_names_the_module_and_its_error(monkeypatch, tmp_path):
+    (tmp_path / "needs_a_gpu.py").write_text("raise RuntimeError('no CUDA device\\nfound')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError) as refused:
+        construct.build("normalizer", {"_target_": "needs_a_gpu.Fast"}, deferred=("num_heads",))
+    assert str(refused.value) == (
+        "normalizer _target_ 'needs_a_gpu.Fast': module 'needs_a_gpu' failed to import: "
+        "RuntimeError: no CUDA device found"
+    )
+
+
+def test_a_normalizer_no_yaml_names_is_named_by_its_class():
+    made = nz.Softmax(num_heads=2, head_dim=4, rngs=nnx.Rngs(0), impl="cudnn")
+    with pytest.raises(ConfigError, match=r"^normalizer\.impl=cudnn cannot run for Softmax: platform cpu"):
+        made.choose_backend(8, 8, nz.Mask(causal=True), np.float32, nz.base.Workload(1, 2))
+    built = config.normalizer("softmax", num_heads=2, head_dim=4, impl="cudnn")
+    with pytest.raises(ConfigError, match=r"^normalizer\.impl=cudnn cannot run for softmax: platform cpu"):
+        built.choose_backend(8, 8, nz.Mask(causal=True), np.float32, nz.base.Workload(1, 2))
