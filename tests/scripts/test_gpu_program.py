@@ -182,12 +182,13 @@ def test_plain_softmax_step_against_the_reference_with_its_math(programs):
 
 
 def test_logging_softmax_step_stays_within_its_measured_ratios_to_the_plain_step(programs):
-    """The logging step (statistics program + plain step) within 1.5× the plain step's kernels and bytes (measured
-    1.43× and 1.49×, BENCHMARKS.md): the sampled-row statistics read the scores without writing the weights."""
+    """The logging step (statistics program + plain step) within 1.75× the plain step's kernels and bytes (measured
+    1.67× and 1.67× with the sink statistics, 1.43× and 1.49× without; BENCHMARKS.md): the sampled-row statistics
+    read the scores without writing the weights."""
     p = programs("softmax", full=FULL)
     logging = p["stats"] + p["plain"]
     ratios = {"kernels": logging.kernels / p["plain"].kernels, "bytes": logging.gbytes / p["plain"].gbytes}
-    assert ratios["kernels"] <= 1.5 and ratios["bytes"] <= 1.5, ratios
+    assert ratios["kernels"] <= 1.75 and ratios["bytes"] <= 1.75, ratios
 
 
 def test_the_embedding_gradient_is_scatter_added_in_float32_where_the_reference_adds_bfloat16(programs):
