@@ -73,6 +73,8 @@ def train_in_process(*overrides: str, cwd: Path, check: bool = True) -> subproce
     function), stdout and stderr captured: what `run_cli` checks, without a process's start-up (a fresh import of
     jax, and its compilations held in memory); for tests where starting a process is not what is tested. The
     process-wide state a run sets (signal handlers, the search path, the precision, logging) is restored after."""
+    from hydra.core.global_hydra import GlobalHydra
+
     from attnlab import cli
     from attnlab.config import registry
     from attnlab.sweep import signals
@@ -86,6 +88,9 @@ def train_in_process(*overrides: str, cwd: Path, check: bool = True) -> subproce
     # (logging.shutdown over logging._handlerList), pytest's log-capturing file handler among them: hidden here.
     handlers_made = logging._handlerList[:]
     del logging._handlerList[:]
+    # A test may hold Hydra's compose API open (initialize_config_dir), whose global state a run refuses to share.
+    composing = GlobalHydra.instance().hydra
+    GlobalHydra.instance().clear()
     out, err = io.StringIO(), io.StringIO()
     sys.argv = ["attnlab-train", *overrides]
     os.chdir(cwd)
@@ -111,6 +116,7 @@ def train_in_process(*overrides: str, cwd: Path, check: bool = True) -> subproce
         root.handlers[:], _ = saved_logging
         root.setLevel(saved_logging[1])
         logging._handlerList[:0] = handlers_made
+        GlobalHydra.instance().hydra = composing
     proc = subprocess.CompletedProcess(sys.argv, code, out.getvalue(), err.getvalue())
     if check and code != 0:
         raise AssertionError(f"exit {code}\nSTDOUT:\n{proc.stdout[-3000:]}\nSTDERR:\n{proc.stderr[-3000:]}")

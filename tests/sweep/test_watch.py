@@ -142,7 +142,9 @@ def test_report_on_a_running_sweep_says_what_is_done_and_what_still_runs(tmp_pat
         out = report.stdout
         assert "1 of 2 runs completed; missing: 1_trainer.steps=5000 (incomplete)." in out
         line = next(t for t in out.splitlines() if t.startswith("- 1_trainer.steps=5000: "))
-        step = int(re.search(r"running: step (\d+)/5000, train loss [\d.]+ \(last written \d+ s ago\)", line).group(1))
+        step = int(
+            re.search(r"running: step (\d+)/5000, train loss [\d.]+ \(last written \d+ (s|min) ago\)", line).group(1)
+        )
         assert step in scalar_steps(second)  # a step the job had logged when the report read it
         assert "## Still running" in out and out.index("## Still running") < out.index("## Verdict")
     finally:
