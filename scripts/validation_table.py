@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "config")]  # the helpers; test_validation
 
 from cli_helpers import TINY, TINY_TASK  # noqa: E402
 from test_fuzz import FIXED  # noqa: E402
