@@ -147,21 +147,21 @@ class MultiHeadAttention(nnx.Module):
             q, k = (rope_parts(x, pos_T, self.normalizer.qk_split) for x in (q, k))
         return q, k, v
 
+    def layer_input(self, x_BTD) -> dict:
+        """The keyword a normalizer that `takes_layer_input` is given (its gates projected from x); {} otherwise."""
+        return {"layer_input_BTD": x_BTD} if self.normalizer.takes_layer_input else {}
+
     def weights(self, x_BTD, mask: Mask):
         """The explicit (B,N,T,S) attention matrix of this layer."""
         q, k, _ = self.heads(x_BTD, mask)
-        if self.normalizer.takes_layer_input:
-            return self.normalizer.weights(q, k, mask, layer_input_BTD=x_BTD)
-        return self.normalizer.weights(q, k, mask)
+        return self.normalizer.weights(q, k, mask, **self.layer_input(x_BTD))
 
     def __call__(self, x_BTD, mask: Mask, *, with_stats=False, score_probe_BNTS=None, training=False):
         B, T, _ = x_BTD.shape
         q, k, v = self.heads(x_BTD, mask)
-        kwargs = {} if score_probe_BNTS is None else {"score_probe_BNTS": score_probe_BNTS}
+        kwargs = self.layer_input(x_BTD) | ({} if score_probe_BNTS is None else {"score_probe_BNTS": score_probe_BNTS})
         if self.normalizer.mode_dependent:
             kwargs["training"] = training
-        if self.normalizer.takes_layer_input:
-            kwargs["layer_input_BTD"] = x_BTD
         o_BNTH, stats = self.normalizer(q, k, v, mask, with_stats=with_stats, **kwargs)
         if self.output_gate != "none":
             o_BNTH, gate_stats = self.gated(o_BNTH, x_BTD, mask, with_stats)
