@@ -16,8 +16,8 @@ from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.model import Transformer
 from attnlab.model.attention import rope, rope_parts
-from attnlab.testing import ContractViolation, check_normalizer
-from attnlab.testing.normalizer import LAYER_INDEX, mask_setting
+from attnlab.testing import ContractViolation, check_normalizer, mask_setting
+from attnlab.testing.normalizer import LAYER_INDEX
 
 pytestmark = pytest.mark.numerics
 

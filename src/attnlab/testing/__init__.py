@@ -11,7 +11,8 @@ every shipped one): each raises `ContractViolation`, one line naming the broken 
 from __future__ import annotations
 
 from .head import check_head
-from .normalizer import IMPL_SETTINGS, MASK_SETTINGS, check_normalizer, mask_setting
+from .normalizer import check_normalizer
+from .settings import IMPL_SETTINGS, MASK_SETTINGS, mask_setting
 from .task import check_task
 from .violation import ContractViolation
 
