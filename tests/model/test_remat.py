@@ -62,7 +62,10 @@ def test_remat_gives_the_same_loss_gradients_and_statistics(names):
         for (path, g), (_, r) in zip(
             jax.tree_util.tree_leaves_with_path(grads), jax.tree_util.tree_leaves_with_path(ref_grads)
         ):
-            np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-5, atol=1e-6, err_msg=f"{remat} {path}")
+            r = np.asarray(r)  # float32 rounding of a recomputation, at the scale of the leaf's largest entry
+            np.testing.assert_allclose(
+                np.asarray(g), r, rtol=1e-5, atol=1e-5 * np.abs(r).max(), err_msg=f"{remat} {path}"
+            )
         assert stats.keys() == ref_stats.keys()
         for k in stats:
             np.testing.assert_allclose(np.asarray(stats[k]), np.asarray(ref_stats[k]), rtol=1e-5, err_msg=k)
