@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-slow test-numerics test-newest test-gpu-program bench clean chromium
+.PHONY: run test test-long test-slow test-numerics test-newest test-gpu-program bench clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ test: $(STAMP) chromium
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	JAX_PLATFORMS=cpu $(TEST_XLA_FLAGS) $(PY) -m pytest -n 2 -q --durations=15
+
+# The end-to-end runs that would take the default suite past ten minutes; CI runs them after it (.ci/run).
+test-long: $(STAMP)
+	JAX_PLATFORMS=cpu $(TEST_XLA_FLAGS) $(PY) -m pytest -n 2 -q -m long --durations=10
 
 test-slow: $(STAMP)
 	JAX_PLATFORMS=cpu $(TEST_XLA_FLAGS) $(PY) -m pytest -n 2 -q -m slow

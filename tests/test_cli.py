@@ -40,8 +40,9 @@ def sweep(tmp_path, task, normalizers, head_names):
 @pytest.mark.parametrize(
     "task, normalizers, head_names",
     [
-        ("mqar", NORMALIZERS[: len(NORMALIZERS) // 2], ["softmax_ce"]),  # two halves balance the xdist workers
-        ("mqar", NORMALIZERS[len(NORMALIZERS) // 2 :], ["softmax_ce"]),
+        # every normalizer (~70 s a half at -O0): `long`; two halves balance the xdist workers
+        pytest.param("mqar", NORMALIZERS[: len(NORMALIZERS) // 2], ["softmax_ce"], marks=pytest.mark.long),
+        pytest.param("mqar", NORMALIZERS[len(NORMALIZERS) // 2 :], ["softmax_ce"], marks=pytest.mark.long),
         ("mqar", ["softmax", "linear"], ["scores_mse"]),
         ("icl_regression", ["softmax", "squared"], ["mse", "hlgauss"]),
     ],

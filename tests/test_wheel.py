@@ -147,6 +147,7 @@ USER_SWEEP = [
 ]
 
 
+@pytest.mark.long  # ~90 s: a wheel, a fresh venv and five commands, each a cold start
 def test_a_user_project_installed_beside_the_wheel_checks_trains_sweeps_and_reports(wheel_venv, tmp_path):
     """examples/capped installed into the wheel's venv; from an empty directory with its configs as `--config-dir`:
     attnlab-check passes it and fails a leaky variant naming padding; basic and joblib sweeps against softmax;

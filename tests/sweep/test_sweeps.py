@@ -77,7 +77,11 @@ LAUNCHERS = {
 }
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
+# Hydra's own launcher in the default suite; joblib's and submitit's (their jobs in processes of their own, ~45 s
+# each) under `long`.
+@pytest.mark.parametrize(
+    "launcher", [pytest.param(name, marks=[pytest.mark.long] if name != "basic" else []) for name in LAUNCHERS]
+)
 def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothing_left_to_do(tmp_path, launcher):
     """The jobs land in the one directory the sweep prints, named by the swept key only; the printed report
     command reads them; the resume command skips the completed job and resumes the other from its checkpoint;
@@ -125,7 +129,7 @@ def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothin
     assert "unfinished" not in again.stderr and "report" not in again.stderr.replace("attnlab-report", "")
 
 
-@pytest.mark.parametrize("devices", [1, 3])
+@pytest.mark.parametrize("devices", [1, pytest.param(3, marks=pytest.mark.long)])  # 3: a process of 3 CPU devices
 def test_vmapped_seeds_equal_separate_runs(tmp_path, devices):
     """trainer.vmap_seeds=3 writes 3 ordinary runs, each equal (float tolerance) to that seed run alone;
     on 3 devices each device trains one seed."""

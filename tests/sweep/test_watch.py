@@ -14,6 +14,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 from cli_helpers import TINY, TINY_TASK, metrics, run_cli, scalar_curve
 from scipy import stats
 
@@ -21,6 +22,7 @@ QUIET = "trainer.progress=none"
 WATCHED = [o for o in TINY if o != QUIET]  # the sweep's own progress mode: lines, labelled
 
 
+@pytest.mark.long  # ~35 s: a joblib sweep, its jobs in their own processes
 def test_joblib_jobs_print_labelled_progress_and_records_say_if_they_settled(tmp_path):
     steps = ["trainer.steps=8", "trainer.log_every=2", "trainer.eval_every=2", "trainer.vmap_seeds=3"]
     proc = run_cli(

@@ -110,6 +110,7 @@ def _stop_then_resume(run_dir: Path, victim: int, sig: int) -> list[tuple[int, s
     return first
 
 
+@pytest.mark.long  # ~50 s: two processes trained, signalled, then resumed
 def test_two_processes_train_the_one_process_run_and_stop_together_for_a_signal_to_either(tmp_path, one_process):
     """SIGTERM (`kill`) to process 1 alone: both processes checkpoint at the same step and exit 130; the resumed
     run then equals the one-process run."""
