@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from attnlab.run.convergence import at_plateaus
+from attnlab.run.convergence import SOLVED_GAP, at_plateaus
 from attnlab.run.summary import opening_lines
 from attnlab.sweep.summary import job_line
 
@@ -42,10 +42,17 @@ def test_a_job_line_counts_the_seeds_that_have_not_settled(tmp_path):
     job = tmp_path / "2_normalizer=linear"
     job.mkdir()
     (job / "seeds.json").write_text("{}")
-    for seed, (acc, conv) in enumerate([(0.27, FALLING), (0.26, FLAT), (0.99, FALLING)]):
+    for seed, (acc, conv) in enumerate([(0.27, FALLING), (0.26, FLAT), (0.9, FALLING)]):
         (job / f"seed{seed}").mkdir()
         (job / f"seed{seed}" / "metrics.json").write_text(json.dumps(record(acc, conv, job / f"seed{seed}")))
     assert job_line(job, 12.0) == (
-        "job 2_normalizer=linear: 3 completed  test/accuracy 0.5067 (mean of 3 seeds)  12.0s  "
+        "job 2_normalizer=linear: 3 completed  test/accuracy 0.4767 (mean of 3 seeds)  12.0s  "
         "warning: not converged (2 of 3 seeds); at plateau: test/accuracy ≈ 1/pairs 0.25 (2 of 3 seeds)"
     )
+
+
+def test_a_solved_run_is_settled_while_its_loss_still_falls(tmp_path):
+    """Test accuracy within SOLVED_GAP of 1: its falling cross-entropy is right answers growing surer, not learning."""
+    assert not any(t.startswith("warning:") for t in opening_lines(record(1 - SOLVED_GAP, FALLING, tmp_path)))
+    lines = opening_lines(record(1 - 2 * SOLVED_GAP, FALLING, tmp_path))
+    assert lines[2] == "warning: not converged (val loss fell 4.1% over steps 200–400)"

@@ -12,6 +12,7 @@ from attnlab.report import stats
 from attnlab.report.load import LR, Run, drifted_keys, same_value, sort_key, varying_keys
 from attnlab.report.stats import Stat
 from attnlab.run.chance import lower_threshold
+from attnlab.run.convergence import still_learning
 from attnlab.run.record import STATUSES  # always counted; others (interrupted, incomplete) when present
 
 
@@ -48,8 +49,8 @@ class Cell:
         return [r for r in self.done() if any(p.get("at") for rows in r.plateaus.values() for p in rows)]
 
     def still_falling(self) -> list[Run]:
-        """Completed runs whose val loss was still falling at the end (attnlab.run.convergence.still_falling)."""
-        return [r for r in self.done() if r.convergence.get("val_loss_falling")]
+        """Completed runs still learning at the end: val loss falling, task not solved (convergence.still_learning)."""
+        return [r for r in self.done() if still_learning(r.convergence, r.final)]
 
     def unsettled(self) -> bool:
         """Whether at least half the cell's completed runs sit at a plateau or were still learning: its numbers say

@@ -5,7 +5,9 @@ else the last MIN_EVALS of the run) are fitted with a least-squares line; the lo
 drops by more than FALLING_DROP (1%) of the window's mean val loss across the window. Half, not a last tenth: the
 default cadence (trainer.eval_every = steps // 4) gives four evaluations, so a shorter window holds too few points
 for a slope; 1%, because a smaller change moves no reported metric in its third significant figure. A line, not the
-last two points, so that one noisy evaluation neither hides nor fakes a trend.
+last two points, so that one noisy evaluation neither hides nor fakes a trend. A run that has solved its task (test
+accuracy within SOLVED_GAP of 1) is settled although its val loss falls: a cross-entropy keeps falling as right answers
+grow surer (0.002 to 0.001 nats is a 50% drop) while no reported metric moves.
 
 At a plateau: a task declares the values its metric sits at before the model has learnt the task (Task.plateaus:
 MQAR's 1/pairs accuracy of a model that finds the context's values but not which one a query asks for; a language
@@ -26,6 +28,7 @@ from attnlab.run.events import read_scalars
 MIN_EVALS = 3
 FALLING_DROP = 0.01
 PLATEAU_BAND = 0.1
+SOLVED_GAP = 0.01  # one unit in the last figure the report prints for an accuracy, as its equivalence margin
 # The best value of a metric, by name ending: the band around a plateau is a fraction of the distance to it.
 BEST = {"accuracy": 1.0, "bits_per_byte": 0.0, "loss": 0.0, "nll": 0.0, "mse": 0.0, "perplexity": 1.0}
 RULE = (
@@ -53,6 +56,13 @@ def still_falling(curve: dict[int, float], total_steps: int) -> dict:
         "evals": len(window),
         "relative_drop": float(drop),
     }
+
+
+def still_learning(convergence: dict, final: dict) -> bool:
+    """Whether a run's val loss was still falling at the end (`still_falling`) and its task is not solved yet."""
+    accuracy = final.get("test/accuracy")
+    solved = isinstance(accuracy, (int, float)) and accuracy >= 1 - SOLVED_GAP
+    return bool(convergence.get("val_loss_falling")) and not solved
 
 
 def band(metric: str, plateau: float) -> tuple[float, float]:
@@ -86,7 +96,7 @@ def describe(record: dict) -> str:
     """`not converged (val loss fell 4.1% over steps 200–400)`, `at plateau test/accuracy 1/pairs 0.25`, or ''."""
     parts = []
     conv = record.get("convergence") or {}
-    if conv.get("val_loss_falling"):
+    if still_learning(conv, record.get("final") or {}):
         lo, hi = conv["window"]
         parts.append(f"not converged (val loss fell {conv['relative_drop']:.1%} over steps {lo}–{hi})")
     for metric, rows in (record.get("plateaus") or {}).items():
