@@ -61,7 +61,7 @@ def still_falling(curve: dict[int, float], total_steps: int) -> dict:
 def still_learning(convergence: dict, final: dict) -> bool:
     """Whether a run's val loss was still falling at the end (`still_falling`) and its task is not solved yet."""
     accuracy = final.get("test/accuracy")
-    solved = isinstance(accuracy, (int, float)) and accuracy >= 1 - SOLVED_GAP
+    solved = isinstance(accuracy, (int, float)) and accuracy >= BEST["accuracy"] - SOLVED_GAP
     return bool(convergence.get("val_loss_falling")) and not solved
 
 
