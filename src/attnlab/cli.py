@@ -37,7 +37,8 @@ _require = checks.require
 
 def validate(cfg: DictConfig, device_count: int) -> None:
     """Checks that span groups (seeds × devices, seed range) and the top-level keys, before any object; each
-    group's own keys and values are checked by construct.build and its component when `build` constructs it."""
+    group's own keys and values are checked by construct.build and its component when `build` constructs it, the
+    task's default head once the task is built."""
     from attnlab.accelerator import seeds_over_devices
 
     t = cfg.trainer
@@ -51,7 +52,6 @@ def validate(cfg: DictConfig, device_count: int) -> None:
         checks.is_int(cfg.seed) and 0 <= cfg.seed < 2**31 - t.vmap_seeds,
         f"seed={cfg.seed!r} is invalid; allowed: an integer in [0, 2^31 - trainer.vmap_seeds)",
     )
-    checks.choice("task.default_head", cfg.task.get("default_head"), registry.choices("head"))
     composition.no_unknown_keys(cfg)
 
 
@@ -89,10 +89,10 @@ def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> lis
     ]
 
 
-def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
+def build(cfg: DictConfig, head_name: str | None, normalizer_name: str | None = None, task_name: str | None = None):
     """task, nets (one per seed of trainer.vmap_seeds), optimizer and loop config; ConfigError on bad input.
     Every group goes through `construct.build`; the given arguments are what follows from another group or the
-    machine."""
+    machine. `head_name` None: the task's default head; the names are the choices, for messages."""
     import jax
     from flax import nnx
 
@@ -109,7 +109,10 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     validate(cfg, jax.device_count())
     dtype = compute_dtype(construct.build("accelerator", node("accelerator")).dtype)  # checks the accelerator values
     task = components.task_from_node(node("task"))
-    components.check_head_serves(head_name, task.kind, type(task).__name__)
+    task_label = f"task={task_name or registry.name_of('task', type(task)) or type(task).__name__}"
+    checks.choice("task.default_head", task.default_head, registry.choices("head"))
+    head_name = head_name or task.default_head
+    components.check_head_serves(head_name, task.kind, task_label)
     model = node("model")
     check_positions(task, model.get("positional"), model.get("max_len"))
     make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
@@ -125,7 +128,7 @@ def build(cfg: DictConfig, head_name: str, normalizer_name: str | None = None):
     setting = "null" if model.get("causal") is None else str(model["causal"]).lower()
     _require(
         causal or not causal_only,
-        f"normalizer={','.join(causal_only)} needs causal attention, but task={type(task).__name__} is a "
+        f"normalizer={','.join(causal_only)} needs causal attention, but {task_label} is a "
         f"per-{task.granularity} task, bidirectional with model.causal={setting}; allowed: a per-token task "
         f"(e.g. task=mqar, task=lm) with model.causal=null or true",
     )
@@ -220,11 +223,10 @@ def _build_run(cfg: DictConfig, hc, run_dir: Path, choices: dict, has_checkpoint
     limit_threads(str(hc.launcher.get("_target_", "")), hc.launcher.get("n_jobs"))
     a = construct.build("accelerator", OmegaConf.to_container(cfg.accelerator, resolve=True))
     configure(a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction, a.distributed)
-    head_name = choices.get("head") or cfg.task.default_head
-    choices["head"] = head_name
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        task, nets, tx, loop = build(cfg, head_name, choices.get("normalizer"))
+        task, nets, tx, loop = build(cfg, choices.get("head"), choices.get("normalizer"), choices.get("task"))
+    choices["head"] = choices.get("head") or task.default_head
     for w in caught:
         print(f"attnlab: warning: {w.message}", file=sys.stderr)
     precision = apply_matmul_precision(cfg.accelerator.get("matmul_precision"), nets[0].body.dtype)

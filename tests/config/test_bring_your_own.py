@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from cli_helpers import TINY_TASK
+from cli_helpers import TINY_TASK, train_in_process
 from flax import nnx
 from hydra import compose, initialize_config_dir
 
@@ -99,8 +99,8 @@ def test_a_users_task_and_head_are_built_and_checked_like_attnlabs(user_project)
     for split in task.splits.values():  # the label is the majority of the bits, computed here independently
         np.testing.assert_array_equal(split.targets, (split.inputs.sum(-1) > task.seq_len / 2).astype(np.int32))
     assert config.head_kind("smoothed_ce") == "classification"
-    with pytest.raises(ConfigError, match=r"^head=smoothed_ce serves classification, but task t is regression; "):
-        config.check_head_serves("smoothed_ce", "regression", "t")
+    with pytest.raises(ConfigError, match=r"^head=smoothed_ce serves classification, but task=t is regression; "):
+        config.check_head_serves("smoothed_ce", "regression", "task=t")
     with pytest.raises(ConfigError, match=r"^task\.length=4 is invalid; allowed: an odd integer"):
         config.task("majority", length=4)
 
@@ -133,3 +133,59 @@ def test_a_normalizer_no_yaml_names_is_named_by_its_class():
     built = config.normalizer("softmax", num_heads=2, head_dim=4, impl="cudnn")
     with pytest.raises(ConfigError, match=r"^normalizer\.impl=cudnn cannot run for softmax: platform cpu"):
         built.choose_backend(8, 8, nz.Mask(causal=True), np.float32, nz.base.Workload(1, 2))
+
+
+def test_a_user_yaml_that_attnlabs_own_would_shadow_is_refused_naming_the_file(tmp_path, monkeypatch):
+    # Hydra puts --config-dir and hydra.searchpath after its primary config directory, attnlab's configs/, so a
+    # user's normalizer/softmax.yaml would silently build attnlab's softmax.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine" / "normalizer").mkdir(parents=True)
+    (tmp_path / "mine" / "normalizer" / "softmax.yaml").write_text("_target_: attnlab.normalizers.ReLU\n")
+    expected = (
+        "mine/normalizer/softmax.yaml: attnlab has its own normalizer=softmax, which Hydra reads first, so this "
+        "file would never be used; give yours another name (e.g. normalizer/softmax_mine.yaml)"
+    )
+    for argv in (["--config-dir", "mine"], [f"hydra.searchpath=[file://{tmp_path / 'mine'}]"]):
+        with pytest.raises(ConfigError) as refused:
+            registry.use_argv(argv)
+        assert str(refused.value) == expected
+    with pytest.raises(ConfigError, match=r"^hydra\.searchpath entry 'file:///nowhere/at/all': no such directory$"):
+        registry.use(searchpath=["file:///nowhere/at/all"])
+    registry.use()
+
+
+def test_a_users_yaml_with_a_key_too_many_or_too_few_is_refused_naming_that_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mycfg" / "normalizer").mkdir(parents=True)
+    options = "_target_: attnlab.normalizers.ReLU\ndefaults: [_scored_, _self_]\n"  # attnlab's shared options
+    (tmp_path / "mycfg" / "normalizer" / "extra.yaml").write_text(options + "bogus: 1\n")
+    (tmp_path / "mycfg" / "normalizer" / "short.yaml").write_text(options.replace("[_scored_, _self_]", "[_self_]"))
+    config.use_config_dirs("mycfg")
+    with pytest.raises(ConfigError) as refused:
+        config.normalizer("extra", num_heads=2, head_dim=4)
+    assert str(refused.value) == (
+        "mycfg/normalizer/extra.yaml sets bogus, which ReLU.__init__ does not take; "
+        "allowed: beta, block_size, impl, learnable, per_head, softcap"
+    )
+    with pytest.raises(ConfigError) as refused:
+        config.normalizer("short", num_heads=2, head_dim=4)
+    assert str(refused.value) == (
+        "ReLU.__init__ takes beta, learnable, per_head, impl, block_size, softcap but mycfg/normalizer/short.yaml "
+        "has no such key; every option needs a YAML line "
+        "(its default)"
+    )
+    with pytest.raises(ConfigError, match=r"^--config-dir 'gone': no such directory$"):
+        config.use_config_dirs("gone")
+    registry.use()
+
+
+def test_a_task_yaml_naming_a_normalizer_is_refused_by_the_cli_in_one_line(tmp_path):
+    (tmp_path / "mycfg" / "task").mkdir(parents=True)
+    (tmp_path / "mycfg" / "task" / "wrong.yaml").write_text("_target_: attnlab.normalizers.ReLU\n")
+    proc = train_in_process("--config-dir", "mycfg", "task=wrong", "trainer.steps=1", cwd=tmp_path, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "attnlab: error: task _target_ 'attnlab.normalizers.ReLU' refused (class ReLU): a task must be a class "
+        "subclassing attnlab.tasks.base.Task"
+    )
+    assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.json"))

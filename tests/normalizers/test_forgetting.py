@@ -183,7 +183,7 @@ def test_a_bidirectional_model_is_refused_naming_the_task():
         cli.build(cfg, "softmax_ce")
     message = str(err.value)
     assert "\n" not in message and message.startswith(
-        "normalizer=forgetting needs causal attention, but task=ListOps is a per-sequence task"
+        "normalizer=forgetting needs causal attention, but task=listops is a per-sequence task"
     ), message
     with pytest.raises(ValueError, match="^normalizer=forgetting needs causal attention"):
         config.attend("forgetting", *np.zeros((3, 1, 4, N, H), np.float32))  # the public helper, no causal mask

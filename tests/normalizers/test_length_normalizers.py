@@ -217,7 +217,7 @@ def test_stickbreaking_is_refused_for_bidirectional_models_naming_the_task():
         build("normalizer=stickbreaking")
     message = str(err.value)
     assert "\n" not in message and message.startswith(
-        "normalizer=stickbreaking needs causal attention, but task=ListOps is a per-sequence task"
+        "normalizer=stickbreaking needs causal attention, but task=listops is a per-sequence task"
     ), message
     assert "model.causal=null; allowed: a per-token task" in message, message
     with pytest.raises(ConfigError, match="normalizer=stickbreaking needs causal"):  # one layer of a hybrid

@@ -16,7 +16,14 @@ _COMPONENTS = (
     "task",
     "task_from_node",
 )
-__all__ = list(_COMPONENTS)
+__all__ = [*_COMPONENTS, "use_config_dirs"]
+
+
+def use_config_dirs(*config_dirs: str) -> None:
+    """Make the choices of your config directories (as `--config-dir` would) available to the functions above."""
+    from attnlab.config import registry
+
+    registry.use(config_dirs)
 
 
 def __getattr__(name: str):

@@ -59,15 +59,15 @@ def heads_for(kind: str) -> list[str]:
     """Names of the heads serving task kind `kind`."""
     if kind not in KINDS:
         raise ValueError(f"unknown task kind {kind!r}; kinds: {', '.join(KINDS)}")
-    return [name for name in registry.choices("head") if head_kind(name) == kind]
+    return [name for name, cls in registry.built("head") if cls.kind == kind]
 
 
-def check_head_serves(name: str, task_kind: str, task_name: str = "task") -> None:
-    """A ConfigError at configuration time when head `name` cannot serve the task."""
+def check_head_serves(name: str, task_kind: str, task_name: str = "the task") -> None:
+    """A ConfigError at configuration time when head `name` cannot serve the task (`task_name`: task=<choice>)."""
     served = head_kind(name)
     if served != task_kind:
         raise ConfigError(
-            f"head={name} serves {served}, but task {task_name} is {task_kind}; "
+            f"head={name} serves {served}, but {task_name} is {task_kind}; "
             f"heads for {task_kind}: {', '.join(heads_for(task_kind))}"
         )
 

@@ -50,11 +50,18 @@ def check_keys(group: str, cls, node: dict[str, Any], read=(), given=(), deferre
     `node` comes from, named in the refusal; by default the one that builds `cls` where the group's choices vary."""
     accepted, open_ended = options_of(cls, given, deferred)
     choice = choice or (registry.name_of(group, cls) if registry.varies(group) else None)
-    if not open_ended:
-        refuse_unknown(sorted(set(node) - set(accepted) - set(read) - {"_target_"}), [*accepted, *read], group, choice)
+    yaml_name = choice or registry.name_of(group, cls)
+    yaml = registry.yaml_file(group, yaml_name) if yaml_name else f"a {group} YAML"
+    unknown = [] if open_ended else sorted(set(node) - set(accepted) - set(read) - {"_target_"})
+    in_yaml = [k for k in unknown if yaml_name in registry.choices(group) and k in registry.load(group, yaml_name)]
+    if in_yaml:  # the command line's keys were refused before composition: these come from the file itself
+        raise ConfigError(
+            f"{yaml} sets {', '.join(in_yaml)}, which {cls.__name__}.__init__ does not take; "
+            f"allowed: {', '.join(sorted([*accepted, *read]))}"
+        )
+    refuse_unknown(unknown, [*accepted, *read], group, choice)
     missing = [k for k in accepted if k not in node]
     if missing:
-        yaml = f"configs/{group}/{choice or registry.name_of(group, cls) or '<name>'}.yaml"
         raise ConfigError(
             f"{cls.__name__}.__init__ takes {', '.join(missing)} but {yaml} has no such key; "
             f"every option needs a YAML line (its default)"

@@ -50,9 +50,49 @@ _EXTRA: list[tuple[str, str]] = []
 def use(config_dirs: Iterable[str] = (), searchpath: Iterable[str] = ()) -> None:
     """Add the user's config directories to every lookup, as Hydra adds them: `--config-dir` (provider
     command-line) and the entries of `hydra.searchpath` (file:// or pkg:// urls, or plain directories)."""
+    for d in config_dirs:
+        if not Path(d).is_dir():
+            raise ConfigError(f"--config-dir {d!r}: no such directory")
     dirs = [("command-line", f"file://{os.path.abspath(d)}") for d in config_dirs]
     urls = [u if "://" in u else f"file://{os.path.abspath(u)}" for u in searchpath]
+    for _, url in [*dirs, *(("", u) for u in urls)]:
+        _check_dir(url)
     _EXTRA[:] = [*dirs, *(("hydra.searchpath in command-line", u) for u in urls)]
+
+
+def _check_dir(url: str) -> None:
+    """A ConfigError for a file:// entry that is no directory, or that holds a YAML attnlab's configs/ also has:
+    Hydra reads configs/ first (its primary config directory precedes `--config-dir` and `hydra.searchpath` on the
+    search path), so the user's file would never be read."""
+    schema, _, path = url.partition("://")
+    if schema != "file":
+        return
+    if not Path(path).is_dir():
+        raise ConfigError(f"hydra.searchpath entry {url!r}: no such directory")
+    if Path(path).resolve() == CONFIG_DIR.resolve():
+        return
+    for relative in sorted(p.relative_to(CONFIG_DIR) for p in CONFIG_DIR.rglob("*.yaml")):
+        mine = Path(path) / relative
+        if mine.is_file():
+            group, name = relative.parent.as_posix(), relative.stem
+            choice = f"{group}={name}" if group != "." else name
+            raise ConfigError(
+                f"{display(mine)}: attnlab has its own {choice}, which Hydra reads first, so this file would never be "
+                f"used; give yours another name (e.g. {relative.with_name(f'{name}_mine.yaml').as_posix()})"
+            )
+
+
+def display(path: Path) -> str:
+    """A path as a message shows it: relative to the working directory when under it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
+def yaml_file(group: str, name: str) -> str:
+    """The file Hydra reads for choice `name` of `group`: the first directory on the search path that has it."""
+    dirs = [CONFIG_DIR, *(Path(url.partition("://")[2]) for _, url in _EXTRA if url.startswith("file://"))]
+    found = next((d / group / f"{name}.yaml" for d in dirs if (d / group / f"{name}.yaml").is_file()), None)
+    return display(found) if found else f"{group}/{name}.yaml"
 
 
 def use_sources(config_sources) -> None:
@@ -75,9 +115,6 @@ def use_argv(argv: list[str]) -> None:
             dirs.append(value if eq else (argv[i + 1] if i + 1 < len(argv) else ""))
         elif flag.lstrip("+") == "hydra.searchpath":
             urls += OverridesParser.create().parse_override(arg).value() or []
-    for d in dirs:
-        if not Path(d).is_dir():
-            raise ConfigError(f"--config-dir {d!r}: no such directory")
     use(dirs, urls)
 
 
@@ -218,6 +255,11 @@ def name_of(group: str, cls) -> str | None:
     """The choice of `group` whose `_target_` builds `cls` (the first, by name, where several do); None when none
     does. A component's YAML name comes from here, never from its class name."""
     return next((name for name, built in _built(tuple(_EXTRA), group) if built is cls), None)
+
+
+def built(group: str) -> list[tuple[str, type]]:
+    """(choice, the class its `_target_` names) for each choice of `group` that resolves."""
+    return list(_built(tuple(_EXTRA), group))
 
 
 def varies(group: str) -> bool:
