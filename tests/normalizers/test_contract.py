@@ -118,7 +118,7 @@ def test_yaml_and_constructor_must_agree():
             configs={"fake": (nz.Softmax, {**softmax, "bogus": 1})},
         )
     without_block = {k: v for k, v in softmax.items() if k != "block_size"}
-    with pytest.raises(ConfigError, match="takes block_size but configs/normalizer/fake.yaml has no such key"):
+    with pytest.raises(ConfigError, match="takes block_size but normalizer/fake.yaml has no such key"):
         construct.check_configured(
             "normalizer", nz.Softmax, deferred=contract.FROM_ATTENTION, configs={"fake": (nz.Softmax, without_block)}
         )

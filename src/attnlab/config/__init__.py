@@ -4,6 +4,8 @@ checked against their group's contract, components built from YAML, and the comm
 The math (normalizers, heads, tasks, the model) imports none of it.
 """
 
+from attnlab.config import registry
+
 # Built lazily (PEP 562): the command line's refusals use this package without importing jax.
 _COMPONENTS = (
     "attend",
@@ -21,8 +23,6 @@ __all__ = [*_COMPONENTS, "use_config_dirs"]
 
 def use_config_dirs(*config_dirs: str) -> None:
     """Make the choices of your config directories (as `--config-dir` would) available to the functions above."""
-    from attnlab.config import registry
-
     registry.use(config_dirs)
 
 
