@@ -40,11 +40,12 @@ def sweep(tmp_path, task, normalizers, head_names):
 @pytest.mark.parametrize(
     "task, normalizers, head_names",
     [
-        # every normalizer (~70 s a half at -O0): `long`; two halves balance the xdist workers
+        # every normalizer (~70 s a half at -O0) and the regression heads: `long`; two halves balance the xdist
+        # workers; the default suite trains the classification head without a final softmax
         pytest.param("mqar", NORMALIZERS[: len(NORMALIZERS) // 2], ["softmax_ce"], marks=pytest.mark.long),
         pytest.param("mqar", NORMALIZERS[len(NORMALIZERS) // 2 :], ["softmax_ce"], marks=pytest.mark.long),
         ("mqar", ["softmax", "linear"], ["scores_mse"]),
-        ("icl_regression", ["softmax", "squared"], ["mse", "hlgauss"]),
+        pytest.param("icl_regression", ["softmax", "squared"], ["mse", "hlgauss"], marks=pytest.mark.long),
     ],
 )
 def test_every_normalizer_and_every_head_trains(tmp_path, task, normalizers, head_names):
@@ -210,6 +211,7 @@ def test_a_batch_the_devices_cannot_split_exits_nonzero_naming_it(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.long  # two processes, one of four CPU devices (~45 s)
 def test_one_device_equals_four_devices(tmp_path):
     """The same seed on 1 and 4 simulated CPU devices gives the same loss curve (float tolerance); each run in a
     process of its own, as the device count is fixed when JAX starts."""

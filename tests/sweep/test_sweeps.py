@@ -77,11 +77,10 @@ LAUNCHERS = {
 }
 
 
-# Hydra's own launcher in the default suite; joblib's and submitit's (their jobs in processes of their own, ~45 s
-# each) under `long`.
-@pytest.mark.parametrize(
-    "launcher", [pytest.param(name, marks=[pytest.mark.long] if name != "basic" else []) for name in LAUNCHERS]
-)
+# Every launcher under `long` (~40 s each: a sweep, its report, an interrupt and two resumes); the default suite's
+# sweeps run on Hydra's own launcher (test_failed_job_is_isolated_reported_and_rerun_on_resume, test_exit_codes).
+@pytest.mark.long
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothing_left_to_do(tmp_path, launcher):
     """The jobs land in the one directory the sweep prints, named by the swept key only; the printed report
     command reads them; the resume command skips the completed job and resumes the other from its checkpoint;

@@ -27,7 +27,16 @@ def test_every_registered_normalizer_has_a_reference():
     assert not missing, f"add a float64 `reference` method beside the implementation of {missing}"
 
 
-@pytest.mark.parametrize("case", cases(), ids=case_id)
+# Each normalizer's first variant in the default suite; its option variants (whose formulas test_formulas checks
+# against the references in the default suite too) under `long`.
+FIRST = {name: variant for name, variant, _ in reversed(cases())}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=[] if FIRST[c[0]] == c[1] else [pytest.mark.long]) for c in cases()],
+    ids=case_id,
+)
 def test_shipped_normalizer_meets_the_contract(case):
     name, variant, opts = case
     check_normalizer(functools.partial(config.normalizer, name, **opts), name=f"{name} ({variant})")
