@@ -136,7 +136,7 @@ class MultiHeadAttention(nnx.Module):
         if hasattr(self, "conv"):
             qkv_BTC = self.conv(qkv_BTC, mask.key_valid_BS, mask.causal)
         # One transpose of the (B,T,3D) projection puts every head's T×H block contiguous, so the
-        # normalizer's products batch over (b, n) without copies (docs/ARCHITECTURE.md, "Layout").
+        # normalizer's products batch over (b, n) without copies (docs/DECISIONS.md, "Heads-major normalizer contract").
         q, k, v = qkv_BTC.reshape(B, T, 3, self.num_heads, self.head_dim).transpose(2, 0, 3, 1, 4)
         if self.qk_norm:
             q = q * jax.lax.rsqrt(jnp.sum(q.astype(jnp.float32) ** 2, -1, keepdims=True) + 1e-6).astype(q.dtype)

@@ -2,7 +2,7 @@
 
 Shape letters: B batch, T queries, S keys, N heads, H head dim, F feature dim (linear attention).
 Normalizers take heads-major operands (B,N,T,H): XLA's CPU backend runs the attention products
-2.7× faster on them than on jax.nn.dot_product_attention's (B,T,N,H) (docs/ARCHITECTURE.md).
+2.7× faster on them than on jax.nn.dot_product_attention's (B,T,N,H) (docs/DECISIONS.md).
 """
 
 from __future__ import annotations
