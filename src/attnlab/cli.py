@@ -194,7 +194,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         from attnlab.board.hparams import declare
 
         hparams = [{**hparams_of(cfg, choices), "seed": str(seed)} for seed in seeds]
-        declared = declare(hparams[0], definition.sweep_values(hc.sweep.dir if multirun else None), seeds)
+        swept = definition.sweep_values(hc.sweep.dir if multirun else None)
+        declared = declare(hparams[0], swept, seeds, registry.catalogue(swept))
         with tempfile.TemporaryDirectory(prefix="attnlab-follower-") as scratch:
             log_dirs = run_dirs if writer else [Path(scratch) / d.name for d in run_dirs]
             records = _train(cfg, task, nets, tx, loop, log_dirs, run_dir, hparams, declared)

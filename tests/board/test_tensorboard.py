@@ -121,9 +121,11 @@ def test_sweep_values_read_the_multirun_yaml(tmp_path):
 
 def test_outside_a_sweep_the_top_level_choices_are_marked():
     own = {"normalizer": "kl", "task": "mqar", "head": "softmax_ce", "model": "tiny", "seed": "3", "optim.lr": 1e-3}
-    assert {k for k, (_, differs) in tb_hparams.declare(own, {}, [3]).items() if differs} == set(tb_hparams.TOP_LEVEL)
-    vmapped = tb_hparams.declare(own, {}, [3, 4])
-    assert vmapped["seed"] == (["3", "4"], True)
+    assert {
+        k for k, (_, differs, _) in tb_hparams.declare(own, {}, [3], registry.catalogue({})).items() if differs
+    } == set(tb_hparams.TOP_LEVEL)
+    vmapped = tb_hparams.declare(own, {}, [3, 4], registry.catalogue({}))
+    assert vmapped["seed"] == (["3", "4"], True, [])
 
 
 def test_swept_keys_come_first_and_top_level_choices_fill_the_five_ticked_columns():
@@ -138,22 +140,29 @@ def test_swept_keys_come_first_and_top_level_choices_fill_the_five_ticked_column
         "normalizer.prior": "recency",
     }
     swept = {"optim.lr": ["1e-3", "3e-3"], "seed": ["0", "1"], "model.d_model": ["32", "64"]}
-    marked = {k for k, (_, differs) in tb_hparams.declare(own, swept, [0]).items() if differs}
+    marked = {
+        k for k, (_, differs, _) in tb_hparams.declare(own, swept, [0], registry.catalogue(swept)).items() if differs
+    }
     assert marked == {"optim.lr", "seed", "model.d_model", "normalizer", "task"}
     # a kl/softmax sweep: normalizer.prior differs only as a consequence of the choice, and stays unticked
-    by_choice = tb_hparams.declare(own, {"normalizer": ["kl", "softmax"]}, [0])
-    assert {k for k, (_, differs) in by_choice.items() if differs} == set(tb_hparams.TOP_LEVEL)
+    by_choice = tb_hparams.declare(
+        own, {"normalizer": ["kl", "softmax"]}, [0], registry.catalogue({"normalizer": ["kl", "softmax"]})
+    )
+    assert {k for k, (_, differs, _) in by_choice.items() if differs} == set(tb_hparams.TOP_LEVEL)
+    # the swept choices' options are columns (kl's prior), and a choice group's column lists every choice
+    assert by_choice["normalizer.prior"][0] == [registry.load("normalizer", "kl")["prior"]]
+    assert by_choice["normalizer"][2] == registry.choices("normalizer") and by_choice["optim.lr"][2] == []
 
 
 def test_a_sweep_over_tasks_declares_every_metric_in_every_run():
     own = {"task": "mqar", "head": "softmax_ce", "seed": "0"}
     logged = {"test/accuracy", "test/loss", "train/nonfinite_steps"}
-    assert tb_hparams.metric_list(tb_hparams.declare(own, {}, [0]), logged) == [
+    assert tb_hparams.metric_list(tb_hparams.declare(own, {}, [0], registry.catalogue({})), logged) == [
         "test/accuracy",
         "test/loss",
         "train/nonfinite_steps",
     ]
-    across = tb_hparams.declare(own, {"task": ["mqar", "icl_regression"]}, [0])
+    across = tb_hparams.declare(own, {"task": ["mqar", "icl_regression"]}, [0], registry.catalogue({}))
     assert tb_hparams.metric_list(across, logged) == list(tb_hparams.METRICS)
 
 

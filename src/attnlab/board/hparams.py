@@ -19,8 +19,6 @@ from typing import Any, Mapping
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
-from attnlab.config import registry
-
 TOP_LEVEL = ("normalizer", "task", "head", "model")  # in the order they fill the ticked columns
 SHOWN = 5  # the HParams tab ticks the first five hparams (differs first, then by name)
 # Declared metrics, in this order, where the run logged them (lm tasks: bits_per_byte, perplexity).
@@ -47,19 +45,6 @@ CHOICE_GROUPS = {
 }
 
 
-def _group_options(group: str, choice: str) -> dict[str, Any]:
-    """`group.option`: value of a choice's YAML defaults (scalars only), {} for an unknown choice."""
-    try:
-        raw = registry.load(group, choice)
-    except ValueError:
-        return {}
-    return {
-        f"{group}.{k}": v
-        for k, v in raw.items()
-        if not k.startswith("_") and k != "defaults" and isinstance(v, (int, float, str, bool))
-    }
-
-
 def _typed(value: str, like: Any) -> Any:
     """A swept value as written on the command line, converted to the type of this run's own value."""
     if isinstance(like, bool):
@@ -72,13 +57,24 @@ def _typed(value: str, like: Any) -> Any:
     return value
 
 
-def declare(own: Mapping[str, Any], swept: Mapping[str, list[str]], seeds: list[int]) -> dict[str, tuple[list, bool]]:
-    """{hparam: (the values it takes across the sweep, differs)}: this run's, swept values, other choices' options.
+Column = tuple[list, bool, list]  # (the values it takes across the sweep, differs, a choice group's every choice)
+
+
+def declare(
+    own: Mapping[str, Any],
+    swept: Mapping[str, list[str]],
+    seeds: list[int],
+    catalogue: Mapping[str, Mapping[str, Mapping[str, Any]]],
+) -> dict[str, Column]:
+    """{hparam: (the values it takes across the sweep, differs, domain)}: this run's, swept values, other choices'
+    options.
 
     `swept` is {key: the values the sweep gives it, as written on the command line} under Hydra's names (the
     caller's: sweep.definition.sweep_values); a key ALIASES renames gets its hparam name here. `seeds` are this
     job's vmapped seeds; each swept seed s contributes s..s+len(seeds)-1. Outside a sweep nothing is swept, so the
-    top-level choices are marked instead: runs gathered under outputs/ then open on them.
+    top-level choices are marked instead: runs gathered under outputs/ then open on them. `catalogue` is the config
+    layer's {group: {choice: its YAML's scalar options}}, the options given for the swept choices at least
+    (config.registry.catalogue): a choice group's column lists every choice, a swept group's options are columns.
     """
     swept = {ALIASES.get(k, k): v for k, v in swept.items()}
     values: dict[str, list] = {k: [v] for k, v in own.items()}
@@ -87,22 +83,23 @@ def declare(own: Mapping[str, Any], swept: Mapping[str, list[str]], seeds: list[
             vals = [str(int(s) + i) for s in vals for i in range(len(seeds))]
         typed = [_typed(v, own.get(key, v)) for v in vals]
         values.setdefault(key, []).extend(typed)
-        if key in registry.groups():  # a swept config group: every choice's options are columns
+        if key in catalogue:  # a swept config group: every choice's options are columns
             for choice in vals:
-                for k, v in _group_options(key, choice).items():
-                    values.setdefault(k, []).append(v)
+                for k, v in catalogue[key].get(choice, {}).items():
+                    values.setdefault(f"{key}.{k}", []).append(v)
     values["seed"] = sorted({*values.get("seed", []), *map(str, seeds)}, key=int)
     # Only what the sweep varies on purpose and the top-level choices are marked: an option that differs
     # only as a consequence of a swept choice (normalizer.prior in a kl/softmax sweep) stays unticked.
     marked = [k for k in swept if k in values] + (["seed"] if len(seeds) > 1 and "seed" not in swept else [])
     marked += [k for k in TOP_LEVEL if k in values and k not in marked][: max(0, SHOWN - len(marked))]
-    return {key: (list(dict.fromkeys(vals)), key in marked) for key, vals in values.items()}
+    domains = {name: sorted(catalogue.get(group, {})) for name, group in CHOICE_GROUPS.items()}
+    return {key: (list(dict.fromkeys(vals)), key in marked, domains.get(key, [])) for key, vals in values.items()}
 
 
-def metric_list(declared: Mapping[str, tuple[list, bool]], logged) -> list[str]:
+def metric_list(declared: Mapping[str, Column], logged) -> list[str]:
     """The declared metrics: those this run logged, or all of METRICS where the sweep spans tasks or heads
     (every run must declare the same list, and a metric a run lacks is only an empty cell)."""
-    spans = any(len(declared.get(k, ([], False))[0]) > 1 for k in ("task", "head"))
+    spans = any(len(declared.get(k, ([], False, []))[0]) > 1 for k in ("task", "head"))
     return [m for m in METRICS if spans or m in logged]
 
 
@@ -123,15 +120,15 @@ def _order(names) -> list[str]:
     return sorted(names, key=lambda k: (k not in TOP_LEVEL, k))
 
 
-def experiment_summary(declared: Mapping[str, tuple[list, bool]], metrics: list[str]) -> summary_pb2.Summary:
+def experiment_summary(declared: Mapping[str, Column], metrics: list[str]) -> summary_pb2.Summary:
     """The experiment config: hparams with domains and differs flags, then the metric list."""
     infos = []
     for name in _order(declared):
-        vals, differs = declared[name]
+        vals, differs, choices = declared[name]
         kind = _kind(vals)
         info = api_pb2.HParamInfo(name=name, differs=differs, type=kind)
         if name in CHOICE_GROUPS:
-            info.domain_discrete.extend(sorted({*map(str, vals), *registry.choices(CHOICE_GROUPS[name])}))
+            info.domain_discrete.extend(sorted({*map(str, vals), *choices}))
         elif kind == api_pb2.DATA_TYPE_BOOL:
             info.domain_discrete.extend([False, True])
         elif kind == api_pb2.DATA_TYPE_FLOAT64:
@@ -155,7 +152,7 @@ def experiment_summary(declared: Mapping[str, tuple[list, bool]], metrics: list[
     return _summary(metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment))
 
 
-def session_start_summary(own: Mapping[str, Any], declared: Mapping[str, tuple[list, bool]]) -> summary_pb2.Summary:
+def session_start_summary(own: Mapping[str, Any], declared: Mapping[str, Column]) -> summary_pb2.Summary:
     """This run's hparams; an option of another swept choice (not this run's) is left out: an empty cell."""
     start = plugin_data_pb2.SessionStartInfo(start_time_secs=time.time())
     for name in _order(own):

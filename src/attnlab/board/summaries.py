@@ -218,7 +218,7 @@ class Summaries:
         self.background.submit(draw)
 
     def hparams(
-        self, own: Mapping[str, Any], declared: Mapping[str, tuple[list, bool]], metrics: list[str], status: str
+        self, own: Mapping[str, Any], declared: Mapping[str, tuple[list, bool, list]], metrics: list[str], status: str
     ):
         """The sweep's experiment config, then this run's session start and end, in its own directory."""
         own = {k: v for k, v in own.items() if v is not None}

@@ -257,6 +257,20 @@ def name_of(group: str, cls) -> str | None:
     return next((name for name, built in _built(tuple(_EXTRA), group) if built is cls), None)
 
 
+def catalogue(loaded: dict[str, list[str]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """{group: {choice: its YAML's scalar options}} over every component group, the options loaded for the choices
+    `loaded` names per group ({} for the others, and for a name that is no choice): what an HParams experiment
+    declares (board.hparams.declare)."""
+
+    def scalars(group: str, name: str) -> dict[str, Any]:
+        if name not in loaded.get(group, ()) or name not in choices(group):
+            return {}
+        scalar = (int, float, str, bool)
+        return {k: v for k, v in load(group, name).items() if not k.startswith("_") and isinstance(v, scalar)}
+
+    return {group: {name: scalars(group, name) for name in choices(group)} for group in groups()}
+
+
 def built(group: str) -> list[tuple[str, type]]:
     """(choice, the class its `_target_` names) for each choice of `group` that resolves."""
     return list(_built(tuple(_EXTRA), group))

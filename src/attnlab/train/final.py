@@ -74,7 +74,7 @@ def seed_records(
             # status as a column too: TensorBoard's session status has no "diverged" (only success/failure).
             summaries.hparams(
                 {**hparams[i], "status": status},
-                {**(declared or {}), "status": (list(STATUSES), False)},
+                {**(declared or {}), "status": (list(STATUSES), False, [])},
                 metric_list(declared or {}, logged),
                 status,
             )
