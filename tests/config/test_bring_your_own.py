@@ -189,3 +189,36 @@ def test_a_task_yaml_naming_a_normalizer_is_refused_by_the_cli_in_one_line(tmp_p
         "subclassing attnlab.tasks.base.Task"
     )
     assert not (tmp_path / "outputs").exists() or not any((tmp_path / "outputs").rglob("*.json"))
+
+
+def test_a_broken_user_yaml_is_one_line_where_chosen_and_no_obstacle_elsewhere(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mycfg" / "normalizer").mkdir(parents=True)
+    (tmp_path / "mycfg" / "normalizer" / "syntax.yaml").write_text("_target_: x.Y\npower: [2.0\nbeta: null\n")
+    (tmp_path / "mycfg" / "normalizer" / "untargeted.yaml").write_text("power: 2.0\n")
+    with pytest.raises(SystemExit) as refused:
+        composition.compose_or_exit(["--config-dir", "mycfg", "normalizer=syntax"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "syntax.yaml" in err and "expected ',' or ']'" in err, err
+    composition.compose_or_exit(["--config-dir", "mycfg", "normalizer=kl"])  # the other choices are unaffected
+    assert "kl" in dict(registry.built("normalizer")) and "syntax" not in dict(registry.built("normalizer"))
+    with pytest.raises(ConfigError) as refused:
+        config.normalizer("untargeted", num_heads=2, head_dim=4)
+    assert str(refused.value) == (
+        "mycfg/normalizer/untargeted.yaml has no _target_; give the normalizer's class as module.Class"
+    )
+    registry.use()
+
+
+def test_a_contracts_base_class_is_refused_as_a_target():
+    for group, target in (
+        ("normalizer", "attnlab.normalizers.ScoreNormalizer"),
+        ("normalizer", "attnlab.normalizers.Normalizer"),
+        ("head", "attnlab.heads.base.Head"),
+        ("task", "attnlab.tasks.base.Task"),
+    ):
+        with pytest.raises(ConfigError, match=rf"^{group} _target_ '{target}' refused \(class \w+ is a base to "):
+            registry.resolve_target(target, group)
+    # groups whose contract is the one class they build accept it
+    assert registry.resolve_target("attnlab.model.Transformer", "model").__name__ == "Transformer"

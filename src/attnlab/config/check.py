@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import sys
 
+import yaml
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from attnlab import exits
 from attnlab.checks import ConfigError
@@ -59,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
         built = makers(argv)
-    except (ConfigError, ValueError) as exc:
+    except (ValueError, HydraException, OmegaConfBaseException, yaml.YAMLError) as exc:  # ConfigError included
         print(f"attnlab-check: error: {composition.one_line(exc)}", file=sys.stderr)
         sys.exit(exits.REFUSED)
     check = {"normalizer": testing.check_normalizer, "task": testing.check_task, "head": testing.check_head}

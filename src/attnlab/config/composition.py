@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
@@ -123,7 +124,7 @@ def compose_or_exit(argv: list[str]) -> None:
             for swept_list in preset_sweep(cfg, override_list, multirun):
                 override_list = swept_list
                 no_unknown_keys(registry.compose_train(swept_list), swept_list)
-    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+    except (HydraException, OmegaConfBaseException, ValueError, yaml.YAMLError) as exc:  # YAMLError: a user's file
         said = mistakes.explain(str(exc), override_list) or one_line(exc)
         print(f"attnlab: error: {said}", file=sys.stderr)
         sys.exit(exits.REFUSED)

@@ -78,6 +78,10 @@ def build(group: str, node: dict[str, Any], read=(), deferred=(), choice: str | 
     Not hydra.utils.instantiate: it re-raises a constructor's ConfigError as InstantiationException
     (hydra/_internal/instantiate/_instantiate2.py, _call_target), so a bad value would stop being a one-line refusal.
     """
+    if "_target_" not in node and choice:
+        raise ConfigError(
+            f"{registry.yaml_file(group, choice)} has no _target_; give the {group}'s class as module.Class"
+        )
     cls = registry.resolve_target(node.get("_target_"), group)
     options = {k: v for k, v in node.items() if k not in read and k != "_target_"}
     check_keys(group, cls, options, read, given, deferred, choice)

@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
+import yaml
 from hydra._internal.config_loader_impl import ConfigLoaderImpl
 from hydra._internal.defaults_list import create_defaults_list
 from hydra._internal.utils import create_config_search_path
@@ -42,6 +43,8 @@ CONTRACTS = {
     "trainer": "attnlab.train.config.LoopConfig",
     "accelerator": "attnlab.accelerator.Accelerator",
 }
+# The groups whose contract is a base class to subclass, never a component itself (the others name their class).
+BASES = ("normalizer", "task", "head")
 
 # The search path's entries beyond Hydra's defaults, as (provider, url) in Hydra's order: set by `use`.
 _EXTRA: list[tuple[str, str]] = []
@@ -179,7 +182,7 @@ def _load(extra, group: str, name: str) -> dict[str, Any]:
         parsed, repo = loader_._parse_overrides_and_create_caching_repo(None, [f"+{group}={name}"])
         defaults = create_defaults_list(repo, None, parsed, prepend_hydra=False, skip_missing=False)
         cfg = loader_._compose_config_from_defaults_list(defaults.defaults, repo)
-    except (HydraException, OmegaConfBaseException) as exc:
+    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as exc:  # a user's file that is no YAML too
         raise ConfigError(f"{group}={name}: {' '.join(str(exc).split())}") from None
     return OmegaConf.to_container(cfg[group])
 
@@ -228,6 +231,11 @@ def resolve_target(target, group: str):
     if contract_path is None:
         return cls
     contract = _contract(contract_path)
+    if group in BASES and (cls is contract or getattr(cls, "abstract_base", False)):
+        raise ConfigError(
+            f"{group} _target_ {target!r} refused (class {cls.__name__} is a base to subclass): a {group} must be a "
+            f"concrete class subclassing {contract_path}"
+        )
     if not (isinstance(cls, type) and issubclass(cls, contract)):
         what = (
             "no such attribute"

@@ -102,6 +102,7 @@ class Normalizer(nnx.Module):
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs):
         super().__init_subclass__(**kwargs)
+        cls.abstract_base = abstract  # a base to subclass (ScoreNormalizer), no normalizer a config may build
         if not abstract:
             check_members(cls, Normalizer, ScoreNormalizer)
 
