@@ -18,7 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from attnlab import exits
 from attnlab.checks import ConfigError
-from attnlab.config import composition, construct, registry
+from attnlab.config import composition, construct, mistakes, registry
 
 CHECKED = ("normalizer", "task", "head")
 
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         built = makers(argv)
     except (ValueError, HydraException, OmegaConfBaseException, yaml.YAMLError) as exc:  # ConfigError included
-        print(f"attnlab-check: error: {composition.one_line(exc)}", file=sys.stderr)
+        said = mistakes.explain(str(exc), composition.without_config_dir(argv)) or composition.one_line(exc)
+        print(f"attnlab-check: error: {said}", file=sys.stderr)
         sys.exit(exits.REFUSED)
     check = {"normalizer": testing.check_normalizer, "task": testing.check_task, "head": testing.check_head}
     for group, (name, make) in built.items():
