@@ -538,6 +538,7 @@ def test_preset_composes_to_the_command_it_replaced(preset, compose):
     assert cfg.hydra.runtime.choices.experiment == preset
 
 
+@pytest.mark.long  # every swept combination of every preset composed (~40 s)
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_passes_attnlab_composition_check(preset):
     """attnlab's own check of a command line (each swept choice composed, unknown keys refused) does not exit."""
