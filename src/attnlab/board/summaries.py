@@ -18,7 +18,7 @@ from tensorboardX import SummaryWriter
 from tensorboardX.proto.summary_pb2 import Summary as XSummary
 
 from attnlab.board import images
-from attnlab.board.hparams import experiment_summary, session_end_summary, session_start_summary
+from attnlab.board.hparams import Column, experiment_summary, session_end_summary, session_start_summary
 from attnlab.model.groups import named_grad_norms
 from attnlab.normalizers.statistics import CORE_STATS, SINK_EPSILON, STATISTICS
 
@@ -217,9 +217,7 @@ class Summaries:
 
         self.background.submit(draw)
 
-    def hparams(
-        self, own: Mapping[str, Any], declared: Mapping[str, tuple[list, bool, list]], metrics: list[str], status: str
-    ):
+    def hparams(self, own: Mapping[str, Any], declared: Mapping[str, Column], metrics: list[str], status: str):
         """The sweep's experiment config, then this run's session start and end, in its own directory."""
         own = {k: v for k, v in own.items() if v is not None}
         for pb in (

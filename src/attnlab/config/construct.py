@@ -51,19 +51,20 @@ def check_keys(group: str, cls, node: dict[str, Any], read=(), given=(), deferre
     accepted, open_ended = options_of(cls, given, deferred)
     choice = choice or (registry.name_of(group, cls) if registry.varies(group) else None)
     yaml_name = choice or registry.name_of(group, cls)
-    yaml = registry.yaml_file(group, yaml_name) if yaml_name else f"a {group} YAML"
+    yaml_path = registry.yaml_file(group, yaml_name) if yaml_name else f"a {group} YAML"
     unknown = [] if open_ended else sorted(set(node) - set(accepted) - set(read) - {"_target_"})
-    in_yaml = [k for k in unknown if yaml_name in registry.choices(group) and k in registry.load(group, yaml_name)]
+    in_file = registry.load(group, yaml_name) if unknown and yaml_name in registry.choices(group) else {}
+    in_yaml = [k for k in unknown if k in in_file]
     if in_yaml:  # the command line's keys were refused before composition: these come from the file itself
         raise ConfigError(
-            f"{yaml} sets {', '.join(in_yaml)}, which {cls.__name__}.__init__ does not take; "
+            f"{yaml_path} sets {', '.join(in_yaml)}, which {cls.__name__}.__init__ does not take; "
             f"allowed: {', '.join(sorted([*accepted, *read]))}"
         )
     refuse_unknown(unknown, [*accepted, *read], group, choice)
     missing = [k for k in accepted if k not in node]
     if missing:
         raise ConfigError(
-            f"{cls.__name__}.__init__ takes {', '.join(missing)} but {yaml} has no such key; "
+            f"{cls.__name__}.__init__ takes {', '.join(missing)} but {yaml_path} has no such key; "
             f"every option needs a YAML line (its default)"
         )
 

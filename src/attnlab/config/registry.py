@@ -58,7 +58,7 @@ def use(config_dirs: Iterable[str] = (), searchpath: Iterable[str] = ()) -> None
             raise ConfigError(f"--config-dir {d!r}: no such directory")
     dirs = [("command-line", f"file://{os.path.abspath(d)}") for d in config_dirs]
     urls = [u if "://" in u else f"file://{os.path.abspath(u)}" for u in searchpath]
-    for _, url in [*dirs, *(("", u) for u in urls)]:
+    for url in [u for _, u in dirs] + urls:
         _check_dir(url)
     _EXTRA[:] = [*dirs, *(("hydra.searchpath in command-line", u) for u in urls)]
 
