@@ -13,6 +13,7 @@ import functools
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -100,16 +101,31 @@ def worker(kind: str) -> None:
 # driver
 
 
-def base_tree(rev: str, tmp: str) -> str:
-    """The src/ directory of commit `rev` (extracted into tmp with its configs/; no worktree needed)."""
-    # Before configs/ moved into the package it sat beside src/; take it from where `rev` has it.
-    top = subprocess.run(
-        ["git", "-C", str(ROOT), "ls-tree", "--name-only", rev], check=True, capture_output=True, text=True
-    ).stdout.split()
-    paths = ["src", *(["configs"] if "configs" in top else [])]
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, *paths], check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
-    return os.path.join(tmp, "src")
+def source_tree(rev: str | None, dest: str) -> str:
+    """The src/ directory of commit `rev` (None: the working tree) copied into dest, importable from PYTHONPATH.
+
+    configs/ has sat beside src/ (read from there), inside the package, and at the top mapped into the package as
+    attnlab.configs by the build (pyproject's package-dir): a top-level configs/ is kept and also copied into the
+    package, so each layout finds it where its code looks."""
+    os.makedirs(dest)
+    if rev is None:
+        shutil.copytree(ROOT / "src", os.path.join(dest, "src"))
+        shutil.copytree(ROOT / "configs", os.path.join(dest, "configs"))
+    else:
+        top = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-tree", "--name-only", rev], check=True, capture_output=True, text=True
+        ).stdout.split()
+        paths = ["src", *(["configs"] if "configs" in top else [])]
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", rev, *paths], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", dest], input=archive, check=True)
+    packaged = os.path.join(dest, "src", "attnlab", "configs")
+    if os.path.isdir(os.path.join(dest, "configs")) and not os.path.isdir(packaged):
+        shutil.copytree(os.path.join(dest, "configs"), packaged)
+    if os.path.isdir(packaged):  # a regular package: a namespace one would merge with the installed attnlab.configs
+        Path(packaged, "__init__.py").touch()
+    return os.path.join(dest, "src")
 
 
 def spawn(kind: str, src: str) -> subprocess.Popen:
@@ -169,7 +185,10 @@ def main(argv=None) -> None:
         return worker(args.worker)
     t_start, load_start = time.perf_counter(), os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        srcs = {"old": base_tree(args.base, tmp), "new": str(ROOT / "src")}
+        srcs = {
+            "old": source_tree(args.base, os.path.join(tmp, "old")),
+            "new": source_tree(None, os.path.join(tmp, "new")),
+        }
         kinds = {"old": "attnlab", "new": "attnlab", "hand_autodiff": "hand_autodiff", "hand_fast": "hand_fast"}
         procs = {name: spawn(kind, srcs.get(name, srcs["new"])) for name, kind in kinds.items()}
         ready = {name: reply(p) for name, p in procs.items()}
