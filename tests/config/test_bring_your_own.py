@@ -222,3 +222,14 @@ def test_a_contracts_base_class_is_refused_as_a_target():
             registry.resolve_target(target, group)
     # groups whose contract is the one class they build accept it
     assert registry.resolve_target("attnlab.model.Transformer", "model").__name__ == "Transformer"
+
+
+def test_a_target_whose_package_is_not_importable_says_how_to_make_it_so():
+    # a console script does not put the working directory on sys.path: a user's package must be installed
+    with pytest.raises(ConfigError) as refused:
+        registry.resolve_target("not_installed_pkg.norm.Mine", "normalizer")
+    assert str(refused.value) == (
+        "normalizer _target_ 'not_installed_pkg.norm.Mine': module 'not_installed_pkg.norm' failed to import: "
+        "ModuleNotFoundError: No module named 'not_installed_pkg' (install the project that holds not_installed_pkg "
+        "with `pip install -e <its directory>`, or put its directory on PYTHONPATH)"
+    )

@@ -224,8 +224,16 @@ def resolve_target(target, group: str):
     try:
         owner = importlib.import_module(module)
     except Exception as exc:  # the user's module failing to import is bad input, whatever it raised
+        # a console script does not put the working directory on sys.path, so a project not installed is not found
+        missing_package = isinstance(exc, ModuleNotFoundError) and exc.name == module.split(".")[0]
+        hint = (
+            f" (install the project that holds {exc.name} with `pip install -e <its directory>`, or put its "
+            f"directory on PYTHONPATH)"
+            if missing_package
+            else ""
+        )
         raise ConfigError(
-            f"{group} _target_ {target!r}: module {module!r} failed to import: {_one_line(exc)}"
+            f"{group} _target_ {target!r}: module {module!r} failed to import: {_one_line(exc)}{hint}"
         ) from None
     cls = getattr(owner, attr, None)
     if contract_path is None:
