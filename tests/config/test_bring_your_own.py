@@ -233,3 +233,17 @@ def test_a_target_whose_package_is_not_importable_says_how_to_make_it_so():
         "ModuleNotFoundError: No module named 'not_installed_pkg' (install the project that holds not_installed_pkg "
         "with `pip install -e <its directory>`, or put its directory on PYTHONPATH)"
     )
+
+
+def test_a_key_a_users_preset_sets_wrongly_is_refused_naming_the_preset(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mycfg" / "experiment").mkdir(parents=True)
+    (tmp_path / "mycfg" / "experiment" / "mine.yaml").write_text("# @package _global_\ntrainer:\n  stepz: 5\n")
+    for extra, from_preset in (([], True), (["trainer.stepz=3"], False)):  # the second names the key itself
+        with pytest.raises(SystemExit) as refused:
+            composition.compose_or_exit(["-m", "--config-dir", "mycfg", "experiment=mine", *extra])
+        assert refused.value.code == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("attnlab: error: unknown key(s) trainer.stepz (did you mean trainer.steps?)"), err
+        assert err.endswith(" (set by experiment=mine: mycfg/experiment/mine.yaml)") == from_preset, err
+    registry.use()

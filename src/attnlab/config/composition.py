@@ -20,7 +20,21 @@ def no_unknown_keys(cfg, overrides: list[str] | None = None) -> None:
     """Keys no YAML of the composed config has, refused before Hydra runs (construct.refuse_unknown): top-level
     keys, and each group's keys against the YAML of the choice composed (Hydra's hydra.runtime.choices, so a
     preset's choices too; else the command line `overrides`). Without either, the top level only: each group's
-    keys are checked against its constructor when it is built."""
+    keys are checked against its constructor when it is built. A key no override names comes from the composed
+    preset, whose file the refusal names."""
+    try:
+        _refuse_unknown_keys(cfg, overrides)
+    except construct.UnknownKeys as exc:
+        preset = OmegaConf.select(cfg, f"hydra.runtime.choices.{registry.PRESETS}")
+        named = {o.split("=", 1)[0].lstrip("+~") for o in overrides or []}
+        if not preset or all(k in named for k in exc.keys):
+            raise
+        raise ConfigError(
+            f"{exc} (set by {registry.PRESETS}={preset}: {registry.yaml_file(registry.PRESETS, preset)})"
+        ) from None
+
+
+def _refuse_unknown_keys(cfg, overrides: list[str] | None) -> None:
     groups, top = mistakes.groups(), mistakes.top_keys()
     construct.refuse_unknown(sorted(set(cfg) - top - set(groups)), sorted(top - {"hydra", registry.PRESETS}))
     composed = OmegaConf.select(cfg, "hydra.runtime.choices")

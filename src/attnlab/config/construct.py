@@ -14,6 +14,14 @@ from attnlab.checks import ConfigError
 from attnlab.config import mistakes, registry
 
 
+class UnknownKeys(ConfigError):
+    """A refusal of keys no YAML has; `keys` as the message names them (group.key)."""
+
+    def __init__(self, message: str, keys: list[str]):
+        super().__init__(message)
+        self.keys = keys
+
+
 def refuse_unknown(unknown: list[str], allowed: list[str], group: str | None = None, choice: str | None = None) -> None:
     """A ConfigError for keys no YAML of the composed config has, in one format: the keys, the choice when the
     group's choices take different keys, where else they are options or what was probably meant, what is allowed.
@@ -33,7 +41,7 @@ def refuse_unknown(unknown: list[str], allowed: list[str], group: str | None = N
         listed = f"allowed at the top level: {', '.join(sorted(allowed))} and the groups {', '.join(mistakes.groups())}"
     else:
         listed = f"allowed: {', '.join(sorted(allowed)) or '(none)'}"
-    raise ConfigError(f"unknown key(s) {', '.join(keys)}{where}{hint}; {listed}")
+    raise UnknownKeys(f"unknown key(s) {', '.join(keys)}{where}{hint}; {listed}", keys)
 
 
 def options_of(cls, given=(), deferred=()) -> tuple[list[str], bool]:
