@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import sys
 
-import yaml
-from hydra.errors import HydraException
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from attnlab import exits
 from attnlab.checks import ConfigError
@@ -62,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     try:
         built = makers(argv)
-    except (ValueError, HydraException, OmegaConfBaseException, yaml.YAMLError) as exc:  # ConfigError included
+    except (*registry.COMPOSITION_ERRORS, ValueError) as exc:  # ConfigError included
         said = mistakes.explain(str(exc), composition.without_config_dir(argv)) or composition.one_line(exc)
         print(f"attnlab-check: error: {said}", file=sys.stderr)
         sys.exit(exits.REFUSED)

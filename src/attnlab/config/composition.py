@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import sys
 
-import yaml
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from attnlab import exits
 from attnlab.checks import ConfigError
@@ -138,7 +136,7 @@ def compose_or_exit(argv: list[str]) -> None:
             for swept_list in preset_sweep(cfg, override_list, multirun):
                 override_list = swept_list
                 no_unknown_keys(registry.compose_train(swept_list), swept_list)
-    except (HydraException, OmegaConfBaseException, ValueError, yaml.YAMLError) as exc:  # YAMLError: a user's file
+    except (*registry.COMPOSITION_ERRORS, ValueError) as exc:
         said = mistakes.explain(str(exc), override_list) or one_line(exc)
         print(f"attnlab: error: {said}", file=sys.stderr)
         sys.exit(exits.REFUSED)

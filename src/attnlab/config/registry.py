@@ -43,6 +43,9 @@ CONTRACTS = {
     "trainer": "attnlab.train.config.LoopConfig",
     "accelerator": "attnlab.accelerator.Accelerator",
 }
+# What composing a config raises on bad input (the user's, a YAML file's): answered in one line, never a traceback.
+COMPOSITION_ERRORS = (HydraException, OmegaConfBaseException, yaml.YAMLError)
+
 # The groups whose contract is a base class to subclass, never a component itself (the others name their class).
 BASES = ("normalizer", "task", "head")
 
@@ -182,7 +185,7 @@ def _load(extra, group: str, name: str) -> dict[str, Any]:
         parsed, repo = loader_._parse_overrides_and_create_caching_repo(None, [f"+{group}={name}"])
         defaults = create_defaults_list(repo, None, parsed, prepend_hydra=False, skip_missing=False)
         cfg = loader_._compose_config_from_defaults_list(defaults.defaults, repo)
-    except (HydraException, OmegaConfBaseException, yaml.YAMLError) as exc:  # a user's file that is no YAML too
+    except COMPOSITION_ERRORS as exc:
         raise ConfigError(f"{group}={name}: {' '.join(str(exc).split())}") from None
     return OmegaConf.to_container(cfg[group])
 
