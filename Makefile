@@ -24,20 +24,25 @@ chromium:
 # The suite's programs are tiny and its time is XLA's compile (a 4-step run: ~70% compile), most of it LLVM's
 # optimisation of the CPU code: at -O0 the suite takes ~27% less CPU time (BENCHMARKS.md) and computes the same HLO.
 # Runs and benchmarks keep XLA's default level.
-TEST_XLA_FLAGS := XLA_FLAGS="$$XLA_FLAGS --xla_backend_optimization_level=0"
+# XLA's CPU element-wise emitters of before its MLIR fusion emitters (--xla_cpu_use_fusion_emitters=false) compile the
+# same HLO in about half the time again (BENCHMARKS.md). jax 0.12's XLA has only the new emitters and aborts on an
+# unknown flag, so each environment is asked once, in a process of its own, whether its XLA knows it.
+LEGACY_EMITTERS := --xla_cpu_use_fusion_emitters=false
+test_xla_flags = XLA_FLAGS="$$XLA_FLAGS --xla_backend_optimization_level=0$(shell XLA_FLAGS=$(LEGACY_EMITTERS) \
+	JAX_PLATFORMS=cpu $(1) -c 'import jax; jax.devices()' >/dev/null 2>&1 && echo ' $(LEGACY_EMITTERS)')"
 
 # ruff (pinned in the test extra, configured in pyproject.toml) checks the format and lints before the suite runs.
 test: $(STAMP) chromium
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
-	JAX_PLATFORMS=cpu $(TEST_XLA_FLAGS) $(PY) -m pytest -n 2 -q --durations=15
+	JAX_PLATFORMS=cpu $(call test_xla_flags,$(PY)) $(PY) -m pytest -n 2 -q --durations=15
 
 # The end-to-end runs that would take the default suite past ten minutes; CI runs them after it (.ci/run).
 test-long: $(STAMP)
-	JAX_PLATFORMS=cpu $(TEST_XLA_FLAGS) $(PY) -m pytest -n 2 -q -m long --durations=10
+	JAX_PLATFORMS=cpu $(call test_xla_flags,$(PY)) $(PY) -m pytest -n 2 -q -m long --durations=10
 
 test-slow: $(STAMP)
-	JAX_PLATFORMS=cpu $(TEST_XLA_FLAGS) $(PY) -m pytest -n 2 -q -m slow
+	JAX_PLATFORMS=cpu $(call test_xla_flags,$(PY)) $(PY) -m pytest -n 2 -q -m slow
 
 # The numerics tests (pytest -m numerics) on whatever accelerator JAX sees (a GPU if there is one).
 test-numerics: $(STAMP)
@@ -60,7 +65,7 @@ test-newest: $(NEWEST)/.installed chromium
 	$(NEWEST)/bin/python -c 'import jax, flax, sys; print(f"test-newest: Python {sys.version.split()[0]}, jax {jax.__version__}, flax {flax.__version__}")'
 	$(NEWEST)/bin/ruff format --check .
 	$(NEWEST)/bin/ruff check .
-	JAX_PLATFORMS=cpu $(TEST_XLA_FLAGS) $(NEWEST)/bin/python -m pytest -n 2 -q --durations=15
+	JAX_PLATFORMS=cpu $(call test_xla_flags,$(NEWEST)/bin/python) $(NEWEST)/bin/python -m pytest -n 2 -q --durations=15
 
 # The train steps compiled for an H100 without a GPU (pytest -m gpu_program, scripts/gpu_program.py), in an
 # environment of their own with the CUDA plugin of the jax installed there (about 3.2 GB of wheels).
