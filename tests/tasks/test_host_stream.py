@@ -109,7 +109,9 @@ def test_device_path_refuses_a_text_past_int32_and_the_budget_says_so():
 def test_host_stream_steps_train_as_the_device_steps():
     """(d) The compiled steps fed by the host stream (fit's train_data and compile_steps) against the same
     steps drawing from the text on the device: the same loss at every step, logging steps included, and
-    bit-identical parameters after them."""
+    parameters equal after them to float32 rounding: within 1e-6 of each leaf's largest entry (the two programs are
+    compiled apart, and XLA's CPU emitters may round a few entries of the embedding's gradient differently in each;
+    a different batch moves the loss)."""
     from cli_helpers import compose_train
     from flax import nnx
 
@@ -151,7 +153,7 @@ def test_host_stream_steps_train_as_the_device_steps():
     np.testing.assert_array_equal(np.stack(losses["host"]), np.stack(losses["device"]))
     assert len({float(v) for v in np.ravel(losses["device"])}) == 5 * S  # the steps differ
     for a, b in zip(jax.tree.leaves(states["host"]["params"]), jax.tree.leaves(states["device"]["params"])):
-        np.testing.assert_array_equal(a, b)
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * np.abs(b).max())
 
 
 @pytest.mark.slow
