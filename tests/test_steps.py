@@ -1,13 +1,11 @@
 """The train step's bookkeeping without a kernel per leaf: gradient norms from one reduction over every
-leaf, the finiteness of the updated parameters, and the clip that reuses the step's norm."""
+leaf and the finiteness of the updated parameters (the clip that reuses the step's norm: test_optim.py)."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from attnlab.model.groups import named_grad_norms
-from attnlab.optim import clip_by_global_norm
 from attnlab.steps import FINITE_GROUP, SUM_ROW, all_finite, grad_norms, leaf_sums
 
 SHAPES = [(3,), (SUM_ROW,), (SUM_ROW + 1,), (37, 61), (2, 3, SUM_ROW - 5), (8,)]
@@ -54,15 +52,3 @@ def test_all_finite_sees_one_bad_element_in_any_leaf():
             ys = list(xs)
             ys[leaf] = ys[leaf].ravel().at[-1].set(bad).reshape(ys[leaf].shape)
             assert not bool(all_finite(ys)), (leaf, bad)
-
-
-def test_clip_with_the_steps_norm_is_optaxs_clip():
-    xs = leaves(3)
-    for max_norm in (1e-2, 1e6):  # clipped, and left alone
-        want, _ = optax.clip_by_global_norm(max_norm).update(xs, optax.EmptyState())
-        ours = clip_by_global_norm(max_norm)
-        given, _ = ours.update(xs, ours.init(xs), grad_norm=optax.tree.norm(xs))
-        alone, _ = ours.update(xs, ours.init(xs))
-        for a, b, c in zip(want, given, alone):
-            np.testing.assert_array_equal(a, b)
-            np.testing.assert_array_equal(a, c)

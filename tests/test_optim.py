@@ -1,0 +1,75 @@
+"""attnlab.optim: the schedule against its closed form, the decay mask, the clip that takes the step's norm, and
+the chain's update against optax's own AdamW."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from attnlab.normalizers import NormalizerParam
+from attnlab.optim import AdamW, clip_by_global_norm, current_lr, decay_mask, schedule
+
+
+@pytest.mark.parametrize("lr, warmup, total, final", [(1e-3, 2, 8, 0.5), (3e-2, 0, 5, 0.1), (1.0, 10, 10, 0.0)])
+def test_schedule_is_linear_warmup_then_cosine_to_the_final_fraction(lr, warmup, total, final):
+    count = np.arange(total + 3)
+    w, t = max(warmup, 1), max(total, warmup + 1)
+    progress = np.clip((count - w) / (t - w), 0.0, 1.0)
+    cosine = final * lr + (1 - final) * lr * 0.5 * (1 + np.cos(np.pi * progress))
+    want = np.where(count < w, lr * count / w, cosine)
+    got = [float(schedule(lr, warmup, total, final)(c)) for c in count]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-12)
+
+
+class _Toy(nnx.Module):
+    def __init__(self):
+        self.w = nnx.Param(jnp.ones((3, 4)))
+        self.b = nnx.Param(jnp.ones((4,)))
+        self.beta = NormalizerParam(jnp.ones((2, 2)))  # 2-D, yet a normalizer parameter: never decayed
+
+
+def test_decay_mask_decays_weight_matrices_only():
+    params = nnx.state(_Toy(), nnx.Param)
+    mask = decay_mask(params)
+    assert (mask["w"], mask["b"], mask["beta"]) == (True, False, False)
+
+
+def _leaves(seed):
+    rng = np.random.default_rng(seed)
+    return [jnp.asarray(rng.normal(size=s) * 10.0 ** rng.integers(-3, 3), jnp.float32) for s in [(3,), (37, 61), (8,)]]
+
+
+def test_clip_with_the_steps_norm_is_optaxs_clip():
+    xs = _leaves(3)
+    for max_norm in (1e-2, 1e6):  # clipped, and left alone
+        want, _ = optax.clip_by_global_norm(max_norm).update(xs, optax.EmptyState())
+        ours = clip_by_global_norm(max_norm)
+        given, _ = ours.update(xs, ours.init(xs), grad_norm=optax.tree.norm(xs))
+        alone, _ = ours.update(xs, ours.init(xs))
+        for a, b, c in zip(want, given, alone):
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(a, c)
+
+
+def test_the_chain_is_clip_then_optax_adamw_with_the_mask_and_schedule():
+    """Three updates of AdamW(...)(params, total_steps) against optax's clip + adamw built from the same values."""
+    opts = dict(lr=1e-2, warmup_steps=1, weight_decay=0.1, clip_norm=0.5, b1=0.9, b2=0.99, final_fraction=0.2)
+    params = nnx.state(_Toy(), nnx.Param)
+    ours = AdamW(**opts)(params, total_steps=3)
+    sched = schedule(opts["lr"], opts["warmup_steps"], 3, opts["final_fraction"])
+    theirs = optax.chain(
+        optax.clip_by_global_norm(opts["clip_norm"]),
+        optax.adamw(sched, b1=opts["b1"], b2=opts["b2"], weight_decay=opts["weight_decay"], mask=decay_mask(params)),
+    )
+    p_ours = p_theirs = params
+    s_ours, s_theirs = ours.init(params), theirs.init(params)
+    for step in range(3):
+        grads = jax.tree.map(lambda x, step=step: jnp.full_like(x, 0.3 * (step + 1)) + x, p_ours)
+        u_ours, s_ours = ours.update(grads, s_ours, p_ours)
+        u_theirs, s_theirs = theirs.update(grads, s_theirs, p_theirs)
+        p_ours, p_theirs = optax.apply_updates(p_ours, u_ours), optax.apply_updates(p_theirs, u_theirs)
+        for a, b in zip(jax.tree.leaves(p_ours), jax.tree.leaves(p_theirs)):
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(current_lr(s_ours), sched(step), rtol=1e-6)
