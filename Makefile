@@ -25,8 +25,9 @@ chromium:
 # optimisation of the CPU code: at -O0 the suite takes ~27% less CPU time (BENCHMARKS.md) and computes the same HLO.
 # Runs and benchmarks keep XLA's default level.
 # XLA's CPU element-wise emitters of before its MLIR fusion emitters (--xla_cpu_use_fusion_emitters=false) compile the
-# same HLO in about half the time again (BENCHMARKS.md). jax 0.12's XLA has only the new emitters and aborts on an
-# unknown flag, so each environment is asked once, in a process of its own, whether its XLA knows it.
+# same HLO in about half the time of those, at -O0 too: the suite takes ~30% less CPU time (BENCHMARKS.md). jax 0.12's
+# XLA has only the new emitters and aborts on an unknown flag, so each environment is asked once, in a process of its
+# own, whether its XLA knows it.
 LEGACY_EMITTERS := --xla_cpu_use_fusion_emitters=false
 test_xla_flags = XLA_FLAGS="$$XLA_FLAGS --xla_backend_optimization_level=0$(shell XLA_FLAGS=$(LEGACY_EMITTERS) \
 	JAX_PLATFORMS=cpu $(1) -c 'import jax; jax.devices()' >/dev/null 2>&1 && echo ' $(LEGACY_EMITTERS)')"
