@@ -144,7 +144,12 @@ def apply_matmul_precision(setting: str | None, dtype) -> str:
 
 
 def limit_threads(launcher_target: str, n_jobs: int | None) -> None:
-    """With joblib, give each of the n_jobs parallel jobs its share of the cores (set before JAX starts)."""
+    """With joblib, give each of the n_jobs parallel jobs its share of the cores in the thread counts read from the
+    environment (OpenMP, OpenBLAS, MKL) and single-threaded Eigen where the share is one core (set before JAX starts).
+
+    XLA's own CPU thread pool spans the cores the process may run on, and no XLA flag sizes it: the
+    `intra_op_parallelism_threads=N` of a common recipe is no XLA flag (after a flag XLA ignores it, alone it is
+    read as a file of flags)."""
     if "joblib" not in launcher_target:
         return
     cores = os.cpu_count() or 1
@@ -152,7 +157,6 @@ def limit_threads(launcher_target: str, n_jobs: int | None) -> None:
     threads = max(1, cores // n)
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + f" --xla_cpu_multi_thread_eigen={'true' if threads > 1 else 'false'}"
-        f" intra_op_parallelism_threads={threads}"
     ).strip()
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[var] = str(threads)
