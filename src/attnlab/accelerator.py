@@ -145,11 +145,12 @@ def apply_matmul_precision(setting: str | None, dtype) -> str:
 
 def limit_threads(launcher_target: str, n_jobs: int | None) -> None:
     """With joblib, give each of the n_jobs parallel jobs its share of the cores in the thread counts read from the
-    environment (OpenMP, OpenBLAS, MKL) and single-threaded Eigen where the share is one core (set before JAX starts).
+    environment (OpenMP, OpenBLAS, MKL), and ask XLA for single-threaded Eigen where the share is one core (set
+    before JAX starts).
 
-    XLA's own CPU thread pool spans the cores the process may run on, and no XLA flag sizes it: the
-    `intra_op_parallelism_threads=N` of a common recipe is no XLA flag (after a flag XLA ignores it, alone it is
-    read as a file of flags)."""
+    XLA's own CPU thread pool, which runs its matmuls, still spans the cores the process may run on (BENCHMARKS.md):
+    no XLA flag sizes it, and the `intra_op_parallelism_threads=N` of a common recipe is no XLA flag (after a flag
+    XLA ignores it, alone it is read as a file of flags)."""
     if "joblib" not in launcher_target:
         return
     cores = os.cpu_count() or 1
