@@ -107,6 +107,12 @@ class Labelled:
             self.partial = ""
         self.stream.flush()
 
+    def close(self) -> None:
+        """Write an unfinished last line and leave the stream underneath open: it is the process's. A logging handler
+        made inside the job holds this stream, and closes it when the next job's Hydra reconfigures logging (absl's
+        PythonHandler closes any stream that is not sys.stderr itself and no terminal)."""
+        self.close_line()
+
     def isatty(self) -> bool:
         return False  # never a bar: one bar per job would overwrite the others' lines
 
