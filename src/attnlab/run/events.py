@@ -9,13 +9,18 @@ from pathlib import Path
 log = logging.getLogger(__name__)  # unconfigured: Python's last-resort handler writes warnings to stderr
 
 
-class _PluginlessDescription(logging.Filter):
-    """Drops EventAccumulator's "summary with tag ... oddly not associated with a plugin" warning, one per tag and
-    run of an event file whose descriptions name no plugin, as tensorboardX's add_scalar(summary_description=...)
-    writes them (board.summaries.Summaries names the scalars plugin). Every other warning of the reader passes."""
+class _ExpectedWarnings(logging.Filter):
+    """Drops two warnings of EventAccumulator that attnlab's own runs cause by design; every other one passes:
+    - "summary with tag ... oddly not associated with a plugin", one per tag and run of an event file whose
+      descriptions name no plugin, as tensorboardX's add_scalar(summary_description=...) writes them
+      (board.summaries.Summaries names the scalars plugin);
+    - "Detected out of order event.step likely caused by a TensorFlow restart. Purging ...", for a resumed run: it
+      logs again from its checkpoint's step, and the reader drops the interrupted run's later values, as it should.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "oddly not associated with a plugin" not in str(record.msg)
+        message = str(record.msg)
+        return "oddly not associated with a plugin" not in message and "Detected out of order event" not in message
 
 
 def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
@@ -27,7 +32,7 @@ def read_scalars(run_dir: Path) -> dict[str, dict[int, float]]:
         log.warning("attnlab-report: warning: %s has no TensorBoard event file; its curves are left out", run_dir)
         return {}
     acc = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "histograms": 1, "images": 1, "tensors": 1})
-    quiet, logger = _PluginlessDescription(), tb_logging.get_logger()
+    quiet, logger = _ExpectedWarnings(), tb_logging.get_logger()
     level = logger.level
     logger.addFilter(quiet)
     logger.setLevel(max(level, logging.WARNING))  # its INFO lines ("No path found after ...") would fill a job's log
