@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import itertools
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -118,6 +119,7 @@ class Table:
     live: list[str] = field(default_factory=list)  # the Still running section (attnlab.report.running)
     alpha: float = 0.05  # the verdict's family-wise level (attnlab.report.verdict)
     baseline_given: bool = True  # False: `baseline` is DEFAULT_BASELINE, chosen because the sweep has it
+    no_default_baseline: str = ""  # why DEFAULT_BASELINE, present in the sweep, was not taken (several cells)
     margins: dict[str, float] = field(default_factory=dict)  # fnmatch pattern -> equivalence margin (--margin)
     n_boot: int = 2000  # bootstrap resamples of every interval summarize computed (and the length table's)
     seed: int = 0  # the bootstrap's seed
@@ -240,7 +242,11 @@ def summarize(
     )
     table.cells = _cells(runs, group_by, metrics, which, select_lr, select_by, n_boot, seed)
     if baseline is None and _has_default_baseline(table):
-        baseline, table.baseline, table.baseline_given = DEFAULT_BASELINE, DEFAULT_BASELINE, False
+        try:  # the default is taken only where it is one cell per comparison, else the verdict says why not
+            _check_baseline(table, DEFAULT_BASELINE)
+            baseline, table.baseline, table.baseline_given = DEFAULT_BASELINE, DEFAULT_BASELINE, False
+        except ValueError as exc:
+            table.no_default_baseline = str(exc)
     if baseline:
         _apply_baseline(table, baseline, n_boot, seed)
     _completeness(table, runs)
@@ -341,18 +347,68 @@ def expand(patterns: list[str], names: list[str], what: str = "metric") -> list[
     return list(out)
 
 
-def _apply_baseline(table: Table, spec: str, n_boot: int, seed: int) -> None:
-    key, sep, text = spec.partition("=")
-    if not sep or key not in table.group_by:
+def baseline_pairs(spec: str) -> list[tuple[str, str]]:
+    """--baseline KEY=VALUE[,KEY=VALUE...] as [(key, value text)]; ValueError for a malformed or repeated pair. A
+    comma splits pairs only where a KEY= follows it, so a value may hold a comma."""
+    pairs = []
+    for text in re.split(r",(?=[^,=]+=)", spec):
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(
+                f"baseline {spec!r}: {text!r} is not KEY=VALUE; allowed: KEY=VALUE or several separated by commas, "
+                "e.g. normalizer=softmax,model.output_gate=none"
+            )
+        pairs.append((key.strip(), value))
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"baseline {spec!r} names a key twice; allowed: each key once")
+    return pairs
+
+
+def is_baseline(key: dict[str, Any], pairs: list[tuple[str, str]]) -> bool:
+    """Whether a cell's key matches every KEY=VALUE pair of a baseline."""
+    return all(same_value(key.get(k), v) for k, v in pairs)
+
+
+def _check_baseline(table: Table, spec: str) -> None:
+    """ValueError when `spec` names a key that is not a group key, matches no cell, or matches several cells of
+    which one would be compared with no cell (softmax with and without an output gate, for normalizer=softmax):
+    a baseline is one cell per comparison, named with the keys that tell its candidates apart."""
+    pairs = baseline_pairs(spec)
+    if any(k not in table.group_by for k, _ in pairs):
         raise ValueError(
-            f"baseline {spec!r} must be KEY=VALUE with KEY one of the group keys: "
+            f"baseline {spec!r} must be KEY=VALUE (several separated by commas) with KEY one of the group keys: "
             f"{', '.join(table.group_by) or '(none)'}"
         )
-    if not any(same_value(c.key[key], text) for c in table.cells):
-        values = sorted({c.key[key] for c in table.cells}, key=sort_key)
-        raise ValueError(f"baseline {spec!r} matches no cell; {key} values: {', '.join(map(str, values))}")
+    matched = [c for c in table.cells if is_baseline(c.key, pairs)]
+    if not matched:
+        values = "; ".join(
+            f"{k} values: {', '.join(map(str, sorted({c.key[k] for c in table.cells}, key=sort_key)))}"
+            for k, _ in pairs
+        )
+        raise ValueError(f"baseline {spec!r} matches no cell; {values}")
+    used = {id(base) for _, base in partners(table, spec)}
+    idle = [c for c in matched if id(c) not in used]
+    if len(matched) > 1 and idle:
+        named = {k for k, _ in pairs}
+        apart = [k for k in table.group_by if k not in named and len({str(c.key[k]) for c in matched}) > 1]
+        # the keys whose value in an idle baseline cell no other cell has: those are what the baseline must fix
+        others = [c for c in table.cells if not is_baseline(c.key, pairs)]
+        fixing = [k for k in apart if any(all(o.key[k] != c.key[k] for o in others) for c in idle)] or apart
+        keep = next((c for c in matched if id(c) in used), matched[0])
+        pick = ",".join([spec, *(f"{k}={keep.key[k]}" for k in fixing)])
+        raise ValueError(
+            f"baseline {spec!r} matches {len(matched)} cells ({'; '.join(c.label() for c in matched)}), and "
+            f"{'; '.join(c.label() for c in idle)} would be compared with nothing; a baseline is one cell: add the "
+            f"key(s) that tell them apart, e.g. --baseline {pick}"
+        )
+
+
+def _apply_baseline(table: Table, spec: str, n_boot: int, seed: int) -> None:
+    _check_baseline(table, spec)
+    pairs = baseline_pairs(spec)
     for c in table.cells:
-        c.is_baseline = same_value(c.key[key], text)
+        c.is_baseline = is_baseline(c.key, pairs)
     for c, base in partners(table, spec):
         c.identical = identical(c, base, table.which)
         for m in table.metrics:
@@ -360,17 +416,18 @@ def _apply_baseline(table: Table, spec: str, n_boot: int, seed: int) -> None:
 
 
 def partners(table: Table, spec: str) -> list[tuple[Cell, Cell]]:
-    """(cell, its baseline cell) for each cell not the baseline `spec` (KEY=VALUE) that has one: the cell whose
-    KEY is VALUE and whose other group keys equal the cell's."""
-    key, _, text = spec.partition("=")
+    """(cell, its baseline cell) for each cell not the baseline `spec` (KEY=VALUE[,KEY=VALUE...]) that has one: the
+    cell matching every pair whose other group keys equal the cell's."""
+    pairs = baseline_pairs(spec)
+    named = {k for k, _ in pairs}
     out = []
     for c in table.cells:
-        if same_value(c.key.get(key), text):
+        if is_baseline(c.key, pairs):
             continue
         base = [
             b
             for b in table.cells
-            if same_value(b.key.get(key), text) and all(b.key[k] == v for k, v in c.key.items() if k != key)
+            if is_baseline(b.key, pairs) and all(b.key.get(k) == v for k, v in c.key.items() if k not in named)
         ]
         if base:
             out.append((c, base[0]))

@@ -28,7 +28,11 @@ def _parser() -> argparse.ArgumentParser:
         "--which", choices=("final", "best"), default="final", help="final parameters, or the best-validation-loss ones"
     )
     p.add_argument(
-        "--baseline", metavar="KEY=VALUE", help="paired comparison against this group, e.g. normalizer=softmax"
+        "--baseline",
+        metavar="KEY=VALUE[,KEY=VALUE]",
+        help="paired comparison against this cell, e.g. normalizer=softmax; where that matches several cells and one "
+        "of them would be compared with nothing, add the keys that tell them apart, e.g. "
+        "normalizer=softmax,model.output_gate=none",
     )
     p.add_argument(
         "--select-lr",

@@ -87,6 +87,8 @@ def baseline_of(table: Table) -> str | None:
     """--baseline, else normalizer=softmax when the cells vary the normalizer and one of them is softmax."""
     if table.baseline:
         return table.baseline
+    if table.no_default_baseline:
+        return None
     key, _, value = DEFAULT_BASELINE.partition("=")
     if key in table.group_by and any(c.key.get(key) == value for c in table.cells) and len(table.cells) > 1:
         return DEFAULT_BASELINE
@@ -213,10 +215,12 @@ def verdict(table: Table) -> list[str]:
     """The Verdict section: its method in one paragraph, then one sentence per metric."""
     spec = baseline_of(table)
     if spec is None:
+        why = f" The default is not taken: {table.no_default_baseline}." if table.no_default_baseline else ""
         return [
             "## Verdict",
             "",
-            "No baseline: --baseline KEY=VALUE (e.g. normalizer=softmax) names the cell the others are tested against.",
+            "No baseline: --baseline KEY=VALUE (e.g. normalizer=softmax) names the cell the others are tested against."
+            + why,
         ]
     rows = comparisons(table, spec)
     if not rows:
