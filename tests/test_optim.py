@@ -1,5 +1,5 @@
 """attnlab.optim: the schedule against its closed form, the decay mask, the clip that takes the step's norm, and
-the chain's update against optax's own AdamW."""
+the chains' updates against optax's own AdamW and SGD."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +9,7 @@ import pytest
 from flax import nnx
 
 from attnlab.normalizers import NormalizerParam
-from attnlab.optim import AdamW, clip_by_global_norm, current_lr, decay_mask, schedule
+from attnlab.optim import SGD, AdamW, clip_by_global_norm, current_lr, decay_mask, schedule
 
 
 @pytest.mark.parametrize("lr, warmup, total, final", [(1e-3, 2, 8, 0.5), (3e-2, 0, 5, 0.1), (1.0, 10, 10, 0.0)])
@@ -73,3 +73,30 @@ def test_the_chain_is_clip_then_optax_adamw_with_the_mask_and_schedule():
         for a, b in zip(jax.tree.leaves(p_ours), jax.tree.leaves(p_theirs)):
             np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
         np.testing.assert_allclose(current_lr(s_ours), sched(step), rtol=1e-6)
+
+
+def test_sgd_is_optax_sgd_with_momentum_after_the_clip_and_decays_only_weight_matrices():
+    """Three updates of SGD(...)(params, total_steps) against optax's clip + (masked decay, sgd) with the schedule."""
+    params = {"w": jnp.array([[1.0, -2.0], [0.5, 3.0]]), "b": jnp.array([0.3, -0.1])}
+    opts = dict(lr=0.1, warmup_steps=1, clip_norm=0.5, final_fraction=0.2, momentum=0.9, weight_decay=0.01)
+    ours = SGD(**opts)(params, total_steps=3)
+    mask = {"w": True, "b": False}
+    reference = optax.chain(
+        optax.clip_by_global_norm(0.5),
+        optax.add_decayed_weights(0.01, mask),
+        optax.sgd(schedule(0.1, 1, 3, 0.2), momentum=0.9),
+    )
+    ours_state, ref_state, p_ours, p_ref = ours.init(params), reference.init(params), params, params
+    for step in range(3):
+        grads = jax.tree.map(lambda p, k=step + 1: jnp.sin(p * k) * 3.0, p_ours)
+        u_ours, ours_state = ours.update(grads, ours_state, p_ours)
+        u_ref, ref_state = reference.update(grads, ref_state, p_ref)
+        p_ours, p_ref = optax.apply_updates(p_ours, u_ours), optax.apply_updates(p_ref, u_ref)
+        np.testing.assert_allclose(np.asarray(p_ours["w"]), np.asarray(p_ref["w"]), rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(p_ours["b"]), np.asarray(p_ref["b"]), rtol=1e-6)
+        assert float(current_lr(ours_state)) == pytest.approx(float(schedule(0.1, 1, 3, 0.2)(step)))
+
+
+def test_sgd_refuses_a_momentum_of_one():
+    with pytest.raises(ValueError, match=r"^optim.momentum=1.0 is invalid; allowed: a finite number >= 0.0 and < 1.0$"):
+        SGD(lr=0.1, warmup_steps=0, clip_norm=1.0, momentum=1.0)

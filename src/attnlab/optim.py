@@ -1,8 +1,10 @@
-"""AdamW under warmup + cosine decay with global-norm clipping; normalizer parameters are not decayed."""
+"""AdamW or SGD under warmup + cosine decay with global-norm clipping; normalizer parameters are not decayed."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+from typing import Callable
 
 import jax
 import optax
@@ -68,49 +70,84 @@ def make_optimizer(
     b2: float,
     final_fraction: float = 0.1,
 ):
-    """optax chain: clip by global norm, then AdamW with the decay mask and schedule."""
-    check_options(
-        lr=lr,
-        warmup_steps=warmup_steps,
-        weight_decay=weight_decay,
-        clip_norm=clip_norm,
-        b1=b1,
-        b2=b2,
-        final_fraction=final_fraction,
-    )
-    # inject_hyperparams keeps the learning rate the update used in the optimizer state, so the logged
-    # opt/lr is the one applied (current_lr), not a schedule rebuilt elsewhere.
-    adamw = optax.inject_hyperparams(optax.adamw, static_args=("b1", "b2", "weight_decay", "mask"))
-    return optax.chain(
-        clip_by_global_norm(clip_norm),
-        adamw(
-            learning_rate=schedule(lr, warmup_steps, total_steps, final_fraction),
-            b1=b1,
-            b2=b2,
-            weight_decay=weight_decay,
-            mask=decay_mask(params),
-        ),
-    )
+    """optax chain: clip by global norm, then AdamW with the decay mask and schedule (optim=adamw)."""
+    opts = dict(weight_decay=weight_decay, b1=b1, b2=b2, final_fraction=final_fraction)
+    return AdamW(lr=lr, warmup_steps=warmup_steps, clip_norm=clip_norm, **opts)(params, total_steps)
 
 
 @dataclasses.dataclass(frozen=True)
-class AdamW:
-    """The `optim` group (configs/optim/adamw.yaml's `_target_`): its values, checked when built; called with the
-    parameters and the run's length, it is make_optimizer's optax chain."""
+class Optimizer:
+    """The `optim` group's contract (configs/optim/<name>.yaml's `_target_` subclasses it): the values every
+    optimizer shares, checked when built; called with the parameters and the run's length, it is the optax chain
+    clip by global norm → `update_rule(schedule)`, the rate injected so the logged opt/lr is the one applied."""
 
     lr: float
     warmup_steps: int
-    weight_decay: float
     clip_norm: float
-    b1: float
-    b2: float
     final_fraction: float = 0.1
+
+    def __post_init__(self):
+        checks.real("optim.lr", self.lr, 0.0, 1e6, lo_open=True)
+        checks.integer("optim.warmup_steps", self.warmup_steps, 0, 2**31 - 1)
+        checks.real("optim.clip_norm", self.clip_norm, 0.0, lo_open=True)
+        checks.real("optim.final_fraction", self.final_fraction, 0.0, 1.0)
+
+    def update_rule(self, params: nnx.State) -> Callable[..., optax.GradientTransformation]:
+        """learning_rate -> the optax transformation after the clip (wrapped in optax.inject_hyperparams)."""
+        raise NotImplementedError
+
+    def __call__(self, params: nnx.State, total_steps: int):
+        rule = optax.inject_hyperparams(self.update_rule(params))
+        return optax.chain(
+            clip_by_global_norm(self.clip_norm),
+            rule(learning_rate=schedule(self.lr, self.warmup_steps, total_steps, self.final_fraction)),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class AdamW(Optimizer):
+    """optim=adamw: make_optimizer's chain (AdamW with the decay mask)."""
+
+    weight_decay: float = 0.1
+    b1: float = 0.9
+    b2: float = 0.98
 
     def __post_init__(self):
         check_options(**dataclasses.asdict(self))
 
-    def __call__(self, params: nnx.State, total_steps: int):
-        return make_optimizer(params, total_steps=total_steps, **dataclasses.asdict(self))
+    def update_rule(self, params):
+        return functools.partial(
+            optax.adamw, b1=self.b1, b2=self.b2, weight_decay=self.weight_decay, mask=decay_mask(params)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SGD(Optimizer):
+    """optim=sgd: SGD with (heavy-ball or Nesterov) momentum and masked weight decay, under the same schedule and
+    clip as AdamW; Guo et al. 2024 (arXiv 2410.13835, Sec. 4) find that SGD, unlike Adam, does not
+    grow the residual-state peak of the attention-sink token."""
+
+    momentum: float = 0.9
+    nesterov: bool = False
+    weight_decay: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        checks.real("optim.momentum", self.momentum, 0.0, 1.0, hi_open=True)
+        checks.boolean("optim.nesterov", self.nesterov)
+        checks.real("optim.weight_decay", self.weight_decay, 0.0, 1e6)
+
+    def update_rule(self, params):
+        mask = decay_mask(params)
+
+        def sgd(learning_rate):
+            # Weight decay joins the gradient before the momentum, as in torch.optim.SGD's weight_decay.
+            return optax.chain(
+                optax.add_decayed_weights(self.weight_decay, mask),
+                optax.sgd(learning_rate, momentum=self.momentum or None, nesterov=self.nesterov),
+            )
+
+        return sgd
 
 
 def current_lr(opt_state) -> jax.Array:

@@ -39,7 +39,7 @@ CONTRACTS = {
     "task": "attnlab.tasks.base.Task",
     "head": "attnlab.heads.base.Head",
     "model": "attnlab.model.Transformer",
-    "optim": "attnlab.optim.AdamW",
+    "optim": "attnlab.optim.Optimizer",
     "trainer": "attnlab.train.config.LoopConfig",
     "accelerator": "attnlab.accelerator.Accelerator",
 }
