@@ -53,6 +53,7 @@ TINY_TASK = {
     ],
     "digits": [],
     "lm": ["task.seq_len=16", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
+    "bigram_backcopy": ["task.seq_len=16", "task.num_tokens=16", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
     "max_retrieval": ["task.n_items=7", "task.min_items=3", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
 }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from attnlab.tasks.base import Split, Task
+from attnlab.tasks.bigram_backcopy import BigramBackcopy
 from attnlab.tasks.digits import Digits
 from attnlab.tasks.icl_regression import ICLRegression
 from attnlab.tasks.lengths import length_tasks
@@ -21,6 +22,7 @@ __all__ = [
     "Digits",
     "LanguageModel",
     "MaxRetrieval",
+    "BigramBackcopy",
 ]
 
 

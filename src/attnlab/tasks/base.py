@@ -194,6 +194,10 @@ class Task:
         k = max(int((np.asarray(s.weights) > 0).sum(1).max(initial=0)) for s in self.splits.values())
         return k if 0 < k < self.seq_len else None
 
+    def row_groups(self, inputs_NT: np.ndarray) -> dict[str, np.ndarray]:
+        """{group: bool (N, T)}: named subsets of the query rows (e.g. trigger / dormant rows); {} by default."""
+        return {}
+
     def derived_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         """Task-specific metrics computed from a split's head metrics (e.g. bits per byte); none by default."""
         return {}
