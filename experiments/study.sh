@@ -28,3 +28,73 @@ if [ "$REFRESH" = 1 ] && { [ $# -gt 0 ] || [ "$SCALE" != cpu ]; }; then
     "got SCALE=$SCALE${*:+ and $*}" >&2
   exit 2
 fi
+
+# bracket_screen SWEEP_DIR GROUP_KEY[,GROUP_KEY...] LIMIT [REPORT_ARGS...] -- TRAIN_ARGS...
+#   A learning-rate screen that extends its grid until every cell's selected rate is interior (bracketed):
+#   1. "$BIN/attnlab-train" -m TRAIN_ARGS hydra.sweep.dir=SWEEP_DIR/grid: the screen (TRAIN_ARGS sweep optim.lr,
+#      e.g. experiment=lm_normalizers/screen, or normalizer=softmax,relu optim.lr=1e-3,3e-3,1e-2 ...);
+#   2. "$BIN/attnlab-report" SWEEP_DIR --group-by GROUP_KEY... --select-lr --select-by val/loss --curves REPORT_ARGS
+#      (SWEEP_DIR/report; REPORT_ARGS come last, so --select-by or --curves there replaces these);
+#   3. each cell at an edge of its grid (report.csv's lr_at_edge) gets one more rate beyond it, the grid's own ratio
+#      (experiments/bracket_lrs.py): attnlab-train -m TRAIN_ARGS KEY=VALUE... optim.lr=RATE
+#      hydra.sweep.dir=SWEEP_DIR/extend<round>/<n> (TRAIN_ARGS' own GROUP_KEY= and optim.lr= left out); then 2 again;
+#   at most LIMIT rounds of 3 (0: none). Then it says which cells never bracketed (stderr, one line each), or that
+#   every one did, and returns 0 either way: SWEEP_DIR/report/report.csv holds the selection (read it with
+#   experiments/selected_lrs.py), the last report's terminal output is SWEEP_DIR/report.log, and the report's verdict
+#   names the cells left at an edge. A failed train or report stops the study (set -e). Example, in a run.sh:
+#     bracket_screen "$SWEEP/screen" normalizer 3 --metrics val/loss val/bits_per_byte -- \
+#       "experiment=lm_normalizers/screen$SUFFIX" "$@"
+bracket_screen() {
+  if [ $# -lt 4 ] || ! [[ "$3" =~ ^[0-9]+$ ]]; then
+    echo "bracket_screen: usage: bracket_screen SWEEP_DIR GROUP_KEY[,GROUP_KEY...] LIMIT [REPORT_ARGS...]" \
+      "-- TRAIN_ARGS...; got: $*" >&2
+    return 2
+  fi
+  local dir="$1" keys="$2" limit="$3" round n line
+  shift 3
+  local report_args=() train_args=() extend_args=() group=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do report_args+=("$1"); shift; done
+  if [ $# -eq 0 ]; then
+    echo "bracket_screen: no -- before the attnlab-train arguments" >&2
+    return 2
+  fi
+  shift
+  train_args=("$@")
+  IFS=, read -r -a group <<< "$keys"
+  local arg key own
+  for arg in "${train_args[@]}"; do  # an extension names its cell and rate: the screen's own values of them go
+    own=0
+    for key in "${group[@]}" optim.lr; do
+      case "$arg" in "$key="*) own=1 ;; esac
+    done
+    [ "$own" = 1 ] || extend_args+=("$arg")
+  done
+  local report=("$BIN/attnlab-report" "$dir" --group-by "${group[@]}" --select-lr --select-by val/loss --curves
+    ${report_args[@]+"${report_args[@]}"})
+  nice -n 10 "$BIN/attnlab-train" -m "${train_args[@]}" "hydra.sweep.dir=$dir/grid"
+  nice -n 10 "${report[@]}" > "$dir/report.log"  # each round's report.md replaces the last; the log keeps the last
+  for ((round = 1; round <= limit; round++)); do
+    local next=()
+    mapfile -t next < <("$BIN/python" "$ROOT/experiments/bracket_lrs.py" "$dir/report/report.csv" "$keys")
+    [ ${#next[@]} -gt 0 ] || break
+    n=0
+    for line in "${next[@]}"; do
+      local cell=()
+      read -r -a cell <<< "$line"
+      echo "bracket_screen: round $round of $limit: ${cell[*]}" >&2
+      nice -n 10 "$BIN/attnlab-train" -m ${extend_args[@]+"${extend_args[@]}"} "${cell[@]}" \
+        "hydra.sweep.dir=$dir/extend$round/$n"
+      n=$((n + 1))
+    done
+    nice -n 10 "${report[@]}" > "$dir/report.log"
+  done
+  local edges=()
+  mapfile -t edges < <("$BIN/python" "$ROOT/experiments/bracket_lrs.py" "$dir/report/report.csv" "$keys" --edges)
+  if [ ${#edges[@]} -eq 0 ]; then
+    echo "bracket_screen: every cell's selected rate is interior to its grid ($dir/report/report.csv)" >&2
+  else
+    for line in "${edges[@]}"; do
+      echo "bracket_screen: never bracketed after $limit extension(s): $line" >&2
+    done
+  fi
+}

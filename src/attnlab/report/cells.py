@@ -25,9 +25,21 @@ class Cell:
     runs: list[Run]
     lr: float | None = None  # the selected learning rate under select_lr
     lr_scores: dict = field(default_factory=dict)  # lr → mean selection metric
+    lr_grid: list[float] = field(default_factory=list)  # every rate the cell's runs were given, ascending
     stats: dict[str, Stat] = field(default_factory=dict)
     is_baseline: bool = False
     identical: bool = False  # to its baseline partner: the same seeds, every metric equal to float tolerance
+
+    @property
+    def lr_edge(self) -> str:
+        """Under select_lr, where the selected rate sits in the cell's grid: `low` (its lowest rate), `high` (its
+        highest), `only` (a grid of one rate), '' (interior: the grid brackets it). A rate at which every run
+        diverged still bounds the grid: a selection below it is bracketed."""
+        if self.lr is None or not self.lr_grid:
+            return ""
+        if len(self.lr_grid) == 1:
+            return "only"
+        return "low" if self.lr == self.lr_grid[0] else "high" if self.lr == self.lr_grid[-1] else ""
 
     def count(self, status: str) -> int:
         return sum(r.status == status for r in self.runs)
@@ -155,7 +167,7 @@ class Table:
         """Tidy rows, one per cell and metric (the CSV), keys in column order."""
         out = []
         for c in self.cells:
-            base = {**c.key, **({LR: c.lr} if self.select_lr else {})}
+            base = {**c.key, **(self._lr_columns(c) if self.select_lr else {})}
             for m in self.metrics:
                 s = c.stats[m]
                 out.append(
@@ -179,6 +191,12 @@ class Table:
                     }
                 )
         return out
+
+    @staticmethod
+    def _lr_columns(c: Cell) -> dict[str, Any]:
+        """The CSV's selected rate, where it sits in the cell's grid (Cell.lr_edge) and the grid itself (its rates
+        separated by spaces: experiments/bracket_lrs.py extends it)."""
+        return {LR: c.lr, "lr_at_edge": c.lr_edge, "lr_grid": " ".join(repr(float(x)) for x in c.lr_grid)}
 
     def completeness(self) -> list[str]:
         """Lines saying which expected cells are missing or have fewer completed seeds than the fullest."""
@@ -297,6 +315,7 @@ def _cells(runs, group_by, metrics, which, select_lr, select_by, n_boot, seed) -
         cell = Cell(key=dict(zip(group_by, key)), runs=groups[key])
         if select_lr:
             cell.lr, cell.lr_scores = stats.select_lr(cell.runs, select_by, which)
+            cell.lr_grid = sorted(lr for lr in cell.lr_scores if isinstance(lr, (int, float)))
             cell.runs = [r for r in cell.runs if r.config.get(LR) == cell.lr] if cell.lr is not None else cell.runs
         cell.stats = {m: stats.cell_stat(cell.runs, m, which, n_boot, seed) for m in metrics}
         cells.append(cell)

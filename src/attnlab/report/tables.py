@@ -110,8 +110,23 @@ def _explain(table: Table) -> list[str]:
         )
         for c in table.cells:
             scores = ", ".join(f"{lr}: {num(v)}" for lr, v in sorted(c.lr_scores.items(), key=lambda kv: str(kv[0])))
-            lines.append(f"- {c.label()}: {LR}={c.lr} ({table.select_by} by rate: {scores})")
+            lines.append(f"- {c.label()}: {LR}={c.lr} ({table.select_by} by rate: {scores}){edge_text(c, ' — ')}")
     return lines
+
+
+def edge_text(c: Cell, lead: str = "") -> str:
+    """`lead` + where a selected rate sits at the edge of its cell's grid (Cell.lr_edge), or '' when the grid
+    brackets it."""
+    grid = f"{num(c.lr_grid[0])} to {num(c.lr_grid[-1])}" if c.lr_grid else ""
+    if c.lr_edge == "only":
+        return f"{lead}the only rate of its grid: no rate was selected against another"
+    if c.lr_edge in ("low", "high"):
+        side, beyond = ("lowest", "lower") if c.lr_edge == "low" else ("highest", "higher")
+        return (
+            f"{lead}at the {c.lr_edge} edge of its grid ({side} of {grid}): not bracketed, a {beyond} rate may be "
+            "better (experiments/bracket_lrs.py extends the grid)"
+        )
+    return ""
 
 
 def markdown_tables(table: Table, max_columns: int = MAX_COLUMNS) -> list[str]:

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 
 from attnlab.report import stats
 from attnlab.report.cells import DEFAULT_BASELINE, Cell, Table, identical, partners
+from attnlab.report.load import LR
 from attnlab.report.stats import MIN_PAIRS, Stat, higher_is_better
-from attnlab.report.tables import num
+from attnlab.report.tables import edge_text, num
 
 # Where the reference manual says which scale separates the normalizers: the verdict's pointer when a sweep cannot rank.
 SCALE_GUIDE = (
@@ -211,6 +212,20 @@ def cannot_rank(table: Table, rows: list[Comparison]) -> list[str]:
     ]
 
 
+def unbracketed(table: Table) -> list[str]:
+    """Under --select-lr, the cells whose selected rate sits at the edge of their grid (Cell.lr_edge): each is
+    compared at a rate that may not be its best."""
+    edge = [c for c in table.cells if c.lr_edge] if table.select_lr else []
+    if not edge:
+        return []
+    named = "; ".join(f"{c.label()}: {LR}={c.lr}, {edge_text(c)}" for c in edge)
+    return [
+        f"**Learning rates not bracketed** in {len(edge)} of {len(table.cells)} cells ({named}). Each is compared at "
+        "the edge of the rates it was given, which may not be its best.",
+        "",
+    ]
+
+
 def verdict(table: Table) -> list[str]:
     """The Verdict section: its method in one paragraph, then one sentence per metric."""
     spec = baseline_of(table)
@@ -238,7 +253,7 @@ def verdict(table: Table) -> list[str]:
         f"seeds detect at {stats.POWER:.0%} power and the seeds the observed Δ needs (paired t-test at "
         f"α/{max(n_tests, 1)})."
     )
-    lines = ["## Verdict", "", *cannot_rank(table, rows), method, ""]
+    lines = ["## Verdict", "", *cannot_rank(table, rows), *unbracketed(table), method, ""]
     for m in metrics:
         lines.append(_sentence(m, [c for c in rows if c.metric == m], spec, table.alpha))
     return lines
