@@ -242,9 +242,10 @@ class BigramBackcopy(Task):
     @property
     def baseline_labels(self) -> dict[str, dict[str, str]]:
         """Accuracy against the majority token and the bigram predictor; each loss and group accuracy against the
-        Bayes-optimal value too (a bar to reach: the weakest of a metric's baselines is the one to beat)."""
+        Bayes-optimal value too (a bar to reach: the weakest of a metric's baselines is the one to beat). Each in key
+        order, the order metrics.json keeps them in."""
         out = {
-            "accuracy": {"accuracy": "majority token", "accuracy_bigram": "bigram", "accuracy_bayes": "Bayes-optimal"},
+            "accuracy": {"accuracy": "majority token", "accuracy_bayes": "Bayes-optimal", "accuracy_bigram": "bigram"},
             "loss": {"loss": "Bayes-optimal", "loss_bigram": "bigram", "loss_unigram": "unigram"},
         }
         for group in ("dormant", "trigger"):
