@@ -1,5 +1,6 @@
-"""Where the report says a sweep cannot rank its cells (plateaus, still-falling losses), what it leaves unranked,
-and whether its runs ran the same code (provenance), on synthetic run directories."""
+"""Where the report says a sweep cannot rank its cells (plateaus) or ranks them at their budget (still-falling
+losses), what it leaves unranked, and whether its runs ran the same code (provenance), on synthetic run
+directories."""
 
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ def test_a_sweep_whose_cells_all_sit_at_the_plateau_cannot_rank_them(tmp_path):
     verdict = md[md.index("## Verdict") : md.index("## Comparison")]
     # softmax: two of three seeds in the band [0.175, 0.325] around 1/4; its mean 0.363 alone is outside it
     assert (
-        "**This sweep cannot rank these cells**: every compared cell sits at a plateau of its task or was still "
-        "learning when training stopped (normalizer=linear: at plateau test/accuracy ≈ 1/pairs 0.25 (3 of 3 runs); "
+        "**This sweep cannot rank these cells**: every compared cell sits at a plateau of its task, having learnt "
+        "nothing it measures (normalizer=linear: at plateau test/accuracy ≈ 1/pairs 0.25 (3 of 3 runs); "
         "normalizer=sigmoid: at plateau test/accuracy ≈ 1/pairs 0.25 (3 of 3 runs); normalizer=softmax: at plateau "
         "test/accuracy ≈ 1/pairs 0.25 (2 of 3 runs))"
     ) in verdict
@@ -63,13 +64,21 @@ def test_one_cell_off_the_plateau_lets_the_sweep_rank(tmp_path):
     assert "normalizer=sigmoid (worse: Δ " in md  # and the verdict says what differs
 
 
-def test_still_falling_cells_count_as_unsettled_too(tmp_path):
+def test_still_falling_cells_are_ranked_at_their_budget_not_refused(tmp_path):
     solved = lambda norm, seed: 0.9 + 0.01 * seed  # noqa: E731
     md = to_markdown(summarize(load_runs(mqar_sweep(tmp_path, solved, falling=lambda n, s: s > 0))))
-    assert "**This sweep cannot rank these cells**" in md
-    assert "normalizer=linear: val loss still falling (2 of 3 runs)" in md
+    assert "cannot rank" not in md
+    verdict = md[md.index("## Verdict") :].splitlines()
+    assert verdict[2].startswith("**Ranked at the budget given**: every compared run trained 4 steps, and ")
+    assert "normalizer=linear (val loss still falling (2 of 3 runs))" in verdict[2]
     md = to_markdown(summarize(load_runs(mqar_sweep(tmp_path / "b", solved, falling=lambda n, s: s > 1))))
-    assert "cannot rank" not in md  # one of three runs still learning: the cell's numbers stand
+    assert "cannot rank" not in md and "Ranked at the budget" not in md  # one of three runs still learning: settled
+
+
+def test_cells_at_a_plateau_and_still_falling_cannot_be_ranked(tmp_path):
+    md = to_markdown(summarize(load_runs(mqar_sweep(tmp_path, plateau_accuracy, falling=lambda n, s: True))))
+    assert "**This sweep cannot rank these cells**" in md and "Ranked at the budget" not in md
+    assert "normalizer=linear: at plateau test/accuracy ≈ 1/pairs 0.25 (3 of 3 runs); val loss still falling" in md
 
 
 def test_the_still_falling_rule_on_hand_made_curves():

@@ -65,6 +65,11 @@ class Cell:
         """Completed runs still learning at the end: val loss falling, task not solved (convergence.still_learning)."""
         return [r for r in self.done() if still_learning(r.convergence, r.final)]
 
+    def plateaued(self) -> bool:
+        """Whether at least half the cell's completed runs sit at a plateau of their task: nothing learnt."""
+        done = self.done()
+        return bool(done) and 2 * len(self.at_plateau()) >= len(done)
+
     def unsettled(self) -> bool:
         """Whether at least half the cell's completed runs sit at a plateau or were still learning: its numbers say
         where training stopped, not what the configuration can do."""
@@ -134,6 +139,7 @@ class Table:
     no_default_baseline: str = ""  # why DEFAULT_BASELINE, present in the sweep, was not taken (several cells)
     margins: dict[str, float] = field(default_factory=dict)  # fnmatch pattern -> equivalence margin (--margin)
     n_boot: int = 2000  # bootstrap resamples of every interval summarize computed (and the length table's)
+    cache: dict = field(default_factory=dict, repr=False)  # run path -> its TensorBoard scalars, read once
     seed: int = 0  # the bootstrap's seed
 
     @property

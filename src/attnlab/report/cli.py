@@ -156,6 +156,7 @@ def cli(argv: Iterable[str] | None = None) -> int:
             args.n_boot,
             args.seed,
         )
+        table.cache = cache  # the curves and the verdict's late crossings read each run's events once
         curves, log_y = _curves(table, args.curves, args.log_y, cache)
         table.progress, table.missing_runs = expected.progress(root, runs)
         table.live = running.section(runs, root)

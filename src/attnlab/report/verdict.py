@@ -14,8 +14,10 @@ batch order of both runs, so the runs pair), from MIN_PAIRS pairs:
   family (Holm's first, strictest step: an effect of that size is found whatever the other tests do).
 
 Cells whose every seed agrees with the baseline on every metric (cells.identical) are one computation: reported as
-identical, never tested. When every compared cell sits at a plateau of its task or was still learning
-(Cell.unsettled), the verdict first says that this sweep cannot rank them.
+identical, never tested. When every compared cell sits at a plateau of its task (Cell.plateaued: nothing learnt), the
+verdict first says that this sweep cannot rank them. When a compared cell was still learning, the cells are ranked at
+the budget they were given, and the verdict's first sentence says so: the budget (steps, examples, tokens) and whether
+the ranking held over the last half of the evaluations, naming the cells whose val curves cross there (budget.py).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import math
 from dataclasses import dataclass
 
 from attnlab.report import stats
+from attnlab.report.budget import at_budget
 from attnlab.report.cells import DEFAULT_BASELINE, Cell, Table, identical, partners
 from attnlab.report.load import LR
 from attnlab.report.stats import MIN_PAIRS, Stat, higher_is_better
@@ -198,18 +201,24 @@ def _sentence(metric: str, rows: list[Comparison], spec: str, alpha: float) -> s
 
 
 def cannot_rank(table: Table, rows: list[Comparison]) -> list[str]:
-    """The verdict's warning when every compared cell sits at a plateau or was still learning; else none."""
-    ids = {id(c) for r in rows for c in (r.cell, r.base)}
-    compared = [c for c in table.cells if id(c) in ids]
-    if not compared or not all(c.unsettled() for c in compared):
+    """The verdict's warning when every compared cell sits at a plateau of its task (Cell.plateaued: nothing
+    learnt); else none. Cells still learning are ranked at their budget instead (budget.at_budget)."""
+    compared = compared_cells(table, rows)
+    if not compared or not all(c.plateaued() for c in compared):
         return []
     named = "; ".join(f"{c.label()}: {c.standing()}" for c in compared)
     return [
-        f"**This sweep cannot rank these cells**: every compared cell sits at a plateau of its task or was still "
-        f"learning when training stopped ({named}). Their differences say where training stopped, not what each "
+        f"**This sweep cannot rank these cells**: every compared cell sits at a plateau of its task, having learnt "
+        f"nothing it measures ({named}). Their differences say where training stopped, not what each "
         f"configuration can do; a scale that separates them: {SCALE_GUIDE}.",
         "",
     ]
+
+
+def compared_cells(table: Table, rows: list[Comparison]) -> list[Cell]:
+    """The cells of the verdict's comparisons (each cell and its baseline), in the table's order."""
+    ids = {id(c) for r in rows for c in (r.cell, r.base)}
+    return [c for c in table.cells if id(c) in ids]
 
 
 def unbracketed(table: Table) -> list[str]:
@@ -253,7 +262,9 @@ def verdict(table: Table) -> list[str]:
         f"seeds detect at {stats.POWER:.0%} power and the seeds the observed Δ needs (paired t-test at "
         f"α/{max(n_tests, 1)})."
     )
-    lines = ["## Verdict", "", *cannot_rank(table, rows), *unbracketed(table), method, ""]
+    refused = cannot_rank(table, rows)
+    budget = [] if refused else at_budget(table, compared_cells(table, rows), metrics[0])
+    lines = ["## Verdict", "", *refused, *budget, *unbracketed(table), method, ""]
     for m in metrics:
         lines.append(_sentence(m, [c for c in rows if c.metric == m], spec, table.alpha))
     return lines

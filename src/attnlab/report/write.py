@@ -29,7 +29,7 @@ def write_report(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    images, notes, cache = [], [], {} if cache is None else cache
+    images, notes, cache = [], [], table.cache if cache is None else cache
     for tag in curves or ():
         path = out / f"curve_{tag.replace('/', '_')}.png"
         if plots.plot_curves(table, tag, path, cache, log_y=any(fnmatchcase(tag, pat) for pat in log_y)):
