@@ -13,13 +13,16 @@ The report opens with a verdict (verdict.py): per headline metric, the cells tha
 (--baseline, else normalizer=softmax when the sweep has it) by a paired t-test, those equivalent to it within a
 margin by two one-sided tests (both Holm-corrected over every cell and metric tested), those it cannot resolve (with
 the interval, the detectable effect and the seeds needed), and those identical to it (every seed, every metric
-equal to float32 tolerance: one computation, never shown as Δ 0); a sweep whose cells all sit at a plateau or were
-still learning is said to be unable to rank them. Provenance (provenance.py) and runs still running (running.py)
-come before it.
+equal to float32 tolerance: one computation, never shown as Δ 0); a sweep whose cells all sit at a plateau of their
+task is said to be unable to rank them, and cells still learning are ranked at the budget they were given, the
+verdict's first sentence naming it and whether the ranking held over the last half of the evaluations (budget.py).
+The baseline is one cell per comparison (--baseline KEY=VALUE[,KEY=VALUE...]); under --select-lr a cell whose rate
+is the edge of its grid is named (report.csv's lr_at_edge). Provenance (provenance.py) and runs still running
+(running.py) come before it.
 
 Modules, one concern each: load (run directories and TensorBoard scalars → records), stats (one metric
 over seeds: intervals, paired comparison, equivalence and power, lr selection), cells (grouping runs into cells:
-`summarize`), verdict (the opening conclusion), comparison (Δ per cell), provenance, running (runs without an
+`summarize`), verdict (the opening conclusion), budget (its equal-budget opening), comparison (Δ per cell), provenance, running (runs without an
 outcome yet), tables (Markdown, LaTeX, CSV), plots (learning curves), write (a report directory), cli
 (`attnlab-report`).
 """
