@@ -93,6 +93,19 @@ class TextWindows(Resident):
 
 
 @dataclasses.dataclass(frozen=True)
+class BosTextWindows(TextWindows):
+    """task.bos: the packed training stream (uint16 symbols, BOS at each document start) on the device; a step's
+    windows as TextWindows draws them, each opened by BOS (task.bos_batch_arrays)."""
+
+    def draw(self, key, batch_size: int) -> dict:
+        from attnlab.tasks.lm.task import bos_batch_arrays
+
+        start_B = window_starts(key, batch_size, self.text.shape[0] - self.window_W.shape[0] + 1)
+        win_BW = self.text[start_B[:, None] + self.window_W[None]].astype(jnp.int32)
+        return dict(zip(("inputs", "targets", "weights", "valid"), bos_batch_arrays(win_BW, jnp)))
+
+
+@dataclasses.dataclass(frozen=True)
 class Windows:
     """One step's (B, seq_len + 1) bytes, gathered by the host at the offsets TextWindows would draw."""
 
@@ -103,6 +116,7 @@ class Windows:
 
 
 jax.tree_util.register_dataclass(TextWindows, data_fields=["text", "window_W"], meta_fields=[])
+jax.tree_util.register_dataclass(BosTextWindows, data_fields=["text", "window_W"], meta_fields=[])
 jax.tree_util.register_dataclass(Windows, data_fields=["windows"], meta_fields=[])
 
 

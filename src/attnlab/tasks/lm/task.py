@@ -11,9 +11,13 @@ from attnlab import checks
 from attnlab.checks import ConfigError
 from attnlab.tasks.base import INT32_MAX, SPLITS, Split, Task, check_float, check_int, majority_accuracy
 from attnlab.tasks.lm import continuation, corpus, text_cache
-from attnlab.tasks.lm.host_stream import HostStream, TextWindows
+from attnlab.tasks.lm.host_stream import BosTextWindows, HostStream, TextWindows
 
 PAD = 0  # input id 0 is padding; byte b is input id b + 1
+# task.bos=true: a document start in the packed stream is the symbol BOS_SYMBOL (the stream is uint16; a byte is its
+# own symbol), input id BOS = BOS_SYMBOL + 1, the one id past the bytes'; never a class (its target has weight 0).
+BOS_SYMBOL = 256
+BOS = BOS_SYMBOL + 1
 # Training text up to 1 GiB stays on the device (uint8): a few percent of an 80 GB GPU beside a model's
 # parameters, optimizer state and activations, and half the int32 limit of device offsets (INT32_MAX).
 DEVICE_TEXT_BYTES = 2**30
@@ -64,6 +68,16 @@ class LanguageModel(Task):
     draws its own from the whole training text (`batches`: host_stream.TextWindows, or a HostStream over
     task.device_text_bytes), at offsets from (seed, step). `corpus` records the source's identity (for run.json).
     Baselines, in bits per byte, are the training text's unigram entropy and bigram conditional entropy.
+
+    ``bos=true`` (a beginning of sequence, as the corpora the attention-sink papers measured are packed): each split's
+    text is its documents packed back to back, each opened by a reserved BOS (no separator: ``stream``, uint16 with
+    BOS_SYMBOL at every document start; with contiguous byte ranges, one BOS opens each split's range), and every
+    window's first input (train, val, test, test lengths) is BOS (input id 257: ``vocab_size`` 258): a window of
+    seq_len + 1 symbols at a uniform offset, its first replaced by BOS, predicts the same seq_len next symbols. A BOS
+    inside a window is an input (a document start) and, one position earlier, a target of weight 0 (placeholder 0):
+    ``num_classes`` stays 256, and the loss, accuracy and bits per byte count bytes only. The baselines are the bytes'
+    (the plain text's entropies, the majority byte). The training text must fit on the device (task.device_text_bytes;
+    no host stream under bos). ``bos=false`` (default): the windows are those of the joined text, unchanged.
     """
 
     kind = "classification"
@@ -93,8 +107,10 @@ class LanguageModel(Task):
         n_test: int | str = "auto",
         default_head: str = "softmax_ce",
         device_text_bytes: int = DEVICE_TEXT_BYTES,
+        bos: bool = False,
     ):
         self.seq_len = check_int("seq_len", seq_len, 2)
+        self.bos = checks.boolean("task.bos", bos)
         for key, value in (
             ("path", path),
             ("hf_dataset", hf_dataset),
@@ -121,7 +137,7 @@ class LanguageModel(Task):
             for s, n in zip(SPLITS, (n_train, n_val, n_test))
         }
         seed = check_int("seed", seed, 0)
-        self.vocab_size, self.num_classes, self.input_dim = 257, 256, None
+        self.vocab_size, self.num_classes, self.input_dim = (BOS + 1 if self.bos else 257), 256, None
         self.default_head = default_head
         self.options = dict(
             seq_len=seq_len,
@@ -139,6 +155,7 @@ class LanguageModel(Task):
             n_test=n_test,
             default_head=default_head,
             device_text_bytes=device_text_bytes,
+            bos=bos,
         )
         budget = check_device_text_bytes(device_text_bytes)
         if hf_dataset is not None:
@@ -160,20 +177,21 @@ class LanguageModel(Task):
             self.documents = {s: np.zeros(0, np.int64) for s in SPLITS}
             self.text = {s: np.frombuffer(ranges[s], np.uint8) for s in SPLITS}
             self.corpus["split"] = "contiguous byte ranges (train | val | test)"
+        if self.bos:  # each split's documents (its byte range) packed, each opened by BOS
+            self.stream = {
+                s: packed([docs[i] for i in idx] or [self.text[s].tobytes()]) for s, idx in self.documents.items()
+            }
         self._check_split_lengths(fractions)
         self.corpus = {**self.corpus, "split_bytes": {s: int(len(t)) for s, t in self.text.items()}}
-        self.splits, seen = {}, set()
-        for s in ("test", "val", "train"):  # test first: it does not change with n_train
-            windows = self._windows(self.text[s], sizes[s], np.random.default_rng(rngs[s]), seen)
-            self.splits[s] = Split(
-                windows[:, :-1].astype(np.int32) + 1,
-                windows[:, 1:].astype(np.int32),
-                np.ones((sizes[s], self.seq_len), np.float32),
-                np.ones((sizes[s], self.seq_len), bool),
-            )
-        self.splits = {s: self.splits[s] for s in SPLITS}
+        self.splits = self._splits(sizes, rngs)
         # Over the budget the training text leaves host memory for a cache file the loader maps (host_stream).
         self.train_data = "device" if len(self.text["train"]) <= budget else "host-stream"
+        if self.bos and self.train_data == "host-stream":
+            raise ConfigError(
+                f"task.bos=true keeps the training text on the device, and its {len(self.text['train'])} bytes are "
+                f"over task.device_text_bytes={budget}; raise task.device_text_bytes (at most {INT32_MAX}), use "
+                "less text, or task.bos=false"
+            )
         if self.train_data == "host-stream":
             self.text["train"] = text_cache.memmap_text(self.text["train"])
         train = self.text["train"]
@@ -181,6 +199,24 @@ class LanguageModel(Task):
             "bits_per_byte": unigram_entropy_bits(train),
             "bits_per_byte_bigram": bigram_entropy_bits(train),
         }
+
+    def _splits(self, sizes: dict[str, int], rngs: dict) -> dict[str, Split]:
+        """n_<split> windows of each split's text (under bos: its packed stream), test first (it does not change
+        with n_train)."""
+        splits, seen = {}, set()
+        for s in ("test", "val", "train"):
+            if self.bos:
+                windows = self._windows(self.stream[s], sizes[s], np.random.default_rng(rngs[s]), seen, skip=1)
+                splits[s] = bos_split(windows)
+                continue
+            windows = self._windows(self.text[s], sizes[s], np.random.default_rng(rngs[s]), seen)
+            splits[s] = Split(
+                windows[:, :-1].astype(np.int32) + 1,
+                windows[:, 1:].astype(np.int32),
+                np.ones((sizes[s], self.seq_len), np.float32),
+                np.ones((sizes[s], self.seq_len), bool),
+            )
+        return {s: splits[s] for s in SPLITS}
 
     def _check_split_lengths(self, fractions: dict[str, float]):
         """Each split must hold one window of seq_len + 1 bytes; the fix names keys that exist and values that work."""
@@ -203,13 +239,14 @@ class LanguageModel(Task):
             f"task.seq_len + 1 = {self.seq_len + 1}; " + ", or ".join(fixes)
         )
 
-    def _windows(self, text_U8, n: int, rng, seen: set, max_rounds: int = 50) -> np.ndarray:
-        """n windows of seq_len + 1 bytes at uniform random offsets, none with the inputs of an earlier split."""
+    def _windows(self, text_U8, n: int, rng, seen: set, max_rounds: int = 50, skip: int = 0) -> np.ndarray:
+        """n windows of seq_len + 1 bytes at uniform random offsets, none with the inputs of an earlier split
+        (the inputs past the first `skip`: under bos the first is BOS whatever the window holds there)."""
         view = np.lib.stride_tricks.sliding_window_view(text_U8, self.seq_len + 1)
         kept: list[np.ndarray] = []
         for _ in range(max_rounds):
             for w in view[rng.integers(0, len(view), n - len(kept))]:
-                if w[:-1].tobytes() not in seen:
+                if w[skip:-1].tobytes() not in seen:
                     kept.append(w)
             if len(kept) == n:
                 break
@@ -218,7 +255,7 @@ class LanguageModel(Task):
                 f"could not draw {n} windows unseen in other splits; use more text (task.path) or a "
                 f"smaller task.seq_len (now {self.seq_len})"
             )
-        seen.update(w[:-1].tobytes() for w in kept)
+        seen.update(w[skip:-1].tobytes() for w in kept)
         return np.stack(kept)
 
     def batches(self, batch_size: int, key_data_S2=None, *, start: int = 0, stop: int | None = None, sharding=None):
@@ -226,6 +263,8 @@ class LanguageModel(Task):
         device (TextWindows), or gathered on the host from the memory-mapped text (HostStream) when it is over
         task.device_text_bytes (train_data: host-stream), the steps start..stop − 1 for the seeds' keys."""
         text, window = self.text["train"], self.seq_len + 1
+        if self.bos:
+            return BosTextWindows(self.stream["train"], np.arange(window, dtype=np.int32))
         if self.train_data == "device":
             return TextWindows(text, np.arange(window, dtype=np.int32))
         print(
@@ -257,8 +296,15 @@ class LanguageModel(Task):
         return {"bits_per_byte": metrics["nll"] / math.log(2), "perplexity": math.exp(min(metrics["nll"], 700.0))}
 
     def decode(self, tokens_T) -> str:
-        """Input ids back to text (padding dropped, invalid UTF-8 replaced)."""
-        return bytes(int(t) - 1 for t in np.asarray(tokens_T).ravel() if t != PAD).decode("utf-8", errors="replace")
+        """Input ids back to text (padding dropped, invalid UTF-8 replaced; BOS, under bos, as BOS_TEXT)."""
+        ids = [int(t) for t in np.asarray(tokens_T).ravel() if t != PAD]
+        text, run = "", []
+        for t in ids:
+            if self.bos and t == BOS:
+                text, run = text + bytes(run).decode("utf-8", errors="replace") + BOS_TEXT, []
+            else:
+                run.append(t - 1)
+        return text + bytes(run).decode("utf-8", errors="replace")
 
     def continuation(self, graphdef):
         """The shown example's first bytes continued greedily (continuation.make_continuation)."""
@@ -268,6 +314,34 @@ class LanguageModel(Task):
         """(prompt, continuation) as text: the first continuation.prompt_length(L) bytes are the prompt."""
         start = continuation.prompt_length(len(written_L))
         return self.decode(written_L[:start]), self.decode(written_L[start:])
+
+
+BOS_TEXT = "\u25c6"  # ◆: how decode shows BOS (one character, as a byte's label is, in the attention images' font)
+
+
+def packed(docs: list[bytes]) -> np.ndarray:
+    """task.bos: the documents back to back, each opened by BOS_SYMBOL, as uint16 symbols (a byte is its own)."""
+    out = np.empty(sum(len(d) + 1 for d in docs), np.uint16)
+    at = 0
+    for d in docs:
+        out[at] = BOS_SYMBOL
+        out[at + 1 : at + 1 + len(d)] = np.frombuffer(d, np.uint8)
+        at += len(d) + 1
+    return out
+
+
+def bos_split(windows_NW: np.ndarray) -> Split:
+    """task.bos: a split of windows of seq_len + 1 symbols (bos_batch_arrays, in numpy)."""
+    return Split(*(np.asarray(a) for a in bos_batch_arrays(windows_NW.astype(np.int32), np)))
+
+
+def bos_batch_arrays(win_BW, xp):
+    """(inputs, targets, weights, valid) of windows of seq_len + 1 symbols under task.bos: inputs are the symbols
+    + 1 with the first replaced by BOS; targets the next symbols, a BOS among them a placeholder 0 of weight 0."""
+    inputs = xp.concatenate([xp.full_like(win_BW[:, :1], BOS), win_BW[:, 1:-1] + 1], axis=1)
+    nxt = win_BW[:, 1:]
+    byte = nxt != BOS_SYMBOL
+    return inputs, xp.where(byte, nxt, 0), byte.astype(xp.float32), xp.ones(nxt.shape, bool)
 
 
 def check_device_text_bytes(value) -> int:
