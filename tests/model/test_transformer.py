@@ -197,8 +197,10 @@ def test_hybrid_statistics_are_the_union_of_its_layers():
     net, metrics, _, _, _ = one_step("model.layers=3", "model.layer_normalizers=[softmax,linear]")
     assert [type(b.attn.normalizer).__name__ for b in net.body.blocks] == ["Softmax", "Linear", "Softmax"]
     attn = jax.tree.map(lambda x: np.asarray(x[0]), metrics["attn"])  # (L, N) per statistic
-    # softmax's extra, linear's, and the residual stream's after each block (model.residual_outliers)
-    assert set(attn) == {*CORE_STATS, "beta", "min_denominator", "massive_ratio", "kurtosis"}
+    # softmax's extra, linear's, every layer's value drain, and the residual stream's after each block
+    per_layer = {"value_drain", "massive_ratio", "kurtosis", "residual_peak"}
+    assert set(attn) == {*CORE_STATS, "beta", "min_denominator", *per_layer}
+    assert all(np.isfinite(attn[k]).all() for k in per_layer)
     assert np.isfinite(attn["beta"][[0, 2]]).all() and np.isnan(attn["beta"][1]).all()
     assert np.isnan(attn["min_denominator"][[0, 2]]).all() and np.isfinite(attn["min_denominator"][1]).all()
     np.testing.assert_allclose(attn["row_mass"], 1.0, atol=1e-4)  # both normalizers give rows of mass 1

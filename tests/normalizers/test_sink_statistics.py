@@ -8,8 +8,9 @@ import pytest
 
 from attnlab.board import summaries
 from attnlab.model import residual_outliers
+from attnlab.model.attention import value_drain
+from attnlab.normalizers import Mask, statistics
 from attnlab.normalizers import reference as ref
-from attnlab.normalizers import statistics
 from attnlab.train import evaluation
 
 B, N, T = 2, 3, 6
@@ -120,6 +121,64 @@ def test_residual_outliers_of_a_planted_outlier_against_float64():
     assert float(residual_outliers(jnp.asarray(g), jnp.ones((4, 64), bool))[1]) == pytest.approx(3.0, abs=0.1)
 
 
+def test_value_drain_and_residual_peak_of_a_planted_first_token_against_float64():
+    """The first token's norm over the median of the other valid tokens' norms, mean over the examples with two or
+    more valid tokens: by hand in float64, a padded token's norm ignored."""
+    rng = np.random.default_rng(1)
+    v_BNTH = rng.normal(size=(3, 2, 7, 4))
+    v_BNTH[:, 0, 0] *= 0.01  # head 0: a drained first value
+    v_BNTH[1, :, 6] = 1e3  # on padding
+    valid_BT = np.arange(7)[None] < np.array([[7], [5], [1]])  # the third example has no other token
+    want_N = np.zeros(2)
+    for n in range(2):
+        ratios = []
+        for b in range(2):  # example 2 has one valid token: left out
+            norms = np.linalg.norm(v_BNTH[b, n], axis=-1)
+            ratios.append(norms[0] / np.median(norms[1 : valid_BT[b].sum()]))
+        want_N[n] = np.mean(ratios)
+    mask = Mask(causal=True, key_valid_BS=jnp.asarray(valid_BT))
+    got_N = value_drain(jnp.asarray(v_BNTH, jnp.float32), mask)
+    np.testing.assert_allclose(np.asarray(got_N), want_N, rtol=1e-5)
+    assert want_N[0] < 0.05 < 0.5 < want_N[1]  # the planted drain, and none in head 1
+    x_BTD = jnp.asarray(v_BNTH[:, 0], jnp.float32)  # the residual peak is the same ratio over (B, T, D)
+    peak = statistics.mean_over_examples(
+        statistics.first_over_median(jnp.linalg.norm(x_BTD, axis=-1), jnp.asarray(valid_BT)), jnp.asarray(valid_BT)
+    )
+    assert float(peak) == pytest.approx(want_N[0], rel=1e-5)
+
+
+def test_dormant_first_weight_against_float64_and_its_sink_rate():
+    """The first-key weight over each example's dormant rows that see two or more keys, by hand; examples without
+    such rows are left out of the batch mean; the dormant sink rate counts the heads above ε."""
+    rng = np.random.default_rng(2)
+    L, Bn, Nh, Tn = 2, 3, 2, 5
+    maps = rng.dirichlet(np.ones(Tn), size=(L, Bn, Nh, Tn))
+    rows = rng.random((Bn, Tn)) < 0.6
+    rows[2] = [True, False, False, False, False]  # only row 0, which sees one key: no dormant row
+    got = np.asarray(evaluation.dormant_first_weight(jnp.asarray(maps, jnp.float32), jnp.asarray(rows)))
+    for layer, b, n in np.ndindex(L, Bn, Nh):
+        picked = [maps[layer, b, n, t, 0] for t in range(1, Tn) if rows[b, t]]
+        want = np.mean(picked) if picked else np.nan
+        np.testing.assert_allclose(got[layer, b, n], want, rtol=1e-5, err_msg=str((layer, b, n)))
+    attn = {stat: np.full((L, Nh), 0.2) for stat in evaluation.ATTENTION_STATS}
+    attn.update(dormant_first_weight=np.array([[0.8, 0.1], [0.1, 0.1]]), examples=np.float32(2.0))
+    out = evaluation._attention_means({k: jnp.asarray(v) for k, v in attn.items()})
+    assert float(out["attn_dormant_first_weight/layer_0/head_0"]) == pytest.approx(0.4)
+    assert [float(out[f"attn_dormant_sink_rate/layer_{i}"]) for i in range(2)] == [0.5, 0.0]
+    assert float(out["attn_dormant_sink_rate"]) == pytest.approx(0.25)
+
+
+def test_without_final_stats_the_test_split_runs_the_val_program(tmp_path):
+    """trainer.final_stats=false (the default): no attention statistic in the final metrics, and the test split is
+    evaluated by the very program the val split is (one compile)."""
+    from cli_helpers import TINY, TINY_TASK, metrics, train_in_process
+
+    run_dir = tmp_path / "r"
+    train_in_process(*TINY, *TINY_TASK["mqar"], f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    final = metrics(run_dir)["final"]
+    assert "test/accuracy" in final and not any("attn_" in k for k in final)
+
+
 def test_a_tiny_softpick_lm_run_reports_the_sink_statistics_everywhere(tmp_path):
     """metrics.json (test split and each test length), TensorBoard (train steps and the final test scalars) and
     attnlab-report's metrics all carry them; the sink rate agrees with the per-head first-key weights written."""
@@ -129,11 +188,13 @@ def test_a_tiny_softpick_lm_run_reports_the_sink_statistics_everywhere(tmp_path)
 
     run_dir = tmp_path / "r"
     overrides = (*TINY, *TINY_TASK["lm"], "normalizer=softpick", "model.layers=2", "task.test_lengths=[32]")
+    overrides = (*overrides, "trainer.final_stats=true")
     train_in_process(*overrides, f"hydra.run.dir={run_dir}", cwd=tmp_path)
     final = metrics(run_dir)["final"]
-    stats = ("first_weight", "self_weight", "massive_ratio", "kurtosis", "row_mass", "sink_rate")
+    stats = ("first_weight", "self_weight", "massive_ratio", "kurtosis", "row_mass", "value_drain", "residual_peak")
+    stats = (*stats, "sink_rate")
     for prefix in ("test/", "test_len/32/"):
-        for stat in stats[:5]:
+        for stat in (*stats[:-1], "dormant_first_weight", "dormant_sink_rate"):
             for i in range(2):
                 assert np.isfinite(final[f"{prefix}attn_{stat}/layer_{i}"]), (prefix, stat, i)
         heads_LN = np.array(

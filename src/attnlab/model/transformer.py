@@ -15,6 +15,7 @@ from attnlab.model.groups import tag
 from attnlab.model.remat import run_blocks
 from attnlab.normalizers import Mask, Normalizer
 from attnlab.normalizers.impl import Workload
+from attnlab.normalizers.statistics import first_over_median, mean_over_examples
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "none")
 
@@ -136,8 +137,13 @@ class Block(nnx.Module):
             B, T, _ = x_BTD.shape
             valid_BT = jnp.ones((B, T), bool) if mask.key_valid_BS is None else mask.key_valid_BS[:, :T]
             ratio, kurtosis = residual_outliers(x_BTD, valid_BT)
-            N = self.attn.num_heads
-            stats = {**stats, "massive_ratio": jnp.full((N,), ratio), "kurtosis": jnp.full((N,), kurtosis)}
+            peak_B = first_over_median(jnp.linalg.norm(x_BTD.astype(jnp.float32), axis=-1), valid_BT)
+            per_layer = {
+                "massive_ratio": ratio,
+                "kurtosis": kurtosis,
+                "residual_peak": mean_over_examples(peak_B, valid_BT),
+            }
+            stats = {**stats, **{k: jnp.full((self.attn.num_heads,), v) for k, v in per_layer.items()}}
         return x_BTD, stats
 
 

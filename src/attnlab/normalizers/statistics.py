@@ -245,6 +245,31 @@ STATISTICS = (
         final=True,
     ),
     Statistic("gate_mean", "output gate σ(x·W) of a head, mean over valid tokens (model.output_gate)", None),
+    Statistic(
+        "value_drain",
+        "the first token's value norm ‖v_0‖ over the median ‖v_t‖ of the other valid tokens, per head, mean over "
+        "examples (Guo et al. 2024's value-state drain: a sink token's value shrinks towards 0, so < 1)",
+        None,
+        chart="first token's ‖v‖ / median (mean over heads)",
+        final=True,
+    ),
+    Statistic(
+        "residual_peak",
+        "the residual stream after the block: the first token's norm ‖x_0‖ over the median ‖x_t‖ of the other valid "
+        "tokens, mean over examples (Guo et al. 2024's residual-state peak: ≫ 1); one value per layer, repeated per "
+        "head",
+        None,
+        chart="first token's residual ‖x‖ / median",
+        final=True,
+    ),
+    Statistic(
+        "dormant_first_weight",
+        "weight of a dormant query row on the first key, mean over the rows with two or more admissible keys (Guo et "
+        "al. 2024: rows where the head has nothing to do, the task's `dormant` row group; every row where a task marks "
+        "none); final metrics only, from the explicit attention weights; dormant_sink_rate is the share of heads "
+        "whose mean exceeds ε = 0.3, as sink_rate's",
+        None,
+    ),
 )
 
 BY_NAME = {s.name: s for s in STATISTICS}
@@ -253,6 +278,20 @@ CORE_STATS = tuple(s.name for s in STATISTICS if s.of_rows is not None)  # those
 
 # Gu et al. 2024: a head is a sink head when its mean first-token weight exceeds this ε.
 SINK_EPSILON = 0.3
+
+
+def first_over_median(norm_XT, valid_XT) -> jax.Array:
+    """(X,) the first position's norm over the median norm of the other valid positions (NaN where there is none):
+    the value-state drain and residual-state peak of Guo et al. 2024 (arXiv 2410.13835, Sec. 2), per example."""
+    others_XT = jnp.where(valid_XT[..., 1:], norm_XT[..., 1:].astype(jnp.float32), jnp.nan)
+    return norm_XT[..., 0].astype(jnp.float32) / jnp.maximum(jnp.nanmedian(others_XT, -1), 1e-30)
+
+
+def mean_over_examples(value_BX, valid_BT) -> jax.Array:
+    """(X...) the mean of per-example values over the examples with two or more valid tokens (0 where none)."""
+    ok_B = valid_BT.sum(-1) >= 2
+    ok_BX = ok_B.reshape(ok_B.shape + (1,) * (value_BX.ndim - 1))
+    return jnp.where(ok_BX, value_BX, 0.0).sum(0) / jnp.maximum(ok_B.sum(), 1)
 
 
 def sink_rate(first_weight_LN) -> jax.Array:

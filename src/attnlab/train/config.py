@@ -25,6 +25,7 @@ class LoopConfig:
     resume: bool = False
     attn_map_scale: str = "row"  # row | log | max (attnlab.board.images.scaled)
     max_skipped: float = 0.1  # share of `steps` that may be skipped as non-finite before the run is diverged
+    final_stats: bool = False  # the test split's and test lengths' final metrics carry the attention statistics
 
     def __post_init__(self):
         """Refuse a bad `trainer` value in one line naming it (the CLI builds the loop before the model)."""
@@ -42,6 +43,7 @@ class LoopConfig:
             checks.integer(f"trainer.{key}", getattr(self, key), 1, 2**31 - 1)
         checks.integer("trainer.checkpoint_every", self.checkpoint_every, 0, 2**31 - 1)  # 0: signals and the end
         checks.boolean("trainer.resume", self.resume)
+        checks.boolean("trainer.final_stats", self.final_stats)
         checks.real("trainer.max_skipped", self.max_skipped, 0.0, 1.0)
         for key, allowed in (
             ("nonfinite", ("skip", "stop")),

@@ -42,30 +42,30 @@ class Evaluator:
 
     @classmethod
     def build(cls, graphdef, task, cfg: LoopConfig, num_seeds: int, replicated, head) -> "Evaluator":
-        evals = {s: put(pad_split(task.splits[s], cfg.eval_batch_size), replicated) for s in ("val", "test")}
+        evals = {s: put(eval_split(task, s, cfg.eval_batch_size), replicated) for s in ("val", "test")}
         evaluate = make_evaluate(
             graphdef, head, eval_batch_size=cfg.eval_batch_size, num_seeds=num_seeds, scored_k=task.scored_positions()
         )
         programs, baseline = {s: evaluate for s in evals}, {s: task.baseline(s) for s in ("val", "test")}
-        # The test split's final metrics carry the attention and residual statistics, as each test length's do.
-        programs["test"] = make_evaluate(
-            graphdef,
-            head,
-            eval_batch_size=cfg.eval_batch_size,
-            num_seeds=num_seeds,
-            scored_k=task.scored_positions(),
-            attention_stats=True,
-        )
+        if cfg.final_stats:  # the test split's final metrics carry the attention and residual statistics
+            programs["test"] = make_evaluate(
+                graphdef,
+                head,
+                eval_batch_size=cfg.eval_batch_size,
+                num_seeds=num_seeds,
+                scored_k=task.scored_positions(),
+                attention_stats=True,
+            )
         for length, at in task.at_lengths.items():  # task.test_lengths: one more program per length
             name, rows = split_name(length), length_batch(cfg.eval_batch_size, task.seq_len, at.seq_len)
-            evals[name] = jax.device_put(pad_split(at.splits["test"], rows), replicated)
+            evals[name] = jax.device_put(eval_split(at, "test", rows), replicated)
             programs[name] = make_evaluate(
                 graphdef,
                 head,
                 eval_batch_size=rows,
                 num_seeds=num_seeds,
                 scored_k=at.scored_positions(),
-                attention_stats=True,
+                attention_stats=cfg.final_stats,
             )
             baseline[name] = at.baseline("test")
         return cls(
@@ -127,6 +127,18 @@ class Evaluator:
         result = [{**m, **self.task.derived_metrics(m)} for m in per_seed], sample
         self.last[split] = (params, temperature, result)
         return result
+
+
+GROUP = "group/"  # an eval split's row groups (Task.row_groups) as arrays group/<name>
+
+
+def eval_split(task, split: str, multiple: int) -> dict[str, np.ndarray]:
+    """A task's split padded to a multiple of the eval batch (pad_split), with its row groups as group/<name>
+    (padding rows in none)."""
+    arrays = pad_split(task.splits[split], multiple)
+    groups = task.row_groups(np.asarray(task.splits[split].inputs))
+    pad = arrays["valid"].shape[0] - len(task.splits[split])
+    return {**arrays, **{GROUP + g: np.pad(np.asarray(m, bool), ((0, pad), (0, 0))) for g, m in groups.items()}}
 
 
 def _untimed(name: str, message: str | None = None):
@@ -204,11 +216,13 @@ def make_evaluate(
             if classify
             else {}
         )
+        groups = {g: sums.pop(GROUP + g) for g in [k[len(GROUP) :] for k in sums if k.startswith(GROUP)]}
         metrics = {
             "loss": sums.pop("loss") / w,
             **net.head.metrics_from_sums(sums, baseline_mse=baseline_mse),
             **ts,
             **attn,
+            **{f"{g}/{m}": v for g, g_sums in groups.items() for m, v in _group_metrics(net.head, g_sums).items()},
         }
         return metrics, ((*carry["sample"], carry["count"]) if classify else None)
 
@@ -219,25 +233,46 @@ ATTENTION_STATS = tuple(s.name for s in STATISTICS if s.final)  # per test lengt
 HISTOGRAMS = tuple(s.name for s in STATISTICS if s.histogram)  # hist/<name> on eval steps
 
 
-PER_HEAD = ("first_weight", "self_weight")  # final statistics also written per head (attn_<name>/layer_i/head_h)
+# Final statistics from the explicit attention weights (attention_maps), not the normalizers' own statistics.
+FROM_MAPS = ("dormant_first_weight",)
+PER_HEAD = ("first_weight", "self_weight", *FROM_MAPS)  # also written per head (attn_<name>/layer_i/head_h)
+
+
+def _group_metrics(head, sums: dict) -> dict:
+    """A row group's loss and head metric (accuracy, or mse) from its sums."""
+    metric = "accuracy" if head.kind == "classification" else "mse"
+    return {"loss": sums.pop("loss") / jnp.maximum(sums["weight"], 1), metric: head.metrics_from_sums(sums)[metric]}
+
+
+def dormant_first_weight(maps_LBNTS, rows_BT) -> jax.Array:
+    """(L, B, N) the mean weight on the first key over each example's `rows_BT` that see two or more keys (NaN for an
+    example with none)."""
+    rows_BT = rows_BT & (jnp.arange(rows_BT.shape[1]) >= 1)[None]
+    w_LBNT = maps_LBNTS[..., 0].astype(jnp.float32)
+    count_B = rows_BT.sum(-1)
+    return jnp.where(rows_BT[None, :, None], w_LBNT, 0.0).sum(-1) / jnp.where(count_B > 0, count_B, jnp.nan)[None, :, None]
 
 
 def _attention_means(attn: dict) -> dict:
     """{attn_<stat>/layer_i: mean over heads} from the example-weighted (L, N) sums and the example count; the
     PER_HEAD ones per head too, and the sink rate (Gu et al. 2024) of the per-head first-key weights per layer
-    (attn_sink_rate/layer_i) and over every head (attn_sink_rate)."""
+    (attn_sink_rate/layer_i) and over every head (attn_sink_rate), as attn_dormant_sink_rate of the dormant rows'."""
     examples = jnp.maximum(attn["examples"], 1)
     out = {
         f"attn_{stat}/layer_{i}": attn[stat][i].mean() / examples
-        for stat in ATTENTION_STATS
+        for stat in (*ATTENTION_STATS, *FROM_MAPS)
+        if stat in attn
         for i in range(attn[stat].shape[0])
     }
-    for stat in PER_HEAD:
+    for stat in [s for s in PER_HEAD if s in attn]:
         value_LN = attn[stat] / examples
         out.update({f"attn_{stat}/layer_{i}/head_{h}": value_LN[i, h] for i, h in np.ndindex(value_LN.shape)})
-    rate_L = sink_rate(attn["first_weight"] / examples)
-    out.update({f"attn_sink_rate/layer_{i}": rate_L[i] for i in range(rate_L.shape[0])})
-    out["attn_sink_rate"] = rate_L.mean()  # every layer has the same number of heads
+    for name, stat in (("sink_rate", "first_weight"), ("dormant_sink_rate", "dormant_first_weight")):
+        if stat not in attn:
+            continue
+        rate_L = sink_rate(attn[stat] / examples)
+        out.update({f"attn_{name}/layer_{i}": rate_L[i] for i in range(rate_L.shape[0])})
+        out[f"attn_{name}"] = rate_L.mean()  # every layer has the same number of heads
     return out
 
 
@@ -259,9 +294,22 @@ def _one_batch(net, b, t, k, attention_stats=False):
             accuracy_ts=total(calibration.accuracy(z, y_c, w_up), w_up),
             ece_gap_ts=calibration.ece_gaps(jax.nn.softmax(z, axis=-1), y_c, w_up, net.head.ece_bins),
         )
+    for name in [k for k in b if k.startswith(GROUP)]:  # the task's row groups: their loss and metric
+        outs_g, y_g, w_g = scored(feats, {**b, "weights": b["weights"] * b[name]}, k)
+        outs_g = net.head(outs_g)
+        sums[name] = net.head.metric_sums(outs_g, y_g, w_g)
+        sums[name]["loss"] = total(net.head.loss(outs_g, y_g, w_g), upcast(w_g))
     if attention_stats:
         examples = b["valid"].any(1).sum().astype(jnp.float32)  # padding rows (pad_split) have no valid token
-        sums["attn"] = {**{s: stats[s] * examples for s in ATTENTION_STATS}, "examples": examples}
+        rows_BT = b.get(GROUP + "dormant", b["valid"]) & b["valid"]
+        dormant_LBN = dormant_first_weight(net.body.attention_maps(b["inputs"], b["valid"]), rows_BT)
+        # the batch's mean over its examples with dormant rows, weighted like the other statistics
+        dormant_LN = jnp.nanmean(dormant_LBN, 1)
+        sums["attn"] = {
+            **{s: stats[s] * examples for s in ATTENTION_STATS},
+            "dormant_first_weight": jnp.nan_to_num(dormant_LN) * examples,
+            "examples": examples,
+        }
     return sums, (outs, y, w)
 
 
