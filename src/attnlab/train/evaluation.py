@@ -250,7 +250,9 @@ def dormant_first_weight(maps_LBNTS, rows_BT) -> jax.Array:
     rows_BT = rows_BT & (jnp.arange(rows_BT.shape[1]) >= 1)[None]
     w_LBNT = maps_LBNTS[..., 0].astype(jnp.float32)
     count_B = rows_BT.sum(-1)
-    return jnp.where(rows_BT[None, :, None], w_LBNT, 0.0).sum(-1) / jnp.where(count_B > 0, count_B, jnp.nan)[None, :, None]
+    return (
+        jnp.where(rows_BT[None, :, None], w_LBNT, 0.0).sum(-1) / jnp.where(count_B > 0, count_B, jnp.nan)[None, :, None]
+    )
 
 
 def _attention_means(attn: dict) -> dict:
