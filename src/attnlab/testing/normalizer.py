@@ -1,4 +1,5 @@
-"""check_normalizer: the whole `Normalizer` contract (attnlab.normalizers.base) run on one normalizer."""
+"""check_normalizer: the whole `Normalizer` contract (attnlab.normalizers.base) run on one normalizer, one property
+at a time, so that a broken normalizer is named by the property it breaks."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from attnlab.normalizers.base import CORE_STATS
 
 from .settings import (
     BLOCK,
-    EMPTY_ROW_SETTINGS,
     FORWARD_SETTINGS,
     IMPL_RUNS,
     IMPL_SETTINGS,
@@ -28,8 +28,52 @@ from .violation import ContractViolation, fail
 ATOL, RTOL = 2e-5, 1e-4  # float32 against the float64 reference
 FD_TOL = 1e-3  # |∇L·d − finite difference| ≤ FD_TOL · Σ|∇L ⊙ d|
 PARAM_SHIFT = 0.3  # parameters (nnx.Param) are moved off their initial values by this × N(0, 1)
-LARGE_LOGIT = 1e4
+LARGE_LOGIT = 1e4  # |βz| the large-logit extreme reaches
+LARGE_NORM = 1e3  # q and k scaled by this: inputs of large norm (reaches a normalizer invariant to the logit scale)
+PARAM_REACH = 6.0  # a parameter without a declared range is checked at its value ± this (σ(±6): a saturated gate)
 LAYER_INDEX = 3  # the layer a normalizer that `takes_layer_index` is told it is in: not 0, where a schedule starts
+
+# The properties, in the order they are checked; each message starts `normalizer=<name>: <property>: `.
+REFUSAL = "refusal"
+SHAPES = "shapes"
+DETERMINISM = "determinism"
+FINITENESS = "finiteness"
+NON_NEGATIVE = "weights must be non-negative"
+PADDING = "padding keys must weigh 0"
+MASKED = "masked keys must weigh 0"
+PADDING_OUTPUT = "padding keys must not change the output"
+PADDING_GRADIENT = "padding keys must get no gradient"
+EMPTY_ROWS = "rows with no admissible key must be 0"
+CAUSALITY = "causality"
+IMPL = "impl={} equal to its dense form"
+FINITE_DIFFERENCES = "gradients against finite differences"
+INPUT_GRADIENTS = "every input gets a gradient"
+PARAMETER_GRADIENTS = "every parameter gets a gradient"
+EXTREMES = "extremes"
+SEEDS = "jit and vmapped seeds equal to each seed alone"
+STATISTICS = "statistics keys"
+REFERENCE = "reference"
+PROPERTIES = (
+    REFUSAL,
+    SHAPES,
+    DETERMINISM,
+    FINITENESS,
+    NON_NEGATIVE,
+    PADDING,
+    MASKED,
+    PADDING_OUTPUT,
+    PADDING_GRADIENT,
+    EMPTY_ROWS,
+    CAUSALITY,
+    FINITE_DIFFERENCES,
+    IMPL,
+    INPUT_GRADIENTS,
+    PARAMETER_GRADIENTS,
+    EXTREMES,
+    SEEDS,
+    STATISTICS,
+    REFERENCE,
+)
 
 
 def _describe(got, want, atol, rtol) -> str | None:
@@ -45,6 +89,23 @@ def _describe(got, want, atol, rtol) -> str | None:
     return (
         f"{got[idx]:.6g} where {want[idx]:.6g} is expected (index {tuple(int(i) for i in idx)}, {int((~ok).sum())} off)"
     )
+
+
+def _first_difference(got, want) -> str | None:
+    """Where two arrays are not the same bits (NaN equal to NaN), or None."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.shape != want.shape or got.dtype != want.dtype:
+        return f"{got.dtype} {got.shape} then {want.dtype} {want.shape}"
+    same = (got == want) | (np.isnan(got) & np.isnan(want)) if got.dtype.kind in "fc" else got == want
+    if same.all():
+        return None
+    idx = np.unravel_index(np.argmax(~same), same.shape)
+    return f"{want[idx]:.9g} then {got[idx]:.9g} (index {tuple(int(i) for i in idx)}, {int((~same).sum())} differ)"
+
+
+def _sizes(settings) -> str:
+    """The sizes of several settings, for a property checked over all of them."""
+    return f"B={B} N={N} H={H} " + ", ".join(f"mask={s.name} (T={s.T} S={s.S})" for s in settings)
 
 
 class _Check:
@@ -95,36 +156,56 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
     `make` is what attnlab builds from a YAML: functools.partial(cls, **options). Sizes B=2, N=3, H=5; the
     normalizer's parameters (nnx.Param) are moved off their initial values by a fixed random draw first, so a learned
     prior or per-head β is not checked at a trivial value, and a normalizer that `takes_layer_index` is told it is
-    layer LAYER_INDEX. `causal_only` (default: the class attribute): the
-    normalizer needs a causal mask; bidirectional settings are then checked to be refused and left out. Properties,
-    in the order they are checked (`name` in the message):
+    layer LAYER_INDEX. `causal_only` (default: the class attribute): the normalizer needs a causal mask; bidirectional
+    settings are then checked to be refused and left out. The mask settings (attnlab.testing.MASK_SETTINGS): none,
+    pad, causal_pad, causal_cross, dense (the forward settings; causal_pad and dense have rows with no admissible
+    key) and grad (T=S=13, causal, padded). Each property is checked on its own, in this order (the message starts
+    `normalizer=<name>: <property>: `), so that each is checked only where the ones before it hold:
 
-    - refusal: a causal-only normalizer refuses a bidirectional mask (call and weights), with an exception.
-    - shapes: `weights` (B,N,T,S); the output (B,N,T,H) in the inputs' dtype, with and without statistics.
-    - statistics keys: `with_stats=False` gives {}; with them, each statistic is finite and (N,), the keys are
-      CORE_STATS plus the extras the reference reports (CORE_STATS at least without a reference).
-    - masks and padding, over the settings none, pad, causal_pad, causal_cross, dense (MASK_SETTINGS): weights are
-      finite and ≥ 0 (any sign where the class says `signed_weights`); padding keys weigh 0 and so do keys outside
-      the causal/explicit mask (exactly); rows with no admissible key have output 0.
-    - reference, where the class defines `reference(q_BNTH, k_BNSH, admissible_BTS) -> (weights, logits, extras)` in
-      float64 numpy: weights, the output (plain step and statistics step) weights @ v or, where the class defines
-      `reference_output(weights, v)`, that (reference.output), every CORE_STATS from its definition
-      (reference.core_stats of the reference's weights and logits) unless the extras redefine it (the entropy,
-      which a normalizer with `signed_weights` must), and every extra equal to it.
-    - gradients, at T=S=13 causal with padding (setting grad): output row t gets no gradient from later keys or
-      values nor from other queries; padding keys and values get none; changing padded keys and values leaves
-      outputs and weights bit-identical; gradients are finite (also with rows of no admissible key, and at logits
-      |βz| ≈ 1e4 in float32 and bfloat16, where the output, statistics and weights stay finite too); ∇L·d for
-      L = Σ c ⊙ out and random directions d of q, k and v equals the central finite difference of the float64
-      reference (of the normalizer itself in float32 without one), at either of two steps.
-    - impl: each implementation the normalizer declares that runs on a CPU (`capability()`: blockwise, the fused
-      XLA kernel, linear attention's chunked and bidirectional forms, at block/chunk size 4) equals its dense form
-      (linear: the parallel form) forward and backward (q, k, v and every parameter, each of which gets a
-      gradient) over IMPL_SETTINGS; a setting the implementation refuses with ConfigError is skipped, but each
-      implementation runs at one at least. GPU-only implementations (cuDNN, Pallas) are not run here.
-    - jit and vmapped seeds: two builds (rngs seeds 0 and 1, their parameters moved apart) stacked and vmapped under
-      jax.jit, as trainer.vmap_seeds does, give each seed's output, statistics, weights and gradients (q, k, v and
-      parameters) of the eager call alone.
+    1. refusal: a causal-only normalizer refuses a bidirectional mask (call and weights), with an exception.
+    2. shapes: `weights` (B,N,T,S); the output of the plain step and of the statistics step (B,N,T,H), float32 for
+       float32 inputs and bfloat16 for bfloat16 ones.
+    3. determinism: the same call twice (plain step, statistics step, weights) gives the same bits, eagerly and
+       under jax.jit; a call leaves the normalizer's state (its nnx variables) as it was, and a call on other inputs
+       in between changes nothing (no state kept between calls: numpy randomness, a counter, a cache).
+    4. finiteness: outputs, weights and statistics at every forward setting, and the gradients of L = Σ c ⊙ out
+       (plain step) in q, k, v and every parameter there and at grad, are finite (rows of no admissible key and
+       masked keys included: the log of a masked zero is caught here, before any property compares gradients).
+    5. weights must be non-negative (unless the class says `signed_weights`).
+    6. padding keys must weigh 0 / masked keys must weigh 0, exactly, in rows that have an admissible key; padding
+       keys must not change the output (outputs and weights bit-identical when padded keys and values change);
+       padding keys must get no gradient (at grad).
+    7. rows with no admissible key must be 0: their weights and both outputs are exactly 0.
+    8. causality (at grad): output row t gets no gradient from later keys or values nor from other queries.
+    9. gradients against finite differences (at grad): ∇L·d for random directions d of q, k and v equals the
+       central difference, at either of two steps, of the float64 reference or else of the normalizer itself in
+       float32 (a normalizer without a reference: of itself only), so a forward that differs from its reference
+       is left to `reference` to name; checked before the backends are compared, so that a wrong gradient of the
+       dense form is named here and not as a backend that differs from it.
+    10. impl=X equal to its dense form: each implementation the normalizer declares that runs on a CPU
+        (`capability()`: blockwise, the fused XLA kernel, linear attention's chunked and bidirectional forms, at
+        block/chunk size 4) equals its dense form (linear: the parallel form) forward and backward (q, k, v and every
+        parameter) over IMPL_SETTINGS; a setting the implementation refuses with ConfigError is skipped, but each
+        implementation runs at one at least. GPU-only implementations (cuDNN, Pallas) are not run here.
+    11. every input gets a gradient (q and k, the values of every row that attends) and every parameter gets a
+        gradient: each nnx.Param is nonzero somewhere over the settings of 4 (a stray stop_gradient fails here; 10
+        leaves such a parameter out of its comparison).
+    12. extremes: output, statistics, weights (non-negative) and gradients (q, k, v and parameters) stay finite at
+        |βz| ≈ LARGE_LOGIT (float32 and bfloat16), at q and k scaled by LARGE_NORM (float32 and bfloat16: a
+        normalizer invariant to the scale of the logits, such as cosine attention, meets no large logit
+        otherwise), and with each parameter in turn at each end of its range: the class's `param_ranges`
+        ({path: (lo, hi)}, path as "beta.theta") where it declares one (a temperature at its clamp), else its value
+        ± PARAM_REACH (a saturated gate).
+    13. jit and vmapped seeds: two builds (rngs seeds 0 and 1, their parameters moved apart) stacked and vmapped
+        under jax.jit, as trainer.vmap_seeds does, give each seed's output, statistics, weights and gradients (q, k,
+        v and parameters) of the eager call alone.
+    14. statistics keys: `with_stats=False` gives {}; with them, every CORE_STATS key and each statistic (N,); the
+        keys are CORE_STATS plus the extras the reference reports, where there is a reference (a normalizer with
+        `signed_weights` reports its own entropy there).
+    15. reference, where the class defines `reference(q_BNTH, k_BNSH, admissible_BTS) -> (weights, logits,
+        extras)` in float64 numpy: the weights, the output of both steps (weights @ v, or `reference_output(weights,
+        v)` where the class defines it: reference.output), every CORE_STATS from its definition (reference.core_stats
+        of the reference's weights and logits) unless the extras redefine it, and every extra equal to it.
     """
     chk = _Check(make, name)
     norm = chk.build()
@@ -134,18 +215,33 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
     if causal_only:
         _refuses_bidirectional(chk, norm)
     has_reference = callable(getattr(norm, "reference", None))
-    runs = [_forward(chk, norm, s) for s in settings]
-    for run in runs:
-        _structure(chk, run)
     signed = bool(getattr(norm, "signed_weights", False))
+    runs = [_forward(chk, norm, s) for s in settings]
+    _shapes(chk, norm, runs)
+    _determinism(chk)
+    grads = _finiteness(chk, norm, runs)
     for run in runs:
         _masks(chk, run, signed)
-    if has_reference:
-        for run in runs:
-            _against_reference(chk, norm, run)
-    _gradients(chk, norm, has_reference, [s for s in settings if s.name in EMPTY_ROW_SETTINGS])
-    _impls(chk, norm, causal_only)
+    _padding(chk, norm)
+    for run in runs:
+        _empty_rows(chk, run)
+    _causality(chk, norm)
+    _finite_differences(chk, norm, has_reference)
+    never = _never_gradient(grads)
+    _impls(chk, norm, causal_only, never)
+    _inputs_and_parameters_get_gradients(chk, norm, grads, never, [r["s"] for r in runs])
+    _extremes(chk, norm, signed)
     _jit_and_seeds(chk)
+    references = (
+        [_reference(chk, norm, r["q"], r["k"], r["s"].admissible(), r["s"].where()) for r in runs]
+        if (has_reference)
+        else [None] * len(runs)
+    )
+    for run, reference in zip(runs, references, strict=True):
+        _statistics(chk, norm, run, reference)
+    for run, reference in zip(runs, references, strict=True):
+        if reference is not None:
+            _against_reference(chk, norm, run, reference)
 
 
 def _refuses_bidirectional(chk, norm):
@@ -156,7 +252,14 @@ def _refuses_bidirectional(chk, norm):
             call()
         except Exception:  # noqa: BLE001, S110 — a refusal is what is asked for
             continue
-        raise chk.fail("refusal", f"a causal-only normalizer took a bidirectional mask ({what})", s.where())
+        raise chk.fail(REFUSAL, f"a causal-only normalizer took a bidirectional mask ({what})", s.where())
+
+
+def _calls(norm, q, k, v, mask):
+    """(plain output, statistics output, statistics, weights, the plain step's second value) of one normalizer."""
+    out_p, none = norm(q, k, v, mask)
+    out_s, stats = norm(q, k, v, mask, with_stats=True)
+    return out_p, out_s, stats, norm.weights(q, k, mask), none
 
 
 def _forward(chk, norm, s):
@@ -170,213 +273,319 @@ def _forward(chk, norm, s):
     return dict(s=s, q=q, k=k, v=v, w=w, out_s=out_s, out_p=out_p, stats=stats, none=none)
 
 
-def _structure(chk, run):
-    s, where = run["s"], run["s"].where()
-    if run["w"].shape != (B, N, s.T, s.S):
-        raise chk.fail("shapes", f"weights have shape {run['w'].shape}, expected (B,N,T,S) {(B, N, s.T, s.S)}", where)
-    for what in ("out_p", "out_s"):
-        out = run[what]
-        step = "plain step" if what == "out_p" else "statistics step"
-        if out.shape != (B, N, s.T, H) or out.dtype != jnp.float32:
+def _shapes(chk, norm, runs):
+    for run in runs:
+        s, where = run["s"], run["s"].where()
+        if run["w"].shape != (B, N, s.T, s.S):
+            raise chk.fail(SHAPES, f"weights have shape {run['w'].shape}, expected (B,N,T,S) {(B, N, s.T, s.S)}", where)
+        for what, step in (("out_p", "plain step"), ("out_s", "statistics step")):
+            out = run[what]
+            if out.shape != (B, N, s.T, H) or out.dtype != jnp.float32:
+                raise chk.fail(
+                    SHAPES,
+                    f"{step} output is {out.dtype} {out.shape}, expected float32 (B,N,T,H) {(B, N, s.T, H)}",
+                    where,
+                )
+    s = MASK_SETTINGS["grad"]
+    where = s.where(dtype="bfloat16")
+    q, k, v = (jnp.asarray(x, jnp.bfloat16) for x in qkv(8, s.T, s.S))
+    out_p, out_s, _, w, _ = chk.run(SHAPES, where, _calls, norm, q, k, v, s.mask())
+    for out, step in ((out_p, "plain step"), (out_s, "statistics step")):
+        if out.shape != (B, N, s.T, H) or out.dtype != jnp.bfloat16:
             raise chk.fail(
-                "shapes",
-                f"{step} output is {out.dtype} {out.shape}, expected float32 (B,N,T,H) {(B, N, s.T, H)}",
+                SHAPES,
+                f"{step} output is {out.dtype} {out.shape} for bfloat16 inputs, expected bfloat16 (B,N,T,H)",
                 where,
             )
-    if run["none"]:
-        raise chk.fail("statistics keys", f"with_stats=False returned {sorted(run['none'])}, expected {{}}", where)
-    missing = set(CORE_STATS) - set(run["stats"])
-    if missing:
-        raise chk.fail("statistics keys", f"CORE_STATS {sorted(missing)} missing from {sorted(run['stats'])}", where)
-    for key, val in run["stats"].items():
-        if val.shape != (N,):
-            raise chk.fail("statistics keys", f"statistic {key} has shape {val.shape}, expected (N,) ({N},)", where)
-        if not np.isfinite(val).all():
-            raise chk.fail("statistics keys", f"statistic {key} is not finite: {val}", where)
+    if w.shape != (B, N, s.T, s.S):
+        raise chk.fail(SHAPES, f"weights have shape {w.shape} for bfloat16 inputs, expected (B,N,T,S)", where)
+
+
+def _named_arrays(calls):
+    """[(name, numpy array)] of _calls' outputs, the statistics by key."""
+    out_p, out_s, stats, w, _ = calls
+    named = [("plain step output", out_p), ("statistics step output", out_s), ("weights", w)]
+    return [(what, np.asarray(x)) for what, x in named + [(f"statistic {k}", stats[k]) for k in sorted(stats)]]
+
+
+def _state(norm):
+    """[(path, numpy copy)] of every nnx variable of the normalizer."""
+    return [(_dotted(p), np.array(x)) for p, x in jax.tree_util.tree_flatten_with_path(nnx.state(norm))[0]]
+
+
+def _determinism(chk):
+    """The same call twice, eagerly and under jax.jit, gives the same bits; no state is kept between calls."""
+    s = MASK_SETTINGS["causal_pad"]
+    mask, where = s.mask(), s.where()
+    q, k, v = qkv(40, s.T, s.S)
+    other = qkv(41, s.T, s.S)
+    norm = chk.build()
+    before = _state(norm)
+    first = _named_arrays(chk.run(DETERMINISM, where, _calls, norm, q, k, v, mask))
+    after = _state(norm)
+    if [p for p, _ in before] != [p for p, _ in after]:
+        raise chk.fail(DETERMINISM, "a call changed the normalizer's variables: state kept between calls", where)
+    for (path, a), (_, b) in zip(before, after, strict=True):
+        if _first_difference(b, a):
+            raise chk.fail(
+                DETERMINISM,
+                f"a call changed the normalizer's {path} ({_first_difference(b, a)}): state kept between calls",
+                where,
+            )
+    again = _named_arrays(chk.run(DETERMINISM, where, _calls, norm, q, k, v, mask))
+    for (what, a), (_, b) in zip(first, again, strict=True):
+        if _first_difference(b, a):
+            raise chk.fail(
+                DETERMINISM,
+                f"the same call twice gives different bits (eagerly): {what} {_first_difference(b, a)}",
+                where,
+            )
+    later = _named_arrays(chk.run(DETERMINISM, where, _calls, norm, *other, mask))
+    fresh = _named_arrays(chk.run(DETERMINISM, where, _calls, chk.build(), *other, mask))
+    for (what, a), (_, b) in zip(fresh, later, strict=True):
+        if _first_difference(b, a):
+            raise chk.fail(
+                DETERMINISM,
+                f"a call depends on the calls before it: the {what} of a fresh normalizer, then of one called before "
+                f"on other inputs: {_first_difference(b, a)} (state kept between calls)",
+                where,
+            )
+    graphdef, params, rest = nnx.split(norm, nnx.Param, ...)
+
+    def jitted(params, rest, q, k, v):
+        return _calls(nnx.merge(graphdef, params, rest), q, k, v, mask)[:4] + (None,)
+
+    call = jax.jit(jitted)
+    first = _named_arrays(chk.run(DETERMINISM, where, call, params, rest, q, k, v))
+    again = _named_arrays(chk.run(DETERMINISM, where, call, params, rest, q, k, v))
+    for (what, a), (_, b) in zip(first, again, strict=True):
+        if _first_difference(b, a):
+            raise chk.fail(
+                DETERMINISM,
+                f"the same call twice gives different bits under jax.jit: {what} {_first_difference(b, a)}",
+                where,
+            )
+
+
+def _layer_input(norm, q, k):
+    """{layer_input_BTD: a fixed random input} for a normalizer that `takes_layer_input` (its gates projected from
+    it, so the projection has a gradient), else {}."""
+    if not getattr(norm, "takes_layer_input", False):
+        return {}
+    B_, N_, _, H_ = q.shape
+    x_BSD = np.random.default_rng(2).normal(size=(B_, k.shape[2], N_ * H_))
+    return {"layer_input_BTD": jnp.asarray(x_BSD, q.dtype)}
+
+
+def _plain_grads(norm, q, k, v, mask, c):
+    """(out, (d params, dq, dk, dv)) of L = Σ c ⊙ out through the plain step, eagerly."""
+    graphdef, params, rest = nnx.split(norm, nnx.Param, ...)
+    kwargs = _layer_input(norm, q, k)
+
+    def plain(params, q, k, v):
+        return nnx.merge(graphdef, params, rest)(q, k, v, mask, **kwargs)[0]
+
+    out, vjp = jax.vjp(plain, params, q, k, v)
+    return out, vjp(jnp.asarray(c, out.dtype))
+
+
+def _dotted(path) -> str:
+    """A parameter's path in an nnx.State as attribute names, e.g. "beta.theta"."""
+    parts = [str(getattr(key, "key", getattr(key, "name", getattr(key, "idx", key)))) for key in path]
+    return ".".join(parts[:-1] if parts and parts[-1] == "value" else parts)
+
+
+def _grad_names(grads):
+    """[(name, array)] of (d params, dq, dk, dv): the parameters by path ("beta.theta")."""
+    named = [(_dotted(p), g) for p, g in jax.tree_util.tree_flatten_with_path(grads[0])[0]]
+    return named + [(f"d/d{x}", g) for x, g in zip("qkv", grads[1:], strict=True)]
+
+
+def _finiteness(chk, norm, runs):
+    """Finite outputs, weights, statistics and gradients at every forward setting and at grad; the gradients
+    {setting name: (d params, dq, dk, dv)}."""
+    for run in runs:
+        where = run["s"].where()
+        for what, x in _named_arrays((run["out_p"], run["out_s"], run["stats"], run["w"], None)):
+            if not np.isfinite(x).all():
+                raise chk.fail(FINITENESS, f"the {what} is not finite ({int((~np.isfinite(x)).sum())} entries)", where)
+    grads = {}
+    for s, seed in [(run["s"], 7) for run in runs] + [(MASK_SETTINGS["grad"], 21)]:
+        q, k, v = qkv(seed, s.T, s.S)
+        c = np.random.default_rng(20).normal(size=(B, N, s.T, H))
+        _, grads[s.name] = chk.run(FINITENESS, s.where(), _plain_grads, norm, q, k, v, s.mask(), c)
+        for what, g in _grad_names(grads[s.name]):
+            g = np.asarray(g)
+            if not np.isfinite(g).all():
+                raise chk.fail(
+                    FINITENESS,
+                    f"gradients must be finite: {what} has {int((~np.isfinite(g)).sum())} non-finite entries",
+                    s.where(),
+                )
+    return grads
 
 
 def _masks(chk, run, signed):
     s, w = run["s"], run["w"]
     where, m = s.where(), s.admissible()
-    if not np.isfinite(w).all():
-        raise chk.fail("masks", "weights must be finite: found non-finite weights", where)
-    for what in ("out_p", "out_s"):
-        if not np.isfinite(np.asarray(run[what])).all():
-            raise chk.fail("masks", "outputs must be finite: found non-finite outputs", where)
     if not signed and (w < 0).any():
-        raise chk.fail("masks", f"weights must be non-negative: weight {w.min():.3g}", where)
-    off = ~np.broadcast_to(m[:, None], w.shape)
+        raise chk.fail(NON_NEGATIVE, f"weight {w.min():.3g}", where)
+    has_keys = np.broadcast_to(m.any(-1)[:, None, :, None], w.shape)  # rows with no admissible key: _empty_rows
+    off = ~np.broadcast_to(m[:, None], w.shape) & has_keys
     padded = np.broadcast_to(s.padded_BS()[:, None, None, :], w.shape)
     leak = off & (w != 0)
     if (leak & padded).any():
-        weight = np.abs(w[leak & padded]).max()
-        raise chk.fail("padding keys must weigh 0", f"weight {weight:.3g} on a padded key", where)
+        raise chk.fail(PADDING, f"weight {np.abs(w[leak & padded]).max():.3g} on a padded key", where)
     if leak.any():
-        raise chk.fail(
-            "masked keys must weigh 0", f"weight {np.abs(w[leak]).max():.3g} on a key the mask excludes", where
-        )
-    empty_BNT = np.broadcast_to(~m.any(-1)[:, None], w.shape[:3])
-    for what in ("out_p", "out_s"):
-        out = np.asarray(run[what])
-        if empty_BNT.any() and (out[empty_BNT] != 0).any():
-            value = np.abs(out[empty_BNT]).max()
-            raise chk.fail("rows with no admissible key must be 0", f"output {value:.3g} on such a row", where)
+        raise chk.fail(MASKED, f"weight {np.abs(w[leak]).max():.3g} on a key the mask excludes", where)
 
 
-def _reference(chk, norm, q, k, m, where):
-    w, logits, extras = chk.run("reference", where, norm.reference, *(np.asarray(x, np.float64) for x in (q, k)), m)
-    return np.asarray(w, np.float64), np.asarray(logits, np.float64), {k: np.asarray(v) for k, v in extras.items()}
-
-
-def _against_reference(chk, norm, run):
-    where, m = run["s"].where(), run["s"].admissible()
-    w_ref, logits_ref, extras = _reference(chk, norm, run["q"], run["k"], m, where)
-    declared = set(CORE_STATS) | set(extras)
-    if getattr(norm, "signed_weights", False) and "entropy" not in extras:
-        raise chk.fail(
-            "statistics keys",
-            "a normalizer with signed weights defines its own entropy (its reference's extras): the entropy of "
-            "signed weights is undefined",
-            where,
-        )
-    if set(run["stats"]) != declared:
-        raise chk.fail(
-            "statistics keys",
-            f"got {sorted(run['stats'])}, expected CORE_STATS + the reference's extras {sorted(declared)}",
-            where,
-        )
-    chk.expect("reference", "weights:", run["w"], w_ref, where)
-    out_ref = ref.output(norm, w_ref, run["v"])
-    chk.expect("reference", "output (plain step):", run["out_p"], out_ref, where)
-    chk.expect("reference", "output (statistics step):", run["out_s"], out_ref, where)
-    for key, want in {**ref.core_stats(w_ref, logits_ref, m), **extras}.items():
-        chk.expect("reference", f"statistic {key}:", run["stats"][key], want, where)
-
-
-def _loss_and_grads(norm, q, k, v, mask, c):
-    """(out, (dq, dk, dv)) of L = Σ c ⊙ out through the plain step."""
-    out, vjp = jax.vjp(lambda q, k, v: norm(q, k, v, mask)[0], q, k, v)
-    return out, vjp(jnp.asarray(c, out.dtype))
-
-
-def _gradients(chk, norm, has_reference, empty_row_settings):
+def _padding(chk, norm):
+    """Padded keys and values change neither outputs nor weights, and get no gradient (at grad)."""
     s = MASK_SETTINGS["grad"]
+    where, mask = s.where(), s.mask()
+    q, k, v = qkv(21, s.T, s.S)
+    rng = np.random.default_rng(22)
+    k2, v2 = k.copy(), v.copy()
+    pad = np.broadcast_to(s.padded_BS()[:, None, :, None], k.shape)
+    k2[pad], v2[pad] = 10 * rng.normal(size=pad.sum()), 10 * rng.normal(size=pad.sum())
+    one, two = (
+        _named_arrays(chk.run(PADDING_OUTPUT, where, _calls, norm, q, kk, vv, mask)) for kk, vv in ((k, v), (k2, v2))
+    )
+    for (what, a), (_, b) in zip(one, two, strict=True):
+        if what.startswith("statistic"):
+            continue
+        if _first_difference(b, a):
+            raise chk.fail(PADDING_OUTPUT, f"changed padded keys/values change the {what}", where)
+    c = np.random.default_rng(20).normal(size=(B, N, s.T, H))
+    _, (_, _, gk, gv) = chk.run(PADDING_GRADIENT, where, _plain_grads, norm, q, k, v, mask, c)
+    for g, what in ((gk, "keys"), (gv, "values")):
+        if (pad & (np.asarray(g) != 0)).any():
+            raise chk.fail(PADDING_GRADIENT, f"padded {what} get gradient", where)
+
+
+def _empty_rows(chk, run):
+    s, w = run["s"], run["w"]
+    where, m = s.where(), s.admissible()
+    empty_BNT = np.broadcast_to(~m.any(-1)[:, None], w.shape[:3])
+    if not empty_BNT.any():
+        return
+    if (w[empty_BNT] != 0).any():
+        raise chk.fail(EMPTY_ROWS, f"weight {np.abs(w[empty_BNT]).max():.3g} in such a row", where)
+    for what, step in (("out_p", "plain step"), ("out_s", "statistics step")):
+        out = np.asarray(run[what])
+        if (out[empty_BNT] != 0).any():
+            raise chk.fail(EMPTY_ROWS, f"{step} output {np.abs(out[empty_BNT]).max():.3g} on such a row", where)
+
+
+def _causality(chk, norm):
+    """No gradient from later keys or values, nor from other queries (at grad); whether a row that attends gets no
+    gradient in its values is left to _inputs_and_parameters_get_gradients."""
+    s = MASK_SETTINGS["grad"]
+    where, mask = s.where(), s.mask()
     q, k, v = qkv(21, s.T, s.S)
     c = np.random.default_rng(20).normal(size=(B, N, s.T, H)).astype(np.float32)
-    grads = _causality_and_padding(chk, norm, s, q, k, v, c)
-    _finite_differences(chk, norm, has_reference, s, q, k, v, c, grads)
-    for e in empty_row_settings:
-        qe, ke, ve = qkv(23, e.T, e.S)
-        grads = chk.run("gradient", e.where(), _loss_and_grads, norm, qe, ke, ve, e.mask(), np.ones((B, N, e.T, H)))[1]
-        if not all(np.isfinite(np.asarray(g)).all() for g in grads):
-            raise chk.fail("gradient", "gradients must be finite with rows of no admissible key", e.where())
-    for dtype in (jnp.float32, jnp.bfloat16):
-        _large_logits(chk, norm, s, dtype, bool(getattr(norm, "signed_weights", False)))
-
-
-def _causality_and_padding(chk, norm, s, q, k, v, c):
-    """Exact zeros of the gradients where causality and padding say, and (dq, dk, dv) of Σ c ⊙ out."""
-    where, mask = s.where(), s.mask()
-    _, vjp = chk.run("gradient", where, jax.vjp, lambda q, k, v: norm(q, k, v, mask)[0], q, k, v)
-    attends = np.asarray(norm.weights(q, k, mask)) != 0
+    _, vjp = chk.run(CAUSALITY, where, jax.vjp, lambda q, k, v: norm(q, k, v, mask)[0], q, k, v)
     for t in (0, 3, 4, 9, s.T - 1):  # first row, block boundaries of size 4, mid-block, last (partial) block
         c_t = np.zeros_like(c)
         c_t[:, :, t] = c[:, :, t]
-        gq, gk, gv = (np.asarray(g) for g in chk.run("gradient", where, vjp, jnp.asarray(c_t)))
+        gq, gk, gv = (np.asarray(g) for g in chk.run(CAUSALITY, where, vjp, jnp.asarray(c_t)))
         if (gk[:, :, t + 1 :] != 0).any() or (gv[:, :, t + 1 :] != 0).any():
-            raise chk.fail("causality", f"output row {t} gets gradient from later keys or values", where)
+            raise chk.fail(CAUSALITY, f"output row {t} gets gradient from later keys or values", where)
         if (np.delete(gq, t, axis=2) != 0).any():
-            raise chk.fail("causality", f"output row {t} gets gradient from other queries", where)
-        if attends[:, :, t].any() and not np.abs(gv[:, :, : t + 1]).sum() > 0:
-            raise chk.fail("gradient", f"output row {t} attends but its values get no gradient", where)
-    gq, gk, gv = (np.asarray(g) for g in vjp(jnp.asarray(c)))
-    if not all(np.isfinite(g).all() for g in (gq, gk, gv)):
-        raise chk.fail("gradient", "gradients must be finite", where)
-    padded = s.padded_BS()[:, None, :, None]
-    for g, what in ((gk, "keys"), (gv, "values")):
-        if (np.broadcast_to(padded, g.shape) & (g != 0)).any():
-            raise chk.fail("padding keys must get no gradient", f"padded {what} get gradient", where)
-    for g, what in ((gq, "q"), (gk, "k")):
-        if not np.abs(g).sum() > 0:
-            raise chk.fail("gradient", f"d/d{what} is all zero", where)
-    rng = np.random.default_rng(22)
-    k2, v2 = k.copy(), v.copy()
-    pad = np.broadcast_to(padded, k.shape)
-    k2[pad], v2[pad] = 10 * rng.normal(size=pad.sum()), 10 * rng.normal(size=pad.sum())
-    if not np.array_equal(
-        np.asarray(norm(q, k2, v2, mask)[0]), np.asarray(norm(q, k, v, mask)[0])
-    ) or not np.array_equal(np.asarray(norm.weights(q, k2, mask)), np.asarray(norm.weights(q, k, mask))):
-        raise chk.fail("padding keys must not change the output", "changed padded keys/values change it", where)
-    return gq, gk, gv
+            raise chk.fail(CAUSALITY, f"output row {t} gets gradient from other queries", where)
 
 
-def _finite_differences(chk, norm, has_reference, s, q, k, v, c, grads):
+def _reference(chk, norm, q, k, m, where):
+    w, logits, extras = chk.run(REFERENCE, where, norm.reference, *(np.asarray(x, np.float64) for x in (q, k)), m)
+    return np.asarray(w, np.float64), np.asarray(logits, np.float64), {k: np.asarray(v) for k, v in extras.items()}
+
+
+def _never_gradient(grads):
+    """The paths of the parameters whose gradient is 0 at every setting (left to PARAMETER_GRADIENTS)."""
+    named = [dict(_grad_names(g)) for g in grads.values()]
+    paths = [p for p, _ in _grad_names(next(iter(grads.values())))[:-3]]
+    return {p for p in paths if not any(np.any(np.asarray(n[p]) != 0) for n in named)}
+
+
+def _finite_differences(chk, norm, has_reference):
     """∇L·d against the central difference (L(x + hd) − L(x − hd)) / 2h for each of q, k, v, at either of two steps h
-    (a kink of relu or an entmax support boundary crossed by one step is seldom crossed by both)."""
-    mask, m = s.mask(), s.admissible()
-    rng = np.random.default_rng(25)
+    (a kink of relu or an entmax support boundary crossed by one step is seldom crossed by both), of the float64
+    reference where there is one, else (or where that disagrees) of the normalizer in float32."""
+    s = MASK_SETTINGS["grad"]
+    mask, m, where = s.mask(), s.admissible(), s.where()
+    q, k, v = qkv(21, s.T, s.S)
+    c = np.random.default_rng(20).normal(size=(B, N, s.T, H)).astype(np.float32)
+    _, vjp = chk.run(FINITE_DIFFERENCES, where, jax.vjp, lambda q, k, v: norm(q, k, v, mask)[0], q, k, v)
+    grads = chk.run(FINITE_DIFFERENCES, where, vjp, jnp.asarray(c))
     c64 = c.astype(np.float64)
-    if has_reference:
-        steps, source = (1e-5, 1e-6), "the float64 reference"
 
-        def loss(q, k, v):
-            w = _reference(chk, norm, q, k, m, s.where())[0]
-            return float(np.sum(c64 * ref.output(norm, w, v)))
-    else:
-        steps, source = (1e-3, 1e-4), "the normalizer in float32"
+    def of_reference(q, k, v):
+        w = _reference(chk, norm, q, k, m, where)[0]
+        return float(np.sum(c64 * ref.output(norm, w, v)))
 
-        def loss(q, k, v):
-            return float(np.sum(c64 * np.asarray(norm(*(jnp.asarray(x, jnp.float32) for x in (q, k, v)), mask)[0])))
+    def of_itself(q, k, v):
+        out = norm(*(jnp.asarray(x, jnp.float32) for x in (q, k, v)), mask)[0]
+        return float(np.sum(c64 * np.asarray(out, np.float64)))
 
+    sources = [("the float64 reference", of_reference, (1e-5, 1e-6))] if has_reference else []
+    sources.append(("the normalizer in float32", of_itself, (1e-3, 1e-4)))
+    rng = np.random.default_rng(25)
     x = [np.asarray(a, np.float64) for a in (q, k, v)]
     for i, what in enumerate("qkv"):
         d = rng.normal(size=x[i].shape)
         g = np.asarray(grads[i], np.float64)
         got, scale = float(np.sum(g * d)), float(np.sum(np.abs(g * d)))
-        fds = []
-        for h in steps:
-            plus, minus = list(x), list(x)
-            plus[i], minus[i] = x[i] + h * d, x[i] - h * d
-            fds.append((loss(*plus) - loss(*minus)) / (2 * h))
-            if abs(got - fds[-1]) <= FD_TOL * scale + 1e-6:
-                break
+        said = []
+        for source, loss, steps in sources:
+            fds = []
+            for h in steps:
+                plus, minus = list(x), list(x)
+                plus[i], minus[i] = x[i] + h * d, x[i] - h * d
+                fds.append(
+                    chk.run(FINITE_DIFFERENCES, where, loss, *plus) - chk.run(FINITE_DIFFERENCES, where, loss, *minus)
+                )
+                fds[-1] /= 2 * h
+                if abs(got - fds[-1]) <= FD_TOL * scale + 1e-6:
+                    break
+            else:
+                said.append(f"{source} " + ", ".join(f"{fd:.6g} (h={h:g})" for fd, h in zip(fds, steps, strict=False)))
+                continue
+            break
         else:
-            differences = ", ".join(f"{fd:.6g} (h={h:g})" for fd, h in zip(fds, steps, strict=True))
             raise chk.fail(
-                "gradient",
-                f"d/d{what} along a random direction is {got:.6g}, the central difference of {source} {differences}",
-                s.where(),
+                FINITE_DIFFERENCES,
+                f"d/d{what} along a random direction is {got:.6g}, the central difference of " + "; of ".join(said),
+                where,
             )
 
 
-def _large_logits(chk, norm, s, dtype, signed):
-    """Finite output, statistics, weights and gradients once |βz| reaches LARGE_LOGIT."""
-    mask, m = s.mask(), s.admissible()
-    q, k, v = qkv(24, s.T, s.S)
-    beta = getattr(norm, "beta", None)
-    beta_N = np.asarray(beta(), np.float64) if callable(beta) else np.ones(N)
-    z = beta_N[None, :, None, None] * ref.scores(q, k)
-    q = q * np.float32(LARGE_LOGIT / np.abs(np.where(m[:, None], z, 0)).max())
-    q, k, v = (jnp.asarray(x, dtype) for x in (q, k, v))
-    where = s.where(dtype=jnp.dtype(dtype).name, logits=f"±{LARGE_LOGIT:g}")
-    ct = jnp.cos(jnp.arange(B * N * s.T * H, dtype=jnp.float32)).reshape(B, N, s.T, H)
-
-    def loss(q, k, v):
-        out, stats = norm(q, k, v, mask, with_stats=True)
-        return jnp.sum(out.astype(jnp.float32) * ct), (out, stats)
-
-    grads, (out, stats) = chk.run("gradient", where, jax.grad(loss, argnums=(0, 1, 2), has_aux=True), q, k, v)
-    if out.dtype != dtype:
-        raise chk.fail("shapes", f"output is {out.dtype} for {jnp.dtype(dtype).name} inputs", where)
-    if not np.isfinite(np.asarray(out, np.float32)).all():
-        raise chk.fail("gradient", "the output must stay finite at large logits", where)
-    if not all(np.isfinite(np.asarray(val)).all() for val in stats.values()):
-        raise chk.fail("gradient", "statistics must stay finite at large logits", where)
-    if not all(np.isfinite(np.asarray(g, np.float32)).all() for g in grads):
-        raise chk.fail("gradient", "gradients must be finite at large logits", where)
-    w = np.asarray(chk.run("weights", where, norm.weights, q, k, mask), np.float32)
-    if not (np.isfinite(w).all() and (signed or (w >= 0).all())):
-        raise chk.fail("masks", "weights must stay finite and non-negative at large logits", where)
+def _inputs_and_parameters_get_gradients(chk, norm, grads, never, settings):
+    s = MASK_SETTINGS["grad"]
+    where, mask = s.where(), s.mask()
+    q, k, v = qkv(21, s.T, s.S)
+    _, gq, gk, gv = (np.asarray(g) if i else g for i, g in enumerate(grads["grad"]))
+    for g, what in ((gq, "q"), (gk, "k")):
+        if not np.abs(g).sum() > 0:
+            raise chk.fail(INPUT_GRADIENTS, f"d/d{what} is all zero", where)
+    attends = np.asarray(norm.weights(q, k, mask)) != 0
+    c = np.random.default_rng(20).normal(size=(B, N, s.T, H)).astype(np.float32)
+    _, vjp = jax.vjp(lambda v: norm(q, k, v, mask)[0], v)
+    for t in (0, 3, 4, 9, s.T - 1):
+        if not attends[:, :, t].any():
+            continue
+        c_t = np.zeros_like(c)
+        c_t[:, :, t] = c[:, :, t]
+        (gv_t,) = vjp(jnp.asarray(c_t))
+        if not np.abs(np.asarray(gv_t)).sum() > 0:
+            raise chk.fail(INPUT_GRADIENTS, f"output row {t} attends but its values get no gradient", where)
+    for path in sorted(never):
+        raise chk.fail(
+            PARAMETER_GRADIENTS,
+            f"parameter {path} gets no gradient at any setting (a stop_gradient, or a parameter the output does not "
+            "use)",
+            _sizes(settings + [s]),
+        )
 
 
 def _cpu_impls(norm) -> tuple[list[str], str]:
@@ -394,11 +603,7 @@ def _out_and_grads(norm, q, k, v, mask, ct):
     """(out, (d params, dq, dk, dv)) of Σ ct ⊙ out, jitted over the parameters and inputs; a normalizer that
     `takes_layer_input` (its gates projected from it) gets a fixed random one, so its projection has a gradient."""
     graphdef, params, rest = nnx.split(norm, nnx.Param, ...)
-    kwargs = {}
-    if getattr(norm, "takes_layer_input", False):
-        B_, N_, _, H_ = q.shape
-        x_BSD = np.random.default_rng(2).normal(size=(B_, k.shape[2], N_ * H_))
-        kwargs["layer_input_BTD"] = jnp.asarray(x_BSD, jnp.float32)
+    kwargs = _layer_input(norm, q, k)
 
     def loss(params, q, k, v):
         out, _ = nnx.merge(graphdef, params, rest)(q, k, v, mask, **kwargs)
@@ -408,12 +613,12 @@ def _out_and_grads(norm, q, k, v, mask, ct):
     return out, grads
 
 
-def _impls(chk, norm, causal_only):
+def _impls(chk, norm, causal_only, never=frozenset()):
     impls, dense = _cpu_impls(norm)
     slow, dense_runs = chk.build(impl=dense) if impls else None, {}
     for impl in impls:
         fast = chk.build(impl=impl)
-        prop = f"impl={impl} equal to its dense form"
+        prop = IMPL.format(impl)
         names = [n for n in IMPL_RUNS.get(impl, tuple(IMPL_SETTINGS)) if IMPL_SETTINGS[n].causal or not causal_only]
         ran = 0
         for s in (IMPL_SETTINGS[n] for n in names):
@@ -431,16 +636,79 @@ def _impls(chk, norm, causal_only):
                 dense_runs[s.name] = chk.run(prop, where, _out_and_grads, slow, q, k, v, s.mask(), ct)
             out_d, g_d = dense_runs[s.name]
             chk.expect(prop, "forward:", out_f, out_d, where, atol=2e-6, rtol=2e-5)
-            params_f, params_d = (jax.tree_util.tree_flatten_with_path(g[0])[0] for g in (g_f, g_d))
-            named = [(jax.tree_util.keystr(p), a, b) for (p, a), (_, b) in zip(params_f, params_d, strict=True)]
-            named += [(f"d/d{x}", a, b) for x, a, b in zip("qkv", g_f[1:], g_d[1:], strict=True)]
-            for what, a, b in named:
-                chk.expect(prop, f"backward {what}:", a, b, where, atol=1e-5, rtol=1e-4)
-            for what, a, _ in named[: len(params_f)]:
-                if not np.any(np.asarray(a) != 0):
-                    raise chk.fail(prop, f"parameter {what} gets no gradient", where)
+            for (what, a), (_, b) in zip(_grad_names(g_f), _grad_names(g_d), strict=True):
+                if what not in never:  # a parameter the dense form never differentiates: PARAMETER_GRADIENTS
+                    chk.expect(prop, f"backward {what}:", a, b, where, atol=1e-5, rtol=1e-4)
         if not ran:
-            raise chk.fail(prop, "it ran at none of the settings " + ", ".join(names), "")
+            raise chk.fail(prop, "it ran at none of the settings " + ", ".join(names), f"B={B} N={N} H={H}")
+
+
+def _param_ends(norm, params):
+    """[(description, params)] with each parameter in turn at each end of its range: the class's `param_ranges`
+    ({"beta.theta": (lo, hi)}) where declared, else its value ± PARAM_REACH."""
+    declared = dict(getattr(norm, "param_ranges", None) or {})
+    flat, treedef = jax.tree_util.tree_flatten_with_path(params)
+    out = []
+    for i, (path, value) in enumerate(flat):
+        dotted = _dotted(path)
+        if dotted in declared:
+            lo, hi = declared[dotted]
+            ends = [(f"parameter {dotted} at its declared low end {lo:g}", jnp.full_like(value, lo))]
+            ends.append((f"parameter {dotted} at its declared high end {hi:g}", jnp.full_like(value, hi)))
+        else:
+            ends = [
+                (f"parameter {dotted} at its value {sign:+g}", value + sign) for sign in (-PARAM_REACH, PARAM_REACH)
+            ]
+        for what, end in ends:
+            leaves = [end if j == i else x for j, (_, x) in enumerate(flat)]
+            out.append((what, jax.tree_util.tree_unflatten(treedef, leaves)))
+    return out
+
+
+def _extremes(chk, norm, signed):
+    """Finite output, statistics, weights and gradients at large logits, at inputs of large norm and with each
+    parameter at the ends of its range."""
+    s = MASK_SETTINGS["grad"]
+    mask, m = s.mask(), s.admissible()
+    q, k, v = qkv(24, s.T, s.S)
+    graphdef, params, rest = nnx.split(norm, nnx.Param, ...)
+    ct = jnp.cos(jnp.arange(B * N * s.T * H, dtype=jnp.float32)).reshape(B, N, s.T, H)
+    kwargs = _layer_input(norm, jnp.asarray(q), jnp.asarray(k))
+
+    def everything(params, q, k, v):
+        def loss(params, q, k, v):
+            mod = nnx.merge(graphdef, params, rest)
+            out, stats = mod(q, k, v, mask, with_stats=True, **kwargs)
+            return jnp.sum(out.astype(jnp.float32) * ct), (out, stats, mod.weights(q, k, mask, **kwargs))
+
+        grads, aux = jax.grad(loss, argnums=(0, 1, 2, 3), has_aux=True)(params, q, k, v)
+        return aux, grads
+
+    call = jax.jit(everything)
+    beta = getattr(norm, "beta", None)
+    beta_N = np.asarray(beta(), np.float64) if callable(beta) else np.ones(N)
+    z = beta_N[None, :, None, None] * ref.scores(q, k)
+    q_large = q * np.float32(LARGE_LOGIT / np.abs(np.where(m[:, None], z, 0)).max())
+    trials = []
+    for dtype in (jnp.float32, jnp.bfloat16):
+        name = jnp.dtype(dtype).name
+        trials.append((f"at logits |βz| up to {LARGE_LOGIT:g} ({name})", params, (q_large, k, v), dtype))
+        trials.append(
+            (f"at q and k of large norm (× {LARGE_NORM:g}, {name})", params, (q * LARGE_NORM, k * LARGE_NORM, v), dtype)
+        )
+    trials += [(what, ends, (q, k, v), jnp.float32) for what, ends in _param_ends(norm, params)]
+    for what, p, inputs, dtype in trials:
+        where = s.where()
+        (out, stats, w), grads = chk.run(
+            EXTREMES, f"{where} ({what})", call, p, *(jnp.asarray(x, dtype) for x in inputs)
+        )
+        arrays = [("the output", out), ("the weights", w)] + [(f"statistic {key}", val) for key, val in stats.items()]
+        arrays += [(f"the gradient {g}", a) for g, a in _grad_names(grads)]
+        for name_, x in arrays:
+            if not np.isfinite(np.asarray(x, np.float32)).all():
+                raise chk.fail(EXTREMES, f"{name_} must stay finite {what}", where)
+        if not signed and (np.asarray(w, np.float32) < 0).any():
+            raise chk.fail(EXTREMES, f"the weights must stay non-negative {what}", where)
 
 
 def _jit_and_seeds(chk):
@@ -461,13 +729,12 @@ def _jit_and_seeds(chk):
         return aux, grads
 
     inputs = [tuple(jnp.asarray(x) for x in qkv(30 + seed, s.T, s.S)) for seed in (0, 1)]
-    alone = [chk.run("jit and vmapped seeds", s.where(seed=i), everything, *splits[i], *inputs[i]) for i in (0, 1)]
+    alone = [chk.run(SEEDS, s.where(seed=i), everything, *splits[i], *inputs[i]) for i in (0, 1)]
     stack = jax.tree.map(lambda *xs: jnp.stack(xs), (*splits[0], *inputs[0]), (*splits[1], *inputs[1]))
-    vmapped = chk.run("jit and vmapped seeds", s.where(seeds=2), jax.jit(jax.vmap(everything)), *stack)
+    vmapped = chk.run(SEEDS, s.where(seeds=2), jax.jit(jax.vmap(everything)), *stack)
     for i in (0, 1):
         one = jax.tree.map(lambda x, i=i: x[i], vmapped)
-        prop = "jit and vmapped seeds equal to each seed alone"
-        _same_tree(chk, prop, one, alone[i], s.where(seed=i), atol=1e-5, rtol=1e-5)
+        _same_tree(chk, SEEDS, one, alone[i], s.where(seed=i), atol=1e-5, rtol=1e-5)
 
 
 def _same_tree(chk, prop, got, want, where, atol, rtol):
@@ -487,3 +754,43 @@ def _path_name(path) -> str:
     if first == 0:
         return ("output", "statistic", "weights")[second] + jax.tree_util.keystr(path[2:])
     return ("d/dparams", "d/dq", "d/dk", "d/dv")[second] + jax.tree_util.keystr(path[2:])
+
+
+def _statistics(chk, norm, run, reference):
+    where = run["s"].where()
+    if run["none"]:
+        raise chk.fail(STATISTICS, f"with_stats=False returned {sorted(run['none'])}, expected {{}}", where)
+    missing = set(CORE_STATS) - set(run["stats"])
+    if missing:
+        raise chk.fail(STATISTICS, f"CORE_STATS {sorted(missing)} missing from {sorted(run['stats'])}", where)
+    for key, val in run["stats"].items():
+        if val.shape != (N,):
+            raise chk.fail(STATISTICS, f"statistic {key} has shape {val.shape}, expected (N,) ({N},)", where)
+    if reference is None:
+        return
+    extras = reference[2]
+    if getattr(norm, "signed_weights", False) and "entropy" not in extras:
+        raise chk.fail(
+            STATISTICS,
+            "a normalizer with signed weights defines its own entropy (its reference's extras): the entropy of "
+            "signed weights is undefined",
+            where,
+        )
+    declared = set(CORE_STATS) | set(extras)
+    if set(run["stats"]) != declared:
+        raise chk.fail(
+            STATISTICS,
+            f"got {sorted(run['stats'])}, expected CORE_STATS + the reference's extras {sorted(declared)}",
+            where,
+        )
+
+
+def _against_reference(chk, norm, run, reference):
+    where, m = run["s"].where(), run["s"].admissible()
+    w_ref, logits_ref, extras = reference
+    chk.expect(REFERENCE, "weights:", run["w"], w_ref, where)
+    out_ref = ref.output(norm, w_ref, run["v"])
+    chk.expect(REFERENCE, "output (plain step):", run["out_p"], out_ref, where)
+    chk.expect(REFERENCE, "output (statistics step):", run["out_s"], out_ref, where)
+    for key, want in {**ref.core_stats(w_ref, logits_ref, m), **extras}.items():
+        chk.expect(REFERENCE, f"statistic {key}:", run["stats"][key], want, where)
