@@ -1,14 +1,17 @@
 """A user's own components through the search path: examples/capped's normalizer, task and head, composed from
-its config directory the way `--config-dir` adds it, and the refusals of a `_target_` that is no component."""
+its config directory the way `--config-dir` adds it, examples/cosine's general-contract normalizer (q and k
+themselves) checked, trained and swept, and the refusals of a `_target_` that is no component."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_helpers import TINY_TASK, train_in_process
+from cli_helpers import TINY, TINY_TASK, train_in_process
 from flax import nnx
 from hydra import compose, initialize_config_dir
 
@@ -16,10 +19,12 @@ from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.checks import ConfigError
 from attnlab.cli import build
-from attnlab.config import composition, construct, registry
+from attnlab.config import check, composition, construct, registry
+from attnlab.testing import ContractViolation, check_normalizer
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "capped"
 USER_CONFIGS = EXAMPLE / "configs"
+COSINE = Path(__file__).resolve().parents[2] / "examples" / "cosine"
 
 
 @pytest.fixture
@@ -103,6 +108,57 @@ def test_a_users_task_and_head_are_built_and_checked_like_attnlabs(user_project)
         config.check_head_serves("smoothed_ce", "regression", "task=t")
     with pytest.raises(ConfigError, match=r"^task\.length=4 is invalid; allowed: an odd integer"):
         config.task("majority", length=4)
+
+
+@pytest.fixture
+def cosine_project(monkeypatch):
+    """examples/cosine importable, as `pip install -e examples/cosine` makes it."""
+    monkeypatch.syspath_prepend(str(COSINE))
+    yield COSINE / "configs"
+    registry.use()
+
+
+def test_a_general_contract_normalizer_passes_attnlab_check(cosine_project, capsys):
+    try:
+        check.main(["--config-dir", str(cosine_project), "normalizer=cosine"])
+    finally:
+        registry.use()
+    assert capsys.readouterr().out.strip() == (
+        "attnlab-check: normalizer=cosine passed its contract (attnlab.testing.check_normalizer)"
+    )
+
+
+def test_cosine_attention_overflowing_without_its_max_is_named_at_the_extremes(cosine_project):
+    """Invariant to the scale of q and k, cosine attention meets large logits only with τ at the top of its range:
+    e^x without the row's max taken off overflows there."""
+    from cosine import CosineAttention
+
+    class Naive(CosineAttention):
+        def weights(self, q_BNTH, k_BNSH, mask):
+            e = jnp.exp(self._logits(q_BNTH, k_BNSH)) * mask.matrix_B1TS(q_BNTH.shape[2], k_BNSH.shape[2])
+            return e / jnp.maximum(e.sum(-1, keepdims=True), 1e-30)
+
+    with pytest.raises(ContractViolation, match=r"^normalizer=naive: extremes: the weights must stay finite with "):
+        check_normalizer(Naive, name="naive")
+
+
+def test_a_general_contract_normalizer_trains_and_sweeps_against_softmax(cosine_project, tmp_path):
+    train_in_process(
+        "-m",
+        "--config-dir",
+        str(cosine_project),
+        "normalizer=cosine,softmax",
+        "task=mqar",
+        *TINY,
+        *("task.seq_len=16", "task.vocab_size=16", "task.num_kv_pairs=2", "task.n_train=200"),
+        *("task.n_val=40", "task.n_test=40"),
+        f"hydra.sweep.dir={tmp_path}",
+        cwd=tmp_path,
+    )
+    runs = sorted(p.name for p in tmp_path.iterdir() if (p / "metrics.json").is_file())
+    assert runs == ["0_normalizer=cosine", "1_normalizer=softmax"]
+    cosine = json.loads((tmp_path / runs[0] / "metrics.json").read_text())
+    assert cosine["status"] == "completed" and cosine["steps"] == 4, cosine.get("error")
 
 
 def test_a_target_that_is_no_component_is_refused_before_it_is_called(monkeypatch):

@@ -653,11 +653,12 @@ def _param_ends(norm, params):
         dotted = _dotted(path)
         if dotted in declared:
             lo, hi = declared[dotted]
-            ends = [(f"parameter {dotted} at its declared low end {lo:g}", jnp.full_like(value, lo))]
-            ends.append((f"parameter {dotted} at its declared high end {hi:g}", jnp.full_like(value, hi)))
+            ends = [(f"with parameter {dotted} at its declared low end {lo:g}", jnp.full_like(value, lo))]
+            ends.append((f"with parameter {dotted} at its declared high end {hi:g}", jnp.full_like(value, hi)))
         else:
             ends = [
-                (f"parameter {dotted} at its value {sign:+g}", value + sign) for sign in (-PARAM_REACH, PARAM_REACH)
+                (f"with parameter {dotted} at its value {sign:+g}", value + sign)
+                for sign in (-PARAM_REACH, PARAM_REACH)
             ]
         for what, end in ends:
             leaves = [end if j == i else x for j, (_, x) in enumerate(flat)]
