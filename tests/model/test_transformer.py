@@ -299,3 +299,32 @@ def test_pooled_features_are_a_float32_mean_under_bfloat16():
     want = np.stack([tokens[0].mean(0), tokens[1, :37].mean(0)])
     assert pooled.dtype == jnp.float32
     np.testing.assert_allclose(np.asarray(pooled), want, rtol=1e-6, atol=1e-6)
+
+
+def test_an_attention_only_block_is_the_residual_plus_attention():
+    """model.mlp_ratio=0: no MLP parameters, and each block's output is x + attn(LN(x)) (Elhage et al. 2021)."""
+    make = lambda **kw: build_normalizer("softmax", **kw)  # noqa: E731
+    body = Transformer(
+        d_model=8,
+        heads=2,
+        layers=2,
+        mlp_ratio=0,
+        dropout=0.0,
+        positional="rope",
+        max_len=16,
+        causal=True,
+        qk_norm=False,
+        pooled=False,
+        make_normalizer=make,
+        seq_len=6,
+        vocab_size=11,
+        rngs=nnx.Rngs(0),
+    )
+    names = {".".join(map(str, path)) for path, _ in nnx.iter_graph(body) if path}
+    assert not any("fc1" in n or "fc2" in n or "ln2" in n for n in names)
+    x_BTD = jnp.asarray(np.random.default_rng(3).normal(size=(2, 6, 8)), jnp.float32)
+    mask = body.mask(jnp.ones((2, 6), bool))
+    block = body.blocks[0]
+    got, _ = block(x_BTD, mask, with_stats=False, score_probe_BNTS=None, deterministic=True, rngs=None)
+    attended, _ = block.attn(block.ln1(x_BTD), mask)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(x_BTD + attended), rtol=1e-6, atol=1e-6)

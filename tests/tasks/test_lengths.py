@@ -180,9 +180,11 @@ def test_attention_statistics_per_length_are_example_weighted_and_skip_padding()
 
 
 def test_a_run_records_each_length_in_metrics_json_and_tensorboard(tmp_path):
-    """One real run (tiny MQAR at seq_len 16) with test_lengths=[16,48]: at 16 the ordinary test metrics."""
+    """One real run (tiny MQAR at seq_len 16) with test_lengths=[16,48] and the final statistics: at 16 the ordinary
+    test metrics."""
     run_dir = tmp_path / "run"
-    train_in_process(*TINY, *TINY_TASK["mqar"], "task.test_lengths=[16,48]", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    lengths = ("task.test_lengths=[16,48]", "trainer.final_stats=true")
+    train_in_process(*TINY, *TINY_TASK["mqar"], *lengths, f"hydra.run.dir={run_dir}", cwd=tmp_path)
     rec = metrics(run_dir)
     final = rec["final"]
     tests = {k.split("/", 1)[1]: v for k, v in final.items() if k.startswith("test/") and k != "test/temperature"}

@@ -63,7 +63,7 @@ def check_options(values: dict) -> None:
     d_model = checks.integer("model.d_model", values["d_model"], 1)
     heads = checks.integer("model.heads", values["heads"], 1)
     layers = checks.integer("model.layers", values["layers"], 1)
-    mlp_ratio = checks.integer("model.mlp_ratio", values["mlp_ratio"], 1)
+    mlp_ratio = checks.integer("model.mlp_ratio", values["mlp_ratio"], 0)
     checks.real("model.dropout", values["dropout"], 0.0, 1.0, hi_open=True)
     max_len = checks.integer("model.max_len", values["max_len"], 1)
     checks.boolean("model.qk_norm", values["qk_norm"])
@@ -88,7 +88,7 @@ def check_options(values: dict) -> None:
 
 
 class Block(nnx.Module):
-    """x + attn(LN(x)); x + MLP(LN(x))."""
+    """x + attn(LN(x)); x + MLP(LN(x)) (left out at mlp_ratio 0)."""
 
     def __init__(
         self,
@@ -119,20 +119,24 @@ class Block(nnx.Module):
             short_conv=short_conv,
             output_gate=output_gate,
         )
-        self.ln2 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
-        self.fc1 = nnx.Linear(d_model, mlp_ratio * d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
-        self.fc2 = nnx.Linear(mlp_ratio * d_model, d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
         self.drop = nnx.Dropout(dropout, rngs=rngs)
-        tag("norm", self.ln1, self.ln2)
-        tag("mlp", self.fc1, self.fc2)
+        tag("norm", self.ln1)
+        self.has_mlp = mlp_ratio > 0  # 0: an attention-only block (Elhage et al. 2021)
+        if self.has_mlp:
+            self.ln2 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
+            self.fc1 = nnx.Linear(d_model, mlp_ratio * d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
+            self.fc2 = nnx.Linear(mlp_ratio * d_model, d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
+            tag("norm", self.ln2)
+            tag("mlp", self.fc1, self.fc2)
 
     def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic, rngs):
         a_BTD, stats = self.attn(
             self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS, training=not deterministic
         )
         x_BTD = x_BTD + self.drop(a_BTD, deterministic=deterministic, rngs=rngs)
-        h = self.fc2(gelu(self.fc1(self.ln2(x_BTD))))
-        x_BTD = x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs)
+        if self.has_mlp:
+            h = self.fc2(gelu(self.fc1(self.ln2(x_BTD))))
+            x_BTD = x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs)
         if with_stats:  # the residual stream this block leaves, one value per layer repeated per head
             B, T, _ = x_BTD.shape
             valid_BT = jnp.ones((B, T), bool) if mask.key_valid_BS is None else mask.key_valid_BS[:, :T]
