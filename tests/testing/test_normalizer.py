@@ -145,6 +145,16 @@ class _SeesTheFuture(_Soft):
         return (1 + 0.1 * jnp.tanh(mean_BN11)) * super().logits(z_BNTS, m_B1TS)
 
 
+class _IgnoresCausality(_Soft):
+    """Attends to every key that is not padding, later ones included."""
+
+    def weights(self, q_BNTH, k_BNSH, mask):
+        return super().weights(q_BNTH, k_BNSH, mask.replace(causal=False))
+
+    def __call__(self, q_BNTH, k_BNSH, v_BNSH, mask, **kwargs):
+        return super().__call__(q_BNTH, k_BNSH, v_BNSH, mask.replace(causal=False), **kwargs)
+
+
 class _WeightsOneKeyShort(_Soft):
     """`weights` drops the last key."""
 
@@ -233,6 +243,7 @@ SIZES = "at B=2 N=3 H=5 "
             "mask=grad (T=13 S=13)",
         ),
         (_SeesTheFuture, "causality: output row 3 gets gradient from later keys", "T=13 S=13 mask=grad"),
+        (_IgnoresCausality, "causality: weight 0.", "later key, which the causal mask excludes at B=2 N=3 H=5 T=13"),
         (_WeightsOneKeyShort, "shapes: weights have shape (2, 3, 7, 10), expected (B,N,T,S)", "mask=none"),
         (_Float32Always, "shapes: plain step output is float32 (2, 3, 13, 5) for bfloat16 inputs", "dtype=bfloat16"),
         (_NoMaxWeight, "statistics keys: CORE_STATS ['max_weight'] missing", "T=7 S=11 mask=none"),

@@ -172,7 +172,8 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
        (plain step) in q, k, v and every parameter there and at grad, are finite (rows of no admissible key and
        masked keys included: the log of a masked zero is caught here, before any property compares gradients).
     5. weights must be non-negative (unless the class says `signed_weights`).
-    6. padding keys must weigh 0 / masked keys must weigh 0, exactly, in rows that have an admissible key; padding
+    6. padding keys must weigh 0 / masked keys must weigh 0, exactly, in rows that have an admissible key (a later
+       key under a causal mask is named as causality: weight on it is a causal leak, at causal_pad); padding
        keys must not change the output (outputs and weights bit-identical when padded keys and values change);
        padding keys must get no gradient (at grad).
     7. rows with no admissible key must be 0: their weights and both outputs are exactly 0.
@@ -433,9 +434,15 @@ def _masks(chk, run, signed):
     has_keys = np.broadcast_to(m.any(-1)[:, None, :, None], w.shape)  # rows with no admissible key: _empty_rows
     off = ~np.broadcast_to(m[:, None], w.shape) & has_keys
     padded = np.broadcast_to(s.padded_BS()[:, None, None, :], w.shape)
+    later = np.zeros(w.shape, bool)
+    if s.causal:  # a key after the query's own position (the queries are the last T of the S keys)
+        later = np.broadcast_to(np.arange(s.S)[None, :] > np.arange(s.T)[:, None] + (s.S - s.T), w.shape)
     leak = off & (w != 0)
     if (leak & padded).any():
         raise chk.fail(PADDING, f"weight {np.abs(w[leak & padded]).max():.3g} on a padded key", where)
+    if (leak & later).any():
+        weight = np.abs(w[leak & later]).max()
+        raise chk.fail(CAUSALITY, f"weight {weight:.3g} on a later key, which the causal mask excludes", where)
     if leak.any():
         raise chk.fail(MASKED, f"weight {np.abs(w[leak]).max():.3g} on a key the mask excludes", where)
 
@@ -666,6 +673,15 @@ def _param_ends(norm, params):
     return out
 
 
+def _inverse_temperature(norm) -> np.ndarray:
+    """β (N,) where the normalizer has a `beta()` (InverseTemperature), else 1: the scale its logits take of z."""
+    beta = getattr(norm, "beta", None)
+    try:
+        return np.broadcast_to(np.abs(np.asarray(beta(), np.float64)), (N,)) if callable(beta) else np.ones(N)
+    except Exception:  # noqa: BLE001 — a `beta` of another meaning: the logits are taken as z
+        return np.ones(N)
+
+
 def _extremes(chk, norm, signed):
     """Finite output, statistics, weights and gradients at large logits, at inputs of large norm and with each
     parameter at the ends of its range."""
@@ -686,10 +702,9 @@ def _extremes(chk, norm, signed):
         return aux, grads
 
     call = jax.jit(everything)
-    beta = getattr(norm, "beta", None)
-    beta_N = np.asarray(beta(), np.float64) if callable(beta) else np.ones(N)
+    beta_N = _inverse_temperature(norm)
     z = beta_N[None, :, None, None] * ref.scores(q, k)
-    q_large = q * np.float32(LARGE_LOGIT / np.abs(np.where(m[:, None], z, 0)).max())
+    q_large = q * np.float32(LARGE_LOGIT / max(np.abs(np.where(m[:, None], z, 0)).max(), 1e-30))
     trials = []
     for dtype in (jnp.float32, jnp.bfloat16):
         name = jnp.dtype(dtype).name
