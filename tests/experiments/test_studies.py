@@ -128,6 +128,10 @@ def test_no_machine_paths(readme):
 STUDY_SCRIPTS = [s / "run.sh" for s in STUDIES] + [EXPERIMENTS / "normalizer_ablation" / "long.sh"]
 
 
+# study.sh's bracket_screen: a screen whose attnlab-train arguments follow its `--` (the preset among them).
+TRAINS_BY_SCREEN = re.compile(r"^bracket_screen\s")
+
+
 def commands(script: Path, program: str) -> list[str]:
     """Each call of `program` in a script, its continuation lines joined."""
     text = re.sub(r"\\\n\s*", " ", script.read_text())
@@ -140,17 +144,19 @@ def test_run_sh_parses_and_prints_wall_time(study):
     text = script.read_text()
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True).stderr == ""
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    first_train = next(i for i, line in enumerate(lines) if "attnlab-train" in line)
+    first_train = next(i for i, line in enumerate(lines) if "attnlab-train" in line or TRAINS_BY_SCREEN.match(line))
     assert "START=$SECONDS" in lines[:first_train]
     assert lines[-1] == WALL_TIME.format(study=study.name)
-    assert "nice -n 10" in text and "hydra.sweep.dir=" in text and "attnlab-report" in text
+    assert (
+        "nice -n 10" in text and ("hydra.sweep.dir=" in text or "bracket_screen" in text) and "attnlab-report" in text
+    )
 
 
 @pytest.mark.parametrize("script", STUDY_SCRIPTS, ids=lambda p: p.parent.name + "/" + p.name)
 def test_study_script_calls_presets(script):
     """Every attnlab-train of a study script names a preset (its `_gpu` variant too where the call takes SCALE's
     suffix); the study's settings live in the presets, not in shell arrays of overrides."""
-    calls = commands(script, '"$BIN/attnlab-train"')
+    calls = commands(script, '"$BIN/attnlab-train"') + commands(script, "bracket_screen ")
     assert calls
     for call in calls:
         named = re.search(r'"?experiment=([\w/$]+)"?', call)
@@ -316,11 +322,15 @@ _LM_GPU = (
     "optim.lr=3e-4,1e-3,3e-3 task.n_train=200000"
 )
 _SINKS = "softmax,softmax1,sigmoid,relu,softpick,sink,forgetting,differential"
-_AS = f"{_LM} trainer.log_every=25"
-_AS_GPU = (
-    "accelerator=gpu model=base task.seq_len=256 trainer.steps=5000 trainer.eval_every=250 trainer.log_every=100 "
-    "trainer.batch_size=256 optim.lr=3e-4,1e-3,3e-3 task.n_train=200000"
+_AS = (
+    "task=bigram_backcopy model=small model.layers=1 model.heads=1 model.positional=rope trainer.steps=800 "
+    "trainer.eval_every=100 trainer.log_every=50 trainer.final_stats=true trainer.vmap_seeds=3 trainer.progress=none"
 )
+_AS_GPU = (
+    "accelerator=gpu model.d_model=256 task.seq_len=256 task.n_train=200000 trainer.steps=5000 trainer.eval_every=250 "
+    "trainer.log_every=100 trainer.batch_size=512 optim.lr=3e-4,1e-3,3e-3"
+)
+_AS_LM = f"{_LM} trainer.log_every=25 trainer.final_stats=true trainer.vmap_seeds=3"
 _RC_GPU = "accelerator=gpu task.vocab_size=8192 trainer.steps=5000 trainer.batch_size=256 trainer.vmap_seeds=3"
 _MIXERS = {
     "softmax": "normalizer=softmax",
@@ -376,7 +386,10 @@ BEFORE = {
     "attention_sinks/screen": f"normalizer={_SINKS} optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS}",
     "attention_sinks/screen_gated": "normalizer=softmax model.output_gate=headwise optim.lr=1e-3,3e-3,1e-2 seed=0 "
     + _AS,
-    "attention_sinks/confirm": f"seed=1 trainer.vmap_seeds=2 {_AS}",
+    "attention_sinks/screen_sgd": "normalizer=softmax optim=sgd optim.lr=1e-2,3e-2,1e-1 seed=0 " + _AS,
+    "attention_sinks/deep": f"normalizer=softmax,relu,softpick,sink optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS} "
+    "model.layers=3",
+    "attention_sinks/lm_bos": f"normalizer=softmax task.bos=false,true optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS_LM}",
     "length_dispersion/softmax": f"normalizer=softmax normalizer.learnable=false,true "
     f"normalizer.adaptive_temperature=off,eval {_LD}",
     "length_dispersion/others": f"normalizer=ssmax,sigmoid,stickbreaking {_LD}",
@@ -433,8 +446,9 @@ BEFORE |= {
     "lm_normalizers/screen_gpu": f"{BEFORE['lm_normalizers/screen']} {_LM_GPU}",
     "attention_sinks/screen_gpu": f"{BEFORE['attention_sinks/screen']} {_AS_GPU}",
     "attention_sinks/screen_gated_gpu": f"{BEFORE['attention_sinks/screen_gated']} {_AS_GPU}",
-    "attention_sinks/confirm_gpu": f"{BEFORE['attention_sinks/confirm']} "
-    + _AS_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", ""),
+    "attention_sinks/screen_sgd_gpu": f"{BEFORE['attention_sinks/screen_sgd']} {_AS_GPU} optim.lr=3e-3,1e-2,3e-2",
+    "attention_sinks/deep_gpu": f"{BEFORE['attention_sinks/deep']} {_AS_GPU}",
+    "attention_sinks/lm_bos_gpu": f"{BEFORE['attention_sinks/lm_bos']} {_LM_GPU} trainer.log_every=100",
     # The confirm stage takes the rate the screen selected, not the README's swept rates.
     "lm_normalizers/confirm_gpu": f"{BEFORE['lm_normalizers/confirm']} "
     + _LM_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", ""),
