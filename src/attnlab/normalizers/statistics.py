@@ -148,6 +148,9 @@ def _max_logit(rows: Rows):
     return jnp.where(rows.m_B1RS, jnp.abs(rows.logits_BNRS.astype(jnp.float32)), 0.0).max(-1), None
 
 
+DIRECTIONS = ("higher", "lower", None)
+
+
 @dataclasses.dataclass(frozen=True)
 class Statistic:
     """One per-head statistic, logged as attn_<name>/layer_i (mean over heads) and attn_<name>/layer_i/head_h."""
@@ -161,6 +164,11 @@ class Statistic:
     chart: str | None = None  # the title of its per-layer chart in the custom-scalars layout
     final: bool = False  # in the final metrics at each test length (test_len/<T>/attn_<name>/layer_i) and the report
     histogram: bool = False  # hist/<name> of its per-layer values on eval steps
+    direction: str | None = None  # "higher" | "lower": which values are better; None: descriptive, neither is
+
+    def __post_init__(self):
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"statistic {self.name}: direction={self.direction!r}; allowed: {DIRECTIONS}")
 
     def per_head(self, rows: Rows) -> jax.Array:
         """(N,) from a block of rows."""
@@ -272,8 +280,23 @@ STATISTICS = (
     ),
 )
 
+# Every statistic above describes what attention does (how much weight the first key takes, how spread a row is, how
+# large the residual stream's outliers are); none is better higher or lower in itself: a sink is what softmax's
+# sum-to-one does with spare mass (Gu et al. 2024; Xiao et al. 2024), not a defect, and the task decides what weight
+# a head should put where. So each direction stays None until a statistic comes with a reason for one.
+
 BY_NAME = {s.name: s for s in STATISTICS}
 CORE_STATS = tuple(s.name for s in STATISTICS if s.of_rows is not None)  # those every normalizer reports
+# The rates the final metrics derive from a statistic (attn_<rate>, per layer and overall: train/evaluation.py):
+# shares of heads past SINK_EPSILON, descriptive as the weights they count.
+DERIVED_RATES = {"sink_rate": None, "dormant_sink_rate": None}
+
+
+def directions() -> dict[str, str | None]:
+    """{"attn_<name>": "higher" | "lower" | None} of every statistic and derived rate: which values are better (None:
+    neither). metrics.json records it, so that attnlab-report, which imports neither jax nor this module, reads the
+    direction of a run's attn_ metrics from the run."""
+    return {**{f"attn_{s.name}": s.direction for s in STATISTICS}, **{f"attn_{k}": d for k, d in DERIVED_RATES.items()}}
 
 
 # Gu et al. 2024: a head is a sink head when its mean first-token weight exceeds this ε.

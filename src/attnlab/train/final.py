@@ -9,6 +9,7 @@ import numpy as np
 
 from attnlab.board.hparams import metric_list
 from attnlab.board.summaries import eval_scalars
+from attnlab.normalizers.statistics import directions
 from attnlab.run.record import STATUSES
 from attnlab.steps import sample_batch, step_key
 from attnlab.tasks.lengths import LENGTH_PREFIX
@@ -38,7 +39,8 @@ def seed_records(
 
     `timing` holds wall_time_s, compile_time_s, steps_per_sec (training steps over the train loop's own
     seconds), seeds_over_devices and timing (seconds per phase, train.PHASES, and total), copied as they are;
-    `judged_by` (Task.judged_by: the headline metric and the baselines' labels) likewise.
+    `judged_by` (Task.judged_by: the headline metric and the baselines' labels) likewise. `directions` says which
+    values of each attn_ statistic are better, None for neither (statistics.directions: attnlab-report reads it).
     """
     nonfinite = np.asarray(jax.device_get(loop.state["nonfinite"]))
     first_bad = np.asarray(jax.device_get(loop.state["first_nonfinite"])) + 1
@@ -107,6 +109,7 @@ def seed_records(
                 "seeds_over_devices": timing["seeds_over_devices"],
                 "timing": timing["timing"],
                 **judged_by,
+                "directions": directions(),  # which values of each attn_ statistic are better (None: neither)
                 **({"diagnosis": diagnosis} if diagnosis else {}),
             }
         )
