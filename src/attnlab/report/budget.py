@@ -16,7 +16,7 @@ import numpy as np
 
 from attnlab.report import plots
 from attnlab.report.cells import Cell, Table
-from attnlab.report.stats import higher_is_better
+from attnlab.report.stats import direction_text
 
 STEPS, BATCH, SEQ_LEN = "trainer.steps", "trainer.batch_size", "task.seq_len"
 
@@ -124,10 +124,9 @@ def _held(table: Table, compared: list[Cell], metric: str) -> str:
         return f"Whether the ranking held over the last half of the evaluations is not known: {tag} has fewer than 2."
     where = f"{tag} at steps {', '.join(map(str, steps))}"
     if not crossed:
-        better = "higher" if higher_is_better(tag) else "lower"
         return (
             f"The ranking held over the last half of the evaluations ({where}): no two cells' mean curves cross "
-            f"({better} is better)."
+            f"({direction_text(table.direction(tag))})."
         )
     pairs = "; ".join(f"{a.label()} and {b.label()} (order last changed at step {s})" for a, b, s in crossed)
     return (

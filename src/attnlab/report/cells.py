@@ -97,13 +97,16 @@ class Cell:
         """Whether the cell's mean is better than the weakest task baseline of `metric` (of its runs' baseline values
         `labels` names: chance, the unigram rate, the zero predictor; a regression's reference estimator is a bar
         to reach, not the baseline of having learnt something); an accuracy with a chance flag must also be beyond
-        binomial noise of it (near_chance)."""
+        binomial noise of it (near_chance). False for a metric without a better direction (stats.direction)."""
         s = self.stats.get(metric)
         if s is None or s.n == 0:
             return False
         if any(metric in r.chance for r in self.done()) and self.near_chance(metric):
             return False
-        sign = 1 if stats.higher_is_better(metric) else -1
+        better = stats.direction(metric, self.done())
+        if better is None:  # a statistic that describes beats nothing
+            return False
+        sign = 1 if better == "higher" else -1
         refs = [r.baseline[k] for r in self.done() for k in labels if isinstance(r.baseline.get(k), (int, float))]
         return any(sign * (s.mean - ref) > 0 for ref in refs)
 
@@ -151,10 +154,18 @@ class Table:
         labels = {m: {k: v for r in runs for k, v in r.baseline_labels.get(m, {}).items()} for m in order}
         return {m: labels[m] for m in dict.fromkeys(order) if m in self.metrics}
 
+    def direction(self, metric: str) -> str | None:
+        """Which values of `metric` are better, as its completed runs recorded it: "higher", "lower", or None
+        (neither: an attention statistic that describes; stats.direction)."""
+        return stats.direction(metric, [r for c in self.cells for r in c.done()])
+
     def ranked(self, metric: str) -> bool:
         """Whether a ranking of the cells on `metric` means anything: some cell beats the task's weakest baseline on
         it (a metric with baselines: beats_baseline), or, for a metric without, some cell beats it on the headline
-        metric and is not at a plateau. True when the runs declare no baselines."""
+        metric and is not at a plateau. True when the runs declare no baselines; False for a metric without a better
+        direction (Table.direction), whatever the baselines."""
+        if self.direction(metric) is None:
+            return False
         judged = self.judged_by
         if not judged:
             return True

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from attnlab.report.cells import Cell, Table
-from attnlab.report.stats import MIN_PAIRS, higher_is_better
+from attnlab.report.stats import MIN_PAIRS, direction_text
 from attnlab.report.tables import num
 
 
@@ -37,10 +37,12 @@ def task_baselines(table: Table, metric: str) -> str:
 
 def _order(table: Table, metric: str) -> list[Cell]:
     """Best first: by the mean paired Δ when there is a baseline (the baseline itself at Δ = 0), else by mean; in
-    the table's order when the metric is not ranked (Table.ranked)."""
-    if not table.ranked(metric):
+    the table's order when the metric is not ranked (Table.ranked); highest first for a metric without a better
+    direction (Table.direction: a statistic that describes)."""
+    better = table.direction(metric)
+    if better is not None and not table.ranked(metric):
         return list(table.cells)
-    sign = -1 if higher_is_better(metric) else 1
+    sign = 1 if better == "lower" else -1
 
     def key(c: Cell):
         s = c.stats[metric]
@@ -88,7 +90,8 @@ def _unranked(table: Table, metric: str) -> str:
 
 
 def comparison(table: Table) -> list[str]:
-    """The opening section, headline metric first (Table.judged_by), cells best first."""
+    """The opening section, headline metric first (Table.judged_by), cells best first (highest first for a metric
+    without a better direction, listed without ranks)."""
     order = [*table.judged_by, *(m for m in table.metrics if m not in table.judged_by)]
     intro = (
         f"Per metric, each cell's mean paired difference Δ to {table.baseline} over the seeds both completed, "
@@ -98,15 +101,22 @@ def comparison(table: Table) -> list[str]:
         else "Per metric, each cell's mean [95% interval] (n), best first; --baseline KEY=VALUE adds paired "
         "differences."
     )
+    if any(table.direction(m) is None for m in order):
+        intro += " A statistic with no better direction (it describes) lists the cells highest first, unranked."
     out = ["## Comparison", "", intro, ""]
     if table.baseline:
         out[0] = f"## Comparison against {table.baseline}"
     for m in order:
-        better = "higher" if higher_is_better(m) else "lower"
-        if table.ranked(m):
-            out.append(f"- **{m}** ({better} is better{task_baselines(table, m)})")
+        better = table.direction(m)
+        if better is None:
+            out.append(f"- **{m}** ({direction_text(better)}; highest first{task_baselines(table, m)})")
+            out += [f"  - {_line(table, c, m)}" for c in _order(table, m)]
+        elif table.ranked(m):
+            out.append(f"- **{m}** ({direction_text(better)}{task_baselines(table, m)})")
             out += [f"  {i}. {_line(table, c, m)}" for i, c in enumerate(_order(table, m), start=1)]
         else:
-            out.append(f"- **{m}** ({better} is better{task_baselines(table, m)}); not ranked: {_unranked(table, m)}")
+            out.append(
+                f"- **{m}** ({direction_text(better)}{task_baselines(table, m)}); not ranked: {_unranked(table, m)}"
+            )
             out += [f"  - {_line(table, c, m)}" for c in _order(table, m)]
     return out

@@ -52,6 +52,9 @@ class Run:
     env: dict[str, Any] = field(default_factory=dict)  # run.json's env: git state, package versions, devices
     convergence: dict[str, Any] = field(default_factory=dict)  # attnlab.run.convergence.still_falling
     plateaus: dict[str, list] = field(default_factory=dict)  # test metric -> [{label, value, low, high, at}]
+    # "attn_<name>" -> "higher" | "lower" | None (no better direction): metrics.json's, as the run's statistics
+    # declared them (attnlab.normalizers.statistics.directions); {} for a run recorded before it
+    directions: dict[str, str | None] = field(default_factory=dict)
 
     @property
     def seed(self):
@@ -145,6 +148,7 @@ def _read_run(path: Path, metrics) -> Run:
         env=env,
         convergence=metrics.get("convergence") or _convergence_from_events(path, status, config),
         plateaus=metrics.get("plateaus") or {},
+        directions=metrics.get("directions") or {},
     )
 
 

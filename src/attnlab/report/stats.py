@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -27,7 +28,34 @@ RANGES = {
 
 
 def higher_is_better(metric: str) -> bool:
+    """The name rule: whether the metric's name ending is one of HIGHER_IS_BETTER (direction: its attn_ statistics)."""
     return metric.rsplit("/", 1)[-1] in HIGHER_IS_BETTER
+
+
+def statistic_of(metric: str) -> str | None:
+    """The attention statistic a metric reports, its first path part starting with attn_ (test/attn_first_weight/
+    layer_0/head_1, test_len/32/attn_entropy/layer_0, test/attn_sink_rate), else None."""
+    return next((part for part in metric.split("/") if part.startswith("attn_")), None)
+
+
+def direction(metric: str, runs: Iterable[Run] = ()) -> str | None:
+    """Which values of `metric` are better: "higher", "lower", or None (neither: a statistic that describes).
+
+    An attention statistic (statistic_of) has the direction its runs recorded in metrics.json (Run.directions, as
+    attnlab.normalizers.statistics declares it), when every run of `runs` recorded the same one; None otherwise,
+    and for a run recorded before directions were (its attn_ metrics have none) or for no runs at all. Any other
+    metric follows the name rule (higher_is_better)."""
+    stat = statistic_of(metric)
+    if stat is None:
+        return "higher" if higher_is_better(metric) else "lower"
+    found = {r.directions.get(stat) for r in runs}
+    found = {d if d in ("higher", "lower") else None for d in found}
+    return found.pop() if len(found) == 1 else None
+
+
+def direction_text(direction: str | None) -> str:
+    """ "higher is better", "lower is better", or "no better direction"."""
+    return f"{direction} is better" if direction else "no better direction"
 
 
 def metric_range(metric: str) -> tuple[float, float]:
@@ -152,11 +180,16 @@ def compare(stat: Stat, base: Stat, metric: str = "", n_boot: int = 2000, seed: 
 
 
 def select_lr(runs: list[Run], metric: str, which: str) -> tuple[float | None, dict]:
-    """The lr with the best mean selection metric, preferring lrs at which no run diverged or failed."""
+    """The lr with the best mean selection metric, preferring lrs at which no run diverged or failed; ValueError for
+    a metric without a better direction (direction)."""
+    done = [r for r in runs if r.status == "completed"]
+    better = direction(metric, done)
+    if better is None and done:  # without a completed run no rate has a score: nothing to choose
+        raise ValueError(f"select_by metric {metric} has no better direction (it describes); select by a loss or score")
     by_lr: dict = {}
     for r in runs:
         by_lr.setdefault(r.config.get(LR), []).append(r)
-    sign = -1 if higher_is_better(metric) else 1
+    sign = -1 if better == "higher" else 1
     scores = {}
     for lr, rs in by_lr.items():
         vals = [v for r in rs if (v := r.value(metric, which)) is not None]

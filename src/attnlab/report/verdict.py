@@ -31,7 +31,7 @@ from attnlab.report import stats
 from attnlab.report.budget import at_budget
 from attnlab.report.cells import DEFAULT_BASELINE, Cell, Table, identical, partners
 from attnlab.report.load import LR
-from attnlab.report.stats import MIN_PAIRS, Stat, higher_is_better
+from attnlab.report.stats import MIN_PAIRS, Stat
 from attnlab.report.tables import edge_text, num
 
 # Where the reference manual says which scale separates the normalizers: the verdict's pointer when a sweep cannot rank.
@@ -50,6 +50,7 @@ class Comparison:
     metric: str
     stat: Stat  # the cell's stat with the paired fields (diff_mean, p, n_pairs, diffs) filled
     same: bool  # identical to the baseline
+    direction: str | None = "lower"  # which values of the metric are better (Table.direction); None: neither
     margin: float = math.nan  # the equivalence margin m
     adjusted: float = math.nan  # Holm-adjusted p of the t-test
     tost: float = math.nan  # two one-sided tests' p
@@ -117,7 +118,7 @@ def comparisons(table: Table, spec: str) -> list[Comparison]:
             if not table.baseline:  # the table has no paired fields: compare a copy (its interval is not shown)
                 s = copy.copy(s)
                 stats.compare(s, base.stats[m], m, n_boot=200, test=not same)
-            out.append(Comparison(cell, base, m, s, same, margin=margin_of(table, m, base)))
+            out.append(Comparison(cell, base, m, s, same, table.direction(m), margin=margin_of(table, m, base)))
     tested = [c for c in out if c.tested()]
     for c in tested:
         c.tost = stats.tost_p(list(c.stat.diffs.values()), c.margin)
@@ -140,13 +141,14 @@ def _interval(c: Comparison) -> str:
 
 
 def _effect(c: Comparison) -> str:
+    """`better: Δ ...` or `worse: Δ ...`; `higher: Δ ...` or `lower: Δ ...` for a metric without a better direction."""
     s = c.stat
-    better = (s.diff_mean > 0) == higher_is_better(c.metric)
+    if c.direction is None:
+        word = "higher" if s.diff_mean > 0 else "lower"
+    else:
+        word = "better" if (s.diff_mean > 0) == (c.direction == "higher") else "worse"
     inside = f"; within the ±{num(c.margin)} margin" if abs(s.diff_mean) < c.margin else ""
-    return (
-        f"{'better' if better else 'worse'}: Δ {num(s.diff_mean, True)} {_interval(c)}, p={s.p:.3g}, "
-        f"Holm-adjusted p={c.adjusted:.3g}{inside}"
-    )
+    return f"{word}: Δ {num(s.diff_mean, True)} {_interval(c)}, p={s.p:.3g}, Holm-adjusted p={c.adjusted:.3g}{inside}"
 
 
 def _unresolved(c: Comparison) -> str:
