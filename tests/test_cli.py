@@ -78,6 +78,10 @@ def test_run_record_has_the_documented_keys(default_run):
     assert m["status"] == "completed"
     for key in ("final", "best", "baseline", "steps", "wall_time_s", "compile_time_s", "steps_per_sec"):
         assert key in m
+    from attnlab.normalizers.statistics import STATISTICS, directions
+
+    # which values of each attn_ statistic are better (None: it describes), an entry per statistic: the report's
+    assert m["directions"] == directions() and {f"attn_{s.name}" for s in STATISTICS} <= set(m["directions"])
     for key in ("test/accuracy", "val/loss", "test/ece", "test/nll", "test/temperature", "test/ece_ts"):
         assert key in m["final"], key
     assert m["baseline"]["baseline/accuracy"] == pytest.approx(1 / 8)  # 16-token vocab: 8 values

@@ -218,3 +218,9 @@ def test_a_tiny_softpick_lm_run_reports_the_sink_statistics_everywhere(tmp_path)
         assert f"{name}," in csv
     row = next(line for line in csv.splitlines() if line.startswith("test/attn_sink_rate,"))
     assert float(row.split(",")[3]) == pytest.approx(final["test/attn_sink_rate"])
+    # the run recorded each statistic's direction (none: they describe), and the report says so
+    assert metrics(run_dir)["directions"] == statistics.directions()
+    md = (out / "report.md").read_text()
+    for name in metric_names:
+        assert f"- **{name}** (no better direction; highest first)" in md, name
+    assert "is better" not in md

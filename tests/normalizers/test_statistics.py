@@ -64,3 +64,14 @@ def test_each_declared_statistic_reaches_its_tags_description_chart_and_the_fina
     assert (stat.chart in layout["layer 1"]) == (stat.chart is not None)
     assert (stat.name in evaluation.ATTENTION_STATS) == stat.final
     assert (stat.name in evaluation.HISTOGRAMS) == stat.histogram
+
+
+def test_every_statistic_and_derived_rate_declares_a_direction_none_by_default():
+    """directions() (metrics.json's `directions`, read by attnlab-report) has attn_<name> for every statistic and
+    the sink rates; each built-in statistic describes (None); a direction is higher, lower or None."""
+    dirs = statistics.directions()
+    assert set(dirs) == {f"attn_{s.name}" for s in statistics.STATISTICS} | {"attn_sink_rate", "attn_dormant_sink_rate"}
+    assert all(d is None for d in dirs.values())
+    assert statistics.Statistic("x", "a test", None, direction="higher").direction == "higher"
+    with pytest.raises(ValueError, match="direction='up'"):
+        statistics.Statistic("x", "a test", None, direction="up")
