@@ -6,6 +6,7 @@ import numpy as np
 
 from attnlab.checks import ConfigError
 from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits, split_sizes
+from attnlab.tasks.lm import corpus
 
 PAD = 0  # input id 0 is padding (never used: every row is full length); token v is input id v + 1, <s> is V + 1
 TRANSITIONS = ("dirichlet", "bytes")
@@ -29,8 +30,6 @@ def byte_chain(num_tokens: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     The text is read with every other byte removed and as a cycle (its last byte followed by its first), so every kept
     byte has a row and the byte frequencies of that text are exactly the chain's stationary distribution."""
-    from attnlab.tasks.lm import corpus
-
     docs, _ = corpus.pydoc_topics()
     text = np.frombuffer(corpus.SEPARATOR.join(docs), np.uint8)
     counts = np.bincount(text, minlength=256)

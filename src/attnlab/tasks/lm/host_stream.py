@@ -21,6 +21,9 @@ from attnlab.checks import ConfigError
 from attnlab.tasks.base import INT32_MAX
 from attnlab.tasks.batches import Resident, key_at
 
+BOS_SYMBOL = 256  # task.bos: the stream symbol opening each document (the bytes are 0-255)
+BOS = BOS_SYMBOL + 1  # its input id (a byte b is input id b + 1, 0 is padding)
+
 
 def window_starts(key, batch_size: int, span: int):
     """batch_size window offsets, uniform in [0, span), from the step's key: the device path's formula.
@@ -92,14 +95,21 @@ class TextWindows(Resident):
         return text_batch(self.text[start_B[:, None] + self.window_W[None]].astype(jnp.int32))
 
 
+def bos_batch_arrays(win_BW, xp):
+    """(inputs, targets, weights, valid) of windows of seq_len + 1 symbols under task.bos: inputs are the symbols
+    + 1 with the first replaced by BOS; targets the next symbols, a BOS among them a placeholder 0 of weight 0."""
+    inputs = xp.concatenate([xp.full_like(win_BW[:, :1], BOS), win_BW[:, 1:-1] + 1], axis=1)
+    nxt = win_BW[:, 1:]
+    byte = nxt != BOS_SYMBOL
+    return inputs, xp.where(byte, nxt, 0), byte.astype(xp.float32), xp.ones(nxt.shape, bool)
+
+
 @dataclasses.dataclass(frozen=True)
 class BosTextWindows(TextWindows):
     """task.bos: the packed training stream (uint16 symbols, BOS at each document start) on the device; a step's
-    windows as TextWindows draws them, each opened by BOS (task.bos_batch_arrays)."""
+    windows as TextWindows draws them, each opened by BOS (bos_batch_arrays)."""
 
     def draw(self, key, batch_size: int) -> dict:
-        from attnlab.tasks.lm.task import bos_batch_arrays
-
         start_B = window_starts(key, batch_size, self.text.shape[0] - self.window_W.shape[0] + 1)
         win_BW = self.text[start_B[:, None] + self.window_W[None]].astype(jnp.int32)
         return dict(zip(("inputs", "targets", "weights", "valid"), bos_batch_arrays(win_BW, jnp)))

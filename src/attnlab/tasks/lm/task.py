@@ -11,13 +11,12 @@ from attnlab import checks
 from attnlab.checks import ConfigError
 from attnlab.tasks.base import INT32_MAX, SPLITS, Split, Task, check_float, check_int, majority_accuracy
 from attnlab.tasks.lm import continuation, corpus, text_cache
-from attnlab.tasks.lm.host_stream import BosTextWindows, HostStream, TextWindows
+from attnlab.tasks.lm.host_stream import BOS, BOS_SYMBOL, BosTextWindows, HostStream, TextWindows, bos_batch_arrays
 
 PAD = 0  # input id 0 is padding; byte b is input id b + 1
 # task.bos=true: a document start in the packed stream is the symbol BOS_SYMBOL (the stream is uint16; a byte is its
-# own symbol), input id BOS = BOS_SYMBOL + 1, the one id past the bytes'; never a class (its target has weight 0).
-BOS_SYMBOL = 256
-BOS = BOS_SYMBOL + 1
+# own symbol), input id BOS = BOS_SYMBOL + 1, the one id past the bytes' (host_stream); never a class (its target
+# has weight 0).
 # Training text up to 1 GiB stays on the device (uint8): a few percent of an 80 GB GPU beside a model's
 # parameters, optimizer state and activations, and half the int32 limit of device offsets (INT32_MAX).
 DEVICE_TEXT_BYTES = 2**30
@@ -333,15 +332,6 @@ def packed(docs: list[bytes]) -> np.ndarray:
 def bos_split(windows_NW: np.ndarray) -> Split:
     """task.bos: a split of windows of seq_len + 1 symbols (bos_batch_arrays, in numpy)."""
     return Split(*(np.asarray(a) for a in bos_batch_arrays(windows_NW.astype(np.int32), np)))
-
-
-def bos_batch_arrays(win_BW, xp):
-    """(inputs, targets, weights, valid) of windows of seq_len + 1 symbols under task.bos: inputs are the symbols
-    + 1 with the first replaced by BOS; targets the next symbols, a BOS among them a placeholder 0 of weight 0."""
-    inputs = xp.concatenate([xp.full_like(win_BW[:, :1], BOS), win_BW[:, 1:-1] + 1], axis=1)
-    nxt = win_BW[:, 1:]
-    byte = nxt != BOS_SYMBOL
-    return inputs, xp.where(byte, nxt, 0), byte.astype(xp.float32), xp.ones(nxt.shape, bool)
 
 
 def check_device_text_bytes(value) -> int:
