@@ -2,7 +2,7 @@
 # attention_sinks: does a normalizer, a gate or the optimizer remove the attention sink where one forms? Bigram-Backcopy
 # (Guo et al. 2024), whose dormant rows need somewhere to park: one layer with softmax, softmax1, sigmoid, ReLU,
 # softpick, a learnable sink logit, forgetting attention (FoX), differential attention, softmax with a head-wise output
-# gate (Qiu et al. 2025) and softmax under SGD; three layers with softmax, ReLU, softpick and the sink; then byte-level
+# gate (Qiu et al. 2025) and softmax under SGD; three layers with softmax and ReLU; then byte-level
 # language modelling with and without a beginning of sequence (task.bos). Every cell trains seeds 0-2 (vmapped) at
 # each rate of its grid; the rate is selected per cell on validation loss, and a grid whose selected rate is at an
 # edge is extended one rate beyond it, at most LIMIT times (study.sh's bracket_screen).
