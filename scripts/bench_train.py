@@ -135,8 +135,8 @@ def spawn(kind: str, src: str) -> subprocess.Popen:
     )
 
 
-def default_run(src: str, steps: int, tmp: str, name: str) -> dict:
-    """`python -m attnlab` with the defaults (trainer.steps aside) under `src`; its metrics.json."""
+def default_run(src: str, steps: int, tmp: str, name: str, extra: tuple[str, ...] = ()) -> dict:
+    """`python -m attnlab` with the defaults (trainer.steps and `extra` aside) under `src`; its metrics.json."""
     run_dir = os.path.join(tmp, name)
     env = {**os.environ, "PYTHONPATH": src, "JAX_PLATFORMS": "cpu"}
     subprocess.run(
@@ -148,6 +148,7 @@ def default_run(src: str, steps: int, tmp: str, name: str) -> dict:
             "trainer.progress=none",
             "compile_cache=null",
             f"hydra.run.dir={run_dir}",
+            *extra,
         ],
         env=env,
         check=True,
