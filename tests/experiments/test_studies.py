@@ -387,8 +387,7 @@ BEFORE = {
     "attention_sinks/screen_gated": "normalizer=softmax model.output_gate=headwise optim.lr=1e-3,3e-3,1e-2 seed=0 "
     + _AS,
     "attention_sinks/screen_sgd": "normalizer=softmax optim=sgd optim.lr=1e-2,3e-2,1e-1 seed=0 " + _AS,
-    "attention_sinks/deep": f"normalizer=softmax,relu optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS} "
-    "model.layers=3",
+    "attention_sinks/deep": f"normalizer=softmax,relu optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS} model.layers=3",
     "attention_sinks/lm_bos": f"normalizer=softmax task.bos=false,true optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS_LM}",
     "length_dispersion/softmax": f"normalizer=softmax normalizer.learnable=false,true "
     f"normalizer.adaptive_temperature=off,eval {_LD}",
