@@ -226,7 +226,16 @@ def make_evaluate(
         }
         return metrics, ((*carry["sample"], carry["count"]) if classify else None)
 
-    return jax.jit(over_seeds(evaluate, num_seeds, (0, 0, None, None, 0)))
+    per_seed = over_seeds(evaluate, num_seeds, (0, 0, 0, None, 0))
+
+    def over_all(params, rest, split, baseline_mse, temperature):
+        # The split broadcast to every seed rather than vmapped unbatched: XLA's CPU backend (jax 0.10.2) gives seeds
+        # 3, 4, ... the numbers of seeds 1, 2, ... for a mean over one-hot labels shared by the vmapped seeds at
+        # some sizes (3 seeds of 250 × 64 × 64 logits; tests/train/test_phases.py reproduces it).
+        split = jax.tree.map(lambda a: jnp.broadcast_to(a, (num_seeds, *a.shape)), split)
+        return per_seed(params, rest, split, baseline_mse, temperature)
+
+    return jax.jit(over_all)
 
 
 ATTENTION_STATS = tuple(s.name for s in STATISTICS if s.final)  # per test length (make_evaluate's attention_stats)
