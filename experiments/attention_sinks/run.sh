@@ -3,9 +3,10 @@
 # (Guo et al. 2024), whose dormant rows need somewhere to park: one layer with softmax, softmax1, sigmoid, ReLU,
 # softpick, a learnable sink logit, forgetting attention (FoX), differential attention, softmax with a head-wise output
 # gate (Qiu et al. 2025) and softmax under SGD; three layers with softmax and ReLU; then byte-level
-# language modelling with and without a beginning of sequence (task.bos). Every cell trains seeds 0-2 (vmapped) at
-# each rate of its grid; the rate is selected per cell on validation loss, and a grid whose selected rate is at an
-# edge is extended one rate beyond it, at most LIMIT times (study.sh's bracket_screen).
+# language modelling with and without a beginning of sequence (task.bos). Every cell trains seed 0 at each rate of
+# its grid; the rate is selected per cell on validation loss, and a grid whose selected rate is at an edge is extended
+# one rate beyond it, at most LIMIT times (study.sh's bracket_screen); then seeds 1 and 2 (vmapped) at the selected
+# rate (confirm), so each cell has 3 seeds; the final reports select again over both stages on validation loss.
 # Reported: test loss, the dormant rows' loss (Bayes-optimal: the chain's own), the copy accuracy on trigger rows, the
 # first-key weight on dormant rows and its sink rate (ε = 0.3, Gu et al. 2024), the first token's value drain and
 # residual peak (Guo et al. 2024), the residual max/median (Sun et al. 2024), and curves over training.
@@ -18,14 +19,34 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$HERE/../study.sh"
 START=$SECONDS
 LIMIT=2  # extensions of a grid beyond an edge, one rate each
+CONFIRM_EXTRA=()  # the extra overrides but a sweep's launcher: the confirm runs are single runs
+for override in "$@"; do
+  case "$override" in hydra/launcher=* | hydra.launcher.*) ;; *) CONFIRM_EXTRA+=("$override") ;; esac
+done
+
+# confirm PRESET DIR KEY: seeds 1 and 2 (vmapped) at each cell's selected rate (DIR/report/report.csv), two at a time
+confirm() {
+  local preset="$1" dir="$2" key="$3" cell lr
+  while read -r cell lr; do
+    while [ "$(jobs -pr | wc -l)" -ge 2 ]; do wait -n; done
+    nice -n 10 "$BIN/attnlab-train" "experiment=$preset" "$cell" "$lr" seed=1 trainer.vmap_seeds=2 \
+      "hydra.run.dir=$dir/confirm/${cell#*=}" ${CONFIRM_EXTRA[@]+"${CONFIRM_EXTRA[@]}"} &
+  done < <("$BIN/python" "$ROOT/experiments/selected_lrs.py" "$dir/report/report.csv" "$key")
+  wait
+}
 
 bracket_screen "$SWEEP/bb/screen" normalizer "$LIMIT" --metrics val/loss -- "experiment=attention_sinks/screen$SUFFIX" "$@"
+confirm "attention_sinks/screen$SUFFIX" "$SWEEP/bb/screen" normalizer
 bracket_screen "$SWEEP/bb/gated" normalizer "$LIMIT" --metrics val/loss -- \
   "experiment=attention_sinks/screen_gated$SUFFIX" "$@"
+confirm "attention_sinks/screen_gated$SUFFIX" "$SWEEP/bb/gated" normalizer
 bracket_screen "$SWEEP/bb/sgd" normalizer "$LIMIT" --metrics val/loss -- "experiment=attention_sinks/screen_sgd$SUFFIX" "$@"
-bracket_screen "$SWEEP/bb/deep" normalizer "$LIMIT" --metrics val/loss -- "experiment=attention_sinks/deep$SUFFIX" "$@"
+confirm "attention_sinks/screen_sgd$SUFFIX" "$SWEEP/bb/sgd" normalizer
 bracket_screen "$SWEEP/lm_bos" task.bos "$LIMIT" --metrics val/loss val/bits_per_byte -- \
   "experiment=attention_sinks/lm_bos$SUFFIX" "$@"
+confirm "attention_sinks/lm_bos$SUFFIX" "$SWEEP/lm_bos" task.bos
+bracket_screen "$SWEEP/bb/deep" normalizer "$LIMIT" --metrics val/loss -- "experiment=attention_sinks/deep$SUFFIX" "$@"
+confirm "attention_sinks/deep$SUFFIX" "$SWEEP/bb/deep" normalizer
 
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/bb" --group-by normalizer model.output_gate optim model.layers --select-lr \
   --select-by val/loss --baseline normalizer=softmax,model.output_gate=none,optim=adamw \

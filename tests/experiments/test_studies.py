@@ -128,8 +128,11 @@ def test_no_machine_paths(readme):
 STUDY_SCRIPTS = [s / "run.sh" for s in STUDIES] + [EXPERIMENTS / "normalizer_ablation" / "long.sh"]
 
 
-# study.sh's bracket_screen: a screen whose attnlab-train arguments follow its `--` (the preset among them).
-TRAINS_BY_SCREEN = re.compile(r"^bracket_screen\s")
+# study.sh's bracket_screen (a screen whose attnlab-train arguments follow its `--`, the preset among them) and a
+# script's own function of attnlab-train runs given the preset as its first argument (`confirm PRESET ...`): their
+# calls name the presets; the function's own call, experiment=$preset, names none.
+TRAINS_BY_SCREEN = re.compile(r"^(bracket_screen|confirm)\s")
+PRESET_ARGUMENT = "experiment=$preset"
 
 
 def commands(script: Path, program: str) -> list[str]:
@@ -157,6 +160,10 @@ def test_study_script_calls_presets(script):
     """Every attnlab-train of a study script names a preset (its `_gpu` variant too where the call takes SCALE's
     suffix); the study's settings live in the presets, not in shell arrays of overrides."""
     calls = commands(script, '"$BIN/attnlab-train"') + commands(script, "bracket_screen ")
+    calls = [c for c in calls if PRESET_ARGUMENT not in c]
+    for call in commands(script, "confirm "):
+        if TRAINS_BY_SCREEN.match(call):
+            calls.append("experiment=" + call.split()[1].strip('"'))
     assert calls
     for call in calls:
         named = re.search(r'"?experiment=([\w/$]+)"?', call)
@@ -324,13 +331,13 @@ _LM_GPU = (
 _SINKS = "softmax,softmax1,sigmoid,relu,softpick,sink,forgetting,differential"
 _AS = (
     "task=bigram_backcopy model=small model.layers=1 model.heads=1 model.positional=rope trainer.steps=800 "
-    "trainer.eval_every=100 trainer.log_every=50 trainer.final_stats=true trainer.vmap_seeds=3 trainer.progress=none"
+    "trainer.eval_every=100 trainer.log_every=50 trainer.final_stats=true trainer.vmap_seeds=1 trainer.progress=none"
 )
 _AS_GPU = (
     "accelerator=gpu model.d_model=256 task.seq_len=256 task.n_train=200000 trainer.steps=5000 trainer.eval_every=250 "
     "trainer.log_every=100 trainer.batch_size=512 optim.lr=3e-4,1e-3,3e-3"
 )
-_AS_LM = f"{_LM} trainer.log_every=25 trainer.final_stats=true trainer.vmap_seeds=3"
+_AS_LM = f"{_LM} trainer.log_every=25 trainer.final_stats=true trainer.vmap_seeds=1"
 _RC_GPU = "accelerator=gpu task.vocab_size=8192 trainer.steps=5000 trainer.batch_size=256 trainer.vmap_seeds=3"
 _MIXERS = {
     "softmax": "normalizer=softmax",
