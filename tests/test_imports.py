@@ -136,3 +136,16 @@ def test_no_import_inside_a_function_hides_a_cycle(graph):
 def test_the_architecture_picture_is_drawn_from_the_code(graph):
     """docs/ARCHITECTURE.md's module graph is what scripts/module_graph.py draws now (--write redraws it)."""
     assert mg.documented() == mg.mermaid(*graph), "stale picture: python scripts/module_graph.py --write"
+
+
+def test_the_training_loop_loads_neither_the_config_layer_nor_hydra():
+    """attnlab.train is used without configs (a script that builds its own components): importing it loads neither
+    attnlab.config nor Hydra (HYDRA_OUT_OF_THE_LIBRARY)."""
+    import subprocess
+
+    code = (
+        "import sys, attnlab.train; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'hydra' or m.startswith('attnlab.config')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]"

@@ -13,8 +13,8 @@ import re
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from attnlab.config import registry
+from attnlab.sweep.signals import SWEEP_FLAGS
 
-SWEEP_FLAGS = ("-m", "--multirun")  # Hydra's flags that make a command a sweep
 # Hydra's own flags (hydra/_internal/utils.py get_args_parser); anything else starting with '-' is a mistake.
 HYDRA_FLAGS = {
     "-h",

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from attnlab import exits
-from attnlab.config.mistakes import SWEEP_FLAGS
 from attnlab.sweep.definition import program, resume_command
+
+SWEEP_FLAGS = ("-m", "--multirun")  # Hydra's flags that make a command a sweep
 
 # The sweep and job running now: an interrupt between jobs (in Hydra's own code) still names them.
 _CURRENT: dict[str, str] = {}
