@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 from .base import (
     CORE_STATS,
     FixedFeatures,
@@ -55,3 +57,20 @@ __all__ = [
     "masked_softmax",
     "softmax_stats",
 ]
+
+# Names that moved to the config layer, kept here for one release with a warning: {old name: its name there}.
+MOVED = {"attend": "attend", "attention_weights": "attention_weights", "build": "normalizer"}
+
+
+def __getattr__(name: str):
+    if name in MOVED:
+        from attnlab import config
+
+        new = f"attnlab.config.{MOVED[name]}"
+        warnings.warn(
+            f"attnlab.normalizers.{name} moved to {new} (built from configs/); the old name goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(config, MOVED[name])
+    raise AttributeError(f"module 'attnlab.normalizers' has no attribute {name!r}")
