@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # attention_sinks: does a normalizer, a gate or the optimizer remove the attention sink where one forms? Bigram-Backcopy
-# (Guo et al. 2024), whose dormant rows need somewhere to park: one layer with softmax, softmax1, sigmoid, ReLU,
-# softpick, a learnable sink logit, forgetting attention (FoX), differential attention, softmax with a head-wise output
-# gate (Qiu et al. 2025) and softmax under SGD; three layers with softmax and ReLU; then byte-level
+# (Guo et al. 2024), whose dormant rows need somewhere to park: one layer with softmax, ReLU, softpick, a learnable
+# sink logit, softmax with a head-wise output gate (Qiu et al. 2025) and softmax under SGD; byte-level
 # language modelling with and without a beginning of sequence (task.bos). Every cell trains seed 0 at each rate of
 # its grid; the rate is selected per cell on validation loss, and a grid whose selected rate is at an edge is extended
 # one rate beyond it, at most LIMIT times (study.sh's bracket_screen); then seeds 1 and 2 (vmapped) at the selected
@@ -45,6 +44,7 @@ confirm "attention_sinks/screen_sgd$SUFFIX" "$SWEEP/bb/sgd" normalizer
 bracket_screen "$SWEEP/lm_bos" task.bos "$LIMIT" --metrics val/loss val/bits_per_byte -- \
   "experiment=attention_sinks/lm_bos$SUFFIX" "$@"
 confirm "attention_sinks/lm_bos$SUFFIX" "$SWEEP/lm_bos" task.bos
+# three layers, softmax and ReLU: last, the stage two shared cores finish last
 bracket_screen "$SWEEP/bb/deep" normalizer "$LIMIT" --metrics val/loss -- "experiment=attention_sinks/deep$SUFFIX" "$@"
 confirm "attention_sinks/deep$SUFFIX" "$SWEEP/bb/deep" normalizer
 

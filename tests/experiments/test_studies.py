@@ -328,10 +328,10 @@ _LM_GPU = (
     "accelerator=gpu model=base task.seq_len=256 trainer.steps=5000 trainer.eval_every=250 trainer.batch_size=256 "
     "optim.lr=3e-4,1e-3,3e-3 task.n_train=200000"
 )
-_SINKS = "softmax,softmax1,sigmoid,relu,softpick,sink,forgetting,differential"
 _AS = (
     "task=bigram_backcopy model=small model.layers=1 model.heads=1 model.positional=rope trainer.steps=800 "
-    "trainer.eval_every=100 trainer.log_every=50 trainer.final_stats=true trainer.vmap_seeds=1 trainer.progress=none"
+    "trainer.batch_size=32 trainer.eval_every=100 trainer.log_every=100 trainer.final_stats=true trainer.vmap_seeds=1 "
+    "trainer.progress=none"
 )
 _AS_GPU = (
     "accelerator=gpu model.d_model=256 task.seq_len=256 task.n_train=200000 trainer.steps=5000 trainer.eval_every=250 "
@@ -390,7 +390,7 @@ BEFORE = {
     "trainer.eval_every=250 trainer.vmap_seeds=3 trainer.progress=none",
     "lm_normalizers/screen": f"normalizer={_ALL} optim.lr=1e-3,3e-3,1e-2 seed=0 {_LM}",
     "lm_normalizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM}",
-    "attention_sinks/screen": f"normalizer={_SINKS} optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS}",
+    "attention_sinks/screen": f"normalizer=softmax,relu,softpick,sink optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS}",
     "attention_sinks/screen_gated": "normalizer=softmax model.output_gate=headwise optim.lr=1e-3,3e-3,1e-2 seed=0 "
     + _AS,
     "attention_sinks/screen_sgd": "normalizer=softmax optim=sgd optim.lr=1e-2,3e-2,1e-1 seed=0 " + _AS,
