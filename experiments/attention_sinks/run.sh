@@ -48,18 +48,26 @@ confirm "attention_sinks/lm_bos$SUFFIX" "$SWEEP/lm_bos" task.bos
 bracket_screen "$SWEEP/bb/deep" normalizer "$LIMIT" --metrics val/loss -- "experiment=attention_sinks/deep$SUFFIX" "$@"
 confirm "attention_sinks/deep$SUFFIX" "$SWEEP/bb/deep" normalizer
 
-nice -n 10 "$BIN/attnlab-report" "$SWEEP/bb" --group-by normalizer model.output_gate optim model.layers --select-lr \
-  --select-by val/loss --baseline normalizer=softmax,model.output_gate=none,optim=adamw \
+# The final reports read each cell's runs at its selected rate alone (selected_runs.py): re-selecting over every rate
+# would weigh the screen's one seed against the selected rate's three.
+for part in screen gated sgd deep; do
+  "$BIN/python" "$ROOT/experiments/selected_runs.py" "$SWEEP/bb/$part/report/report.csv" normalizer "$SWEEP/bb/$part" \
+    "$SWEEP/final/bb/$part"
+done
+"$BIN/python" "$ROOT/experiments/selected_runs.py" "$SWEEP/lm_bos/report/report.csv" task.bos "$SWEEP/lm_bos" \
+  "$SWEEP/final/lm_bos"
+nice -n 10 "$BIN/attnlab-report" "$SWEEP/final/bb" --out "$SWEEP/bb/report" \
+  --group-by normalizer model.output_gate optim model.layers --select-lr --select-by val/loss \
+  --baseline normalizer=softmax,model.output_gate=none,optim=adamw \
   --metrics test/loss test/dormant/loss test/trigger/accuracy test/attn_dormant_sink_rate \
   test/attn_dormant_first_weight/layer_0 test/attn_dormant_first_weight/layer_2 test/attn_value_drain/layer_0 \
   test/attn_value_drain/layer_2 test/attn_residual_peak/layer_0 test/attn_residual_peak/layer_2 \
-  test/attn_massive_ratio/layer_0 test/attn_row_mass/layer_0 \
-  --curves val/dormant/loss attn_first_weight/layer_0 attn_value_drain/layer_0 attn_residual_peak/layer_0 \
-  --log-y 'attn_residual_peak/*'
-nice -n 10 "$BIN/attnlab-report" "$SWEEP/lm_bos" --group-by task.bos --select-lr --select-by val/loss \
-  --baseline task.bos=false \
+  test/attn_self_weight/layer_0 test/attn_row_mass/layer_0 test/attn_massive_ratio/layer_0 \
+  --curves val/dormant/loss attn_first_weight/layer_0 attn_value_drain/layer_0 attn_residual_peak/layer_0
+nice -n 10 "$BIN/attnlab-report" "$SWEEP/final/lm_bos" --out "$SWEEP/lm_bos/report" --group-by task.bos --select-lr \
+  --select-by val/loss --baseline task.bos=false \
   --metrics test/bits_per_byte test/attn_first_weight/layer_0 test/attn_first_weight/layer_1 test/attn_sink_rate \
-  test/attn_dormant_first_weight/layer_1 test/attn_value_drain/layer_1 test/attn_residual_peak/layer_1 \
+  test/attn_value_drain/layer_0 test/attn_value_drain/layer_1 test/attn_residual_peak/layer_1 \
   --curves val/bits_per_byte attn_first_weight/layer_1
 
 if [ "$REFRESH" = 1 ]; then
