@@ -8,9 +8,9 @@ import pytest
 
 from attnlab.board import summaries
 from attnlab.model import residual_outliers
-from attnlab.model.attention import value_drain
-from attnlab.normalizers import Mask, statistics
+from attnlab.model.transformer import extreme_token_stats
 from attnlab.normalizers import reference as ref
+from attnlab.normalizers import statistics
 from attnlab.train import evaluation
 
 B, N, T = 2, 3, 6
@@ -136,15 +136,19 @@ def test_value_drain_and_residual_peak_of_a_planted_first_token_against_float64(
             norms = np.linalg.norm(v_BNTH[b, n], axis=-1)
             ratios.append(norms[0] / np.median(norms[1 : valid_BT[b].sum()]))
         want_N[n] = np.mean(ratios)
-    mask = Mask(causal=True, key_valid_BS=jnp.asarray(valid_BT))
-    got_N = value_drain(jnp.asarray(v_BNTH, jnp.float32), mask)
-    np.testing.assert_allclose(np.asarray(got_N), want_N, rtol=1e-5)
+    x_BTD = v_BNTH[:, 1] * 3.0  # a residual stream: its peak is head 1's ratio
+    per_layer = [
+        {
+            "value_norm": jnp.asarray(np.linalg.norm(v, axis=-1), jnp.float32),
+            "residual_norm": jnp.asarray(np.linalg.norm(x, axis=-1), jnp.float32),
+        }
+        for v, x in [(v_BNTH, x_BTD), (v_BNTH[:, ::-1], x_BTD * 0 + v_BNTH[:, 0])]
+    ]
+    got = extreme_token_stats(per_layer, jnp.asarray(valid_BT))
+    assert per_layer == [{}, {}]  # the per-token norms are taken out of the layers' statistics
+    np.testing.assert_allclose(np.asarray(got["value_drain"]), [want_N, want_N[::-1]], rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(got["residual_peak"]), [[want_N[1]] * 2, [want_N[0]] * 2], rtol=1e-5)
     assert want_N[0] < 0.05 < 0.5 < want_N[1]  # the planted drain, and none in head 1
-    x_BTD = jnp.asarray(v_BNTH[:, 0], jnp.float32)  # the residual peak is the same ratio over (B, T, D)
-    peak = statistics.mean_over_examples(
-        statistics.first_over_median(jnp.linalg.norm(x_BTD, axis=-1), jnp.asarray(valid_BT)), jnp.asarray(valid_BT)
-    )
-    assert float(peak) == pytest.approx(want_N[0], rel=1e-5)
 
 
 def test_dormant_first_weight_against_float64_and_its_sink_rate():

@@ -12,7 +12,6 @@ from flax import nnx
 from attnlab.model.backward import dense_dot_general
 from attnlab.model.groups import tag
 from attnlab.normalizers import Mask, Normalizer
-from attnlab.normalizers.statistics import first_over_median, mean_over_examples
 
 
 def rope(x_BNTH, positions_T, base: float = 10000.0):
@@ -62,14 +61,6 @@ class ShortConv(nnx.Module):
         # y_t = Σ_j w_j · x_{t − left + j}: a sum of k shifted copies (k is small, 2–8).
         y_BTC = sum(w_KC[None, j : j + 1] * xp_BTC[:, j : j + T] for j in range(k))
         return jax.nn.silu(y_BTC)
-
-
-def value_drain(v_BNTH, mask: Mask):
-    """(N,) the first token's ‖v‖ over the median of the other valid tokens', mean over examples (statistics)."""
-    B, _, T, _ = v_BNTH.shape
-    valid_BT = jnp.ones((B, T), bool) if mask.key_valid_BS is None else mask.key_valid_BS[:, :T]
-    norm_BNT = jnp.linalg.norm(v_BNTH.astype(jnp.float32), axis=-1)
-    return mean_over_examples(first_over_median(norm_BNT, valid_BT[:, None]), valid_BT)
 
 
 # Gated attention (Qiu et al. 2025, "Gated Attention for Large Language Models", arXiv 2505.06708, Eq. 5 at their
@@ -173,7 +164,8 @@ class MultiHeadAttention(nnx.Module):
             kwargs["training"] = training
         o_BNTH, stats = self.normalizer(q, k, v, mask, with_stats=with_stats, **kwargs)
         if with_stats:
-            stats = {**stats, "value_drain": value_drain(v, mask)}
+            # per token: Transformer.extreme_token_stats takes every layer's median in one sort
+            stats = {**stats, "value_norm": jnp.linalg.norm(v.astype(jnp.float32), axis=-1)}
         if self.output_gate != "none":
             o_BNTH, gate_stats = self.gated(o_BNTH, x_BTD, mask, with_stats)
             stats = {**stats, **gate_stats}

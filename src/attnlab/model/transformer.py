@@ -29,6 +29,19 @@ def sinusoidal_table(length: int, d_model: int):
     return table.at[:, 1::2].set(jnp.cos(pos * inv)[:, : d_model // 2])
 
 
+def extreme_token_stats(per_layer: list[dict], valid_BT) -> dict:
+    """{"value_drain", "residual_peak": (L, N)} of Guo et al. 2024 (arXiv 2410.13835, Sec. 2) from the per-token
+    norms each layer's statistics hold (popped from them): the first token's norm over the median of the other valid
+    tokens', mean over examples. One median over every layer at once: a sort per layer and statistic made the GPU
+    logging step launch 1.83× the plain step's kernels, against 1.67× without these statistics (BENCHMARKS.md)."""
+    value_LBNT = jnp.stack([s.pop("value_norm") for s in per_layer])
+    residual_LBT = jnp.stack([s.pop("residual_norm") for s in per_layer])
+    N = value_LBNT.shape[2]
+    norms_BLMT = jnp.concatenate([value_LBNT, residual_LBT[:, :, None]], axis=2).swapaxes(0, 1)
+    ratio_LM = mean_over_examples(first_over_median(norms_BLMT, valid_BT[:, None, None]), valid_BT)
+    return {"value_drain": ratio_LM[:, :N], "residual_peak": jnp.broadcast_to(ratio_LM[:, N:], ratio_LM[:, :N].shape)}
+
+
 def stack_layer_stats(per_layer: list[dict]) -> dict:
     """{key: (L, N)} over the union of the layers' keys; NaN where a layer's normalizer lacks the key."""
     keys = list(dict.fromkeys(k for s in per_layer for k in s))
@@ -141,13 +154,9 @@ class Block(nnx.Module):
             B, T, _ = x_BTD.shape
             valid_BT = jnp.ones((B, T), bool) if mask.key_valid_BS is None else mask.key_valid_BS[:, :T]
             ratio, kurtosis = residual_outliers(x_BTD, valid_BT)
-            peak_B = first_over_median(jnp.linalg.norm(x_BTD.astype(jnp.float32), axis=-1), valid_BT)
-            per_layer = {
-                "massive_ratio": ratio,
-                "kurtosis": kurtosis,
-                "residual_peak": mean_over_examples(peak_B, valid_BT),
-            }
+            per_layer = {"massive_ratio": ratio, "kurtosis": kurtosis}
             stats = {**stats, **{k: jnp.full((self.attn.num_heads,), v) for k, v in per_layer.items()}}
+            stats["residual_norm"] = jnp.linalg.norm(x_BTD.astype(jnp.float32), axis=-1)  # per token, as value_norm
         return x_BTD, stats
 
 
@@ -295,7 +304,10 @@ class Transformer(nnx.Module):
             deterministic=deterministic,
         )
         x_BTD = self.ln_f(x_BTD)
-        stats = stack_layer_stats(per_layer) if with_stats else {}
+        stats = {}
+        if with_stats:
+            extreme = extreme_token_stats(per_layer, valid_BT)  # pops the per-token norms first
+            stats = stack_layer_stats(per_layer) | extreme
         if not self.pooled:
             return x_BTD, stats
         # The mean over T in float32 (a bfloat16 sum of T terms loses ~log2(T) bits); the head upcasts anyway.
