@@ -40,9 +40,9 @@ from bench_common import (
 )
 from flax import nnx
 
+from attnlab.backends.impl import Workload
 from attnlab.config import normalizer as build
 from attnlab.normalizers import Mask
-from attnlab.normalizers.impl import Workload
 
 SECTION = "## Attention: dense vs blockwise (scripts/bench_attention.py)"
 ROOT = Path(__file__).resolve().parents[1]

@@ -207,7 +207,7 @@ def handwritten(
     default matmul precision (a bf16 run's), cuDNN attention (`impl`).
 
     `same_math` adds what an attnlab softmax run computes beyond it: a learned per-head inverse temperature β = exp(θ)
-    folded into q (normalizers/fused.py) and the gradient clipped by its global norm (optim.py, the norm from
+    folded into q (backends/fused.py) and the gradient clipped by its global norm (optim.py, the norm from
     one reduction, steps.leaf_sums). Still left out: the finiteness check and skip of non-finite steps, the
     gradient norms returned for logging, and the step's RNG and schedule scalars."""
     import optax

@@ -2,7 +2,7 @@
 # The checks of one call on a lent GPU, most important first, each bounded by `timeout` so that a hang loses
 # only itself: the train steps against the hand-written reference (timed and profiled, scripts/bench_gpu.py),
 # the embedding gradient's forms (scripts/bench_embedding_grad.py),
-# the Pallas kernels compiled for real (tests/normalizers/test_pallas_on_device.py), the numerics suite on the GPU, then
+# the Pallas kernels compiled for real (tests/backends/test_pallas_on_device.py), the numerics suite on the GPU, then
 # the fused-kernel steps at T=8192. Logs go to $OUT (./device-out when unset). Needs attnlab's dependencies
 # importable (PYTHONPATH may carry them); attnlab itself is taken from src/.
 set -u
@@ -19,8 +19,8 @@ print(jax.devices())' 2>&1 | tee -a "$OUT/device.txt" || exit 1
 timeout 300 $py scripts/bench_gpu.py --normalizers softmax --profile /tmp/traces 2>&1 | tee "$OUT/bench_softmax.md"
 timeout 60 $py scripts/bench_embedding_grad.py 2>&1 | tee "$OUT/embedding_grad.txt"
 export XLA_PYTHON_CLIENT_PREALLOCATE=false  # several test processes share the GPU
-timeout 60 $py -m pytest -q -p no:cacheprovider tests/normalizers/test_pallas_on_device.py 2>&1 | tail -25 | tee "$OUT/pallas.txt"
-timeout 150 $py -m pytest -q -p no:cacheprovider -m numerics -n 8 -rfE --ignore=tests/normalizers/test_pallas_on_device.py 2>&1 | tail -60 | tee "$OUT/numerics.txt"
+timeout 60 $py -m pytest -q -p no:cacheprovider tests/backends/test_pallas_on_device.py 2>&1 | tail -25 | tee "$OUT/pallas.txt"
+timeout 150 $py -m pytest -q -p no:cacheprovider -m numerics -n 8 -rfE --ignore=tests/backends/test_pallas_on_device.py 2>&1 | tail -60 | tee "$OUT/numerics.txt"
 unset XLA_PYTHON_CLIENT_PREALLOCATE
 timeout 90 $py scripts/bench_gpu.py --shapes 4x8192 --normalizers linear@pallas,sigmoid@pallas --no-float32 \
   2>&1 | tee "$OUT/bench_pallas.md"

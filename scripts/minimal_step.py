@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from attnlab.backends.softmax_vjp import softmax_attention
 from attnlab.model.backward import gelu, matmul
-from attnlab.normalizers.softmax_vjp import softmax_attention
 
 
 def params_of(net) -> dict:

@@ -2,7 +2,7 @@
 """The plain step of the normalizers with fused Pallas kernels, beside their other forms: compiled for a GPU
 without one (scripts/gpu_program.py's compile, counting and table).
 
-Each row is a run's step at one of the `normalizer.impl` values the normalizer accepts (normalizers/impl.py's
+Each row is a run's step at one of the `normalizer.impl` values the normalizer accepts (backends/impl.py's
 table: the pointwise normalizers at dense|blockwise|pallas, linear at chunked|parallel|pallas, softmax at
 cudnn|xla|blockwise|dense). The kernels are custom calls to XLA's cost analysis: their bytes are their operands
 and results, as gpu_program.py counts cuDNN's.
@@ -22,7 +22,7 @@ import gpu_program as gp
 import jax
 
 from attnlab import config
-from attnlab.normalizers import impl as backends
+from attnlab.backends import impl as backends
 
 
 def impls(name: str) -> tuple[str, ...]:

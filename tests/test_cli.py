@@ -10,7 +10,7 @@ from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli, scalar_curve,
 
 from attnlab import config
 from attnlab.config import registry
-from attnlab.normalizers.statistics import CORE_STATS
+from attnlab.statistics import CORE_STATS
 
 NORMALIZERS = registry.choices("normalizer")
 
@@ -78,7 +78,7 @@ def test_run_record_has_the_documented_keys(default_run):
     assert m["status"] == "completed"
     for key in ("final", "best", "baseline", "steps", "wall_time_s", "compile_time_s", "steps_per_sec"):
         assert key in m
-    from attnlab.normalizers.statistics import STATISTICS, directions
+    from attnlab.statistics import STATISTICS, directions
 
     # which values of each attn_ statistic are better (None: it describes), an entry per statistic: the report's
     assert m["directions"] == directions() and {f"attn_{s.name}" for s in STATISTICS} <= set(m["directions"])

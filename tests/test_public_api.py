@@ -57,3 +57,15 @@ def test_a_moved_name_keeps_an_alias_that_warns(old, new):
     assert alias is getattr(attnlab.config, new)
     with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
         attnlab.normalizers.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("old", sorted(__import__("attnlab.normalizers").normalizers.MOVED_MODULES))
+def test_a_moved_module_keeps_its_old_name_that_warns(old):
+    """`import attnlab.normalizers.impl` and `from attnlab.normalizers import impl` still work, and warn on use."""
+    import attnlab.normalizers
+
+    new = importlib.import_module(attnlab.normalizers.MOVED_MODULES[old])
+    name = next(n for n in vars(new) if not n.startswith("_"))
+    for module in (importlib.import_module(f"attnlab.normalizers.{old}"), getattr(attnlab.normalizers, old)):
+        with pytest.warns(DeprecationWarning, match=f"attnlab.normalizers.{old} moved to {new.__name__}"):
+            assert getattr(module, name) is getattr(new, name)

@@ -150,7 +150,7 @@ def build(cfg: DictConfig, head_name: str | None, normalizer_name: str | None = 
             vocab_size=task.vocab_size,
             input_dim=task.input_dim,
             dtype=dtype,
-            batch_size=device_batch,  # the attention backend is chosen as the model is built (normalizers/impl.py)
+            batch_size=device_batch,  # the attention backend is chosen as the model is built (backends/impl.py)
             test_lengths=[at.seq_len for at in task.at_lengths.values()],
         )
         return Net(

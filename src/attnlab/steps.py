@@ -13,8 +13,8 @@ from flax import nnx
 
 from attnlab.model import Net
 from attnlab.model.groups import GRAD_NORMS, in_grad_norm
-from attnlab.normalizers import sampled_rows
 from attnlab.optim import current_lr
+from attnlab.statistics import sampled_rows
 from attnlab.tasks.batches import key_at
 
 

@@ -17,7 +17,7 @@ from attnlab.model import Transformer
 from attnlab.model.attention import ShortConv
 from attnlab.model.groups import leaf_groups
 from attnlab.normalizers import Mask
-from attnlab.normalizers.statistics import CORE_STATS
+from attnlab.statistics import CORE_STATS
 from attnlab.steps import make_stats_step, make_train_step, probes_supported, sample_batch, step_key
 from attnlab.train.state import fresh_state
 

@@ -11,7 +11,7 @@ from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.checks import ConfigError
 from attnlab.config import registry
-from attnlab.normalizers import sampled_rows
+from attnlab.statistics import sampled_rows
 
 pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
 

@@ -1,5 +1,5 @@
 """Which values of a metric are better: a loss or accuracy by its name, an attention statistic as its runs recorded it
-in metrics.json's `directions` (attnlab.normalizers.statistics declares it; None: it describes, neither is better).
+in metrics.json's `directions` (attnlab.statistics declares it; None: it describes, neither is better).
 A statistic without a direction is never called better or worse, nor ranked, nor used to select a rate."""
 
 from __future__ import annotations

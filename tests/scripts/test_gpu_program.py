@@ -22,8 +22,9 @@ import gpu_program as gp  # noqa: E402
 import normalizer_refs as R  # noqa: E402
 
 from attnlab import config
+from attnlab.backends import impl
 from attnlab.config import registry  # noqa: E402
-from attnlab.normalizers import impl, sampled_rows  # noqa: E402
+from attnlab.statistics import sampled_rows
 
 pytestmark = pytest.mark.gpu_program
 
@@ -35,7 +36,7 @@ HEADS, HEAD_DIM = 8, 64  # model=base
 
 
 def capability(name: str, **options) -> impl.Capability:
-    """What normalizer `name` with these options can run besides its dense form (normalizers/impl.py)."""
+    """What normalizer `name` with these options can run besides its dense form (backends/impl.py)."""
     return config.normalizer(name, num_heads=HEADS, head_dim=HEAD_DIM, **options).capability()
 
 
@@ -227,7 +228,7 @@ def test_the_a100_target_compiles_softmax_on_cudnn_flash_attention():
 
 
 def test_pallas_linear_step_moves_and_holds_no_more_than_the_chunked_form(programs, mesh):
-    """linear at impl=pallas: its two fused kernels per layer (normalizers/pallas_linear.py), no T×T buffer in the plain
+    """linear at impl=pallas: its two fused kernels per layer (backends/pallas_linear.py), no T×T buffer in the plain
     or logging step, and the plain step's bytes accessed and peak ≤ the chunked form's (at B=4 T=8192 with all 8 layers,
     BENCHMARKS.md: also ≤ cuDNN softmax's, 0.97× its bytes and its peak less 1 KB, too thin a margin to assert)."""
     chunked = programs("linear", extra=("normalizer.impl=chunked",))

@@ -20,7 +20,7 @@ from tensorboardX.proto.summary_pb2 import Summary as XSummary
 from attnlab.board import images
 from attnlab.board.hparams import Column, experiment_summary, session_end_summary, session_start_summary
 from attnlab.model.groups import named_grad_norms
-from attnlab.normalizers.statistics import CORE_STATS, SINK_EPSILON, STATISTICS
+from attnlab.statistics import CORE_STATS, SINK_EPSILON, STATISTICS
 
 # Per layer in the custom-scalars layout: (chart title, tag pattern), every run overlaid.
 LAYER_CHARTS = (

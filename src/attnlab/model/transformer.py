@@ -9,13 +9,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab import checks
+from attnlab.backends.impl import Workload
 from attnlab.model.attention import OUTPUT_GATES, MultiHeadAttention
 from attnlab.model.backward import dense_dot_general, gelu, take_rows
 from attnlab.model.groups import tag
 from attnlab.model.remat import run_blocks
 from attnlab.normalizers import Mask, Normalizer
-from attnlab.normalizers.impl import Workload
-from attnlab.normalizers.statistics import first_over_median, mean_over_examples
+from attnlab.statistics import first_over_median, mean_over_examples
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "none")
 
@@ -249,7 +249,7 @@ class Transformer(nnx.Module):
             self.choose_backends(batch_size, heads, sorted({seq_len, *test_lengths}))
 
     def choose_backends(self, batch_size: int, heads: int, lengths: Sequence[int]) -> None:
-        """Record each layer's attention backend at each length (normalizers/impl.py); ConfigError if a layer's
+        """Record each layer's attention backend at each length (backends/impl.py); ConfigError if a layer's
         normalizer.impl cannot run here. Without remat every layer's score tensors wait for the backward at once."""
         workload = Workload(batch_size, heads, layers=1 if self.remat is True else len(self.blocks))
         for block in self.blocks:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+import types
 import warnings
+
+from attnlab.backends.mask import Mask, as_mask, masked_softmax
 
 from .base import (
     CORE_STATS,
@@ -20,7 +25,6 @@ from .entmax import Entmax, entmax
 from .exponential import KL, Softmax, Softmax1
 from .forgetting import Forgetting
 from .linear import Linear
-from .mask import Mask, as_mask, masked_softmax
 from .pointwise import ReLU, Sigmoid
 from .scalable import SSMax
 from .sink import Sink
@@ -60,17 +64,43 @@ __all__ = [
 
 # Names that moved to the config layer, kept here for one release with a warning: {old name: its name there}.
 MOVED = {"attend": "attend", "attention_weights": "attention_weights", "build": "normalizer"}
+# Modules that moved out, kept importable under their old names for one release with a warning: {old: new}.
+MOVED_MODULES = {
+    **{m: f"attnlab.backends.{m}" for m in ("mask", "impl", "fused", "blockwise", "softmax_vjp")},
+    **{m: f"attnlab.backends.{m}" for m in ("pallas_linear", "pallas_sigmoid")},
+    "statistics": "attnlab.statistics",
+    "sampled_rows": "attnlab.statistics.sampled_rows",
+}
+
+
+def moved_warning(old: str, new: str) -> None:
+    warnings.warn(f"{old} moved to {new}; the old name goes in the next release", DeprecationWarning, stacklevel=3)
+
+
+class MovedModule(types.ModuleType):
+    """A module's old name: each attribute read warns and comes from the module's new place."""
+
+    def __init__(self, old: str, new: str):
+        super().__init__(old)
+        self.moved_to = new
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):  # what tools probe on every module in sys.modules (inspect: __file__)
+            raise AttributeError(name)
+        moved_warning(self.__name__, self.moved_to)
+        return getattr(importlib.import_module(self.moved_to), name)
+
+
+for _old, _new in MOVED_MODULES.items():
+    sys.modules.setdefault(f"{__name__}.{_old}", MovedModule(f"{__name__}.{_old}", _new))
 
 
 def __getattr__(name: str):
     if name in MOVED:
         from attnlab import config
 
-        new = f"attnlab.config.{MOVED[name]}"
-        warnings.warn(
-            f"attnlab.normalizers.{name} moved to {new} (built from configs/); the old name goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        moved_warning(f"attnlab.normalizers.{name}", f"attnlab.config.{MOVED[name]} (built from configs/)")
         return getattr(config, MOVED[name])
+    if name in MOVED_MODULES:
+        return sys.modules[f"{__name__}.{name}"]
     raise AttributeError(f"module 'attnlab.normalizers' has no attribute {name!r}")

@@ -15,12 +15,21 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab import checks
+from attnlab.backends import blockwise
+from attnlab.backends.impl import (
+    Backend,
+    Capability,
+    Workload,
+    allowed,
+    check_block_size,
+    choose,
+    dense_score_bytes,
+    memory_budget,
+)
+from attnlab.backends.mask import Mask
+from attnlab.statistics import CORE_STATS, core_stats, sampled_rows, softmax_stats  # noqa: F401 (CORE_STATS: normalizers exports it)
 
-from . import blockwise, sampled_rows
 from .contract import check_members
-from .impl import Backend, Capability, Workload, allowed, check_block_size, choose, dense_score_bytes, memory_budget
-from .mask import Mask
-from .statistics import CORE_STATS, core_stats, softmax_stats  # noqa: F401 (CORE_STATS: normalizers exports it)
 
 
 class NormalizerParam(nnx.Param):
@@ -164,7 +173,7 @@ class ScoreNormalizer(Normalizer, abstract=True):
     Subclasses implement `normalize(z_BNTS, m_B1TS) -> (att_BNTS, logits_BNTS, extras)`, where
     logits are the scaled scores the normalizer acts on (for max |logit|). `score_probe_BNTS`,
     a zero array added to z, lets the trainer read dL/dz (the gradient at the normalizer input).
-    A plain step runs the backend `backend` names (normalizers/impl.py); a step with statistics or a
+    A plain step runs the backend `backend` names (backends/impl.py); a step with statistics or a
     score probe runs the dense form (the plain step's output and sampled rows where that keeps no T×S matrix).
     A normalizer whose weights are a row softmax of logits x says so by `softmax_rows` (x, logits, extras): its
     sampled-row statistics then come from x by `softmax_stats`, with no weights array.

@@ -46,13 +46,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
+from attnlab.backends import blockwise
+from attnlab.backends.blockwise import BlockForm, scaled_logits
+from attnlab.backends.mask import Mask, masked_softmax
+from attnlab.statistics import BY_NAME, WeightRows
 
-from . import blockwise
 from . import reference as ref
 from .base import FixedFeatures, InverseTemperature, NormalizerParam, ScoreNormalizer
-from .blockwise import BlockForm, scaled_logits
-from .mask import Mask, masked_softmax
-from .statistics import BY_NAME, WeightRows
 
 RMS_EPS = 1e-5  # the code's subln: RMSNorm(2d, eps=1e-5)
 LAMBDA_STD = 0.1  # λ_q1, λ_k1, λ_q2, λ_k2 ~ N(0, 0.1²)

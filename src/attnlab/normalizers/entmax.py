@@ -8,10 +8,10 @@ import jax
 import jax.numpy as jnp
 
 from attnlab import checks
+from attnlab.backends.mask import MASK_GAP, masked_max
 
 from . import reference as ref
 from .base import InverseTemperature, ScoreNormalizer
-from .mask import MASK_GAP, masked_max
 
 BISECTION_STEPS = 50
 

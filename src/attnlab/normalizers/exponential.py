@@ -7,13 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
+from attnlab.backends.blockwise import BlockForm, scaled_logits
+from attnlab.backends.impl import Capability
+from attnlab.backends.mask import masked_max, masked_softmax
+from attnlab.backends.softmax_vjp import softmax_attention
 
 from . import reference as ref
 from .base import InverseTemperature, NormalizerParam, ScoreNormalizer
-from .blockwise import BlockForm, scaled_logits
-from .impl import Capability
-from .mask import masked_max, masked_softmax
-from .softmax_vjp import softmax_attention
 
 
 def row_mean_N(x_BNT, m_B1TS):
@@ -85,7 +85,7 @@ class AdaptiveTemperature:
 class Softmax(AdaptiveTemperature, ScoreNormalizer):
     """softmax(β·q·kᵀ) over admissible keys; β = 1/√H by default is standard scaled attention.
 
-    Plain steps run `impl` (normalizers/impl.py): cuDNN / XLA flash attention, blockwise, or the
+    Plain steps run `impl` (backends/impl.py): cuDNN / XLA flash attention, blockwise, or the
     dense form with a hand-written backward (`softmax_attention`, faster on CPU).
     """
 

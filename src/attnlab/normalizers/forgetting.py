@@ -18,13 +18,13 @@ import numpy as np
 from flax import nnx
 
 from attnlab import checks
+from attnlab.backends import blockwise
+from attnlab.backends.blockwise import BlockForm
+from attnlab.backends.impl import Workload
+from attnlab.backends.mask import Mask, masked_softmax
 from attnlab.checks import ConfigError
 
-from . import blockwise
 from .base import InverseTemperature, NormalizerParam, ScoreNormalizer
-from .blockwise import BlockForm
-from .impl import Workload
-from .mask import Mask, masked_softmax
 
 
 class Forgetting(ScoreNormalizer):

@@ -9,12 +9,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
+from attnlab.backends import pallas_linear
+from attnlab.backends.impl import Capability, Workload
+from attnlab.backends.mask import Mask
+from attnlab.statistics import sampled_rows
 
-from . import pallas_linear, sampled_rows
 from . import reference as ref
 from .base import FixedFeatures, Normalizer, core_stats
-from .impl import Capability, Workload
-from .mask import Mask
 
 FEATURE_MAPS = ("elu1", "relu", "favor")
 

@@ -8,10 +8,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
+from attnlab.backends.blockwise import BlockForm, scaled_logits
 
 from . import reference as ref
 from .base import InverseTemperature, ScoreNormalizer
-from .blockwise import BlockForm, scaled_logits
 
 
 class Sigmoid(ScoreNormalizer):

@@ -13,12 +13,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
+from attnlab.backends.blockwise import BlockForm
+from attnlab.backends.mask import masked_softmax
 
 from . import reference as ref
 from .base import FixedFeatures, NormalizerParam, ScoreNormalizer
-from .blockwise import BlockForm
 from .exponential import row_mean_N
-from .mask import masked_softmax
 
 
 class SSMax(ScoreNormalizer):

@@ -15,10 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
+from attnlab.backends.blockwise import BlockForm, scaled_logits
+from attnlab.backends.mask import masked_max
 
 from .base import FixedFeatures, InverseTemperature, NormalizerParam, ScoreNormalizer
-from .blockwise import BlockForm, scaled_logits
-from .mask import masked_max
 
 
 class Sink(ScoreNormalizer):

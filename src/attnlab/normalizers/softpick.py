@@ -22,9 +22,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
+from attnlab.backends.blockwise import BlockForm, scaled_logits
 
 from .base import InverseTemperature, ScoreNormalizer
-from .blockwise import BlockForm, scaled_logits
 from .exponential import row_mean_N
 
 

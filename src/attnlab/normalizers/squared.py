@@ -9,10 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
+from attnlab.backends.blockwise import BlockForm, power_gate, scaled_logits
 
 from . import reference as ref
 from .base import InverseTemperature, ScoreNormalizer
-from .blockwise import BlockForm, power_gate, scaled_logits
 
 
 class Squared(ScoreNormalizer):

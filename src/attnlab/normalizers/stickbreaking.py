@@ -14,13 +14,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
+from attnlab.backends.blockwise import BlockForm, _rows, scaled_logits
+from attnlab.backends.mask import Mask
 from attnlab.checks import ConfigError
 
 from . import reference as ref
 from .base import InverseTemperature, ScoreNormalizer
-from .blockwise import BlockForm, _rows, scaled_logits
 from .exponential import row_mean_N
-from .mask import Mask
 
 
 class StickBreaking(ScoreNormalizer):

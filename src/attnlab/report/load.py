@@ -53,7 +53,7 @@ class Run:
     convergence: dict[str, Any] = field(default_factory=dict)  # attnlab.run.convergence.still_falling
     plateaus: dict[str, list] = field(default_factory=dict)  # test metric -> [{label, value, low, high, at}]
     # "attn_<name>" -> "higher" | "lower" | None (no better direction): metrics.json's, as the run's statistics
-    # declared them (attnlab.normalizers.statistics.directions); {} for a run recorded before it
+    # declared them (attnlab.statistics.directions); {} for a run recorded before it
     directions: dict[str, str | None] = field(default_factory=dict)
 
     @property

@@ -42,7 +42,7 @@ def direction(metric: str, runs: Iterable[Run] = ()) -> str | None:
     """Which values of `metric` are better: "higher", "lower", or None (neither: a statistic that describes).
 
     An attention statistic (statistic_of) has the direction its runs recorded in metrics.json (Run.directions, as
-    attnlab.normalizers.statistics declares it), when every run of `runs` recorded the same one; None otherwise,
+    attnlab.statistics declares it), when every run of `runs` recorded the same one; None otherwise,
     and for a run recorded before directions were (its attn_ metrics have none) or for no runs at all. Any other
     metric follows the name rule (higher_is_better)."""
     stat = statistic_of(metric)

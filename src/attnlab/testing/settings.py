@@ -9,8 +9,8 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from attnlab.backends.mask import Mask
 from attnlab.normalizers import reference as ref
-from attnlab.normalizers.mask import Mask
 
 B, N, H = 2, 3, 5  # small on purpose: the whole check of one normalizer takes seconds on a CPU
 BLOCK = 4  # block size of blockwise forms and chunk size of linear attention's chunked form: several per sequence

@@ -16,7 +16,7 @@ from attnlab.accelerator import put
 from attnlab.board.summaries import eval_scalars
 from attnlab.heads import calibration
 from attnlab.heads.base import total, upcast
-from attnlab.normalizers.statistics import STATISTICS, sink_rate
+from attnlab.statistics import STATISTICS, sink_rate
 from attnlab.steps import make_maps, over_seeds, scored
 from attnlab.tasks.lengths import LENGTH_PREFIX, split_name
 from attnlab.train.config import LoopConfig

@@ -9,8 +9,8 @@ import numpy as np
 
 from attnlab.board.hparams import metric_list
 from attnlab.board.summaries import eval_scalars
-from attnlab.normalizers.statistics import directions
 from attnlab.run.record import STATUSES
+from attnlab.statistics import directions
 from attnlab.steps import sample_batch, step_key
 from attnlab.tasks.lengths import LENGTH_PREFIX
 from attnlab.train.config import LoopConfig

@@ -12,9 +12,10 @@ from flax import nnx
 
 from attnlab import config
 from attnlab import normalizers as nz
+from attnlab.backends import impl
+from attnlab.backends.blockwise import BlockForm
 from attnlab.config import registry
-from attnlab.normalizers import Mask, impl
-from attnlab.normalizers.blockwise import BlockForm
+from attnlab.normalizers import Mask
 
 FORM = BlockForm("exp", {}, logits=None)  # a blockwise form; which one matters to no backend these lines ask
 SOFTMAX, KL_RECENCY, ENTMAX = impl.Capability(True, FORM), impl.Capability(False, FORM), impl.Capability(False)
@@ -298,7 +299,7 @@ def test_plain_step_logging_step_and_run_json_read_the_choice_made_at_build(monk
     run.json's attention_impl says blockwise, and neither the compiled plain step nor the logging step's program
     holds a B×N×T×T array (f32[2,2,16,16]), which the dense run's programs do. Statistics rows are sampled (4 of
     them) at every length here, so the logging step runs the plain step's backend rather than probing the scores."""
-    from attnlab.normalizers import sampled_rows
+    from attnlab.statistics import sampled_rows
 
     monkeypatch.setattr(sampled_rows, "SAMPLED_MIN_TS", 0)
     monkeypatch.setattr(sampled_rows, "STATS_ROWS", 4)
@@ -328,7 +329,7 @@ def test_xla_path_in_bfloat16_keeps_beta_gradient_close_to_float32():
 
 def seeds_out_and_grads(impl_, q_VBNTH, k_VBNSH, v_VBNSH, log_beta_VN, mask, mask_axis):
     """vmap over a leading seed axis of (out, d/dq, d/dk, d/dv, d log β) of sum(out · cos) through fused_attention."""
-    from attnlab.normalizers.fused import fused_attention
+    from attnlab.backends.fused import fused_attention
 
     ct = jnp.cos(jnp.arange(q_VBNTH[0].size, dtype=jnp.float32).reshape(q_VBNTH[0].shape))
 

@@ -2,7 +2,7 @@
 
 The mask never becomes a dense T×S array or bias (that turns cuDNN's flash kernel off): causality is
 `is_causal`, right padding `key_value_seq_lengths`, a sliding window `local_window_size`
-(normalizers/impl.py decides which masks qualify).
+(backends/impl.py decides which masks qualify).
 """
 
 from __future__ import annotations

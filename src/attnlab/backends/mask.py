@@ -32,7 +32,7 @@ class Mask:
     # its `window` most recent keys, itself included) or |p − s| < window (bidirectional).
     window: int | None = struct.field(pytree_node=False, default=None)
     # key_valid_BS is True on a prefix of each row (right padding, the Task contract), so it is a
-    # length: jax.nn.dot_product_attention's key_value_seq_lengths can express it (normalizers/fused.py).
+    # length: jax.nn.dot_product_attention's key_value_seq_lengths can express it (backends/fused.py).
     right_padded: bool = struct.field(pytree_node=False, default=False)
 
     def positional_TS(self, q_pos_T, k_pos_S) -> jax.Array | None:

@@ -20,7 +20,7 @@ from typing import Callable
 import jax
 import jax.numpy as jnp
 
-from .mask import masked_max
+from attnlab.backends.mask import masked_max
 
 
 class Rows:

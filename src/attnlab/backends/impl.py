@@ -34,8 +34,9 @@ import jax.numpy as jnp
 
 from attnlab import checks
 from attnlab.checks import ConfigError
+from attnlab.statistics import sampled_rows
 
-from . import pallas_linear, pallas_sigmoid, sampled_rows
+from . import pallas_linear, pallas_sigmoid
 from .blockwise import BlockForm
 from .fused import fused_attention
 from .mask import Mask
@@ -167,7 +168,7 @@ class Backend:
     name: str  # the normalizer.impl value that asks for it and run.json's attention_impl
     family: str  # SCORE | LINEAR: whose normalizer.impl lists it (Capability.family)
     run: Callable
-    keeps_scores: bool  # its plain step holds a T×S array (tests/normalizers/test_impl.py compiles each one to check)
+    keeps_scores: bool  # its plain step holds a T×S array (tests/backends/test_impl.py compiles each one to check)
     stats_rows: Callable[[int, int], bool]  # whether a logging step at (T, S) takes its statistics on sampled rows
     lacks: Callable[[Capability], str | None] = _always
     problem: Callable[[Capability, Site], str | None] = _always

@@ -14,8 +14,9 @@ from flax import nnx
 
 from attnlab import config
 from attnlab import normalizers as nz
+from attnlab.backends import pallas_linear
 from attnlab.checks import ConfigError
-from attnlab.normalizers import linear, pallas_linear
+from attnlab.normalizers import linear
 
 B, N, H = 2, 2, 8
 

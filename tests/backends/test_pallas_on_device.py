@@ -14,7 +14,7 @@ from flax import nnx
 
 from attnlab import config
 from attnlab import normalizers as nz
-from attnlab.normalizers import pallas_sigmoid
+from attnlab.backends import pallas_sigmoid
 
 pytestmark = pytest.mark.numerics
 

@@ -1,4 +1,4 @@
-"""The statistics schema (normalizers/statistics.py): both row forms against float64 row quantities, and every
+"""The statistics schema (statistics/__init__.py): both row forms against float64 row quantities, and every
 declared statistic reaching its TensorBoard tags, description, chart and the final metrics' list."""
 
 import jax.numpy as jnp
@@ -6,8 +6,8 @@ import normalizer_refs as R
 import numpy as np
 import pytest
 
+from attnlab import statistics
 from attnlab.board import summaries
-from attnlab.normalizers import statistics
 from attnlab.train import evaluation
 
 

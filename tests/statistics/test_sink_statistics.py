@@ -6,11 +6,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from attnlab import statistics
 from attnlab.board import summaries
 from attnlab.model import residual_outliers
 from attnlab.model.transformer import extreme_token_stats
 from attnlab.normalizers import reference as ref
-from attnlab.normalizers import statistics
 from attnlab.train import evaluation
 
 B, N, T = 2, 3, 6
