@@ -46,10 +46,20 @@ def refuse_unknown(unknown: list[str], allowed: list[str], group: str | None = N
 
 def options_of(cls, given=(), deferred=()) -> tuple[list[str], bool]:
     """(the constructor's keywords a YAML sets: all but those `given` by the caller or `deferred` to a later call,
-    whether it takes **kwargs)."""
-    params = inspect.signature(cls.__init__).parameters.values()
-    named = [p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
-    return [n for n in named if n not in given and n not in deferred], any(p.kind is p.VAR_KEYWORD for p in params)
+    whether it takes **kwargs). A constructor that passes **kwargs on to its base class's (ScoreNormalizer's shared
+    options) takes that one's keywords too, up the classes; it is open-ended only where no attnlab class takes them."""
+    named = []
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        if not klass.__module__.startswith("attnlab") and klass is not cls:
+            return [n for n in named if n not in given and n not in deferred], True
+        params = inspect.signature(klass.__init__).parameters.values()
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        named += [p.name for p in params if p.kind in kinds and p.name != "self" and p.name not in named]
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return [n for n in named if n not in given and n not in deferred], False
 
 
 def check_keys(group: str, cls, node: dict[str, Any], read=(), given=(), deferred=(), choice=None) -> None:

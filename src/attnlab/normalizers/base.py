@@ -183,6 +183,32 @@ class ScoreNormalizer(Normalizer, abstract=True):
     exposes_scores = True
     softcap = None  # set_softcap
 
+    def __init__(
+        self,
+        *,
+        num_heads,
+        head_dim,
+        rngs,
+        beta=None,
+        learnable=True,
+        per_head=True,
+        impl="auto",
+        block_size=512,
+        softcap=None,
+    ):
+        """The options every scored normalizer shares: β (`beta`: its value, null for 1/√d; `learnable`;
+        `per_head`), the backend (`impl`, `block_size`) and the soft cap. A subclass declares only its own options,
+        passes the rest on as **shared, and sets its own state first: the backend choice reads it (`capability`).
+        attnlab.config reads a subclass's options as its own keywords and these (construct.options_of)."""
+        del rngs  # drawn by the subclasses that have random parameters
+        self.beta = InverseTemperature(num_heads, self.score_dim(head_dim), beta, learnable, per_head)
+        self.set_softcap(softcap)
+        self.set_impl(impl, block_size, head_dim)
+
+    def score_dim(self, head_dim: int) -> int:
+        """d of the dot products z = q·k that β scales (its default 1/√d): the head dim, unless a subclass splits it."""
+        return head_dim
+
     def set_softcap(self, softcap) -> None:
         """Keep `normalizer.softcap` c (null: off); call it before set_impl, which asks `capability`."""
         self.softcap = None if softcap is None else checks.real("normalizer.softcap", softcap, 0, 1e6, lo_open=True)

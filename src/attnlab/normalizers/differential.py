@@ -52,7 +52,7 @@ from attnlab.backends.mask import Mask, masked_softmax
 from attnlab.statistics import BY_NAME, WeightRows
 
 from . import reference as ref
-from .base import FixedFeatures, InverseTemperature, NormalizerParam, ScoreNormalizer
+from .base import FixedFeatures, NormalizerParam, ScoreNormalizer
 
 RMS_EPS = 1e-5  # the code's subln: RMSNorm(2d, eps=1e-5)
 LAMBDA_STD = 0.1  # λ_q1, λ_k1, λ_q2, λ_k2 ~ N(0, 0.1²)
@@ -75,17 +75,11 @@ class Differential(ScoreNormalizer):
     def __init__(
         self,
         *,
-        num_heads,
         head_dim,
         rngs,
         lambda_init=None,
         learnable_lambda=True,
-        beta=None,
-        learnable=True,
-        per_head=True,
-        impl="auto",
-        block_size=512,
-        softcap=None,
+        **shared,
     ):
         checks.require(
             head_dim >= 2,
@@ -104,9 +98,10 @@ class Differential(ScoreNormalizer):
         else:
             self.lambda_qk = FixedFeatures(jnp.zeros((4, self.half), jnp.float32))
         self.head_scale = NormalizerParam(jnp.ones((head_dim,), jnp.float32))  # the RMS norm's scale g
-        self.beta = InverseTemperature(num_heads, self.half, beta, learnable, per_head)  # default 1/√h
-        self.set_softcap(softcap)
-        self.set_impl(impl, block_size, head_dim)
+        super().__init__(head_dim=head_dim, rngs=rngs, **shared)
+
+    def score_dim(self, head_dim: int) -> int:
+        return head_dim // 2  # each map's scores are dot products of the halves: β = 1/√h by default
 
     def set_layer_index(self, index: int) -> None:
         self.layer_index[...] = jnp.asarray(float(checks.integer("layer index", index, 0)), jnp.float32)

@@ -11,7 +11,7 @@ from attnlab import checks
 from attnlab.backends.mask import MASK_GAP, masked_max
 
 from . import reference as ref
-from .base import InverseTemperature, ScoreNormalizer
+from .base import ScoreNormalizer
 
 BISECTION_STEPS = 50
 
@@ -84,11 +84,10 @@ def _entmax_jvp(alpha, primals, tangents):
 class Entmax(ScoreNormalizer):
     """α-entmax(βz) over admissible keys; β sets the support size (sparsemax is not scale-invariant)."""
 
-    def __init__(self, *, num_heads, head_dim, rngs, alpha=1.5, beta=None, learnable=True, per_head=True, softcap=None):
+    def __init__(self, *, alpha=1.5, **shared):
         checks.real("normalizer.alpha", alpha, 1.0, 100.0, lo_open=True)  # alpha -> 1 is softmax: normalizer=softmax
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.set_softcap(softcap)
         self.alpha = float(alpha)
+        super().__init__(**shared)
 
     def normalize(self, z_BNTS, m_B1TS):
         beta_N = self.beta()

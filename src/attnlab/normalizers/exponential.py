@@ -13,7 +13,7 @@ from attnlab.backends.mask import masked_max, masked_softmax
 from attnlab.backends.softmax_vjp import softmax_attention
 
 from . import reference as ref
-from .base import InverseTemperature, NormalizerParam, ScoreNormalizer
+from .base import NormalizerParam, ScoreNormalizer
 
 
 def row_mean_N(x_BNT, m_B1TS):
@@ -89,23 +89,8 @@ class Softmax(AdaptiveTemperature, ScoreNormalizer):
     dense form with a hand-written backward (`softmax_attention`, faster on CPU).
     """
 
-    def __init__(
-        self,
-        *,
-        num_heads,
-        head_dim,
-        rngs,
-        beta=None,
-        learnable=True,
-        per_head=True,
-        impl="auto",
-        block_size=512,
-        adaptive_temperature="off",
-        softcap=None,
-    ):
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.set_softcap(softcap)
-        self.set_impl(impl, block_size, head_dim)
+    def __init__(self, *, adaptive_temperature="off", **shared):
+        super().__init__(**shared)
         self.set_adaptive(adaptive_temperature)
 
     def softmax_logits(self, z_BNTS, m_B1TS):
@@ -150,33 +135,17 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
     PRIORS = ("uniform", "recency", "learned")
 
     def __init__(
-        self,
-        *,
-        num_heads,
-        head_dim,
-        rngs,
-        prior="recency",
-        beta=None,
-        learnable=True,
-        per_head=True,
-        slope=0.1,
-        max_distance=512,
-        impl="auto",
-        block_size=512,
-        adaptive_temperature="off",
-        softcap=None,
+        self, *, num_heads, prior="recency", slope=0.1, max_distance=512, adaptive_temperature="off", **shared
     ):
         checks.choice("normalizer.prior", prior, self.PRIORS)
         checks.real("normalizer.slope", slope, 0, 1e6, lo_open=True)
         checks.integer("normalizer.max_distance", max_distance, 1, 2**20)
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.prior, self.max_distance = prior, int(max_distance)
-        self.set_softcap(softcap)
         if prior == "recency":
             self.log_slope = NormalizerParam(jnp.full((num_heads,), jnp.log(slope), jnp.float32))
         if prior == "learned":
             self.table = NormalizerParam(jnp.zeros((num_heads, 2 * self.max_distance - 1), jnp.float32))
-        self.set_impl(impl, block_size, head_dim)  # after the prior: its block form (capability) reads it
+        super().__init__(num_heads=num_heads, **shared)
         self.set_adaptive(adaptive_temperature)
 
     def capability(self):
@@ -295,23 +264,6 @@ def kl_log_prior_np(m_BTS, N, prior, slope_N=None, table_NK=None, max_distance=5
 
 class Softmax1(ScoreNormalizer):
     """softmax₁: exp(βzᵢ)/(1 + Σⱼ exp(βzⱼ)), attention with a null sink ("attention is off by one")."""
-
-    def __init__(
-        self,
-        *,
-        num_heads,
-        head_dim,
-        rngs,
-        beta=None,
-        learnable=True,
-        per_head=True,
-        impl="auto",
-        block_size=512,
-        softcap=None,
-    ):
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.set_softcap(softcap)
-        self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
         return self.capped(BlockForm("exp", {"beta": self.beta()}, scaled_logits, sink=True))

@@ -24,7 +24,7 @@ from attnlab.backends.impl import Workload
 from attnlab.backends.mask import Mask, masked_softmax
 from attnlab.checks import ConfigError
 
-from .base import InverseTemperature, NormalizerParam, ScoreNormalizer
+from .base import NormalizerParam, ScoreNormalizer
 
 
 class Forgetting(ScoreNormalizer):
@@ -34,29 +34,14 @@ class Forgetting(ScoreNormalizer):
     causal_only = True
     takes_layer_input = True
 
-    def __init__(
-        self,
-        *,
-        num_heads,
-        head_dim,
-        rngs,
-        gate_bias=0.0,
-        beta=None,
-        learnable=True,
-        per_head=True,
-        impl="auto",
-        block_size=512,
-        softcap=None,
-    ):
+    def __init__(self, *, num_heads, head_dim, rngs, gate_bias=0.0, **shared):
         b_f = checks.real("normalizer.gate_bias", gate_bias, -100.0, 100.0)
         d_model = num_heads * head_dim
         # w_f: a projection of the layer input like q, k, v (attention tags it: the attention group, weight-decayed
         # as a matrix), flax's default Linear kernel init (LeCun normal); b_f (`gate_bias`): a normalizer parameter.
         self.gate_w = nnx.Param(jax.nn.initializers.lecun_normal()(rngs.params(), (d_model, num_heads)))
         self.gate_b = NormalizerParam(jnp.full((num_heads,), b_f, jnp.float32))
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.set_softcap(softcap)
-        self.set_impl(impl, block_size, head_dim)
+        super().__init__(num_heads=num_heads, head_dim=head_dim, rngs=rngs, **shared)
 
     @staticmethod
     def require_causal(mask: Mask) -> None:

@@ -11,30 +11,15 @@ from attnlab import checks
 from attnlab.backends.blockwise import BlockForm, scaled_logits
 
 from . import reference as ref
-from .base import InverseTemperature, ScoreNormalizer
+from .base import ScoreNormalizer
 
 
 class Sigmoid(ScoreNormalizer):
     """σ(βz + b) per key, b = −log n (n admissible keys of the row) unless `bias` is set (Apple, 2024)."""
 
-    def __init__(
-        self,
-        *,
-        num_heads,
-        head_dim,
-        rngs,
-        beta=None,
-        learnable=True,
-        per_head=True,
-        bias=None,
-        impl="auto",
-        block_size=512,
-        softcap=None,
-    ):
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+    def __init__(self, *, bias=None, **shared):
         self.bias = None if bias is None else checks.real("normalizer.bias", bias, -1e6, 1e6)
-        self.set_softcap(softcap)
-        self.set_impl(impl, block_size, head_dim)
+        super().__init__(**shared)
 
     def block_form(self):
         def logits(p, z, q_pos, k_pos, n):
@@ -61,23 +46,6 @@ class Sigmoid(ScoreNormalizer):
 
 class ReLU(ScoreNormalizer):
     """relu(βz)/n, n = admissible keys of the row (Wortsman et al. 2023)."""
-
-    def __init__(
-        self,
-        *,
-        num_heads,
-        head_dim,
-        rngs,
-        beta=None,
-        learnable=True,
-        per_head=True,
-        impl="auto",
-        block_size=512,
-        softcap=None,
-    ):
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.set_softcap(softcap)
-        self.set_impl(impl, block_size, head_dim)
 
     def block_form(self):
         return self.capped(

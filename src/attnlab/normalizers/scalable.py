@@ -29,6 +29,7 @@ class SSMax(ScoreNormalizer):
     and `beta` the row mean of the effective inverse temperature β(s log n + b), comparable to softmax's β.
     """
 
+    # Not ScoreNormalizer's shared options: here β is a fixed scale and `learnable` is s's, so it declares its own.
     def __init__(
         self,
         *,

@@ -18,35 +18,19 @@ from attnlab import checks
 from attnlab.backends.blockwise import BlockForm, scaled_logits
 from attnlab.backends.mask import masked_max
 
-from .base import FixedFeatures, InverseTemperature, NormalizerParam, ScoreNormalizer
+from .base import FixedFeatures, NormalizerParam, ScoreNormalizer
 
 
 class Sink(ScoreNormalizer):
     """e^{x_i}/(e^{b_h} + Σ_j e^{x_j}) of x = βz, a sink logit b_h per head, learnable unless `learnable_sink`
     is false (gpt-oss 2025)."""
 
-    def __init__(
-        self,
-        *,
-        num_heads,
-        head_dim,
-        rngs,
-        sink=0.0,
-        learnable_sink=True,
-        beta=None,
-        learnable=True,
-        per_head=True,
-        impl="auto",
-        block_size=512,
-        softcap=None,
-    ):
+    def __init__(self, *, num_heads, sink=0.0, learnable_sink=True, **shared):
         b_N = jnp.full((num_heads,), checks.real("normalizer.sink", sink, -1e4, 1e4), jnp.float32)
         self.sink = (
             NormalizerParam(b_N) if checks.boolean("normalizer.learnable_sink", learnable_sink) else FixedFeatures(b_N)
         )
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
-        self.set_softcap(softcap)
-        self.set_impl(impl, block_size, head_dim)
+        super().__init__(num_heads=num_heads, **shared)
 
     def block_form(self):
         return self.capped(BlockForm("exp", {"beta": self.beta(), "sink": self.sink[...]}, scaled_logits, sink="sink"))

@@ -24,31 +24,16 @@ import numpy as np
 from attnlab import checks
 from attnlab.backends.blockwise import BlockForm, scaled_logits
 
-from .base import InverseTemperature, ScoreNormalizer
+from .base import ScoreNormalizer
 from .exponential import row_mean_N
 
 
 class Softpick(ScoreNormalizer):
     """ReLU(e^x − 1)/(Σ|e^x − 1| + ε) of x = βz over the admissible keys (Zuhri et al. 2025, Eq. 2)."""
 
-    def __init__(
-        self,
-        *,
-        num_heads,
-        head_dim,
-        rngs,
-        beta=None,
-        learnable=True,
-        per_head=True,
-        eps=1e-8,
-        impl="auto",
-        block_size=512,
-        softcap=None,
-    ):
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+    def __init__(self, *, eps=1e-8, **shared):
         self.eps = checks.real("normalizer.eps", eps, 0.0, 1.0)
-        self.set_softcap(softcap)
-        self.set_impl(impl, block_size, head_dim)
+        super().__init__(**shared)
 
     def block_form(self):
         return self.capped(BlockForm("softpick", {"beta": self.beta()}, scaled_logits, eps=self.eps))

@@ -12,7 +12,7 @@ from attnlab import checks
 from attnlab.backends.blockwise import BlockForm, power_gate, scaled_logits
 
 from . import reference as ref
-from .base import InverseTemperature, ScoreNormalizer
+from .base import ScoreNormalizer
 
 
 class Squared(ScoreNormalizer):
@@ -27,18 +27,11 @@ class Squared(ScoreNormalizer):
     def __init__(
         self,
         *,
-        num_heads,
-        head_dim,
-        rngs,
         power=2,
         eps=1e-6,
         offset=False,
-        beta=None,
         learnable=False,
-        per_head=True,
-        impl="auto",
-        block_size=512,
-        softcap=None,
+        **shared,
     ):
         checks.integer("normalizer.power", power, 1, 64)  # |x|^p overflows float32 long before p = 64
         checks.real("normalizer.eps", eps, 0.0, 1e6)
@@ -54,10 +47,8 @@ class Squared(ScoreNormalizer):
                 "effect (set normalizer.offset=true or normalizer.learnable=false)",
                 stacklevel=2,
             )
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
         self.power, self.eps, self.offset = power, float(eps), bool(offset)
-        self.set_softcap(softcap)
-        self.set_impl(impl, block_size, head_dim)
+        super().__init__(learnable=learnable, **shared)
 
     def block_form(self):
         return self.capped(

@@ -19,7 +19,7 @@ from attnlab.backends.mask import Mask
 from attnlab.checks import ConfigError
 
 from . import reference as ref
-from .base import InverseTemperature, ScoreNormalizer
+from .base import ScoreNormalizer
 from .exponential import row_mean_N
 
 
@@ -33,24 +33,9 @@ class StickBreaking(ScoreNormalizer):
 
     causal_only = True  # cli.build refuses it for bidirectional models, naming the task
 
-    def __init__(
-        self,
-        *,
-        num_heads,
-        head_dim,
-        rngs,
-        beta=None,
-        learnable=True,
-        per_head=True,
-        attend_current=False,
-        impl="auto",
-        block_size=512,
-        softcap=None,
-    ):
-        self.beta = InverseTemperature(num_heads, head_dim, beta, learnable, per_head)
+    def __init__(self, *, attend_current=False, **shared):
         self.attend_current = checks.boolean("normalizer.attend_current", attend_current)
-        self.set_softcap(softcap)
-        self.set_impl(impl, block_size, head_dim)
+        super().__init__(**shared)
 
     def block_form(self):
         return self.capped(
