@@ -12,7 +12,7 @@ from omegaconf import open_dict
 from attnlab import config, model, normalizers, optim
 from attnlab.checks import ConfigError
 from attnlab.cli import build, hparams_of
-from attnlab.config import composition, registry
+from attnlab.config import composition, construct, registry
 from attnlab.train import LoopConfig
 
 
@@ -24,15 +24,9 @@ def compose_tiny(*overrides):
 class GainTransformer(model.Transformer):
     """A model with one new option: the "2 places" a new model option needs (this argument, one YAML key)."""
 
-    def __init__(self, *, gain: float = 1.0, **kwargs):
+    def __init__(self, *, gain: float = 1.0, **kwargs):  # the rest passed on: Transformer's options are its too
         super().__init__(**kwargs)
         self.gain = gain
-
-    # What adding `gain` to Transformer.__init__ itself would show (the signature _construct checks keys against).
-    _sig = inspect.signature(model.Transformer.__init__)
-    __init__.__signature__ = _sig.replace(
-        parameters=[*_sig.parameters.values(), inspect.Parameter("gain", inspect.Parameter.KEYWORD_ONLY, default=1.0)]
-    )
 
 
 def test_a_new_model_option_is_one_constructor_argument_and_one_yaml_key(monkeypatch, tmp_path):
@@ -149,3 +143,42 @@ def test_every_group_is_built_by_its_target_and_named_by_the_registry():
             assert registry.name_of(group, cls) == (name if registry.varies(group) else registry.choices(group)[0])
     assert registry.name_of("normalizer", normalizers.KL) == "kl" and registry.name_of("normalizer", int) is None
     assert isinstance(build(compose_tiny("accelerator=cpu"), "softmax_ce")[1][0].body, model.Transformer)
+
+
+SHARED = {"beta", "learnable", "per_head", "impl", "block_size", "softcap"}  # ScoreNormalizer.__init__'s options
+
+
+class Alpha(normalizers.ScoreNormalizer):
+    def __init__(self, *, alpha=1.0, **shared):
+        self.alpha = alpha
+        super().__init__(**shared)
+
+    def normalize(self, z_BNTS, m_B1TS):
+        return normalizers.masked_softmax(self.alpha * z_BNTS, m_B1TS), z_BNTS, {}
+
+
+class Open:
+    def __init__(self, *, alpha=1.0, **anything):
+        self.alpha = alpha
+
+
+@pytest.mark.parametrize(
+    "cls, own, open_ended",
+    [(normalizers.Sigmoid, {"bias"}, False), (normalizers.ReLU, set(), False), (Alpha, {"alpha"}, False)],
+)
+def test_a_constructor_that_passes_its_keywords_on_takes_its_base_classs_options(cls, own, open_ended):
+    accepted, takes_any = construct.options_of(cls, given=("num_heads", "head_dim", "rngs"))
+    assert set(accepted) == own | SHARED and takes_any is open_ended
+
+
+def test_keywords_passed_to_no_attnlab_class_leave_a_constructor_open_ended():
+    assert construct.options_of(Open) == (["alpha"], True)
+    assert construct.options_of(normalizers.SSMax, given=("num_heads", "head_dim", "rngs"))[0] == [
+        "s",
+        "learnable",
+        "bias",
+        "beta",
+        "impl",
+        "block_size",
+        "softcap",
+    ]
