@@ -11,10 +11,10 @@ import numpy as np
 import optax
 from flax import nnx
 
+from attnlab.backends import sampled_rows
 from attnlab.model import Net
 from attnlab.model.groups import GRAD_NORMS, in_grad_norm
 from attnlab.optim import current_lr
-from attnlab.statistics import sampled_rows
 from attnlab.tasks.batches import key_at
 
 

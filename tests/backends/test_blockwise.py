@@ -10,8 +10,8 @@ from flax import nnx
 
 from attnlab import config
 from attnlab import normalizers as nz
+from attnlab.backends import sampled_rows
 from attnlab.normalizers import base
-from attnlab.statistics import sampled_rows
 
 pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
 

@@ -9,9 +9,9 @@ from flax import nnx
 
 from attnlab import config
 from attnlab import normalizers as nz
+from attnlab.backends import sampled_rows
 from attnlab.checks import ConfigError
 from attnlab.config import registry
-from attnlab.statistics import sampled_rows
 
 pytestmark = pytest.mark.numerics  # `make test-numerics` runs these on whatever accelerator JAX sees
 

@@ -333,8 +333,8 @@ def test_adaptive_temperature_gradient_matches_finite_differences_of_the_referen
 def test_stickbreaking_at_length_goes_blockwise_with_statistics_on_sampled_rows(monkeypatch):
     """impl=auto over the memory budget: the blockwise output equals the dense one, and the leftover mass
     is the reference's on the sampled rows (positions passed, so each row leaves out its own key)."""
+    from attnlab.backends import sampled_rows
     from attnlab.normalizers import base
-    from attnlab.statistics import sampled_rows
 
     monkeypatch.setattr(base, "memory_budget", lambda platform: 0)  # auto: every dense score over the budget
     monkeypatch.setattr(sampled_rows, "STATS_ROWS", 5)

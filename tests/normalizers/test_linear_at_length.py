@@ -10,8 +10,8 @@ from flax import nnx
 
 from attnlab import config
 from attnlab import normalizers as nz
+from attnlab.backends import sampled_rows
 from attnlab.normalizers.base import core_stats
-from attnlab.statistics import sampled_rows
 
 F32 = jnp.float32
 

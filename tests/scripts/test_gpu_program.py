@@ -22,9 +22,8 @@ import gpu_program as gp  # noqa: E402
 import normalizer_refs as R  # noqa: E402
 
 from attnlab import config
-from attnlab.backends import impl
+from attnlab.backends import impl, sampled_rows
 from attnlab.config import registry  # noqa: E402
-from attnlab.statistics import sampled_rows
 
 pytestmark = pytest.mark.gpu_program
 

@@ -34,9 +34,8 @@ import jax.numpy as jnp
 
 from attnlab import checks
 from attnlab.checks import ConfigError
-from attnlab.statistics import sampled_rows
 
-from . import pallas_linear, pallas_sigmoid
+from . import pallas_linear, pallas_sigmoid, sampled_rows
 from .blockwise import BlockForm
 from .fused import fused_attention
 from .mask import Mask

@@ -31,7 +31,7 @@ LAYER_CHARTS = (
 
 
 # What a tag measures, shown in TensorBoard's tag tooltip (the first event of each tag carries it).
-# The attn_* ones are normalizers.statistics.STATISTICS'.
+# The attn_* ones are attnlab.statistics.STATISTICS'.
 DESCRIPTIONS = {
     **{f"attn_{s.name}/": s.description for s in STATISTICS},
     "attn_sink_rate": f"share of heads whose mean first-key weight exceeds {SINK_EPSILON} (the sink rate, Gu et al. "

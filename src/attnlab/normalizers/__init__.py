@@ -65,12 +65,8 @@ __all__ = [
 # Names that moved to the config layer, kept here for one release with a warning: {old name: its name there}.
 MOVED = {"attend": "attend", "attention_weights": "attention_weights", "build": "normalizer"}
 # Modules that moved out, kept importable under their old names for one release with a warning: {old: new}.
-MOVED_MODULES = {
-    **{m: f"attnlab.backends.{m}" for m in ("mask", "impl", "fused", "blockwise", "softmax_vjp")},
-    **{m: f"attnlab.backends.{m}" for m in ("pallas_linear", "pallas_sigmoid")},
-    "statistics": "attnlab.statistics",
-    "sampled_rows": "attnlab.statistics.sampled_rows",
-}
+BACKENDS = ("mask", "impl", "fused", "blockwise", "softmax_vjp", "pallas_linear", "pallas_sigmoid", "sampled_rows")
+MOVED_MODULES = {**{m: f"attnlab.backends.{m}" for m in BACKENDS}, "statistics": "attnlab.statistics"}
 
 
 def moved_warning(old: str, new: str) -> None:

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attnlab import checks
-from attnlab.backends import blockwise
+from attnlab.backends import blockwise, sampled_rows
 from attnlab.backends.impl import (
     Backend,
     Capability,
@@ -27,7 +27,7 @@ from attnlab.backends.impl import (
     memory_budget,
 )
 from attnlab.backends.mask import Mask
-from attnlab.statistics import CORE_STATS, core_stats, sampled_rows, softmax_stats  # noqa: F401 (CORE_STATS: normalizers exports it)
+from attnlab.statistics import CORE_STATS, core_stats, softmax_stats  # noqa: F401 (CORE_STATS: normalizers exports it)
 
 from .contract import check_members
 

@@ -9,10 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
-from attnlab.backends import pallas_linear
+from attnlab.backends import pallas_linear, sampled_rows
 from attnlab.backends.impl import Capability, Workload
 from attnlab.backends.mask import Mask
-from attnlab.statistics import sampled_rows
 
 from . import reference as ref
 from .base import FixedFeatures, Normalizer, core_stats

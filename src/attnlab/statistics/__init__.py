@@ -2,9 +2,9 @@
 rows, its TensorBoard description and chart, and whether it enters the final metrics and the histograms.
 
 A statistic reads a block of rows through `Rows`, which has two forms: `WeightRows`, from the weights (the dense
-form's whole T×S matrix, or the weights of sampled rows: sampled_rows.py), and `SoftmaxRows`, from the logits x of
-weights masked_softmax(x) without building them (the sampled rows of a softmax-family normalizer beside a fused
-kernel). A statistic written from the row quantities both forms give (mass, entropy, largest weight, the weight
+form's whole T×S matrix, or the weights of sampled rows: backends/sampled_rows.py), and `SoftmaxRows`, from the
+logits x of weights masked_softmax(x) without building them (the sampled rows of a softmax-family normalizer beside
+a fused kernel). A statistic written from the row quantities both forms give (mass, entropy, largest weight, the weight
 at a key position) is computed the same way by each; `core_stats` and `softmax_stats` compute every one.
 Statistics a normalizer computes itself (its extras: β, KL to the prior, ...) are declared with `of_rows=None`. Its
 extras also replace a statistic of rows that its weights leave undefined: the entropy of signed weights (a normalizer

@@ -168,7 +168,7 @@ def make_evaluate(
     logits in split order (calibration.calibration_sample of the whole split, without keeping its
     outputs): no per-batch host round-trip, and no (N, T, C) array of the whole split. A classification
     head's sums also hold those of softmax(logits / temperature) (the *_ts metrics).
-    `attention_stats` adds each layer's final statistics (ATTENTION_STATS: normalizers.statistics, mean over
+    `attention_stats` adds each layer's final statistics (ATTENTION_STATS: attnlab.statistics, mean over
     heads) as attn_<name>/layer_i: per-batch means weighted by real examples.
     """
     classify = head.kind == "classification"
