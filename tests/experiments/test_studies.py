@@ -390,7 +390,8 @@ BEFORE = {
     "trainer.eval_every=250 trainer.vmap_seeds=3 trainer.progress=none",
     "lm_normalizers/screen": f"normalizer={_ALL} optim.lr=1e-3,3e-3,1e-2 seed=0 {_LM}",
     "lm_normalizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM}",
-    "attention_sinks/screen": f"normalizer=softmax,relu,softpick,sink optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS}",
+    "attention_sinks/screen": "normalizer=softmax,relu,softpick,sink,softmax1,sigmoid,forgetting,differential "
+    f"optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS}",
     "attention_sinks/screen_gated": "normalizer=softmax model.output_gate=headwise optim.lr=1e-3,3e-3,1e-2 seed=0 "
     + _AS,
     "attention_sinks/screen_sgd": "normalizer=softmax optim=sgd optim.lr=1e-2,3e-2,1e-1 seed=0 " + _AS,
