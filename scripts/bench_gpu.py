@@ -136,7 +136,7 @@ def attnlab_run(overrides: list[str], mesh=None) -> dict:
     from attnlab.cli import build
     from attnlab.model.groups import leaf_groups
     from attnlab.run.files import compute_record
-    from attnlab.steps import probes_supported
+    from attnlab.steps import probes_per_layer
     from attnlab.train import train_data
     from attnlab.train.loop import compile_steps
     from attnlab.train.state import Placement, fresh_state
@@ -166,7 +166,7 @@ def attnlab_run(overrides: list[str], mesh=None) -> dict:
         layers=layers,
         num_layers=len(net.body.blocks),
         num_heads=net.body.blocks[0].attn.num_heads,
-        probe_scores=probes_supported(net),
+        probe_layers=probes_per_layer(net),
         num_seeds=S,
         scored_k=task.scored_positions(),
     )

@@ -31,7 +31,7 @@ def compiled_steps(overrides: list[str], stats: bool):
     from attnlab.cli import build
     from attnlab.config import registry
     from attnlab.model.groups import leaf_groups
-    from attnlab.steps import make_stats_step, make_train_step, probes_supported
+    from attnlab.steps import make_stats_step, make_train_step, probes_per_layer
     from attnlab.train import train_data
     from attnlab.train.state import Placement, initial_loop
 
@@ -56,7 +56,7 @@ def compiled_steps(overrides: list[str], stats: bool):
     # A logging step runs the train step and, beside it, the statistics program (steps.make_stats_step).
     programs = {
         "plain": lambda: make_train_step(graphdef, tx, groups=groups, layers=layers, **common),
-        "stats": lambda: make_stats_step(graphdef, probe_scores=probes_supported(nets[0]), **common),
+        "stats": lambda: make_stats_step(graphdef, probe_layers=probes_per_layer(nets[0]), **common),
     }
     out, seconds = {}, {}
     for kind in ("plain", "stats") if stats else ("plain",):

@@ -16,7 +16,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, exits, outdir, progress
-from attnlab.config import composition, construct, registry
+from attnlab.config import composition, construct, mistakes, registry
 from attnlab.run import chance
 from attnlab.run.convergence import at_plateaus
 from attnlab.run.files import (
@@ -74,10 +74,13 @@ def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> lis
         f"from {', '.join(allowed)}, e.g. [softmax,linear]",
     )
     unknown = [n for n in names if n not in allowed]
+    hints = [
+        f"{n} (did you mean {near}?)" if (near := mistakes.closest_choice("normalizer", n)) else n for n in unknown
+    ]
     _require(
         not unknown,
         f"model.layer_normalizers={list(names)} names unknown normalizer(s) "
-        f"{', '.join(unknown)}; allowed: {', '.join(allowed)}",
+        f"{', '.join(hints)}; allowed: {', '.join(allowed)}",
     )
     if selected is None:  # outside Hydra: the YAML whose _target_ the composed normalizer has
         selected = registry.name_of("normalizer", registry.resolve_target(node.get("_target_"), "normalizer"))

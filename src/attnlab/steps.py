@@ -63,14 +63,9 @@ def all_finite(leaves) -> jax.Array:
     return jnp.all(jnp.stack([jnp.all(jnp.isfinite(jnp.concatenate([x.ravel() for x in group]))) for group in groups]))
 
 
-def probes_per_layer(net: Net) -> list[bool]:
+def probes_per_layer(net: Net) -> tuple[bool, ...]:
     """Per layer: whether its normalizer exposes its score matrix to a gradient probe (score_grad)."""
-    return [block.attn.normalizer.exposes_scores for block in net.body.blocks]
-
-
-def probes_supported(net: Net) -> bool:
-    """Whether every layer does: the probes are one program for the model, so one layer without turns them off."""
-    return all(probes_per_layer(net))
+    return tuple(block.attn.normalizer.exposes_scores for block in net.body.blocks)
 
 
 def step_key(state):
@@ -218,15 +213,16 @@ def make_stats_step(
     num_heads,
     batch_size,
     batch_sharding,
-    probe_scores: bool,
+    probe_layers: tuple[bool, ...],
     num_seeds: int = 1,
     scored_k: int | None = None,
     data_axis: int | None = None,
 ):
     """Jitted (state, data) -> statistics of the step `state` is about to take: attention statistics and
     dL/dz at the scores, from a separate forward (and a backward to the probes only: no weight gradients)
-    on the same batch and dropout key. It returns no state: the update always comes from `make_train_step`,
-    whose metrics carry the gradient norms.
+    on the same batch and dropout key, for the layers `probe_layers` marks (probes_per_layer; NaN rows for the
+    others). It returns no state: the update always comes from `make_train_step`, whose metrics carry the gradient
+    norms.
     """
     sample = batch_sampler(batch_size, batch_sharding)
 
@@ -236,12 +232,13 @@ def make_stats_step(
         T = batch["valid"].shape[1]
         loss_fn = loss_of_batch(graphdef, state, batch, key, with_stats=True, scored_k=scored_k)
         # No B×N×T×T probe at length: the statistics stay blockwise and score_grad is not logged.
-        if not probe_scores or sampled_rows.at_length(T, T):
+        if not any(probe_layers) or sampled_rows.at_length(T, T):
             return {"attn": loss_fn(state["params"], None)[1]}
-        probes = [jnp.zeros((batch_size, num_heads, T, T)) for _ in range(num_layers)]
+        probes = [jnp.zeros((batch_size, num_heads, T, T)) if p else None for p in probe_layers]
         (_, attn), probe_grads = jax.value_and_grad(loss_fn, argnums=1, has_aux=True)(state["params"], probes)
-        score_grad = jnp.stack([jnp.sqrt(jnp.sum(jnp.square(g), (0, 2, 3))) for g in probe_grads])
-        return {"attn": attn, "score_grad": score_grad}
+        nan_N = jnp.full((num_heads,), jnp.nan)
+        norms = [nan_N if g is None else jnp.sqrt(jnp.sum(jnp.square(g), (0, 2, 3))) for g in probe_grads]
+        return {"attn": attn, "score_grad": jnp.stack(norms)}
 
     return jax.jit(over_seeds(stats, num_seeds, (0, data_axis)))
 

@@ -58,7 +58,9 @@ def test_a_users_head_passes_and_a_users_leaky_normalizer_fails_naming_the_prope
     "argv, said",
     [
         ([], "usage: attnlab-check [--config-dir DIR] {normalizer=NAME | task=NAME | head=NAME}"),
-        (["normalizer=sofmax"], "normalizer=sofmax unknown; allowed: "),
+        (["normalizer=sofmax"], "normalizer=sofmax unknown (did you mean softmax?); allowed: "),
+        (["task=mqr"], "task=mqr unknown (did you mean mqar?); allowed: "),
+        (["task=mqar", "task._target_=os.system"], "task _target_ 'os.system' refused (a builtin_function_or_method)"),
         (["normalizer=kl", "normalizer.prio=uniform"], "normalizer.prio is not a key of the config (did you mean"),
         (["--config-dir", "nowhere", "normalizer=kl"], "--config-dir 'nowhere': no such directory"),
     ],

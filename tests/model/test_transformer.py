@@ -18,7 +18,7 @@ from attnlab.model.attention import ShortConv
 from attnlab.model.groups import leaf_groups
 from attnlab.normalizers import Mask
 from attnlab.statistics import CORE_STATS
-from attnlab.steps import make_stats_step, make_train_step, probes_supported, sample_batch, step_key
+from attnlab.steps import make_stats_step, make_train_step, probes_per_layer, sample_batch, step_key
 from attnlab.train.state import fresh_state
 
 NORMALIZERS = registry.choices("normalizer")
@@ -151,7 +151,7 @@ def one_step(*overrides, task="mqar", with_stats=True):
         num_layers=len(net.body.blocks), num_heads=net.body.blocks[0].attn.num_heads, batch_size=8, batch_sharding=None
     )
     step = make_train_step(graphdef, tx, groups=groups, layers=layers, **shape)
-    extra = make_stats_step(graphdef, probe_scores=probes_supported(net), **shape)(state, data) if with_stats else {}
+    extra = make_stats_step(graphdef, probe_layers=probes_per_layer(net), **shape)(state, data) if with_stats else {}
     new_state, metrics = step(state, data)
     metrics = {**extra, **metrics}
     new_state, _ = step(new_state, data)  # the first step's learning rate is 0 (warmup from 0)
@@ -207,7 +207,18 @@ def test_hybrid_statistics_are_the_union_of_its_layers():
     tags = flatten_train_metrics(jax.tree.map(lambda x: np.asarray(x[0]), metrics))
     assert "attn_beta/layer_0/head_0" in tags and "attn_beta/layer_1/head_0" not in tags
     assert "attn_min_denominator/layer_1/head_1" in tags and "attn_entropy/layer_1/head_0" in tags
-    assert metrics["score_grad"].shape[1] == 3  # the score probe reaches every layer
+    score_grad = np.asarray(metrics["score_grad"][0])  # (L, N): linear's kernel matrix is its scores too
+    assert score_grad.shape == (3, 2) and np.isfinite(score_grad).all() and (score_grad > 0).all()
+
+
+def test_score_grad_for_every_layer_with_a_score_matrix_whatever_the_others():
+    """Differential attention has two score maps (no one dL/dz): its layer's row is NaN and untagged; the softmax
+    layers' gradients at the scores are there (nonzero), one layer without no longer turning off the others'."""
+    net, metrics, _, _, _ = one_step("model.layers=3", "model.layer_normalizers=[softmax,differential,softmax]")
+    score_grad = np.asarray(metrics["score_grad"][0])
+    assert np.isfinite(score_grad[[0, 2]]).all() and (score_grad[[0, 2]] > 0).all() and np.isnan(score_grad[1]).all()
+    tags = flatten_train_metrics(jax.tree.map(lambda x: np.asarray(x[0]), metrics))
+    assert {"score_grad/layer_0", "score_grad/layer_2"} <= set(tags) and "score_grad/layer_1" not in tags
 
 
 def test_hybrid_layers_use_their_own_yaml_and_the_selected_normalizers_overrides():
@@ -231,6 +242,10 @@ def test_hybrid_layers_use_their_own_yaml_and_the_selected_normalizers_overrides
             "model.layer_normalizers=[softmax,nope]",
             "model.layer_normalizers=['softmax', 'nope'] names unknown normalizer(s) nope; "
             "allowed: differential, entmax",
+        ),
+        (
+            "model.layer_normalizers=[sofmax,linear,lineer]",
+            "names unknown normalizer(s) sofmax (did you mean softmax?), lineer (did you mean linear?); allowed: ",
         ),
         ("model.layer_normalizers=softmax", "model.layer_normalizers='softmax' is invalid"),
         ("model.layer_normalizers=[]", "is invalid; allowed: null or a non-empty list"),

@@ -118,7 +118,7 @@ def test_host_stream_steps_train_as_the_device_steps():
     from attnlab import cli
     from attnlab.accelerator import data_mesh
     from attnlab.model.groups import leaf_groups
-    from attnlab.steps import probes_supported
+    from attnlab.steps import probes_per_layer
     from attnlab.train import train_data
     from attnlab.train.loop import compile_steps
     from attnlab.train.state import Placement, fresh_state
@@ -138,7 +138,7 @@ def test_host_stream_steps_train_as_the_device_steps():
         num_layers=len(nets[0].body.blocks),
         num_seeds=S,
         num_heads=nets[0].body.blocks[0].attn.num_heads,
-        probe_scores=probes_supported(nets[0]),
+        probe_layers=probes_per_layer(nets[0]),
     )
     states, losses, datas = {}, {}, {}
     for where, t in (("device", task), ("host", host_task)):

@@ -76,7 +76,7 @@ def test_logging_never_changes_the_parameters():
 
     from attnlab import cli
     from attnlab.model.groups import leaf_groups
-    from attnlab.steps import probes_supported
+    from attnlab.steps import probes_per_layer
     from attnlab.train.loop import compile_steps
     from attnlab.train.state import fresh_state
 
@@ -101,7 +101,7 @@ def test_logging_never_changes_the_parameters():
         layers=layers,
         num_layers=len(net.body.blocks),
         num_heads=net.body.blocks[0].attn.num_heads,
-        probe_scores=probes_supported(net),
+        probe_layers=probes_per_layer(net),
         num_seeds=1,
     )
     logged, plain = initial(), initial()

@@ -62,6 +62,8 @@ def flatten_train_metrics(m: Mapping[str, Any], prefix: str = "train", has_beta:
             out[f"grad_norm/{name}"] = float(v)
     if "score_grad" in m:
         for i, row in enumerate(np.asarray(m["score_grad"])):
+            if np.isnan(row).all():
+                continue  # a layer with no score matrix (steps.probes_per_layer)
             out[f"score_grad/layer_{i}"] = float(np.sqrt(np.sum(row**2)))
             out.update({f"score_grad/layer_{i}/head_{h}": float(x) for h, x in enumerate(row)})
     for stat, v in m.get("attn", {}).items():

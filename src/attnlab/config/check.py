@@ -34,12 +34,13 @@ def makers(argv: list[str]) -> dict[str, tuple[str, object]]:
         )
     for group, name in named:
         if name not in registry.choices(group):
-            raise ConfigError(f"{group}={name} unknown; allowed: {', '.join(registry.choices(group))}")
+            raise ConfigError(mistakes.unknown_choice(group, name))
     cfg = registry.compose_train(overrides)
     composition.no_unknown_keys(cfg, overrides)
     out = {}
     for group, name in named:
         node = OmegaConf.to_container(cfg[group], resolve=True)
+        registry.resolve_target(node.get("_target_"), group)  # a refused _target_ is bad input, before any check
         if group == "normalizer":
             out[group] = (name, construct.build(group, node, deferred=FROM_ATTENTION, choice=name))
         elif group == "task":

@@ -191,10 +191,20 @@ def explain(message: str, overrides: list[str] | None = None) -> str | None:
         return f"{key} is not a key of the config{hint}{tail}"
     m = re.search(r"Could not find '([^']+)/([^'/]+)'", message)
     if m:
-        group, name = m.groups()
-        names = registry.choices(group)
-        alias = SYNONYMS.get(name.lower())
-        near = [alias] if alias in names else difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.6)
-        hint = f" (did you mean {near[0]}?)" if near else ""
-        return f"{group.replace('/', '.')}={name} unknown{hint}; allowed: {', '.join(names)}"
+        return unknown_choice(*m.groups())
     return None
+
+
+def closest_choice(group: str, name: str) -> str | None:
+    """The choice of `group` that `name` most likely misspells (a synonym or a close spelling), or None."""
+    names = registry.choices(group)
+    alias = SYNONYMS.get(name.lower())
+    near = [alias] if alias in names else difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.6)
+    return near[0] if near else None
+
+
+def unknown_choice(group: str, name: str) -> str:
+    """'normalizer=sofmax unknown (did you mean softmax?); allowed: ...', for a choice `group` does not have."""
+    near = closest_choice(group, name)
+    hint = f" (did you mean {near}?)" if near else ""
+    return f"{group.replace('/', '.')}={name} unknown{hint}; allowed: {', '.join(registry.choices(group))}"

@@ -58,15 +58,16 @@ def compute_record(net, seq_len: int, precision: str) -> dict[str, Any]:
 
     impls = net.body.attention_impl(seq_len)
     print(f"attnlab: attention_impl per layer: {', '.join(impls)}; matmul_precision: {precision}", file=sys.stderr)
-    without = [i for i, ok in enumerate(probes_per_layer(net)) if not ok]
-    if without:  # score_grad is one program for the whole model (steps.make_stats_step): say why it is absent
+    probed = probes_per_layer(net)
+    without = [i for i, ok in enumerate(probed) if not ok]
+    if without:  # say why those layers have no score_grad (steps.make_stats_step)
         names = ", ".join(f"{i} ({type(net.body.blocks[i].attn.normalizer).__name__})" for i in without)
-        print(f"attnlab: score_grad not logged: layer(s) {names} expose no score matrix", file=sys.stderr)
+        print(f"attnlab: score_grad not logged for layer(s) {names}: no score matrix", file=sys.stderr)
     return {
         "attention_impl": impls,
         "matmul_precision": precision,
         "compute_dtype": np.dtype(net.body.dtype).name,
-        "score_grad_layers": [] if without else list(range(len(impls))),
+        "score_grad_layers": [i for i, ok in enumerate(probed) if ok],
     }
 
 

@@ -17,7 +17,7 @@ from attnlab.accelerator import put
 from attnlab.model import Net
 from attnlab.model.groups import leaf_groups
 from attnlab.progress import Phases
-from attnlab.steps import probes_supported
+from attnlab.steps import probes_per_layer
 from attnlab.train.config import LoopConfig
 from attnlab.train.evaluation import Evaluator, final_metrics
 from attnlab.train.final import seed_records
@@ -77,7 +77,7 @@ def fit(
             layers=layers,
             num_layers=num_layers,
             num_heads=nets[0].body.blocks[0].attn.num_heads,
-            probe_scores=probes_supported(nets[0]),
+            probe_layers=probes_per_layer(nets[0]),
             num_seeds=S,
             scored_k=task.scored_positions(),
         )

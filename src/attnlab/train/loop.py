@@ -95,7 +95,17 @@ def run_steps(
 
 
 def compile_steps(
-    graphdef, tx, state, data, cfg: LoopConfig, placement: Placement, *, groups, layers, probe_scores: bool, **shape
+    graphdef,
+    tx,
+    state,
+    data,
+    cfg: LoopConfig,
+    placement: Placement,
+    *,
+    groups,
+    layers,
+    probe_layers: tuple[bool, ...],
+    **shape,
 ) -> CompiledSteps:
     """The train step and the statistics program compiled ahead of time (`shape`: their shared options).
 
@@ -109,7 +119,7 @@ def compile_steps(
     )
     arg = data.spec()
     plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **common).lower(state, arg).compile()
-    statistics = make_stats_step(graphdef, probe_scores=probe_scores, **common).lower(state, arg).compile()
+    statistics = make_stats_step(graphdef, probe_layers=probe_layers, **common).lower(state, arg).compile()
     stream = data
 
     def stats(state, _):
