@@ -191,20 +191,27 @@ def test_a_normalizer_no_yaml_names_is_named_by_its_class():
         built.choose_backend(8, 8, nz.Mask(causal=True), np.float32, nz.base.Workload(1, 2))
 
 
-def test_a_user_yaml_that_attnlabs_own_would_shadow_is_refused_naming_the_file(tmp_path, monkeypatch):
+def test_a_user_yaml_that_attnlabs_own_would_shadow_is_refused_where_chosen_and_warned_of_elsewhere(
+    tmp_path, monkeypatch, capsys
+):
     # Hydra puts --config-dir and hydra.searchpath after its primary config directory, attnlab's configs/, so a
     # user's normalizer/softmax.yaml would silently build attnlab's softmax.
     monkeypatch.chdir(tmp_path)
     (tmp_path / "mine" / "normalizer").mkdir(parents=True)
     (tmp_path / "mine" / "normalizer" / "softmax.yaml").write_text("_target_: attnlab.normalizers.ReLU\n")
-    expected = (
+    said = (
         "mine/normalizer/softmax.yaml: attnlab has its own normalizer=softmax, which Hydra reads first, so this "
         "file would never be used; give yours another name (e.g. normalizer/softmax_mine.yaml)"
     )
-    for argv in (["--config-dir", "mine"], [f"hydra.searchpath=[file://{tmp_path / 'mine'}]"]):
-        with pytest.raises(ConfigError) as refused:
-            registry.use_argv(argv)
-        assert str(refused.value) == expected
+    searchpath = f"hydra.searchpath=[file://{tmp_path / 'mine'}]"
+    chosen = [["--config-dir", "mine"], [searchpath], ["-m", "--config-dir", "mine", "normalizer=relu,softmax"]]
+    for argv in chosen:  # softmax by default, or in a sweep
+        with pytest.raises(SystemExit) as refused:
+            composition.compose_or_exit(argv)
+        assert refused.value.code == 2 and capsys.readouterr().err == f"attnlab: error: {said}\n", argv
+    composition.compose_or_exit(["--config-dir", "mine", "normalizer=relu"])  # never read: a warning, and it runs
+    unread = said.replace("would never be used", "is not used (this command does not choose it)")
+    assert capsys.readouterr().err == f"attnlab: warning: {unread}\n"
     with pytest.raises(ConfigError, match=r"^hydra\.searchpath entry 'file:///nowhere/at/all': no such directory$"):
         registry.use(searchpath=["file:///nowhere/at/all"])
     registry.use()

@@ -37,6 +37,8 @@ def makers(argv: list[str]) -> dict[str, tuple[str, object]]:
             raise ConfigError(mistakes.unknown_choice(group, name))
     cfg = registry.compose_train(overrides)
     composition.no_unknown_keys(cfg, overrides)
+    for message in registry.check_shadowed(mistakes.chosen(overrides), overrides):
+        print(f"attnlab-check: warning: {message}", file=sys.stderr)
     out = {}
     for group, name in named:
         node = OmegaConf.to_container(cfg[group], resolve=True)

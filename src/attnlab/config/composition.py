@@ -129,13 +129,18 @@ def compose_or_exit(argv: list[str]) -> None:
         if mistake:
             raise ValueError(mistake)
         lists = compose_overrides([o for o in overrides if not o.startswith("hydra")], set(registry.groups()))
+        unread = set()
         for override_list in lists:
             # `+steps=1` too, before any directory
             cfg = registry.compose_train(override_list)
             no_unknown_keys(cfg, override_list)
+            unread |= set(registry.check_shadowed(mistakes.chosen(override_list), override_list))
             for swept_list in preset_sweep(cfg, override_list, multirun):
                 override_list = swept_list
                 no_unknown_keys(registry.compose_train(swept_list), swept_list)
+                unread |= set(registry.check_shadowed(mistakes.chosen(swept_list), swept_list))
+        for message in sorted(unread):
+            print(f"attnlab: warning: {message}", file=sys.stderr)
     except (*registry.COMPOSITION_ERRORS, ValueError) as exc:
         said = mistakes.explain(str(exc), override_list) or one_line(exc)
         print(f"attnlab: error: {said}", file=sys.stderr)

@@ -51,6 +51,8 @@ BASES = ("normalizer", "task", "head")
 
 # The search path's entries beyond Hydra's defaults, as (provider, url) in Hydra's order: set by `use`.
 _EXTRA: list[tuple[str, str]] = []
+# The user's YAMLs named like one of attnlab's own, as (group, name, file): Hydra reads attnlab's first. Set by `use`.
+_SHADOWED: list[tuple[str, str, Path]] = []
 
 
 def use(config_dirs: Iterable[str] = (), searchpath: Iterable[str] = ()) -> None:
@@ -61,31 +63,45 @@ def use(config_dirs: Iterable[str] = (), searchpath: Iterable[str] = ()) -> None
             raise ConfigError(f"--config-dir {d!r}: no such directory")
     dirs = [("command-line", f"file://{os.path.abspath(d)}") for d in config_dirs]
     urls = [u if "://" in u else f"file://{os.path.abspath(u)}" for u in searchpath]
-    for url in [u for _, u in dirs] + urls:
-        _check_dir(url)
+    _SHADOWED[:] = [shadow for url in [u for _, u in dirs] + urls for shadow in _shadows(url)]
     _EXTRA[:] = [*dirs, *(("hydra.searchpath in command-line", u) for u in urls)]
 
 
-def _check_dir(url: str) -> None:
-    """A ConfigError for a file:// entry that is no directory, or that holds a YAML attnlab's configs/ also has:
-    Hydra reads configs/ first (its primary config directory precedes `--config-dir` and `hydra.searchpath` on the
-    search path), so the user's file would never be read."""
+def _shadows(url: str) -> list[tuple[str, str, Path]]:
+    """The YAMLs of a file:// entry that attnlab's configs/ also has, as (group, name, file) (group "." for a primary
+    config); a ConfigError for an entry that is no directory."""
     schema, _, path = url.partition("://")
     if schema != "file":
-        return
+        return []
     if not Path(path).is_dir():
         raise ConfigError(f"hydra.searchpath entry {url!r}: no such directory")
     if Path(path).resolve() == CONFIG_DIR.resolve():
-        return
-    for relative in sorted(p.relative_to(CONFIG_DIR) for p in CONFIG_DIR.rglob("*.yaml")):
-        mine = Path(path) / relative
-        if mine.is_file():
-            group, name = relative.parent.as_posix(), relative.stem
-            choice = f"{group}={name}" if group != "." else name
-            raise ConfigError(
-                f"{display(mine)}: attnlab has its own {choice}, which Hydra reads first, so this file would never be "
-                f"used; give yours another name (e.g. {relative.with_name(f'{name}_mine.yaml').as_posix()})"
-            )
+        return []
+    relatives = sorted(p.relative_to(CONFIG_DIR) for p in CONFIG_DIR.rglob("*.yaml"))
+    return [
+        (r.parts[0] if len(r.parts) > 1 else ".", "/".join(r.with_suffix("").parts[1:]) or r.stem, Path(path) / r)
+        for r in relatives
+        if (Path(path) / r).is_file()
+    ]
+
+
+def check_shadowed(chosen: dict[str, str | None], overrides: Iterable[str] = ()) -> list[str]:
+    """Refuse a user YAML named like one of attnlab's where this command would choose it (by default, a preset or
+    an override, swept values included): Hydra reads configs/ first (its primary config directory precedes
+    `--config-dir` and `hydra.searchpath`), so the user's file would silently not be the one used. Returns the
+    warnings for the others, which this command never reads."""
+    named = {(k.lstrip("+~"), v) for o in overrides for k, _, vs in [o.partition("=")] for v in vs.split(",")}
+    unread = []
+    for group, name, mine in _SHADOWED:
+        choice = f"{group}={name}" if group != "." else name
+        message = (
+            f"{display(mine)}: attnlab has its own {choice}, which Hydra reads first, so this file would never be "
+            f"used; give yours another name (e.g. {choice.replace('=', '/')}_mine.yaml)"
+        )
+        if group == "." or chosen.get(group) == name or (group, name) in named:
+            raise ConfigError(message)
+        unread.append(message.replace("would never be used", "is not used (this command does not choose it)"))
+    return unread
 
 
 def display(path: Path) -> str:
