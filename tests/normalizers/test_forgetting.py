@@ -173,12 +173,12 @@ def test_attention_passes_its_normalised_input_to_the_gate():
 
 
 def test_a_bidirectional_model_is_refused_naming_the_task():
-    from cli_helpers import TINY_TASK, compose_train
+    from cli_helpers import compose_train, tiny_task
 
     from attnlab import cli
     from attnlab.checks import ConfigError
 
-    cfg = compose_train("model=tiny", "task=listops", "normalizer=forgetting", *TINY_TASK["listops"])
+    cfg = compose_train("model=tiny", "task=listops", "normalizer=forgetting", *tiny_task("listops"))
     with pytest.raises(ConfigError) as err:
         cli.build(cfg, "softmax_ce")
     message = str(err.value)
