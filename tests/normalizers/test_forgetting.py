@@ -2,7 +2,7 @@
 attention ported, gradients (q, k, the layer input, w_f, b_f) against finite differences of the float64 reference,
 padding as fla's unpadding, the constant gate as KL's recency prior, and attention passing the layer input.
 
-The shared suites draw forgetting from normalizer_refs VARIANTS without a layer input (the gate σ(b_f) everywhere)."""
+The shared suites draw forgetting at its check_variants without a layer input (the gate σ(b_f) everywhere)."""
 
 import math
 
