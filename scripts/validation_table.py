@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "config")]  # the helpers; test_validation
 
-from cli_helpers import TINY, TINY_TASK  # noqa: E402
+from cli_helpers import TINY, tiny_task  # noqa: E402
 from test_fuzz import FIXED  # noqa: E402
 from test_validation import BAD  # noqa: E402
 
@@ -63,7 +63,7 @@ def command_line(case: list[str], run_dir: Path) -> list[str]:
     """TINY, the task's tiny sizes and the case; a key the case sets is dropped from the base."""
     task = next((o.split("=")[1] for o in case if o.startswith("task=")), "mqar")
     keys = {o.split("=", 1)[0].lstrip("+~") for o in case} - {"task"}
-    base = [o for o in [*TINY, f"task={task}", *TINY_TASK[task]] if o.split("=", 1)[0] not in keys]
+    base = [o for o in [*TINY, f"task={task}", *tiny_task(task)] if o.split("=", 1)[0] not in keys]
     run = [] if "hydra.run.dir" in keys else [f"hydra.run.dir={run_dir}"]
     return [*base, *(o for o in case if not o.startswith("task=")), *run]
 

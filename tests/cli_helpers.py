@@ -31,31 +31,18 @@ TINY = [
     "trainer.eval_batch_size=20",
     "trainer.progress=none",
 ]
-TINY_TASK = {
-    "mqar": [
-        "task.seq_len=16",
-        "task.vocab_size=16",
-        "task.num_kv_pairs=2",
-        "task.n_train=200",
-        "task.n_val=40",
-        "task.n_test=40",
-    ],
-    "icl_regression": ["task.dim=3", "task.n_points=6", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
-    "listops": [
-        "task.max_depth=2",
-        "task.max_args=3",
-        "task.min_length=4",
-        "task.max_length=16",
-        "task.seq_len=16",
-        "task.n_train=200",
-        "task.n_val=40",
-        "task.n_test=40",
-    ],
-    "digits": [],
-    "lm": ["task.seq_len=16", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
-    "bigram_backcopy": ["task.seq_len=16", "task.num_tokens=16", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
-    "max_retrieval": ["task.n_items=7", "task.min_items=3", "task.n_train=200", "task.n_val=40", "task.n_test=40"],
-}
+# Split sizes of a tiny run, for every task that has these options.
+TINY_SPLITS = {"n_train": 200, "n_val": 40, "n_test": 40}
+
+
+def tiny_task(name: str) -> list[str]:
+    """Overrides that make task `name` tiny: its class's own `tiny_options`, and TINY_SPLITS where it has them."""
+    from attnlab.config import registry
+
+    options = registry.load("task", name)
+    cls = registry.resolve_target(options["_target_"], "task")
+    splits = {key: size for key, size in TINY_SPLITS.items() if key in options}
+    return [f"task.{key}={value}" for key, value in {**cls.tiny_options, **splits}.items()]
 
 
 def run_cli(*overrides: str, cwd: Path, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:

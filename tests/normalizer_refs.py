@@ -7,7 +7,6 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from normalizer_variants import VARIANTS
 
 from attnlab import config
 from attnlab import normalizers as nz
@@ -56,24 +55,27 @@ def kl_log_prior(m_BTS, N, prior, slope=0.1, table_NK=None, max_distance=512):
 
 B, N, H = checker.B, checker.N, checker.H
 
+
 # Normalizers that refuse a bidirectional mask (class attribute `causal_only`): their reference cases run on the
 # causal mask settings only.
+def normalizer_class(name):
+    """The class configs/normalizer/<name>.yaml builds."""
+    return registry.resolve_target(registry.load("normalizer", name)["_target_"], "normalizer")
+
+
+def variants(name):
+    """{variant id: options} the tests check normalizer `name` under: its class's `check_variants`."""
+    return {vid: dict(opts) for vid, opts in normalizer_class(name).check_variants.items()}
+
+
 CAUSAL_ONLY = tuple(
-    name
-    for name in registry.choices("normalizer")
-    if getattr(
-        registry.resolve_target(registry.load("normalizer", name)["_target_"], "normalizer"), "causal_only", False
-    )
+    name for name in registry.choices("normalizer") if getattr(normalizer_class(name), "causal_only", False)
 )
 
 
 def cases():
     """[(name, variant_id, options)] over every normalizer the registry lists."""
-    return [
-        (name, vid, opts)
-        for name in registry.choices("normalizer")
-        for vid, opts in VARIANTS.get(name, {"default": {}}).items()
-    ]
+    return [(name, vid, opts) for name in registry.choices("normalizer") for vid, opts in variants(name).items()]
 
 
 def case_id(case):

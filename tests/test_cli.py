@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli, scalar_curve, train_in_process
+from cli_helpers import TINY, events, metrics, run_cli, scalar_curve, tiny_task, train_in_process
 
 from attnlab import config
 from attnlab.config import registry
@@ -23,7 +23,7 @@ def sweep(tmp_path, task, normalizers, head_names):
         f"normalizer={','.join(normalizers)}",
         f"head={','.join(head_names)}",
         *TINY,
-        *TINY_TASK[task],
+        *tiny_task(task),
         f"hydra.sweep.dir={tmp_path}",
         cwd=tmp_path,
     )
@@ -67,7 +67,7 @@ def default_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("run")
     run_dir = root / "out"
     proc = train_in_process(
-        *TINY, *TINY_TASK["mqar"], "normalizer=kl", "model.layers=2", f"hydra.run.dir={run_dir}", cwd=root
+        *TINY, *tiny_task("mqar"), "normalizer=kl", "model.layers=2", f"hydra.run.dir={run_dir}", cwd=root
     )
     return run_dir, proc
 
@@ -169,7 +169,7 @@ def test_loss_falls_on_a_memorisable_batch(tmp_path):
     """8 training examples, batch 8, 80 steps: the train loss must drop well below its start."""
     train_in_process(
         *TINY,
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         "task.n_train=8",
         "trainer.steps=80",
         "trainer.log_every=10",
@@ -183,7 +183,7 @@ def test_loss_falls_on_a_memorisable_batch(tmp_path):
     assert curve[-1] < 0.3 * curve[0], curve
 
 
-MQAR, ICL = TINY_TASK["mqar"], ["task=icl_regression", *TINY_TASK["icl_regression"]]
+MQAR, ICL = tiny_task("mqar"), ["task=icl_regression", *tiny_task("icl_regression")]
 
 
 @pytest.mark.parametrize(
@@ -223,7 +223,7 @@ def test_one_device_equals_four_devices(tmp_path):
     for n in (1, 4):
         run_cli(
             *TINY,
-            *TINY_TASK["mqar"],
+            *tiny_task("mqar"),
             f"accelerator.devices={n}",
             "trainer.steps=6",
             "trainer.log_every=1",

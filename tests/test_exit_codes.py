@@ -11,14 +11,14 @@ import sys
 import time
 
 import pytest
-from cli_helpers import TINY, TINY_TASK, metrics, run_cli
+from cli_helpers import TINY, metrics, run_cli, tiny_task
 
 from attnlab import exits
 
 # squared attention without eps at lr 1e6: non-finite from the first steps (tests/train/test_reliability.py).
 DIVERGE = [
     *TINY,
-    *TINY_TASK["mqar"],
+    *tiny_task("mqar"),
     "normalizer=squared",
     "normalizer.eps=0",
     "optim.lr=1e6",
@@ -30,7 +30,7 @@ MODES = {"single run": [], "sweep": ["-m"]}
 
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize(
-    "overrides", [["normalizer=softmx"], ["model.heads=0", *TINY, *TINY_TASK["mqar"]]], ids=["composition", "component"]
+    "overrides", [["normalizer=softmx"], ["model.heads=0", *TINY, *tiny_task("mqar")]], ids=["composition", "component"]
 )
 def test_refused(tmp_path, mode, overrides):
     """Refused by Hydra's composition or by a component's check: exit 2 either way; a sweep whose every job
@@ -75,7 +75,7 @@ def test_sigint_mid_training_exits_130_at_once_with_the_resume_command(tmp_path,
     d = tmp_path / "d"
     args = [
         *TINY,
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         "trainer.steps=100000",
         "trainer.checkpoint_every=5",
         f"hydra.{'sweep' if mode == 'sweep' else 'run'}.dir={d}",
@@ -124,7 +124,7 @@ def test_sigterm_during_start_up_exits_130_with_the_command_to_run_again(tmp_pat
     """A signal before the first step (here: amid JAX's import) is an interrupt like any other: exit 130, no
     traceback, nothing trained, and the command that runs it again."""
     d = tmp_path / "d"
-    args = [*TINY, *TINY_TASK["mqar"], f"hydra.{'sweep' if mode == 'sweep' else 'run'}.dir={d}"]
+    args = [*TINY, *tiny_task("mqar"), f"hydra.{'sweep' if mode == 'sweep' else 'run'}.dir={d}"]
     proc = subprocess.run(
         [sys.executable, "-c", _SIGTERM_AMID_JAXLIB, *MODES[mode], *args],
         cwd=tmp_path,

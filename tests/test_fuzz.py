@@ -9,7 +9,7 @@ from collections import Counter
 
 import fuzz_space as space
 import pytest
-from cli_helpers import CACHE, TINY_TASK, scalar_curve
+from cli_helpers import CACHE, scalar_curve, tiny_task
 from fuzz_space import outcome
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -22,7 +22,7 @@ from attnlab.config import registry
 def draws(draw, max_options: int = 3):
     """A task with its tiny sizes, maybe other choices (or an unknown one), then 1..max_options option values."""
     task = draw(st.sampled_from(registry.choices("task")))
-    overrides = [f"task={task}", *TINY_TASK[task]]
+    overrides = [f"task={task}", *tiny_task(task)]
     chosen = {"task": task, "model": "tiny"}
     defaults = {}  # option key -> its default, whose type says which drawn values are the wrong type
     for group in space.groups():
@@ -107,7 +107,7 @@ FIXED = [  # a structural number 0, a rate above 1, a GPU that is not there
 
 @pytest.mark.parametrize("overrides", FIXED, ids=" ".join)
 def test_known_bad_values_are_refused_in_one_line_naming_the_key(overrides):
-    kind, message = outcome(["task=mqar", *TINY_TASK["mqar"], *overrides])
+    kind, message = outcome(["task=mqar", *tiny_task("mqar"), *overrides])
     assert kind == "refused", message
     assert "\n" not in message and overrides[0].split("=")[0] in message and "allowed" in message, message
 
@@ -153,8 +153,8 @@ def _check(draw, stats, tmp_path_factory, train_budget):
     assert [s for s, _ in curve] == [1] and math.isfinite(curve[0][1]), (overrides, curve)
 
 
-MQAR = ["task=mqar", *TINY_TASK["mqar"]]
-ICL = ["task=icl_regression", *TINY_TASK["icl_regression"]]
+MQAR = ["task=mqar", *tiny_task("mqar")]
+ICL = ["task=icl_regression", *tiny_task("icl_regression")]
 
 
 def _fuzz(tmp_path_factory, n, train_budget):

@@ -8,7 +8,7 @@ import math
 from collections import Counter
 
 import pytest
-from cli_helpers import CACHE, TINY_TASK, events
+from cli_helpers import CACHE, events, tiny_task
 from fuzz_space import BASE, outcome
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -26,7 +26,7 @@ def dynamics(draw):
     lr = 10 ** draw(st.floats(-5, 6))
     overrides = [
         "task=mqar",
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         f"normalizer={normalizer}",
         f"optim.lr={lr:.3g}",
         f"optim.warmup_steps={draw(st.sampled_from([0, 2]))}",
@@ -96,7 +96,7 @@ def test_fuzzed_dynamics_end_completed_with_finite_metrics_or_diverged(tmp_path_
 def test_huge_learning_rates_and_eps0_squared_diverge(tmp_path_factory):
     """The held-out corner cases: a huge rate under softmax, eps=0 squared attention at a huge rate."""
     for extra in (["optim.lr=1e5"], ["normalizer=squared", "normalizer.eps=0", "optim.lr=1e6"]):
-        overrides = [*BASE, "task=mqar", *TINY_TASK["mqar"], "optim.warmup_steps=0", *extra]
+        overrides = [*BASE, "task=mqar", *tiny_task("mqar"), "optim.warmup_steps=0", *extra]
         assert run_dynamics(overrides, tmp_path_factory.mktemp("held")) == "diverged", extra
 
 

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_helpers import TINY_TASK, compose_train
+from cli_helpers import compose_train, tiny_task
 from flax import nnx
 
 from attnlab import config
@@ -46,7 +46,7 @@ def test_scored_positions_of_the_tasks():
 
 @pytest.mark.parametrize("head", ["softmax_ce", "scores_mse"])
 def test_loss_and_gradients_on_scored_positions_equal_those_on_every_position(head):
-    cfg = compose_train("model=tiny", "task=mqar", *TINY_TASK["mqar"], f"head={head}")
+    cfg = compose_train("model=tiny", "task=mqar", *tiny_task("mqar"), f"head={head}")
     task, nets, tx, _ = build(cfg, head)
     k = task.scored_positions()
     assert k == 2

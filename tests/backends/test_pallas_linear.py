@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, run_cli
+from cli_helpers import TINY, run_cli, tiny_task
 from flax import nnx
 
 from attnlab import config
@@ -167,7 +167,7 @@ def test_refuses_what_it_does_not_compute():
 
 def test_cli_refuses_pallas_on_a_cpu_in_one_line(tmp_path):
     """As the pointwise kernels: asked for on a CPU, the run stops when the model is built, exit 2, one line."""
-    overrides = ("normalizer=linear", "normalizer.impl=pallas", "model.d_model=32", "task=lm", *TINY_TASK["lm"])
+    overrides = ("normalizer=linear", "normalizer.impl=pallas", "model.d_model=32", "task=lm", *tiny_task("lm"))
     proc = run_cli(*TINY, *overrides, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
     lines = [line for line in proc.stderr.splitlines() if line.startswith("attnlab: error:")]
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr

@@ -17,7 +17,7 @@ import urllib.request
 import numpy as np
 import pytest
 from chromium_pipe import DEEP_TEXT_JS
-from cli_helpers import TINY, TINY_TASK, events, metrics, train_in_process
+from cli_helpers import TINY, events, metrics, tiny_task, train_in_process
 from matplotlib import colormaps
 from omegaconf import OmegaConf
 from PIL import Image
@@ -44,7 +44,7 @@ def sweep_dir(tmp_path_factory):
         "-m",
         f"normalizer={','.join(NORMALIZERS)}",
         *TINY,
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         "model.layers=2",
         "trainer.vmap_seeds=2",
         f"hydra.sweep.dir={root / 'sweep'}",
@@ -335,7 +335,7 @@ def test_shown_text_is_written_for_a_task_that_decodes_and_only_then(tmp_path):
 def test_unknown_attn_map_scale_exits_2_naming_the_key(tmp_path):
     proc = train_in_process(
         *TINY,
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         "trainer.attn_map_scale=bright",
         f"hydra.run.dir={tmp_path / 'r'}",
         cwd=tmp_path,

@@ -11,7 +11,7 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, train_in_process
+from cli_helpers import TINY, tiny_task, train_in_process
 from flax import nnx
 from hydra import compose, initialize_config_dir
 
@@ -90,7 +90,7 @@ def test_model_layer_normalizers_takes_a_users_normalizer(user_project):
                 "model=tiny",
                 "model.layers=2",
                 "model.layer_normalizers=[capped,softmax]",
-                *TINY_TASK["mqar"],
+                *tiny_task("mqar"),
                 f"hydra.searchpath=[file://{user_project}]",
             ],
         )

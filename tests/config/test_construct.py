@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 import pytest
-from cli_helpers import TINY_TASK
+from cli_helpers import tiny_task
 from hydra import compose, initialize_config_dir
 from omegaconf import open_dict
 
@@ -18,7 +18,7 @@ from attnlab.train import LoopConfig
 
 def compose_tiny(*overrides):
     with initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
-        return compose("train", overrides=["model=tiny", *TINY_TASK["mqar"], "trainer.steps=2", *overrides])
+        return compose("train", overrides=["model=tiny", *tiny_task("mqar"), "trainer.steps=2", *overrides])
 
 
 class GainTransformer(model.Transformer):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_helpers import TINY_TASK, compose_train
+from cli_helpers import compose_train, tiny_task
 from omegaconf import OmegaConf
 
 from attnlab.cli import ConfigError, build
@@ -33,7 +33,7 @@ def test_every_choice_composes_and_builds(group, choice):
         overrides = [f"head={choice}", f"task={task}"]
     if group != "model":
         overrides.append("model=tiny")
-    cfg = compose_train(*overrides, *TINY_TASK[task])
+    cfg = compose_train(*overrides, *tiny_task(task))
     assert cfg[group] is not None
     head = cfg.task.default_head if group != "head" else choice
     task_obj, nets, tx, loop = build(cfg, head)
@@ -43,7 +43,7 @@ def test_every_choice_composes_and_builds(group, choice):
 
 
 def test_head_of_the_wrong_kind_is_refused_before_building():
-    cfg = compose_train("task=mqar", "head=mse", *TINY_TASK["mqar"])
+    cfg = compose_train("task=mqar", "head=mse", *tiny_task("mqar"))
     with pytest.raises(ConfigError, match="heads for classification: scores_mse, softmax_ce"):
         build(cfg, "mse")
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from cli_helpers import TINY, TINY_TASK, train_in_process
+from cli_helpers import TINY, tiny_task, train_in_process
 from hydra import compose, initialize_config_dir
 
 from attnlab.accelerator import configure
@@ -15,7 +15,7 @@ from attnlab.checks import ConfigError
 from attnlab.cli import build
 from attnlab.config import registry
 
-MQAR = TINY_TASK["mqar"]
+MQAR = tiny_task("mqar")
 ICL = ["task=icl_regression"]
 
 BAD = [
@@ -60,7 +60,7 @@ BAD = [
 def compose_train(overrides):
     task = next((o.split("=")[1] for o in overrides if o.startswith("task=")), "mqar")
     with initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
-        return compose("train", overrides=["model=tiny", f"task={task}", *TINY_TASK[task], *overrides])
+        return compose("train", overrides=["model=tiny", f"task={task}", *tiny_task(task), *overrides])
 
 
 @pytest.mark.parametrize("overrides, needles", BAD, ids=[" ".join(o) for o, _ in BAD])

@@ -573,10 +573,10 @@ def test_preset_runs_its_sweep(tmp_path):
     true, false) runs as two jobs with the preset's settings under the command line's overrides."""
     import json
 
-    from cli_helpers import TINY, TINY_TASK, train_in_process
+    from cli_helpers import TINY, tiny_task, train_in_process
 
     sweep = tmp_path / "sweep"
-    overrides = [*TINY, *TINY_TASK["mqar"], "trainer.steps=2", "trainer.eval_every=2", "trainer.vmap_seeds=1"]
+    overrides = [*TINY, *tiny_task("mqar"), "trainer.steps=2", "trainer.eval_every=2", "trainer.vmap_seeds=1"]
     train_in_process("-m", "experiment=learnable_beta", *overrides, f"hydra.sweep.dir={sweep}", cwd=tmp_path)
     runs = sorted(sweep.glob("*/run.json"))
     configs = [json.loads(r.read_text())["config"] for r in runs]

@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import optax
 import pytest
-from cli_helpers import TINY_TASK
+from cli_helpers import tiny_task
 from flax import nnx
 from hydra import compose, initialize_config_dir
 
@@ -26,7 +26,7 @@ def pairs():
 def test_one_step_has_finite_gradients_and_lowers_the_loss(task_name, head_name):
     with initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
         cfg = compose(
-            "train", overrides=["model=tiny", f"task={task_name}", f"head={head_name}", *TINY_TASK[task_name]]
+            "train", overrides=["model=tiny", f"task={task_name}", f"head={head_name}", *tiny_task(task_name)]
         )
     task, (net,), _, _ = build(cfg, head_name)
     split = task.splits["train"]

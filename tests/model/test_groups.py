@@ -7,7 +7,7 @@ import itertools
 
 import jax
 import pytest
-from cli_helpers import TINY_TASK, compose_train
+from cli_helpers import compose_train, tiny_task
 from flax import nnx
 
 from attnlab import config
@@ -57,7 +57,7 @@ def path_groups_ref(params) -> tuple[list[str], list[int]]:
     ],
 )
 def test_tagged_groups_match_the_path_rule(overrides):
-    cfg = compose_train("task=mqar", *overrides, *TINY_TASK["mqar"])
+    cfg = compose_train("task=mqar", *overrides, *tiny_task("mqar"))
     _, nets, _, _ = build(cfg, "softmax_ce")
     _, params, _ = nnx.split(nets[0], nnx.Param, ...)
     groups, layers = leaf_groups(params)
@@ -145,7 +145,7 @@ def test_an_unknown_group_is_refused_and_inner_declarations_win():
 def test_the_qk_norm_gain_is_an_attention_parameter_not_decayed_like_layernorm_scales():
     from attnlab.optim import decay_mask
 
-    cfg = compose_train("task=mqar", "model=tiny", "model.qk_norm=true", *TINY_TASK["mqar"])
+    cfg = compose_train("task=mqar", "model=tiny", "model.qk_norm=true", *tiny_task("mqar"))
     _, params, _ = nnx.split(build(cfg, "softmax_ce")[1][0], nnx.Param, ...)
     flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
     names = [".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path) for path, _ in flat]

@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_helpers import TINY_TASK, compose_train
+from cli_helpers import compose_train, tiny_task
 from flax import nnx
 
 from attnlab.board.summaries import flatten_train_metrics
@@ -135,7 +135,7 @@ def test_linear_attention_with_a_window_is_the_exact_windowed_form():
 
 def one_step(*overrides, task="mqar", with_stats=True):
     """Build in-process, take a train step (and a second); also the first step's batch loss by a plain forward."""
-    cfg = compose_train("model=tiny", f"task={task}", *overrides, *TINY_TASK[task])
+    cfg = compose_train("model=tiny", f"task={task}", *overrides, *tiny_task(task))
     task_obj, nets, tx, _ = build(cfg, "softmax_ce")
     net = nets[0]
     graphdef, params, _ = nnx.split(net, nnx.Param, ...)
@@ -228,7 +228,7 @@ def test_hybrid_layers_use_their_own_yaml_and_the_selected_normalizers_overrides
         "normalizer=kl",
         "normalizer.prior=recency",
         "model.layer_normalizers=[kl,softmax1]",
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
     )
     _, nets, _, _ = build(cfg, "softmax_ce")
     kl, s1 = (b.attn.normalizer for b in nets[0].body.blocks)
@@ -256,14 +256,14 @@ def test_hybrid_layers_use_their_own_yaml_and_the_selected_normalizers_overrides
     ],
 )
 def test_bad_model_options_fail_in_one_line(override, needle):
-    cfg = compose_train("model=tiny", override, *TINY_TASK["mqar"])
+    cfg = compose_train("model=tiny", override, *tiny_task("mqar"))
     with pytest.raises((ConfigError, ValueError)) as e:
         build(cfg, "softmax_ce")
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
 def test_hparams_record_the_layer_layout_as_one_string():
-    cfg = compose_train("model=tiny", "model.layer_normalizers=[softmax,linear]", *TINY_TASK["mqar"])
+    cfg = compose_train("model=tiny", "model.layer_normalizers=[softmax,linear]", *tiny_task("mqar"))
     flat = hparams_of(cfg, {"normalizer": "softmax"})
     assert flat["model.layer_normalizers"] == "softmax,linear" and flat["model.short_conv"] == 0
 

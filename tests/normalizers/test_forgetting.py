@@ -2,7 +2,7 @@
 attention ported, gradients (q, k, the layer input, w_f, b_f) against finite differences of the float64 reference,
 padding as fla's unpadding, the constant gate as KL's recency prior, and attention passing the layer input.
 
-The shared suites draw forgetting from normalizer_refs VARIANTS without a layer input (the gate σ(b_f) everywhere)."""
+The shared suites draw forgetting at its check_variants without a layer input (the gate σ(b_f) everywhere)."""
 
 import math
 
@@ -173,12 +173,12 @@ def test_attention_passes_its_normalised_input_to_the_gate():
 
 
 def test_a_bidirectional_model_is_refused_naming_the_task():
-    from cli_helpers import TINY_TASK, compose_train
+    from cli_helpers import compose_train, tiny_task
 
     from attnlab import cli
     from attnlab.checks import ConfigError
 
-    cfg = compose_train("model=tiny", "task=listops", "normalizer=forgetting", *TINY_TASK["listops"])
+    cfg = compose_train("model=tiny", "task=listops", "normalizer=forgetting", *tiny_task("listops"))
     with pytest.raises(ConfigError) as err:
         cli.build(cfg, "softmax_ce")
     message = str(err.value)

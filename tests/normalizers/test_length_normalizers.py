@@ -174,12 +174,12 @@ def test_stickbreaking_gradients_match_finite_differences_of_the_reference():
 def test_ssmax_and_stickbreaking_train_without_positions_and_log_their_statistics(tmp_path):
     """The README's example through the real entry point: a hybrid (layer 0 ssmax, layer 1 stick-breaking)
     with model.positional=none; s, the effective β and the leftover mass reach TensorBoard per layer and head."""
-    from cli_helpers import TINY, TINY_TASK, events, metrics, train_in_process
+    from cli_helpers import TINY, events, metrics, tiny_task, train_in_process
 
     run_dir = tmp_path / "out"
     train_in_process(
         *TINY,
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         "model.layers=2",
         "model.layer_normalizers=[ssmax,stickbreaking]",
         "normalizer=ssmax",
@@ -205,13 +205,13 @@ def test_ssmax_and_stickbreaking_train_without_positions_and_log_their_statistic
 
 
 def test_stickbreaking_is_refused_for_bidirectional_models_naming_the_task():
-    from cli_helpers import TINY_TASK, compose_train
+    from cli_helpers import compose_train, tiny_task
 
     from attnlab import cli
     from attnlab.checks import ConfigError
 
     def build(*overrides):
-        return cli.build(compose_train("model=tiny", "task=listops", *overrides, *TINY_TASK["listops"]), "softmax_ce")
+        return cli.build(compose_train("model=tiny", "task=listops", *overrides, *tiny_task("listops")), "softmax_ce")
 
     with pytest.raises(ConfigError) as err:
         build("normalizer=stickbreaking")
@@ -295,12 +295,12 @@ def test_adaptive_temperature_applies_at_evaluation_or_also_in_training(name, op
 def test_the_model_passes_training_to_the_normalizer(mode, differs):
     """Evaluation (deterministic) and training forwards of one model differ exactly when the temperature
     adapts at evaluation only (dropout 0, so nothing else differs)."""
-    from cli_helpers import TINY_TASK, compose_train
+    from cli_helpers import compose_train, tiny_task
 
     from attnlab.cli import build
 
     cfg = compose_train(
-        "model=tiny", "task=mqar", f"normalizer.adaptive_temperature={mode}", "normalizer.beta=0.1", *TINY_TASK["mqar"]
+        "model=tiny", "task=mqar", f"normalizer.adaptive_temperature={mode}", "normalizer.beta=0.1", *tiny_task("mqar")
     )
     task, (net,), _, _ = build(cfg, "softmax_ce")
     split = task.splits["test"]

@@ -1,8 +1,8 @@
 """Softpick, the learnable sink and the soft cap against their formulas: hand-computed rows, float64 references and
 finite differences, fla's naive attention with sinks, softmax₁ as the sink's b = 0 case, blockwise = dense.
 
-The shared suites (test_normalizers_formulas, _grad, test_blockwise) draw softpick and sink from normalizer_refs
-VARIANTS too (masks, padding, empty rows, jit, blockwise); this file holds what is particular to them."""
+The shared suites (test_normalizers_formulas, _grad, test_blockwise) draw softpick and sink at their classes'
+check_variants too (masks, padding, empty rows, jit, blockwise); this file holds what is particular to them."""
 
 import math
 
@@ -12,7 +12,6 @@ import normalizer_refs as R
 import numpy as np
 import pytest
 from flax import nnx
-from normalizer_variants import VARIANTS
 
 from attnlab import config
 from attnlab import normalizers as nz
@@ -232,7 +231,7 @@ def _options(name):
     return {k: v for k, v in registry.load("normalizer", name).items() if not k.startswith("_")}
 
 
-# softpick, sink, forgetting and differential apply the cap in their own references (VARIANTS draws them with one;
+# softpick, sink, forgetting and differential apply the cap in their own references (their check_variants have one;
 # differential's two maps read halves of q and k, which identity keys of head dim S cannot stand for)
 SCORED = [
     n
@@ -249,7 +248,7 @@ def test_softcap_matches_each_reference_on_capped_scores(name):
     c, beta = 1.5, 2.0
     T, S, mask, m = R.make_mask("causal_pad")
     q, k, v = R.qkv(13, T, S)
-    opts = {**next(iter(VARIANTS[name].values())), "beta": beta}
+    opts = {**next(iter(R.variants(name).values())), "beta": beta}
     norm = R.build(name, {**opts, "softcap": c})
     z_BNTS = R.scores(q, k)
     capped_BNTS = (c / beta) * np.tanh(beta * z_BNTS / c)
@@ -304,7 +303,7 @@ def test_softcap_is_gemma2s_cap_on_the_scaled_scores():
 @pytest.mark.parametrize("name", ["kl", "sigmoid", "ssmax", "squared"])
 def test_softcap_blockwise_equals_dense(name):
     """Outputs and gradients (q, k, v and the normalizer's parameters) of the capped blockwise form."""
-    opts = {**VARIANTS[name][list(VARIANTS[name])[-1]], "softcap": 1.2}
+    opts = {**list(R.variants(name).values())[-1], "softcap": 1.2}
     opts.pop("adaptive_temperature", None)
     T, S, mask, _ = R.make_mask("grad")
     q, k, v = (heads_major(x) for x in R.qkv(15, T, S, scale=2.0))

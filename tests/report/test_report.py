@@ -449,7 +449,7 @@ def test_cli_writes_the_report(tmp_path, capsys):
 @pytest.mark.slow
 def test_report_of_a_real_tiny_sweep(tmp_path):
     """Two normalizers × two seeds through the real trainer (~2 min on 2 cores), then attnlab-report."""
-    from cli_helpers import TINY, TINY_TASK, train_in_process
+    from cli_helpers import TINY, tiny_task, train_in_process
 
     sweep = tmp_path / "sweep"
     train_in_process(
@@ -457,7 +457,7 @@ def test_report_of_a_real_tiny_sweep(tmp_path):
         "normalizer=softmax,linear",
         "seed=0,1",
         *TINY,
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         f"hydra.sweep.dir={sweep}",
         cwd=tmp_path,
     )

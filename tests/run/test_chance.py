@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from cli_helpers import TINY, TINY_TASK, metrics, train_in_process
+from cli_helpers import TINY, metrics, tiny_task, train_in_process
 from run_records import write_run
 
 from attnlab.report import cli as report_cli
@@ -41,7 +41,7 @@ def test_threshold_is_the_binomial_percentile_and_flags_a_run_at_chance():
 
 def test_an_untrained_run_is_flagged_in_its_summary_and_record(tmp_path):
     """Four steps cannot learn MQAR: the test accuracy is chance-level and the summary says so."""
-    proc = train_in_process(*TINY, *TINY_TASK["mqar"], f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    proc = train_in_process(*TINY, *tiny_task("mqar"), f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
     m = metrics(tmp_path / "r")
     flag = m["chance"]["test/accuracy"]
     n = 40 * 2  # task.n_test examples × task.num_kv_pairs queries, each one scored target

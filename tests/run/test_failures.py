@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from cli_helpers import TINY, TINY_TASK, metrics
+from cli_helpers import TINY, metrics, tiny_task
 
 # The real CLI with a bug planted where the model is built: a ValueError that no check raised.
 PLANTED = """
@@ -25,7 +25,7 @@ def test_a_value_error_inside_build_is_a_failed_run_with_its_traceback(tmp_path)
     run_dir = tmp_path / "r"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}
     proc = subprocess.run(
-        [sys.executable, "-c", PLANTED, *TINY, *TINY_TASK["mqar"], f"hydra.run.dir={run_dir}"],
+        [sys.executable, "-c", PLANTED, *TINY, *tiny_task("mqar"), f"hydra.run.dir={run_dir}"],
         cwd=tmp_path,
         env=env,
         capture_output=True,

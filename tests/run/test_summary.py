@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from cli_helpers import CACHE, TINY, TINY_TASK, metrics, scalar_curve, train_in_process
+from cli_helpers import CACHE, TINY, metrics, scalar_curve, tiny_task, train_in_process
 
 from attnlab import config, exits
 from attnlab.train import LoopConfig
@@ -30,7 +30,7 @@ def test_no_backend_probing_line_on_the_console_or_in_the_log(tmp_path):
             "trainer.steps=2",
             "trainer.progress=none",
             f"compile_cache={CACHE}",
-            *TINY_TASK["mqar"],
+            *tiny_task("mqar"),
             f"hydra.run.dir={run_dir}",
         ],
         cwd=tmp_path,
@@ -51,7 +51,7 @@ def test_logged_lr_is_the_applied_schedule_with_its_final_fraction(tmp_path):
     run_dir = tmp_path / "r"
     train_in_process(
         *keep,
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         f"trainer.steps={steps}",
         "trainer.log_every=1",
         f"trainer.eval_every={steps}",
@@ -81,7 +81,7 @@ def test_eval_every_above_steps_warns_in_one_line(tmp_path):
     keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.eval_every="))]
     proc = train_in_process(
         *keep,
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         "trainer.steps=6",
         "trainer.eval_every=200",
         f"hydra.run.dir={tmp_path / 'r'}",
@@ -93,7 +93,7 @@ def test_eval_every_above_steps_warns_in_one_line(tmp_path):
 
 def test_a_short_run_with_the_default_has_a_val_curve(tmp_path):
     keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.eval_every="))]
-    train_in_process(*keep, *TINY_TASK["mqar"], "trainer.steps=8", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
+    train_in_process(*keep, *tiny_task("mqar"), "trainer.steps=8", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path)
     assert [s for s, _ in scalar_curve(tmp_path / "r", "val/loss")] == [2, 4, 6, 8]
 
 
@@ -101,7 +101,7 @@ def test_summary_leads_with_what_ran_and_the_headline_against_its_baselines(tmp_
     keep = [o for o in TINY if not o.startswith("model=")]
     run_dir = tmp_path / "r"
     proc = train_in_process(
-        *keep, "model=tiny", "task=lm", *TINY_TASK["lm"], "normalizer=linear", f"hydra.run.dir={run_dir}", cwd=tmp_path
+        *keep, "model=tiny", "task=lm", *tiny_task("lm"), "normalizer=linear", f"hydra.run.dir={run_dir}", cwd=tmp_path
     )
     m = metrics(run_dir)
     lines = proc.stdout.splitlines()
@@ -116,7 +116,7 @@ def test_summary_leads_with_what_ran_and_the_headline_against_its_baselines(tmp_
 def test_an_interrupted_run_prints_the_command_that_resumes_it(tmp_path):
     keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.progress=", "trainer.log_every="))]
     run_dir = tmp_path / "r"
-    args = [*keep, *TINY_TASK["mqar"], "trainer.steps=40", "trainer.log_every=2", "trainer.progress=lines"]
+    args = [*keep, *tiny_task("mqar"), "trainer.steps=40", "trainer.log_every=2", "trainer.progress=lines"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnlab", *args, f"hydra.run.dir={run_dir}"],
         cwd=tmp_path,
@@ -192,7 +192,7 @@ def test_the_continuation_is_the_models_greedy_choice_after_the_prompt(seq_len):
     from attnlab.cli import build
     from attnlab.tasks.lm.continuation import make_continuation, prompt_length, sample_length
 
-    cfg = compose_train("model=tiny", "task=lm", *TINY_TASK["lm"], f"task.seq_len={seq_len}", "model.max_len=512")
+    cfg = compose_train("model=tiny", "task=lm", *tiny_task("lm"), f"task.seq_len={seq_len}", "model.max_len=512")
     task, nets, _, _ = build(cfg, "softmax_ce")
     graphdef, params, rest = nnx.split(nets[0], nnx.Param, ...)
     inputs, valid = task.splits["val"].inputs[:1], task.splits["val"].valid[:1]
@@ -212,7 +212,7 @@ def test_lm_logs_a_continuation_of_the_shown_example_at_each_eval(tmp_path):
 
     run_dir = tmp_path / "r"
     train_in_process(
-        *TINY, "task=lm", *TINY_TASK["lm"], "trainer.eval_every=2", f"hydra.run.dir={run_dir}", cwd=tmp_path
+        *TINY, "task=lm", *tiny_task("lm"), "trainer.eval_every=2", f"hydra.run.dir={run_dir}", cwd=tmp_path
     )
     acc = EventAccumulator(str(run_dir))
     acc.Reload()

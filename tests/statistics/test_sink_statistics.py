@@ -175,10 +175,10 @@ def test_dormant_first_weight_against_float64_and_its_sink_rate():
 def test_without_final_stats_the_test_split_runs_the_val_program(tmp_path):
     """trainer.final_stats=false (the default): no attention statistic in the final metrics, and the test split is
     evaluated by the very program the val split is (one compile)."""
-    from cli_helpers import TINY, TINY_TASK, metrics, train_in_process
+    from cli_helpers import TINY, metrics, tiny_task, train_in_process
 
     run_dir = tmp_path / "r"
-    train_in_process(*TINY, *TINY_TASK["mqar"], f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    train_in_process(*TINY, *tiny_task("mqar"), f"hydra.run.dir={run_dir}", cwd=tmp_path)
     final = metrics(run_dir)["final"]
     assert "test/accuracy" in final and not any("attn_" in k for k in final)
 
@@ -186,12 +186,12 @@ def test_without_final_stats_the_test_split_runs_the_val_program(tmp_path):
 def test_a_tiny_softpick_lm_run_reports_the_sink_statistics_everywhere(tmp_path):
     """metrics.json (test split and each test length), TensorBoard (train steps and the final test scalars) and
     attnlab-report's metrics all carry them; the sink rate agrees with the per-head first-key weights written."""
-    from cli_helpers import TINY, TINY_TASK, events, metrics, train_in_process
+    from cli_helpers import TINY, events, metrics, tiny_task, train_in_process
 
     from attnlab.report import cli as report_cli
 
     run_dir = tmp_path / "r"
-    overrides = (*TINY, *TINY_TASK["lm"], "normalizer=softpick", "model.layers=2", "task.test_lengths=[32]")
+    overrides = (*TINY, *tiny_task("lm"), "normalizer=softpick", "model.layers=2", "task.test_lengths=[32]")
     overrides = (*overrides, "trainer.final_stats=true")
     train_in_process(*overrides, f"hydra.run.dir={run_dir}", cwd=tmp_path)
     final = metrics(run_dir)["final"]

@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from cli_helpers import TINY, TINY_TASK, events, metrics
+from cli_helpers import TINY, events, metrics, tiny_task
 from omegaconf import OmegaConf
 
 from attnlab import exits
@@ -24,7 +24,7 @@ from attnlab.sweep.definition import resume_command
 STEPS = 100
 SWEEP = [
     *TINY,
-    *TINY_TASK["mqar"],
+    *tiny_task("mqar"),
     f"trainer.steps={STEPS}",
     "trainer.log_every=10",
     "trainer.eval_every=50",
@@ -137,7 +137,7 @@ def test_a_diverged_sweep_job_is_not_run_again_on_resume(tmp_path):
             "-m",
             "optim.lr=100000.0,0.001",
             *TINY,
-            *TINY_TASK["mqar"],
+            *tiny_task("mqar"),
             "trainer.steps=40",
             "trainer.log_every=2",
             "trainer.checkpoint_every=2",

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import TINY, TINY_TASK, events, metrics
+from cli_helpers import TINY, events, metrics, tiny_task
 
 from attnlab import exits
 
@@ -28,7 +28,7 @@ SWEEP = [
     "-m",
     "seed=0,1,2",
     *TINY,
-    *TINY_TASK["mqar"],
+    *tiny_task("mqar"),
     f"trainer.steps={STEPS}",
     "trainer.log_every=10",
     "trainer.eval_every=30",

@@ -10,11 +10,11 @@ import subprocess
 import sys
 
 import pytest
-from cli_helpers import TINY, TINY_TASK, metrics, run_cli, train_in_process
+from cli_helpers import TINY, metrics, run_cli, tiny_task, train_in_process
 
 from attnlab import exits
 
-SWEEP = ["-m", "normalizer=softmax,linear", "seed=0,1", *TINY, *TINY_TASK["mqar"]]
+SWEEP = ["-m", "normalizer=softmax,linear", "seed=0,1", *TINY, *tiny_task("mqar")]
 # Job directories name the swept values only (sweep.naming.job_name), in command-line order.
 JOBS = [
     "0_normalizer=softmax,seed=0",
@@ -52,14 +52,14 @@ def test_failed_job_is_isolated_reported_and_rerun_on_resume(tmp_path):
 
 
 def test_changed_config_is_not_skipped(tmp_path):
-    train_in_process("-m", "normalizer=softmax", *TINY, *TINY_TASK["mqar"], f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
+    train_in_process("-m", "normalizer=softmax", *TINY, *tiny_task("mqar"), f"hydra.sweep.dir={tmp_path}", cwd=tmp_path)
     job = tmp_path / "0"  # nothing swept: the job number alone
     shutil.rmtree(job / "checkpoints")
     proc = train_in_process(
         "-m",
         "normalizer=softmax",
         *TINY,
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         "optim.lr=1e-2",
         f"hydra.sweep.dir={tmp_path}",
         cwd=tmp_path,
@@ -87,7 +87,7 @@ def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothin
     once report/ is written, the same command finds nothing left to do and exits 0."""
     from attnlab.sweep.definition import resume_command
 
-    proc = run_cli("-m", *LAUNCHERS[launcher], "normalizer=softmax,linear", *TINY, *TINY_TASK["mqar"], cwd=tmp_path)
+    proc = run_cli("-m", *LAUNCHERS[launcher], "normalizer=softmax,linear", *TINY, *tiny_task("mqar"), cwd=tmp_path)
     [sweep] = (tmp_path / "multirun").iterdir()
     printed = re.search(r"^  attnlab-report (.+)$", proc.stderr, re.M).group(1)
     assert (tmp_path / printed).resolve() == sweep.resolve()
@@ -132,7 +132,7 @@ def test_one_sweep_directory_whatever_the_launcher_then_report_resume_and_nothin
 def test_vmapped_seeds_equal_separate_runs(tmp_path, devices):
     """trainer.vmap_seeds=3 writes 3 ordinary runs, each equal (float tolerance) to that seed run alone;
     on 3 devices each device trains one seed."""
-    common = [*TINY, *TINY_TASK["mqar"], "trainer.steps=6", "trainer.log_every=2", "trainer.eval_every=6"]
+    common = [*TINY, *tiny_task("mqar"), "trainer.steps=6", "trainer.log_every=2", "trainer.eval_every=6"]
     run_cli(
         *common,
         "trainer.vmap_seeds=3",

@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, metrics, run_cli, scalar_curve
+from cli_helpers import TINY, metrics, run_cli, scalar_curve, tiny_task
 from scipy import stats
 
 QUIET = "trainer.progress=none"
@@ -31,7 +31,7 @@ def test_joblib_jobs_print_labelled_progress_and_records_say_if_they_settled(tmp
         "hydra.launcher.n_jobs=2",
         "normalizer=softmax,linear",
         *WATCHED,
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         *steps,
         f"hydra.sweep.dir={tmp_path / 'sweep'}",
         cwd=tmp_path,
@@ -123,7 +123,7 @@ def test_report_on_a_running_sweep_says_what_is_done_and_what_still_runs(tmp_pat
     sweep = tmp_path / "sweep"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}
     tiny = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.eval_every="))]
-    cmd = [sys.executable, "-m", "attnlab", "-m", "trainer.steps=4,5000", *tiny, *TINY_TASK["mqar"]]
+    cmd = [sys.executable, "-m", "attnlab", "-m", "trainer.steps=4,5000", *tiny, *tiny_task("mqar")]
     cmd += ["trainer.eval_every=1000", f"hydra.sweep.dir={sweep}"]
     log = (tmp_path / "sweep.log").open("w")
     sweep_proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT)

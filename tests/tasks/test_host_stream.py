@@ -13,7 +13,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, scalar_curve, train_in_process
+from cli_helpers import TINY, scalar_curve, tiny_task, train_in_process
 
 from attnlab import config
 from attnlab.checks import ConfigError
@@ -125,7 +125,7 @@ def test_host_stream_steps_train_as_the_device_steps():
 
     S = 1  # one seed keeps the compile short; two seeds: the windows test above and the command-line test below
     cfg = compose_train(
-        "model=tiny", "task=lm", *TINY_TASK["lm"], "accelerator=cpu", f"trainer.vmap_seeds={S}", "trainer.batch_size=8"
+        "model=tiny", "task=lm", *tiny_task("lm"), "accelerator=cpu", f"trainer.vmap_seeds={S}", "trainer.batch_size=8"
     )
     task, nets, tx, loop = cli.build(cfg, "softmax_ce")
     host_task = config.task("lm", **{**task.options, "device_text_bytes": 1000})
@@ -164,7 +164,7 @@ def test_host_stream_trains_and_resumes_as_the_device_path(tmp_path):
     common = [
         *TINY,
         "task=lm",
-        *TINY_TASK["lm"],
+        *tiny_task("lm"),
         "trainer.steps=12",
         "trainer.log_every=1",
         "trainer.vmap_seeds=2",

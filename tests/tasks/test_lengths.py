@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, compose_train, events, metrics, train_in_process
+from cli_helpers import TINY, compose_train, events, metrics, tiny_task, train_in_process
 from flax import nnx
 from scipy import stats as sps
 
@@ -184,7 +184,7 @@ def test_a_run_records_each_length_in_metrics_json_and_tensorboard(tmp_path):
     test metrics."""
     run_dir = tmp_path / "run"
     lengths = ("task.test_lengths=[16,48]", "trainer.final_stats=true")
-    train_in_process(*TINY, *TINY_TASK["mqar"], *lengths, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    train_in_process(*TINY, *tiny_task("mqar"), *lengths, f"hydra.run.dir={run_dir}", cwd=tmp_path)
     rec = metrics(run_dir)
     final = rec["final"]
     tests = {k.split("/", 1)[1]: v for k, v in final.items() if k.startswith("test/") and k != "test/temperature"}

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, metrics, train_in_process
+from cli_helpers import TINY, metrics, tiny_task, train_in_process
 
 from attnlab import config
 from attnlab.tasks.lm import corpus
@@ -124,7 +124,7 @@ def test_cli_run_on_a_user_file_records_corpus_and_bits_per_byte(tmp_path):
     train_in_process(
         *TINY,
         "task=lm",
-        *TINY_TASK["lm"],
+        *tiny_task("lm"),
         f"task.path={root}",
         "model.positional=rope",
         "trainer.vmap_seeds=2",

@@ -10,7 +10,7 @@ import math
 import jax
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, metrics, train_in_process
+from cli_helpers import TINY, metrics, tiny_task, train_in_process
 
 from attnlab import config
 from attnlab.tasks.lm import corpus
@@ -141,7 +141,7 @@ def test_bos_options_are_checked():
 
 def test_a_short_run_with_bos_reports_bits_per_byte(tmp_path):
     run_dir = tmp_path / "run"
-    train_in_process(*TINY, "task=lm", *TINY_TASK["lm"], "task.bos=true", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    train_in_process(*TINY, "task=lm", *tiny_task("lm"), "task.bos=true", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     final = metrics(run_dir)["final"]
     assert math.isfinite(final["test/bits_per_byte"])
     assert final["test/bits_per_byte"] == pytest.approx(final["test/nll"] / math.log(2), rel=1e-6)

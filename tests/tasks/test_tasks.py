@@ -31,12 +31,12 @@ def test_the_registered_tasks_serve_both_kinds_of_head():
     assert {small(name).kind for name in TASKS} == {"classification", "regression"}
 
 
-def test_every_registered_task_has_its_tiny_sizes():
-    """The CLI tests run each task at tiny sizes (tests/cli_helpers.py TINY_TASK); [] where its defaults are tiny."""
-    from cli_helpers import TINY_TASK
-
-    missing = [name for name in TASKS if name not in TINY_TASK]
-    assert not missing, f"add tiny sizes (tests/cli_helpers.py TINY_TASK) for {missing}"
+@pytest.mark.parametrize("name", TASKS)
+def test_tiny_options_are_options_of_the_task(name):
+    """A task's `tiny_options` (the sizes the tests' short runs take) name options its YAML has."""
+    raw = registry.load("task", name)
+    cls = registry.resolve_target(raw["_target_"], "task")
+    assert set(cls.tiny_options) <= set(raw), f"tiny_options {sorted(set(cls.tiny_options) - set(raw))} are not options"
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -337,13 +337,13 @@ def test_every_task_declares_the_headline_its_short_run_reports(name, tmp_path):
     import json
     import math
 
-    from cli_helpers import TINY, TINY_TASK, train_in_process
+    from cli_helpers import TINY, tiny_task, train_in_process
 
     run_dir = tmp_path / "run"
     proc = train_in_process(
         *TINY,
         f"task={name}",
-        *TINY_TASK[name],
+        *tiny_task(name),
         "trainer.steps=2",
         "trainer.eval_every=2",
         f"hydra.run.dir={run_dir}",

@@ -14,14 +14,14 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_helpers import TINY, TINY_TASK, metrics, run_cli, scalar_curve
+from cli_helpers import TINY, metrics, run_cli, scalar_curve, tiny_task
 
 from attnlab import exits
 
 STEPS = 40
 RUN = [
     *TINY,
-    *TINY_TASK["mqar"],
+    *tiny_task("mqar"),
     f"trainer.steps={STEPS}",
     "trainer.log_every=2",
     "trainer.eval_every=20",

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from cli_helpers import TINY, TINY_TASK, compose_train, events, metrics, train_in_process
+from cli_helpers import TINY, compose_train, events, metrics, tiny_task, train_in_process
 from flax import nnx
 from tensorboard.plugins.hparams import metadata
 
@@ -23,7 +23,7 @@ from attnlab.train.state import fresh_state
 
 RUN = [
     *TINY,
-    *TINY_TASK["mqar"],
+    *tiny_task("mqar"),
     "trainer.steps=40",
     "trainer.log_every=2",
     "trainer.eval_every=4",
@@ -72,7 +72,7 @@ def test_huge_learning_rate_ends_diverged_with_finite_records_and_events(tmp_pat
 def test_skip_policy_keeps_the_last_finite_parameters():
     """From the third step on the learning rate overflows (inf: lr·g is ±inf, or NaN where g = 0) while loss and
     gradient stay finite: the step must keep the parameters after step 2 (a gradient-only check applied it)."""
-    cfg = compose_train("model=tiny", "task=mqar", *TINY_TASK["mqar"])
+    cfg = compose_train("model=tiny", "task=mqar", *tiny_task("mqar"))
     task, nets, _, _ = build(cfg, "softmax_ce")
     # inject_hyperparams as optim.make_optimizer builds it: the step reads opt/lr from the optimizer's state.
     tx = optax.inject_hyperparams(optax.sgd)(learning_rate=lambda count: jnp.where(count < 2, 1e-2, jnp.inf))

@@ -6,7 +6,7 @@ import types
 import jax
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK
+from cli_helpers import TINY, tiny_task
 from flax import nnx
 
 from attnlab import steps
@@ -71,7 +71,7 @@ def test_logging_never_changes_the_parameters():
     """A logging step (statistics program + train step, as `fit` compiles them) on every step trains bit for
     bit like plain steps only: statistics, score probes and their dense autodiff never feed the update."""
     import jax
-    from cli_helpers import TINY_TASK, compose_train
+    from cli_helpers import compose_train, tiny_task
     from flax import nnx
 
     from attnlab import cli
@@ -80,7 +80,7 @@ def test_logging_never_changes_the_parameters():
     from attnlab.train.loop import compile_steps
     from attnlab.train.state import fresh_state
 
-    cfg = compose_train("model=tiny", "task=mqar", *TINY_TASK["mqar"], "model.dropout=0.1", "accelerator=cpu")
+    cfg = compose_train("model=tiny", "task=mqar", *tiny_task("mqar"), "model.dropout=0.1", "accelerator=cpu")
     task, nets, tx, loop = cli.build(cfg, "softmax_ce")
     net = nets[0]
     graphdef, params, _ = nnx.split(net, nnx.Param, ...)
@@ -179,7 +179,7 @@ def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap,
     from attnlab.train.evaluation import make_evaluate
     from attnlab.train.trees import pad_split, stack
 
-    overrides = [o for o in (*TINY, *TINY_TASK[task]) if not o.startswith("compile_cache")]
+    overrides = [o for o in (*TINY, *tiny_task(task)) if not o.startswith("compile_cache")]
     with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
         cfg = hydra.compose(
             "train", overrides=[f"task={task}", *overrides, f"head={head}", f"trainer.vmap_seeds={vmap}"]
@@ -235,7 +235,7 @@ def test_fit_hands_its_compiled_steps_to_on_compiled(tmp_path):
     from attnlab.train import fit
     from attnlab.train.loop import CompiledSteps
 
-    cfg = compose_train("model=tiny", "task=mqar", *TINY_TASK["mqar"], "accelerator=cpu", "trainer.progress=none")
+    cfg = compose_train("model=tiny", "task=mqar", *tiny_task("mqar"), "accelerator=cpu", "trainer.progress=none")
     task, nets, tx, loop = cli.build(cfg, "softmax_ce")
     calls = []
 

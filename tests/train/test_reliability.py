@@ -11,13 +11,13 @@ import sys
 
 import numpy as np
 import pytest
-from cli_helpers import TINY, TINY_TASK, events, metrics, run_cli, scalar_curve
+from cli_helpers import TINY, events, metrics, run_cli, scalar_curve, tiny_task
 
 from attnlab import exits
 
 RUN = [
     *TINY,
-    *TINY_TASK["mqar"],
+    *tiny_task("mqar"),
     "trainer.steps=40",
     "trainer.log_every=2",
     "trainer.eval_every=10",
@@ -96,7 +96,7 @@ def test_no_usable_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
 
 DIVERGE = [
     *TINY,
-    *TINY_TASK["mqar"],
+    *tiny_task("mqar"),
     "normalizer=squared",
     "normalizer.eps=0",
     "optim.lr=1e6",
@@ -147,7 +147,7 @@ def test_sweep_with_refused_draws_completes_the_others(tmp_path):
         "model.heads=0,2",
         "model.dropout=1.5,0.0",
         *TINY,
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         f"hydra.sweep.dir={tmp_path}",
         cwd=tmp_path,
         check=False,
@@ -186,7 +186,7 @@ def test_soak_sweep_with_random_sigterms_completes_every_run_once(tmp_path):
         "-m",
         "seed=" + ",".join(map(str, seeds)),
         *TINY,
-        *TINY_TASK["mqar"],
+        *tiny_task("mqar"),
         f"trainer.steps={steps}",
         "trainer.log_every=2",
         "trainer.eval_every=10",

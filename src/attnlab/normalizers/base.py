@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -108,6 +109,9 @@ class Normalizer(nnx.Module):
     qk_split = 1  # q and k split into this many equal parts along the head dimension, a score map each
     impl, head_dim = "dense", None  # the requested normalizer.impl; head dim (cuDNN's limits): set_impl
     backends = ()  # ((T, S, impl.Backend), ...): chosen when the model was built (record_backends)
+    # {variant: options over the YAML's} the tests check the normalizer under: the code paths its options select (a
+    # prior, a feature map, a cap); a class that declares none is checked at its YAML defaults.
+    check_variants = types.MappingProxyType({"default": {}})
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs):
         super().__init_subclass__(**kwargs)

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -71,6 +72,16 @@ class Differential(ScoreNormalizer):
     takes_layer_index = True
     qk_split = 2
     exposes_scores = False  # two score maps: no one dL/dz
+
+    # λ_init from the schedule (at layer 3 in the checker, 0 elsewhere) and fixed; the soft cap, which its
+    # reference applies itself
+    check_variants = types.MappingProxyType(
+        {
+            "default": {},
+            "fixed0.5-beta1": {"lambda_init": 0.5, "learnable_lambda": False, "beta": 1.0},
+            "softcap2": {"softcap": 2.0},
+        }
+    )
 
     def __init__(
         self,

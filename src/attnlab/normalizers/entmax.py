@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from functools import partial
 
 import jax
@@ -83,6 +84,11 @@ def _entmax_jvp(alpha, primals, tangents):
 
 class Entmax(ScoreNormalizer):
     """α-entmax(βz) over admissible keys; β sets the support size (sparsemax is not scale-invariant)."""
+
+    # the two closed forms (α = 1.5, sparsemax at 2) and the bisection of any other α
+    check_variants = types.MappingProxyType(
+        {"alpha1.5": {"alpha": 1.5}, "alpha2": {"alpha": 2.0}, "alpha1.3": {"alpha": 1.3}}
+    )
 
     def __init__(self, *, alpha=1.5, **shared):
         checks.real("normalizer.alpha", alpha, 1.0, 100.0, lo_open=True)  # alpha -> 1 is softmax: normalizer=softmax

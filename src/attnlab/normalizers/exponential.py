@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -89,6 +91,15 @@ class Softmax(AdaptiveTemperature, ScoreNormalizer):
     dense form with a hand-written backward (`softmax_attention`, faster on CPU).
     """
 
+    # a fixed β shared by the heads; adaptive temperature, which evaluation applies
+    check_variants = types.MappingProxyType(
+        {
+            "default": {},
+            "beta0.7-shared": {"beta": 0.7, "per_head": False},
+            "adaptive-eval": {"adaptive_temperature": "eval"},
+        }
+    )
+
     def __init__(self, *, adaptive_temperature="off", **shared):
         super().__init__(**shared)
         self.set_adaptive(adaptive_temperature)
@@ -133,6 +144,16 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
     """
 
     PRIORS = ("uniform", "recency", "learned")
+
+    # each prior, and the recency prior under adaptive temperature
+    check_variants = types.MappingProxyType(
+        {
+            "uniform": {"prior": "uniform"},
+            "recency": {"prior": "recency", "slope": 0.3},
+            "learned": {"prior": "learned", "max_distance": 4},
+            "recency-adaptive": {"prior": "recency", "slope": 0.3, "adaptive_temperature": "eval"},
+        }
+    )
 
     def __init__(
         self, *, num_heads, prior="recency", slope=0.1, max_distance=512, adaptive_temperature="off", **shared

@@ -12,6 +12,8 @@ Causal attention only: for a key after the query the product has no meaning.
 
 from __future__ import annotations
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -33,6 +35,12 @@ class Forgetting(ScoreNormalizer):
 
     causal_only = True
     takes_layer_input = True
+
+    # without a layer input (the shared checks pass none): the gate σ(b_f) at every position; another gate
+    # bias, and the soft cap, which its reference applies itself
+    check_variants = types.MappingProxyType(
+        {"default": {}, "gate2-beta1": {"gate_bias": 2.0, "beta": 1.0}, "softcap1": {"softcap": 1.0}}
+    )
 
     def __init__(self, *, num_heads, head_dim, rngs, gate_bias=0.0, **shared):
         b_f = checks.real("normalizer.gate_bias", gate_bias, -100.0, 100.0)

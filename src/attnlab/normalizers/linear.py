@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -40,6 +41,12 @@ class Linear(Normalizer):
     """
 
     exposes_scores = True  # the kernel matrix φ(Q)φ(K)ᵀ, in the parallel form
+
+    # each feature map; favor with F = H shares compiled shapes with elu1 (F ≠ H and several chunk sizes are
+    # covered by test_linear_attention_forms_agree)
+    check_variants = types.MappingProxyType(
+        {"elu1": {}, "relu": {"feature_map": "relu"}, "favor": {"feature_map": "favor", "num_features": 5}}
+    )
 
     def __init__(
         self, *, num_heads, head_dim, rngs, feature_map="elu1", eps=1e-6, chunk_size=64, num_features=64, impl="auto"

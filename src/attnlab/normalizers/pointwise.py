@@ -3,6 +3,8 @@ exponential shared across the row."""
 
 from __future__ import annotations
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +18,9 @@ from .base import ScoreNormalizer
 
 class Sigmoid(ScoreNormalizer):
     """σ(βz + b) per key, b = −log n (n admissible keys of the row) unless `bias` is set (Apple, 2024)."""
+
+    # a fixed bias in place of −log n
+    check_variants = types.MappingProxyType({"default": {}, "bias-1.5": {"bias": -1.5}})
 
     def __init__(self, *, bias=None, **shared):
         self.bias = None if bias is None else checks.real("normalizer.bias", bias, -1e6, 1e6)

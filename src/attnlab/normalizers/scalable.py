@@ -8,6 +8,7 @@ base of the exponential grows with n (n^{s·x}), so a row's largest weight need 
 from __future__ import annotations
 
 import math
+import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -30,6 +31,9 @@ class SSMax(ScoreNormalizer):
     """
 
     # Not ScoreNormalizer's shared options: here β is a fixed scale and `learnable` is s's, so it declares its own.
+    # the bias form, at another s and a fixed β
+    check_variants = types.MappingProxyType({"default": {}, "s1.5-bias": {"s": 1.5, "bias": True, "beta": 0.6}})
+
     def __init__(
         self,
         *,

@@ -10,6 +10,8 @@ to nothing. b_h = 0 is softmax₁ ("attention is off by one"); b_h → −∞ is
 
 from __future__ import annotations
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,6 +26,15 @@ from .base import FixedFeatures, NormalizerParam, ScoreNormalizer
 class Sink(ScoreNormalizer):
     """e^{x_i}/(e^{b_h} + Σ_j e^{x_j}) of x = βz, a sink logit b_h per head, learnable unless `learnable_sink`
     is false (gpt-oss 2025)."""
+
+    # a fixed sink logit, and a larger one under the soft cap, which its reference applies itself
+    check_variants = types.MappingProxyType(
+        {
+            "default": {},
+            "fixed-1.5": {"sink": -1.5, "learnable_sink": False},
+            "sink2-softcap2": {"sink": 2.0, "softcap": 2.0},
+        }
+    )
 
     def __init__(self, *, num_heads, sink=0.0, learnable_sink=True, **shared):
         b_N = jnp.full((num_heads,), checks.real("normalizer.sink", sink, -1e4, 1e4), jnp.float32)

@@ -16,6 +16,7 @@ only the ε·e^m term's own derivative.
 from __future__ import annotations
 
 import math
+import types
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +31,11 @@ from .exponential import row_mean_N
 
 class Softpick(ScoreNormalizer):
     """ReLU(e^x − 1)/(Σ|e^x − 1| + ε) of x = βz over the admissible keys (Zuhri et al. 2025, Eq. 2)."""
+
+    # the soft cap, which its reference applies itself, and ε at 0
+    check_variants = types.MappingProxyType(
+        {"default": {}, "beta2-softcap1.5": {"beta": 2.0, "softcap": 1.5}, "eps0": {"eps": 0.0}}
+    )
 
     def __init__(self, *, eps=1e-8, **shared):
         self.eps = checks.real("normalizer.eps", eps, 0.0, 1.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import types
 import warnings
 
 import jax.numpy as jnp
@@ -23,6 +24,18 @@ class Squared(ScoreNormalizer):
     same); its denominator can approach 0 — exposed as the `min_denominator` statistic so the
     instability can be studied (Qin et al. 2022). eps = 0 is allowed on purpose.
     """
+
+    # the Taylor polynomial (offset) at p = 2 and 4, an odd power, and eps at 0 (its division by zero) and large
+    check_variants = types.MappingProxyType(
+        {
+            "plain": {},
+            "offset": {"offset": True},
+            "eps0": {"eps": 0.0},
+            "eps0.1": {"eps": 0.1},
+            "power3": {"power": 3},
+            "offset-power4": {"offset": True, "power": 4},
+        }
+    )
 
     def __init__(
         self,

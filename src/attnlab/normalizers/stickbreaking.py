@@ -9,6 +9,8 @@ naive_stickbreaking_attn (fla/ops/stickbreaking_attn/naive.py): log σ(x) − Σ
 
 from __future__ import annotations
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -32,6 +34,11 @@ class StickBreaking(ScoreNormalizer):
     """
 
     causal_only = True  # cli.build refuses it for bidirectional models, naming the task
+
+    # the query's own position breaking the stick first
+    check_variants = types.MappingProxyType(
+        {"default": {}, "attend_current-beta1": {"attend_current": True, "beta": 1.0}}
+    )
 
     def __init__(self, *, attend_current=False, **shared):
         self.attend_current = checks.boolean("normalizer.attend_current", attend_current)

@@ -128,6 +128,9 @@ class Task:
     length_option: str | None = None
     no_length_reason = "it has no length option"
     at_lengths: dict = types.MappingProxyType({})  # length -> the task rebuilt at it (tasks.lengths.length_tasks)
+    # Options at which a short run takes seconds (attnlab's own tests), beyond the split sizes every task with
+    # n_train, n_val, n_test is shrunk to: only the sizes its defaults make too large.
+    tiny_options: dict = types.MappingProxyType({})
 
     def length_options(self, lengths: list[int]) -> dict[int, dict]:
         """{length: the options the task is rebuilt with at it} for task.test_lengths (tasks.lengths)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 from attnlab.checks import ConfigError
@@ -104,6 +106,7 @@ class BigramBackcopy(Task):
     kind = "classification"
     granularity = "token"
     length_option = "seq_len"  # task.test_lengths sets it
+    tiny_options = types.MappingProxyType({"seq_len": 16, "num_tokens": 16})
 
     def __init__(
         self,

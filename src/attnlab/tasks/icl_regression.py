@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits, split_sizes
@@ -39,6 +41,7 @@ class ICLRegression(Task):
     baseline_labels = {"mse": {"mse": "least squares in context", "mse_zero": "zero predictor"}}
     granularity = "token"
     length_option = "n_points"  # task.test_lengths sets it
+    tiny_options = types.MappingProxyType({"dim": 3, "n_points": 6})
 
     def __init__(
         self,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 from attnlab.checks import ConfigError
@@ -79,6 +81,9 @@ class ListOps(Task):
     baseline_labels = {"accuracy": {"accuracy": "majority class"}}
     granularity = "sequence"
     no_length_reason = "its expressions' lengths follow max_depth and max_args, so a longer seq_len only adds padding"
+    tiny_options = types.MappingProxyType(
+        {"max_depth": 2, "max_args": 3, "min_length": 4, "max_length": 16, "seq_len": 16}
+    )
 
     def __init__(
         self,

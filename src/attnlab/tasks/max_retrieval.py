@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 from attnlab.checks import ConfigError
@@ -22,6 +24,7 @@ class MaxRetrieval(Task):
     kind = "classification"
     granularity = "token"
     length_option = "n_items"  # task.test_lengths sets it
+    tiny_options = types.MappingProxyType({"n_items": 7, "min_items": 3})
 
     def __init__(
         self,

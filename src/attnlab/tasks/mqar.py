@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import numpy as np
 
 from attnlab import checks
@@ -38,6 +40,7 @@ class MQAR(Task):
     kind = "classification"
     granularity = "token"
     length_option = "seq_len"  # task.test_lengths sets it
+    tiny_options = types.MappingProxyType({"seq_len": 16, "vocab_size": 16, "num_kv_pairs": 2})
 
     def __init__(
         self,

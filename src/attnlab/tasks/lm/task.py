@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+import types
 
 import numpy as np
 
@@ -82,6 +83,7 @@ class LanguageModel(Task):
     kind = "classification"
     granularity = "token"
     length_option = "seq_len"  # task.test_lengths sets it
+    tiny_options = types.MappingProxyType({"seq_len": 16})
     is_text = True
     headline_metric = "bits_per_byte"
     baseline_labels = {
