@@ -16,7 +16,8 @@ class Majority(Task):
     baseline_labels = {"accuracy": {"accuracy": "majority class"}}
     length_option = "length"
 
-    def __init__(self, length=15, n_train=2048, n_val=256, n_test=256, seed=0, default_head="softmax_ce"):
+    def __init__(self, length=15, n_train=2048, n_val=256, n_test=256, seed=0, default_head="softmax_ce", **shared):
+        super().__init__(**shared)  # the options every task takes (test_lengths)
         self.seq_len = check_int("length", length, 1, 64)
         if self.seq_len % 2 == 0:
             raise ConfigError(f"task.length={length} is invalid; allowed: an odd integer (no ties)")

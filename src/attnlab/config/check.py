@@ -48,7 +48,7 @@ def makers(argv: list[str]) -> dict[str, tuple[str, object]]:
         elif group == "task":
             out[group] = (
                 name,
-                lambda node=node, **given: construct.build("task", {**node, **given}, read=("test_lengths",)),
+                lambda node=node, **given: construct.build("task", {**node, **given}),
             )
         else:
             out[group] = (name, lambda node=node, **given: construct.build("head", node, **given))

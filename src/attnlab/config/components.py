@@ -78,5 +78,6 @@ def task(name: str, **options) -> Task:
 
 
 def task_from_node(node: dict) -> Task:
-    """A task from its composed config node; `test_lengths` adds its rebuilds at other lengths (tasks.lengths)."""
-    return with_test_lengths(construct.build("task", node, read=("test_lengths",)), node.get("test_lengths"))
+    """A task from its composed config node, with its rebuilds at its `test_lengths` (tasks.lengths)."""
+    task = construct.build("task", node)
+    return with_test_lengths(task, task.test_lengths)

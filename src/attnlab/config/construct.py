@@ -90,7 +90,7 @@ def check_keys(group: str, cls, node: dict[str, Any], read=(), given=(), deferre
 def build(group: str, node: dict[str, Any], read=(), deferred=(), choice: str | None = None, **given):
     """Build a group's component from its composed node: the `_target_` called with the node's options and `given`
     (what is derived, not configured: the task's sizes, the dtype, rngs, ...). `read`: the group's keys the caller
-    consumes itself (model.layer_normalizers, trainer.vmap_seeds, task.test_lengths); `deferred`: arguments of a
+    consumes itself (model.layer_normalizers, trainer.vmap_seeds); `deferred`: arguments of a
     later call, which makes the result a functools.partial (a normalizer's num_heads, head_dim, rngs); `choice`:
     the YAML the node comes from, kept on a deferred component as `config_name` for its messages.
 

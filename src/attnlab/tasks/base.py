@@ -131,6 +131,12 @@ class Task:
     # Options at which a short run takes seconds (attnlab's own tests), beyond the split sizes every task with
     # n_train, n_val, n_test is shrunk to: only the sizes its defaults make too large.
     tiny_options: dict = types.MappingProxyType({})
+    test_lengths: list[int] | None = None  # a task whose constructor passes no options on to Task's has none
+
+    def __init__(self, *, test_lengths: list[int] | None = None):
+        """The options every task takes, its own constructor passing them on (`**shared`): `test_lengths`, the lengths
+        its test split is rebuilt at once it is built (tasks.lengths, attnlab.config.task_from_node)."""
+        self.test_lengths = test_lengths
 
     def length_options(self, lengths: list[int]) -> dict[int, dict]:
         """{length: the options the task is rebuilt with at it} for task.test_lengths (tasks.lengths)."""

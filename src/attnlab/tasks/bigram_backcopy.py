@@ -120,7 +120,9 @@ class BigramBackcopy(Task):
         n_val: int = 1000,
         n_test: int = 1000,
         default_head: str = "softmax_ce",
+        **shared,
     ):
+        super().__init__(**shared)  # the options every task takes (Task.__init__)
         V = self.num_tokens = check_int("num_tokens", num_tokens, 2, 256 if transitions == "bytes" else 2**16)
         self.seq_len = check_int("seq_len", seq_len, 2)
         if transitions not in TRANSITIONS:

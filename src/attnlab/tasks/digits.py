@@ -27,7 +27,9 @@ class Digits(Task):
         test_fraction: float = 0.15,
         seed: int = 0,
         default_head: str = "softmax_ce",
+        **shared,
     ):
+        super().__init__(**shared)  # the options every task takes (Task.__init__)
         test_fraction = check_float("test_fraction", test_fraction, 0.0, 0.5, lo_open=True)
         val_fraction = check_float("val_fraction", val_fraction, 0.0, 1.0 - test_fraction - 0.1, lo_open=True)
         seed = check_int("seed", seed, 0)

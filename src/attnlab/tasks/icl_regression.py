@@ -54,7 +54,9 @@ class ICLRegression(Task):
         n_val: int = 1000,
         n_test: int = 1000,
         default_head: str = "mse",
+        **shared,
     ):
+        super().__init__(**shared)  # the options every task takes (Task.__init__)
         self.dim = check_int("dim", dim, 1)
         self.n_points = check_int("n_points", n_points, 1)
         self.noise_std = check_float("noise_std", noise_std, 0.0)

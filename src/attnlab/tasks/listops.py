@@ -97,7 +97,9 @@ class ListOps(Task):
         n_val: int = 1000,
         n_test: int = 1000,
         default_head: str = "softmax_ce",
+        **shared,
     ):
+        super().__init__(**shared)  # the options every task takes (Task.__init__)
         self.max_depth = check_int("max_depth", max_depth, 2)
         self.max_args = check_int("max_args", max_args, 2)
         self.seq_len = check_int("seq_len", seq_len, 1)

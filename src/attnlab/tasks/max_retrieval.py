@@ -36,7 +36,9 @@ class MaxRetrieval(Task):
         n_val: int = 1000,
         n_test: int = 1000,
         default_head: str = "softmax_ce",
+        **shared,
     ):
+        super().__init__(**shared)  # the options every task takes (Task.__init__)
         self.n_items = check_int("n_items", n_items, 1, 2**24)
         self.min_items = self.n_items if min_items is None else check_int("min_items", min_items, 1, 2**24)
         if self.min_items > self.n_items:

@@ -55,7 +55,9 @@ class MQAR(Task):
         n_val: int = 1000,
         n_test: int = 1000,
         default_head: str = "softmax_ce",
+        **shared,
     ):
+        super().__init__(**shared)  # the options every task takes (Task.__init__)
         self.vocab_size = check_int("vocab_size", vocab_size, 4)
         self.seq_len = check_int("seq_len", seq_len, 4)
         self.num_kv_pairs = check_int("num_kv_pairs", num_kv_pairs, 1, self.max_pairs(self.seq_len))

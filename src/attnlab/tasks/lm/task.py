@@ -109,7 +109,9 @@ class LanguageModel(Task):
         default_head: str = "softmax_ce",
         device_text_bytes: int = DEVICE_TEXT_BYTES,
         bos: bool = False,
+        **shared,
     ):
+        super().__init__(**shared)  # the options every task takes (Task.__init__)
         self.seq_len = check_int("seq_len", seq_len, 2)
         self.bos = checks.boolean("task.bos", bos)
         for key, value in (
