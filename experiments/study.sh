@@ -29,6 +29,24 @@ if [ "$REFRESH" = 1 ] && { [ $# -gt 0 ] || [ "$SCALE" != cpu ]; }; then
   exit 2
 fi
 
+# finished_or_run DIR COMMAND...: COMMAND (a sweep into DIR), then its arguments into DIR/.finished. A DIR finished by
+# the same COMMAND is kept and nothing runs, so a study stopped part-way resumes at its first unfinished sweep (the one
+# it stopped in runs again whole); one finished by another command is refused (exit 2), never mixed into a report.
+finished_or_run() {
+  local dir="$1"
+  shift
+  if [ -e "$dir/.finished" ]; then
+    if [ "$(cat "$dir/.finished")" != "$(printf '%s\n' "$@")" ]; then
+      echo "$STUDY: $dir was finished by another command ($dir/.finished); remove it or choose another SWEEP" >&2
+      return 2
+    fi
+    echo "$STUDY: $dir finished earlier, kept" >&2
+    return 0
+  fi
+  nice -n 10 "$@"
+  printf '%s\n' "$@" > "$dir/.finished"
+}
+
 # bracket_screen SWEEP_DIR GROUP_KEY[,GROUP_KEY...] LIMIT [REPORT_ARGS...] -- TRAIN_ARGS...
 #   A learning-rate screen that extends its grid until every cell's selected rate is interior (bracketed):
 #   1. "$BIN/attnlab-train" -m TRAIN_ARGS hydra.sweep.dir=SWEEP_DIR/grid: the screen (TRAIN_ARGS sweep optim.lr,
@@ -38,7 +56,8 @@ fi
 #   3. each cell at an edge of its grid (report.csv's lr_at_edge) gets one more rate beyond it, the grid's own ratio
 #      (experiments/bracket_lrs.py): attnlab-train -m TRAIN_ARGS KEY=VALUE... optim.lr=RATE
 #      hydra.sweep.dir=SWEEP_DIR/extend<round>/<n> (TRAIN_ARGS' own GROUP_KEY= and optim.lr= left out); then 2 again;
-#   at most LIMIT rounds of 3 (0: none). Then it says which cells never bracketed (stderr, one line each), or that
+#   at most LIMIT rounds of 3 (0: none). A sweep that finished before is not run again (finished_or_run), a round
+#   resumed extends the cells it chose (SWEEP_DIR/extend<round>/cells.txt). Then it says which cells never bracketed (stderr, one line each), or that
 #   every one did, and returns 0 either way: SWEEP_DIR/report/report.csv holds the selection (read it with
 #   experiments/selected_lrs.py), the last report's terminal output is SWEEP_DIR/report.log, and the report's verdict
 #   names the cells left at an edge. A failed train or report stops the study (set -e). Example, in a run.sh:
@@ -71,19 +90,25 @@ bracket_screen() {
   done
   local report=("$BIN/attnlab-report" "$dir" --group-by "${group[@]}" --select-lr --select-by val/loss --curves
     ${report_args[@]+"${report_args[@]}"})
-  nice -n 10 "$BIN/attnlab-train" -m "${train_args[@]}" "hydra.sweep.dir=$dir/grid"
+  finished_or_run "$dir/grid" "$BIN/attnlab-train" -m "${train_args[@]}" "hydra.sweep.dir=$dir/grid"
   nice -n 10 "${report[@]}" > "$dir/report.log"  # each round's report.md replaces the last; the log keeps the last
   for ((round = 1; round <= limit; round++)); do
-    local next=()
-    mapfile -t next < <("$BIN/python" "$ROOT/experiments/bracket_lrs.py" "$dir/report/report.csv" "$keys")
-    [ ${#next[@]} -gt 0 ] || break
+    local next=() plan="$dir/extend$round/cells.txt"
+    if [ -e "$plan" ]; then  # a resumed round extends the cells it chose when it began
+      mapfile -t next < "$plan"
+    else
+      mapfile -t next < <("$BIN/python" "$ROOT/experiments/bracket_lrs.py" "$dir/report/report.csv" "$keys")
+      [ ${#next[@]} -gt 0 ] || break
+      mkdir -p "$dir/extend$round"
+      printf '%s\n' "${next[@]}" > "$plan"
+    fi
     n=0
     for line in "${next[@]}"; do
       local cell=()
       read -r -a cell <<< "$line"
       echo "bracket_screen: round $round of $limit: ${cell[*]}" >&2
-      nice -n 10 "$BIN/attnlab-train" -m ${extend_args[@]+"${extend_args[@]}"} "${cell[@]}" \
-        "hydra.sweep.dir=$dir/extend$round/$n"
+      finished_or_run "$dir/extend$round/$n" "$BIN/attnlab-train" -m ${extend_args[@]+"${extend_args[@]}"} \
+        "${cell[@]}" "hydra.sweep.dir=$dir/extend$round/$n"
       n=$((n + 1))
     done
     nice -n 10 "${report[@]}" > "$dir/report.log"

@@ -128,7 +128,7 @@ with open(out.parent / "calls.txt" if out.name.isdigit() else out / "calls.txt",
 
 def test_bracket_screen_extends_the_grid_until_it_brackets_or_its_limit(tmp_path):
     """experiments/study.sh's function on a stub trainer and the real attnlab-report: sigmoid (optimum 0.05) brackets
-    after two extensions (0.0316, then 0.1), linear (optimum 1e-5) never does within 2."""
+    after two extensions (0.0316, then 0.1), linear (optimum 1e-5) never does within 2; run again, it trains nothing."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     stub = bin_ / "attnlab-train"
@@ -163,6 +163,15 @@ def test_bracket_screen_extends_the_grid_until_it_brackets_or_its_limit(tmp_path
         "sigmoid": (0.0316, ""),
         "softmax": (3e-3, ""),
     }
+    again = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr  # resumed: every sweep finished, none trained again
+    assert again.stderr.count("finished earlier, kept") == 5, again.stderr  # the grid and 4 extensions
+    assert (sweep / "extend1" / "calls.txt").read_text().splitlines() == calls
+    assert len((sweep / "grid" / "calls.txt").read_text().splitlines()) == 1
+    other = subprocess.run(
+        ["bash", "-c", script.replace("1e-3,3e-3", "3e-4,1e-3,3e-3")], env=env, capture_output=True, text=True
+    )
+    assert other.returncode == 2 and "grid was finished by another command" in other.stderr, other.stderr
     usage = subprocess.run(
         ["bash", "-c", f'STUDY=t; source "{ROOT}/experiments/study.sh"; bracket_screen "{sweep}" normalizer x -- a'],
         env=env,
