@@ -331,13 +331,14 @@ _LM_GPU = (
 _AS = (
     "task=bigram_backcopy model=small model.layers=1 model.heads=1 model.positional=rope trainer.steps=800 "
     "trainer.batch_size=32 trainer.eval_every=100 trainer.log_every=100 trainer.final_stats=true trainer.vmap_seeds=1 "
+    "model.extreme_token_stats=true "
     "trainer.progress=none"
 )
 _AS_GPU = (
     "accelerator=gpu model.d_model=256 task.seq_len=256 task.n_train=200000 trainer.steps=5000 trainer.eval_every=250 "
     "trainer.log_every=100 trainer.batch_size=512 optim.lr=3e-4,1e-3,3e-3"
 )
-_AS_LM = f"{_LM} trainer.log_every=25 trainer.final_stats=true trainer.vmap_seeds=1"
+_AS_LM = f"{_LM} trainer.log_every=25 trainer.final_stats=true trainer.vmap_seeds=1 model.extreme_token_stats=true"
 _RC_GPU = "accelerator=gpu task.vocab_size=8192 trainer.steps=5000 trainer.batch_size=256 trainer.vmap_seeds=3"
 _MIXERS = {
     "softmax": "normalizer=softmax",

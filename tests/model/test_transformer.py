@@ -194,7 +194,9 @@ def test_full_grid_trains_a_step(name, conv, window):
 
 
 def test_hybrid_statistics_are_the_union_of_its_layers():
-    net, metrics, _, _, _ = one_step("model.layers=3", "model.layer_normalizers=[softmax,linear]")
+    net, metrics, _, _, _ = one_step(
+        "model.layers=3", "model.layer_normalizers=[softmax,linear]", "model.extreme_token_stats=true"
+    )
     assert [type(b.attn.normalizer).__name__ for b in net.body.blocks] == ["Softmax", "Linear", "Softmax"]
     attn = jax.tree.map(lambda x: np.asarray(x[0]), metrics["attn"])  # (L, N) per statistic
     # softmax's extra, linear's, every layer's value drain, and the residual stream's after each block
@@ -219,6 +221,8 @@ def test_score_grad_for_every_layer_with_a_score_matrix_whatever_the_others():
     assert np.isfinite(score_grad[[0, 2]]).all() and (score_grad[[0, 2]] > 0).all() and np.isnan(score_grad[1]).all()
     tags = flatten_train_metrics(jax.tree.map(lambda x: np.asarray(x[0]), metrics))
     assert {"score_grad/layer_0", "score_grad/layer_2"} <= set(tags) and "score_grad/layer_1" not in tags
+    # the residual stream's statistics only where asked for (model.extreme_token_stats): the attention's are all here
+    assert set(metrics["attn"]) == {*CORE_STATS, "beta", "diff_lambda"}
 
 
 def test_hybrid_layers_use_their_own_yaml_and_the_selected_normalizers_overrides():

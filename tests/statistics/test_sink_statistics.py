@@ -192,7 +192,7 @@ def test_a_tiny_softpick_lm_run_reports_the_sink_statistics_everywhere(tmp_path)
 
     run_dir = tmp_path / "r"
     overrides = (*TINY, *tiny_task("lm"), "normalizer=softpick", "model.layers=2", "task.test_lengths=[32]")
-    overrides = (*overrides, "trainer.final_stats=true")
+    overrides = (*overrides, "trainer.final_stats=true", "model.extreme_token_stats=true")
     train_in_process(*overrides, f"hydra.run.dir={run_dir}", cwd=tmp_path)
     final = metrics(run_dir)["final"]
     stats = ("first_weight", "self_weight", "massive_ratio", "kurtosis", "row_mass", "value_drain", "residual_peak")

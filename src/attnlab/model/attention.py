@@ -86,7 +86,9 @@ class MultiHeadAttention(nnx.Module):
         rngs: nnx.Rngs,
         short_conv: int = 0,
         output_gate: str = "none",
+        value_norms: bool = False,
     ):
+        self.value_norms = value_norms  # with the statistics: each token's value norm (Transformer.extreme_token_stats)
         self.num_heads, self.head_dim = num_heads, d_model // num_heads
         self.qkv = nnx.Linear(
             d_model, 3 * d_model, use_bias=False, dtype=dtype, dot_general=dense_dot_general, rngs=rngs
@@ -163,7 +165,7 @@ class MultiHeadAttention(nnx.Module):
         if self.normalizer.mode_dependent:
             kwargs["training"] = training
         o_BNTH, stats = self.normalizer(q, k, v, mask, with_stats=with_stats, **kwargs)
-        if with_stats:
+        if with_stats and self.value_norms:
             # per token: Transformer.extreme_token_stats takes every layer's median in one sort
             stats = {**stats, "value_norm": jnp.linalg.norm(v.astype(jnp.float32), axis=-1)}
         if self.output_gate != "none":

@@ -86,6 +86,7 @@ def check_options(values: dict) -> None:
         checks.integer("model.window", values["window"], 1, 2**31 - 1)
     checks.integer("model.short_conv", values["short_conv"], 0, MAX_SHORT_CONV)
     checks.choice("model.output_gate", values["output_gate"], OUTPUT_GATES)
+    checks.boolean("model.extreme_token_stats", values["extreme_token_stats"])
     checks.require(
         d_model % heads == 0,
         f"model.d_model={d_model} is not divisible by model.heads={heads}; allowed: heads dividing d_model",
@@ -118,7 +119,9 @@ class Block(nnx.Module):
         rngs,
         short_conv=0,
         output_gate="none",
+        extreme_token_stats=False,
     ):
+        self.extreme_token_stats = extreme_token_stats
         self.ln1 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
         self.attn = MultiHeadAttention(
             d_model,
@@ -131,6 +134,7 @@ class Block(nnx.Module):
             rngs=rngs,
             short_conv=short_conv,
             output_gate=output_gate,
+            value_norms=extreme_token_stats,
         )
         self.drop = nnx.Dropout(dropout, rngs=rngs)
         tag("norm", self.ln1)
@@ -150,7 +154,7 @@ class Block(nnx.Module):
         if self.has_mlp:
             h = self.fc2(gelu(self.fc1(self.ln2(x_BTD))))
             x_BTD = x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs)
-        if with_stats:  # the residual stream this block leaves, one value per layer repeated per head
+        if with_stats and self.extreme_token_stats:  # the residual stream this block leaves, per layer, per head
             B, T, _ = x_BTD.shape
             valid_BT = jnp.ones((B, T), bool) if mask.key_valid_BS is None else mask.key_valid_BS[:, :T]
             ratio, kurtosis = residual_outliers(x_BTD, valid_BT)
@@ -171,7 +175,9 @@ class Transformer(nnx.Module):
     `window` (None: off) limits each query to its `window` nearest admissible keys (Mask.window);
     `short_conv` (0: off) is the width of a short convolution on q, k, v (attention.ShortConv);
     `remat` (false | true | "dots") recomputes each block in the backward pass (attnlab.model.remat);
-    `output_gate` (none | headwise | elementwise) gates each head's output (attention.OUTPUT_GATES).
+    `output_gate` (none | headwise | elementwise) gates each head's output (attention.OUTPUT_GATES);
+    `extreme_token_stats` adds the residual stream's statistics to `stats` (Block, extreme_token_stats): they are
+    opt-in because their medians cost the logging step's compile (BENCHMARKS.md).
 
     Given `batch_size` (the sequences a device holds in a step), each layer's attention backend is chosen here,
     once, at seq_len and each of `test_lengths` (choose_backends); without it, on a layer's first trace.
@@ -198,6 +204,7 @@ class Transformer(nnx.Module):
         window: int | None = None,
         short_conv: int = 0,
         output_gate: str = "none",
+        extreme_token_stats: bool = False,
         remat: bool | str = False,
         batch_size: int | None = None,
         test_lengths: Sequence[int] = (),
@@ -217,7 +224,7 @@ class Transformer(nnx.Module):
             else nnx.Linear(input_dim, d_model, dtype=dtype, rngs=rngs)
         )
         self.positional, self.causal, self.pooled, self.dtype = positional, causal, pooled, dtype
-        self.window, self.remat = window, remat
+        self.window, self.remat, self.extreme_token_stats = window, remat, extreme_token_stats
         if positional == "learned":
             self.pos = nnx.Embed(max_len, d_model, embedding_init=nnx.initializers.normal(0.02), dtype=dtype, rngs=rngs)
         self.blocks = nnx.List(
@@ -235,6 +242,7 @@ class Transformer(nnx.Module):
                     rngs=rngs,
                     short_conv=short_conv,
                     output_gate=output_gate,
+                    extreme_token_stats=extreme_token_stats,
                 )
                 for i in range(layers)
             ]
@@ -306,7 +314,7 @@ class Transformer(nnx.Module):
         x_BTD = self.ln_f(x_BTD)
         stats = {}
         if with_stats:
-            extreme = extreme_token_stats(per_layer, valid_BT)  # pops the per-token norms first
+            extreme = extreme_token_stats(per_layer, valid_BT) if self.extreme_token_stats else {}  # pops the norms
             stats = stack_layer_stats(per_layer) | extreme
         if not self.pooled:
             return x_BTD, stats
