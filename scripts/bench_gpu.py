@@ -31,6 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 from bench_common import med, mib, peak_bytes, table, write_section
 
+from attnlab.run.throughput import flops_per_token
+
 SECTION = "## GPU: attnlab step vs a hand-written JAX step (scripts/bench_gpu.py)"
 SAME_MATH = " with β and clipping"  # the label of the hand-written step with attnlab's math (handwritten's same_math)
 ROOT = Path(__file__).resolve().parents[1]
@@ -297,7 +299,7 @@ def handwritten(
 
 def mfu(n_params: int, B: int, T: int, ms: float, peak_tflops: float, L: int = 8, D: int = 512) -> float:
     """Model FLOPs utilisation: 6·params + 12·L·T·d FLOPs per token (Chowdhery et al. 2022, PaLM, Appendix B)."""
-    return (6 * n_params + 12 * L * T * D) * B * T / (ms / 1e3) / (peak_tflops * 1e12)
+    return flops_per_token(n_params, L, T, D) * B * T / (ms / 1e3) / (peak_tflops * 1e12)
 
 
 def run_overrides(name: str, B: int, T: int, dtype: str, model: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -108,6 +109,24 @@ def test_run_record_has_the_documented_keys(default_run):
     assert run["compute_dtype"] == "float32" and "attention_impl per layer: dense" in proc.stderr
     assert str(run_dir) in proc.stdout and "test/accuracy" in proc.stdout and "baseline" in proc.stdout
     assert "time (s):" in proc.stdout and "train_loop" in proc.stdout
+
+
+def test_a_run_records_tokens_per_second_and_no_mfu_on_a_cpu(default_run):
+    """run.throughput: tokens/s = steps/s · B · T · seeds in metrics.json and TensorBoard, PaLM's FLOPs per token,
+    MFU n/a on a CPU (no peak), the parameter count printed."""
+    run_dir, proc = default_run
+    m = metrics(run_dir)
+    config = json.loads((run_dir / "run.json").read_text())["config"]
+    B, T, S = config["trainer"]["batch_size"], config["task"]["seq_len"], m["vmapped_seeds"]
+    L, D = config["model"]["layers"], config["model"]["d_model"]
+    assert m["model_flops_per_token"] == 6 * m["params"]["non_embedding"] + 12 * L * T * D
+    np.testing.assert_allclose(m["tokens_per_sec"], m["steps_per_sec"] * B * T * S, rtol=1e-9)
+    assert m["mfu"] is None and "MFU n/a" in proc.stdout and f"{m['params']['total']:,} parameters" in proc.stdout
+    steps = dict(scalar_curve(run_dir, "perf/steps_per_sec"))
+    tokens = dict(scalar_curve(run_dir, "perf/tokens_per_sec"))
+    assert steps.keys() == tokens.keys() and steps
+    np.testing.assert_allclose([tokens[s] for s in steps], [steps[s] * B * T * S for s in steps], rtol=1e-5)
+    assert "perf/mfu" not in events(run_dir).Tags()["scalars"]
 
 
 def test_a_single_run_prints_its_tensorboard_command_and_leaves_no_empty_file(default_run):

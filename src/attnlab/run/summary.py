@@ -78,13 +78,24 @@ def opening_lines(record: dict[str, Any]) -> list[str]:
     return lines
 
 
+def throughput_words(record: dict[str, Any]) -> str:
+    """ "N tokens/s, MFU x% (P parameters)", MFU n/a where no device peak is known (run.throughput)."""
+    mfu = record.get("mfu")
+    params = record.get("params", {}).get("total", 0)
+    return (
+        f"{record.get('tokens_per_sec', 0):,.0f} tokens/s, MFU {'n/a' if mfu is None else f'{100 * mfu:.1f}%'}, "
+        f"{params:,} parameters"
+    )
+
+
 def print_summary(record: dict[str, Any]) -> None:
     """The summary a single run prints on stdout when it ends."""
     print("\n".join(opening_lines(record)))
     final, base = record.get("final", {}), record.get("baseline", {})
     print(
         f"run: {record['run_dir']}  status: {record['status']}  steps: {record.get('steps')}  "
-        f"({record.get('steps_per_sec', 0):.1f} steps/s, compile {record.get('compile_time_s', 0):.1f}s)"
+        f"({record.get('steps_per_sec', 0):.1f} steps/s, {throughput_words(record)}, "
+        f"compile {record.get('compile_time_s', 0):.1f}s)"
     )
     if record.get("diverged"):
         print(

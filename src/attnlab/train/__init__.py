@@ -17,6 +17,7 @@ from attnlab.accelerator import put
 from attnlab.model import Net
 from attnlab.model.groups import leaf_groups
 from attnlab.progress import Phases
+from attnlab.run.throughput import Throughput
 from attnlab.steps import probes_per_layer
 from attnlab.train.config import LoopConfig
 from attnlab.train.evaluation import Evaluator, final_metrics
@@ -65,6 +66,8 @@ def fit(
         loop = initial_loop(nets, tx, cfg, ckpt, placement)
         data = train_data(task, placement, loop.state, batch_size=cfg.batch_size, start=loop.start, stop=cfg.steps)
         evaluator = Evaluator.build(graphdef, task, cfg, S, placement.replicated, head=nets[0].head)
+        devices = list(mesh.devices.flat)
+        throughput = Throughput.of(nets[0], batch_size=cfg.batch_size, seq_len=task.seq_len, seeds=S, devices=devices)
     with phases("compile"):
         steps = compile_steps(
             graphdef,
@@ -95,6 +98,7 @@ def fit(
             num_layers=num_layers,
             task=task,
             shown_inputs=evaluator.shown["inputs"],
+            throughput=throughput,
         )
     with phases("train_loop"):
         run_steps(loop, steps, data, cfg, logs, evaluator, ckpt, phases)
@@ -109,10 +113,14 @@ def fit(
         for s in logs.summaries:
             s.wait()
     timing = {**{k: phases.seconds.get(k, 0.0) for k in PHASES}, "total": time.perf_counter() - t_start}
+    steps_per_sec = (steps_done - loop.start) / max(timing["train_loop"], 1e-9)
     rates = {
         "wall_time_s": timing["total"],
         "compile_time_s": timing["compile"],
-        "steps_per_sec": (steps_done - loop.start) / max(timing["train_loop"], 1e-9),
+        "steps_per_sec": steps_per_sec,
+        **throughput.rates(steps_per_sec),
+        "model_flops_per_token": throughput.flops_per_token,
+        "params": throughput.params,
         "seeds_over_devices": placement.seed_parallel,
         "timing": timing,
     }

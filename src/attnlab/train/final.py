@@ -38,7 +38,8 @@ def seed_records(
     """One record per seed; writes each seed's last TensorBoard entries and closes its writer.
 
     `timing` holds wall_time_s, compile_time_s, steps_per_sec (training steps over the train loop's own
-    seconds), seeds_over_devices and timing (seconds per phase, train.PHASES, and total), copied as they are;
+    seconds), tokens_per_sec, mfu, model_flops_per_token and params (run.throughput), seeds_over_devices and
+    timing (seconds per phase, train.PHASES, and total), copied as they are;
     `judged_by` (Task.judged_by: the headline metric and the baselines' labels) likewise. `directions` says which
     values of each attn_ statistic are better, None for neither (statistics.directions: attnlab-report reads it).
     """
@@ -105,6 +106,7 @@ def seed_records(
                 "wall_time_s": timing["wall_time_s"],
                 "compile_time_s": timing["compile_time_s"],
                 "steps_per_sec": timing["steps_per_sec"],
+                **{k: timing[k] for k in ("tokens_per_sec", "mfu", "model_flops_per_token", "params")},
                 "vmapped_seeds": len(logs.summaries),
                 "seeds_over_devices": timing["seeds_over_devices"],
                 "timing": timing["timing"],

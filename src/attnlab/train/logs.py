@@ -11,6 +11,7 @@ import numpy as np
 
 from attnlab.board.summaries import Summaries, flatten_train_metrics
 from attnlab.progress import Progress
+from attnlab.run.throughput import Throughput
 from attnlab.train.config import LoopConfig
 from attnlab.train.state import LoopState
 from attnlab.train.stopping import Diverged, divergence
@@ -25,6 +26,7 @@ class Logs:
     progress: Progress
     has_beta: bool  # some leaf group is a learned beta: log its statistics
     loss_is_nll: bool
+    throughput: Throughput
 
     @classmethod
     def open(
@@ -38,6 +40,7 @@ class Logs:
         num_layers: int,
         task,
         shown_inputs,
+        throughput: Throughput,
     ) -> "Logs":
         # purge_step: a resumed run rewrites the steps after its checkpoint, so TensorBoard drops the old ones.
         summaries = [
@@ -48,7 +51,7 @@ class Logs:
         for s in summaries:
             s.layout(num_layers, task.headline_metric)
             s.shown_text(task, np.asarray(jax.device_get(shown_inputs[0])))
-        return cls(summaries, progress, has_beta, loss_is_nll)
+        return cls(summaries, progress, has_beta, loss_is_nll, throughput)
 
 
 def flush(loop: LoopState, logs: Logs, cfg: LoopConfig) -> None:
@@ -70,6 +73,7 @@ def flush(loop: LoopState, logs: Logs, cfg: LoopConfig) -> None:
                 "opt/lr": float(host["lr"][i]),
                 "perf/steps_per_sec": rate,
                 "perf/examples_per_sec": rate * cfg.batch_size * S,
+                **{f"perf/{k}": v for k, v in logs.throughput.rates(rate).items() if v is not None},
             }
         )
         logs.summaries[i].scalars(step, scalars)
