@@ -100,6 +100,34 @@ def check_options(
         raise checks.ConfigError(f"compile_cache={cache_dir!r} is invalid; allowed: a directory path, or null")
 
 
+# What a platform needs installed beside jax, by the module JAX finds it through (jax_plugins, or libtpu).
+PLATFORM_MODULES = {"gpu": ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13", "jax_cuda12_plugin",
+                            "jax_cuda13_plugin", "jax_plugins.xla_rocm"), "tpu": ("libtpu",)}  # fmt: skip
+
+
+def platform_installed(platform: str) -> bool:
+    """Whether this environment can give JAX a device of `platform` at all (auto and cpu: always), found without
+    starting a backend: a parent process that started CUDA would hold GPU memory its sweep's jobs need."""
+    import importlib.util
+
+    def found(name: str) -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # the parent package (jax_plugins) is missing
+            return False
+
+    return platform not in PLATFORM_MODULES or any(found(m) for m in PLATFORM_MODULES[platform])
+
+
+def absent_platform(platform: str, command: str) -> str:
+    """The one line refusing `command`, whose runs ask for a platform this environment has no JAX support for."""
+    return (
+        f"accelerator={platform} asks for JAX platform {PLATFORMS[platform]!r}, but JAX {jax.__version__} has no "
+        f"{platform} support installed (it sees only: cpu), so every run would fail; run it on a {platform.upper()} "
+        f"machine: {command}; to add {platform} support: {INSTALL[platform]}; or here, with accelerator=cpu appended"
+    )
+
+
 def check_platform(platform: str) -> None:
     """A ValueError in one line when JAX has no device of the asked platform: what JAX sees and how to install."""
     before = jax.config.jax_platforms

@@ -164,6 +164,11 @@ def test_gpu_without_a_gpu_says_what_jax_sees_and_how_to_install(tmp_path):
     assert len(lines) == 1, proc.stderr
     assert "accelerator=gpu asks for JAX platform 'cuda'" in lines[0] and "sees only: cpu" in lines[0]
     assert "pip install 'attnlab[cuda]'" in lines[0]
+    # refused before Hydra starts a job (no CUDA plugin here), naming the command to run on a GPU machine
+    assert (
+        "has no gpu support installed" in lines[0] and "run it on a GPU machine: attnlab-train model=tiny" in lines[0]
+    )
+    assert not (tmp_path / "r").exists()
 
 
 def test_sweep_command_lines_are_composed_value_by_value_before_hydra_runs():

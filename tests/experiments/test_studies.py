@@ -564,9 +564,25 @@ def test_preset_composes_to_the_command_it_replaced(preset, compose):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_passes_attnlab_composition_check(preset):
     """attnlab's own check of a command line (each swept choice composed, unknown keys refused) does not exit."""
+    from attnlab.accelerator import platform_installed
     from attnlab.config.composition import compose_or_exit
 
-    compose_or_exit(["-m", f"experiment={preset}", *shlex.split(GIVEN.get(preset, ""))])
+    # a GPU preset where JAX has no GPU support is refused as a whole (the next test); its composition is checked here
+    on_cpu = [] if platform_installed("gpu") or "_gpu" not in preset else ["accelerator=cpu"]
+    compose_or_exit(["-m", f"experiment={preset}", *shlex.split(GIVEN.get(preset, "")), *on_cpu])
+
+
+def test_a_gpu_preset_where_jax_has_no_gpu_is_refused_in_one_line_naming_the_gpu_command(capsys):
+    from attnlab.accelerator import platform_installed
+    from attnlab.config.composition import compose_or_exit
+
+    if platform_installed("gpu"):
+        pytest.skip("this environment has JAX's GPU support: the preset's jobs would run or fail on their own")
+    with pytest.raises(SystemExit) as exc:
+        compose_or_exit(["-m", "experiment=lm_normalizers/screen_gpu"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exc.value.code == 2 and len(err) == 1, err
+    assert "run it on a GPU machine: attnlab-train -m experiment=lm_normalizers/screen_gpu;" in err[0]
 
 
 def test_preset_runs_its_sweep(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Sequence
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -18,6 +19,22 @@ from attnlab.normalizers import Mask, Normalizer
 from attnlab.statistics import first_over_median, mean_over_examples
 
 POSITIONAL = ("learned", "sinusoidal", "rope", "none")
+# The block's normalisation and MLP: GPT-2's (layernorm, gelu) or LLaMA's (rmsnorm, swiglu; Touvron et al. 2023,
+# RMSNorm of Zhang & Sennrich 2019, SwiGLU of Shazeer 2020), the model the normalizer papers train at 60M-1B.
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "swiglu")
+
+
+def make_norm(kind: str, d_model: int, dtype, rngs) -> nnx.Module:
+    """A LayerNorm (scale and bias) or an RMSNorm (scale only) over the last axis."""
+    cls = nnx.LayerNorm if kind == "layernorm" else nnx.RMSNorm
+    return cls(d_model, dtype=dtype, rngs=rngs)
+
+
+def swiglu_width(mlp_ratio: int, d_model: int) -> int:
+    """SwiGLU's hidden width: 2/3 of the GELU MLP's, so its three matrices hold about the parameters of GELU's two;
+    rounded up to a multiple of 64 (LLaMA rounds 8d/3 up to a multiple of 256; 64 keeps small models small)."""
+    return -(-2 * mlp_ratio * d_model // 3 // 64) * 64
 
 
 def sinusoidal_table(length: int, d_model: int):
@@ -86,6 +103,8 @@ def check_options(values: dict) -> None:
         checks.integer("model.window", values["window"], 1, 2**31 - 1)
     checks.integer("model.short_conv", values["short_conv"], 0, MAX_SHORT_CONV)
     checks.choice("model.output_gate", values["output_gate"], OUTPUT_GATES)
+    checks.choice("model.norm", values["norm"], NORMS)
+    checks.choice("model.mlp", values["mlp"], MLPS)
     checks.boolean("model.extreme_token_stats", values["extreme_token_stats"])
     checks.require(
         d_model % heads == 0,
@@ -102,7 +121,8 @@ def check_options(values: dict) -> None:
 
 
 class Block(nnx.Module):
-    """x + attn(LN(x)); x + MLP(LN(x)) (left out at mlp_ratio 0)."""
+    """x + attn(norm(x)); x + MLP(norm(x)) (left out at mlp_ratio 0): norm a LayerNorm or an RMSNorm, MLP
+    fc2(gelu(fc1 x)) or fc2(silu(gate x) · up x) (SwiGLU: fc1 holds gate and up side by side)."""
 
     def __init__(
         self,
@@ -120,9 +140,11 @@ class Block(nnx.Module):
         short_conv=0,
         output_gate="none",
         extreme_token_stats=False,
+        norm="layernorm",
+        mlp="gelu",
     ):
-        self.extreme_token_stats = extreme_token_stats
-        self.ln1 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
+        self.extreme_token_stats, self.mlp = extreme_token_stats, mlp
+        self.ln1 = make_norm(norm, d_model, dtype, rngs)
         self.attn = MultiHeadAttention(
             d_model,
             num_heads,
@@ -140,11 +162,21 @@ class Block(nnx.Module):
         tag("norm", self.ln1)
         self.has_mlp = mlp_ratio > 0  # 0: an attention-only block (Elhage et al. 2021)
         if self.has_mlp:
-            self.ln2 = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
-            self.fc1 = nnx.Linear(d_model, mlp_ratio * d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
-            self.fc2 = nnx.Linear(mlp_ratio * d_model, d_model, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
+            self.ln2 = make_norm(norm, d_model, dtype, rngs)
+            hidden = mlp_ratio * d_model if mlp == "gelu" else swiglu_width(mlp_ratio, d_model)
+            wide = hidden if mlp == "gelu" else 2 * hidden  # SwiGLU: the gate's and the up projection's columns
+            bias = mlp == "gelu"  # LLaMA's projections have no bias
+            self.fc1 = nnx.Linear(d_model, wide, use_bias=bias, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
+            self.fc2 = nnx.Linear(hidden, d_model, use_bias=bias, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
             tag("norm", self.ln2)
             tag("mlp", self.fc1, self.fc2)
+
+    def activation(self, u_BTF):
+        """GELU of the hidden units, or SwiGLU's silu(gate) · up of their two halves."""
+        if self.mlp == "gelu":
+            return gelu(u_BTF)
+        gate_BTF, up_BTF = jnp.split(u_BTF, 2, axis=-1)
+        return jax.nn.silu(gate_BTF) * up_BTF
 
     def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic, rngs):
         a_BTD, stats = self.attn(
@@ -152,7 +184,7 @@ class Block(nnx.Module):
         )
         x_BTD = x_BTD + self.drop(a_BTD, deterministic=deterministic, rngs=rngs)
         if self.has_mlp:
-            h = self.fc2(gelu(self.fc1(self.ln2(x_BTD))))
+            h = self.fc2(self.activation(self.fc1(self.ln2(x_BTD))))
             x_BTD = x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs)
         if with_stats and self.extreme_token_stats:  # the residual stream this block leaves, per layer, per head
             B, T, _ = x_BTD.shape
@@ -205,6 +237,8 @@ class Transformer(nnx.Module):
         short_conv: int = 0,
         output_gate: str = "none",
         extreme_token_stats: bool = False,
+        norm: str = "layernorm",
+        mlp: str = "gelu",
         remat: bool | str = False,
         batch_size: int | None = None,
         test_lengths: Sequence[int] = (),
@@ -243,6 +277,8 @@ class Transformer(nnx.Module):
                     short_conv=short_conv,
                     output_gate=output_gate,
                     extreme_token_stats=extreme_token_stats,
+                    norm=norm,
+                    mlp=mlp,
                 )
                 for i in range(layers)
             ]
@@ -250,7 +286,7 @@ class Transformer(nnx.Module):
         for i, block in enumerate(self.blocks):  # e.g. differential attention's λ_init, by depth
             if block.attn.normalizer.takes_layer_index:
                 block.attn.normalizer.set_layer_index(i)
-        self.ln_f = nnx.LayerNorm(d_model, dtype=dtype, rngs=rngs)
+        self.ln_f = make_norm(norm, d_model, dtype, rngs)
         tag("embedding", self.embed, *([self.pos] if positional == "learned" else []))
         tag("norm", self.ln_f)
         if batch_size is not None:
