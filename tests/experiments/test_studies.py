@@ -452,6 +452,9 @@ BEFORE |= {
     "normalizer_ablation/screen_gpu": f"{BEFORE['normalizer_ablation/screen']} {_NA_GPU}",
     "normalizer_ablation/confirm_gpu": f"{BEFORE['normalizer_ablation/confirm']} {_NA_GPU}",
     "lm_normalizers/screen_gpu": f"{BEFORE['lm_normalizers/screen']} {_LM_GPU}",
+    "lm_normalizers/screen_paper": f"{BEFORE['lm_normalizers/screen']} accelerator=gpu model=llama_125m "
+    "task.seq_len=2048 task.bos=true task.n_train=1000 trainer.steps=5000 trainer.eval_every=250 "
+    "trainer.log_every=100 trainer.batch_size=32 optim.lr=3e-4,1e-3,3e-3",
     "attention_sinks/screen_gpu": f"{BEFORE['attention_sinks/screen']} {_AS_GPU}",
     "attention_sinks/screen_gated_gpu": f"{BEFORE['attention_sinks/screen_gated']} {_AS_GPU}",
     "attention_sinks/screen_sgd_gpu": f"{BEFORE['attention_sinks/screen_sgd']} {_AS_GPU} optim.lr=3e-3,1e-2,3e-2",
@@ -568,7 +571,7 @@ def test_preset_passes_attnlab_composition_check(preset):
     from attnlab.config.composition import compose_or_exit
 
     # a GPU preset where JAX has no GPU support is refused as a whole (the next test); its composition is checked here
-    on_cpu = [] if platform_installed("gpu") or "_gpu" not in preset else ["accelerator=cpu"]
+    on_cpu = [] if platform_installed("gpu") or not preset.endswith(("_gpu", "_paper")) else ["accelerator=cpu"]
     compose_or_exit(["-m", f"experiment={preset}", *shlex.split(GIVEN.get(preset, "")), *on_cpu])
 
 
@@ -579,10 +582,10 @@ def test_a_gpu_preset_where_jax_has_no_gpu_is_refused_in_one_line_naming_the_gpu
     if platform_installed("gpu"):
         pytest.skip("this environment has JAX's GPU support: the preset's jobs would run or fail on their own")
     with pytest.raises(SystemExit) as exc:
-        compose_or_exit(["-m", "experiment=lm_normalizers/screen_gpu"])
+        compose_or_exit(["-m", "experiment=lm_normalizers/screen_paper"])
     err = capsys.readouterr().err.strip().splitlines()
     assert exc.value.code == 2 and len(err) == 1, err
-    assert "run it on a GPU machine: attnlab-train -m experiment=lm_normalizers/screen_gpu;" in err[0]
+    assert "run it on a GPU machine: attnlab-train -m experiment=lm_normalizers/screen_paper;" in err[0]
 
 
 def test_preset_runs_its_sweep(tmp_path):

@@ -250,3 +250,20 @@ def test_pallas_pointwise_steps_keep_no_txt_buffer_in_the_plain_or_logging_step(
     assert p["impl"] == ["pallas"]
     assert p["plain"].custom_calls["__gpu$xla.gpu.triton"] == 3 * LAYERS
     assert (p["plain"].txt_buffers, p["stats"].txt_buffers) == (0, 0)
+
+
+H100_BYTES = 80 * 2**30  # the H100 SXM's memory
+
+
+@pytest.mark.parametrize("model, seeds", [("llama_60m", 1), ("llama_125m", 1), ("llama_125m", 2)])
+def test_the_paper_size_models_compile_for_the_h100_within_its_memory_at_t2048_in_bfloat16(mesh, model, seeds):
+    """lm_normalizers/screen_paper's model at its batch (32 windows of 2048 positions, task.bos, bfloat16), vmapped
+    seeds or not: the plain and the logging step compile for the H100, the plain one on cuDNN flash attention,
+    each within the device's memory by XLA's peak."""
+    overrides = gp.run_overrides(model, 32 // seeds, 2048, "softmax", seeds, ("task.bos=true",))
+    programs = gp.attnlab_programs(mesh, overrides)
+    for kind in ("plain", "stats"):
+        p = gp.Program.of(programs[kind], 2048)
+        assert p.peak is not None and p.peak < H100_BYTES, (kind, p.peak / 2**30)
+    plain = gp.Program.of(programs["plain"], 2048)  # (SwiGLU's width is 2048 at 125M: T×T-shaped, no score buffer)
+    assert plain.custom_calls["__cudnn$fmhaSoftmaxBackward"] > 0 and {flash for flash, _ in plain.fmha} == {True}
