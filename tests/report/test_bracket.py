@@ -68,6 +68,20 @@ def test_a_selected_rate_at_the_edge_of_its_grid_is_stated(tmp_path, capsys):
     assert list(rows["softmax"])[:4] == ["normalizer", "optim.lr", "lr_at_edge", "lr_grid"]
 
 
+def test_cells_of_one_rate_each_are_not_called_unbracketed(tmp_path):
+    """A study's final report over the runs its screens selected: one rate per cell is said as such, not as a grid
+    that failed to bracket."""
+    screen(tmp_path, lrs=(3e-3,), norms=("softmax",))
+    screen(tmp_path / "b", lrs=(0.05,), norms=("sigmoid",))
+    assert report_cli.cli([str(tmp_path), "--select-lr", "--group-by", "normalizer", "--curves"]) == 0
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "not bracketed" not in md
+    assert (
+        "**One rate per cell, selected before this report** in 2 of 2 cells (normalizer=sigmoid: optim.lr=0.05; "
+        "normalizer=softmax: optim.lr=0.003): their runs share one rate"
+    ) in md
+
+
 def test_a_rate_above_the_selected_one_that_diverged_brackets_it(tmp_path):
     """sigmoid's optimum (0.05) lies above 1e-2; a run at 3e-2 that diverged bounds the grid all the same."""
     screen(tmp_path / "a", norms=("sigmoid",))

@@ -225,16 +225,27 @@ def compared_cells(table: Table, rows: list[Comparison]) -> list[Cell]:
 
 def unbracketed(table: Table) -> list[str]:
     """Under --select-lr, the cells whose selected rate sits at the edge of their grid (Cell.lr_edge): each is
-    compared at a rate that may not be its best."""
-    edge = [c for c in table.cells if c.lr_edge] if table.select_lr else []
-    if not edge:
-        return []
-    named = "; ".join(f"{c.label()}: {LR}={c.lr}, {edge_text(c)}" for c in edge)
-    return [
-        f"**Learning rates not bracketed** in {len(edge)} of {len(table.cells)} cells ({named}). Each is compared at "
-        "the edge of the rates it was given, which may not be its best.",
-        "",
-    ]
+    compared at a rate that may not be its best; and the cells with one rate only, which this report did not select
+    (a study's final report over the runs its screens selected: their reports say whether each grid bracketed)."""
+    edge = [c for c in table.cells if c.lr_edge in ("low", "high")] if table.select_lr else []
+    only = [c for c in table.cells if c.lr_edge == "only"] if table.select_lr else []
+    lines = []
+    if edge:
+        named = "; ".join(f"{c.label()}: {LR}={c.lr}, {edge_text(c)}" for c in edge)
+        lines += [
+            f"**Learning rates not bracketed** in {len(edge)} of {len(table.cells)} cells ({named}). Each is "
+            "compared at the edge of the rates it was given, which may not be its best.",
+            "",
+        ]
+    if only:
+        named = "; ".join(f"{c.label()}: {LR}={c.lr}" for c in only)
+        lines += [
+            f"**One rate per cell, selected before this report** in {len(only)} of {len(table.cells)} cells "
+            f"({named}): their runs share one rate, so nothing was selected or bracketed here; where the rate came "
+            "from a screen, that screen's report says whether its grid bracketed it.",
+            "",
+        ]
+    return lines
 
 
 def verdict(table: Table) -> list[str]:
