@@ -1,0 +1,71 @@
+"""The default experiment's compile at a base commit and now, per program: four-step runs, sides alternating.
+
+Each round runs `python -m attnlab trainer.steps=4 trainer.eval_every=4 trainer.log_every=2 compile_cache=null`
+once per side (the base commit's src/ and this tree's, bench_train.source_tree), with JAX's compile log on; a first
+round warms the disk cache and is discarded. Printed: per run the run's compile_time_s, the plain and the logging
+step's XLA compile (the first and second `jit(single)` JAX logs), the final metrics' seconds; then each figure's
+median per side and the per-round ratio now / base, median (min-max).
+
+    JAX_PLATFORMS=cpu .venv/bin/python scripts/bench_compile.py --base ff260d5 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from bench_train import source_tree
+
+FIGURES = ("compile_time_s", "plain step", "logging step", "final metrics")
+
+
+def four_step_run(src: str, run_dir: str) -> tuple[float, float, float, float]:
+    """(compile_time_s, the plain step's compile, the logging step's compile, final metrics seconds) of one run."""
+    env = {**os.environ, "PYTHONPATH": src, "JAX_PLATFORMS": "cpu", "JAX_LOG_COMPILES": "1"}
+    args = ["trainer.steps=4", "trainer.eval_every=4", "trainer.log_every=2", "trainer.progress=none"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "attnlab", *args, "compile_cache=null", f"hydra.run.dir={run_dir}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    steps = [
+        float(x) for x in re.findall(r"XLA compilation of jit\(single\) in ([0-9.]+) s", proc.stdout + proc.stderr)
+    ]
+    m = json.loads(open(os.path.join(run_dir, "metrics.json")).read())
+    return m["compile_time_s"], steps[0], steps[1], m["timing"]["final_metrics"]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--base", default="ff260d5")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"base": source_tree(args.base, f"{tmp}/base"), "now": source_tree(None, f"{tmp}/now")}
+        runs = {side: [] for side in trees}
+        for r in range(args.rounds + 1):
+            for side in ("base", "now") if r % 2 else ("now", "base"):
+                figures = four_step_run(trees[side], f"{tmp}/{side}{r}")
+                print(side, r, " ".join(f"{n} {v:.2f}" for n, v in zip(FIGURES, figures)), flush=True)
+                if r:  # round 0 warms the disk cache of both trees
+                    runs[side].append(figures)
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    for i, name in enumerate(FIGURES):
+        base, now = ([f[i] for f in runs[side]] for side in ("base", "now"))
+        ratios = sorted(n / b for n, b in zip(now, base))
+        print(
+            f"| {name} | {statistics.median(base):.2f} | {statistics.median(now):.2f} | "
+            f"{statistics.median(ratios):.2f} ({ratios[0]:.2f}–{ratios[-1]:.2f}) |"
+        )
+
+
+if __name__ == "__main__":
+    main()
