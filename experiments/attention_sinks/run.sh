@@ -49,6 +49,16 @@ confirm "attention_sinks/lm_bos$SUFFIX" "$SWEEP/lm_bos" task.bos
 bracket_screen "$SWEEP/bb/deep" normalizer "$LIMIT" --metrics val/loss -- "experiment=attention_sinks/deep$SUFFIX" "$@"
 confirm "attention_sinks/deep$SUFFIX" "$SWEEP/bb/deep" normalizer
 
+# --select-lr where the selected rates differ: attnlab-report refuses it over runs of a single rate (lr_flag KEY CSV...)
+lr_flag() {
+  local key="$1" csv rates=()
+  shift
+  for csv in "$@"; do
+    mapfile -t -O "${#rates[@]}" rates < <("$BIN/python" "$ROOT/experiments/selected_lrs.py" "$csv" "$key" | cut -d' ' -f2)
+  done
+  [ "$(printf '%s\n' "${rates[@]}" | sort -u | wc -l)" -gt 1 ] && echo --select-lr || true
+}
+
 # The final reports read each cell's runs at its selected rate alone (selected_runs.py): re-selecting over every rate
 # would weigh the screen's one seed against the selected rate's three.
 for part in screen gated sgd deep; do
@@ -58,24 +68,27 @@ done
 "$BIN/python" "$ROOT/experiments/selected_runs.py" "$SWEEP/lm_bos/report/report.csv" task.bos "$SWEEP/lm_bos" \
   "$SWEEP/final/lm_bos"
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/final/bb" --out "$SWEEP/bb/report" \
-  --group-by normalizer model.output_gate optim model.layers --select-lr --select-by val/loss \
+  --group-by normalizer model.output_gate optim model.layers \
+  $(lr_flag normalizer "$SWEEP"/bb/{screen,gated,sgd,deep}/report/report.csv) --select-by val/loss \
   --baseline normalizer=softmax,model.output_gate=none,optim=adamw \
   --metrics test/loss test/dormant/loss test/trigger/accuracy test/attn_dormant_sink_rate \
   test/attn_dormant_first_weight/layer_0 test/attn_dormant_first_weight/layer_2 test/attn_value_drain/layer_0 \
   test/attn_value_drain/layer_2 test/attn_residual_peak/layer_0 test/attn_residual_peak/layer_2 \
   test/attn_self_weight/layer_0 test/attn_row_mass/layer_0 test/attn_massive_ratio/layer_0 \
   --curves val/dormant/loss attn_first_weight/layer_0 attn_value_drain/layer_0 attn_residual_peak/layer_0
-nice -n 10 "$BIN/attnlab-report" "$SWEEP/final/lm_bos" --out "$SWEEP/lm_bos/report" --group-by task.bos --select-lr \
-  --select-by val/loss --baseline task.bos=false \
+nice -n 10 "$BIN/attnlab-report" "$SWEEP/final/lm_bos" --out "$SWEEP/lm_bos/final_report" --group-by task.bos \
+  $(lr_flag task.bos "$SWEEP/lm_bos/report/report.csv") --select-by val/loss --baseline task.bos=false \
   --metrics test/bits_per_byte test/attn_first_weight/layer_0 test/attn_first_weight/layer_1 test/attn_sink_rate \
   test/attn_value_drain/layer_0 test/attn_value_drain/layer_1 test/attn_residual_peak/layer_1 \
   --curves val/bits_per_byte attn_first_weight/layer_1
 
 if [ "$REFRESH" = 1 ]; then
   cp "$SWEEP/bb/report/report.md" "$HERE/report.md"
-  cp "$SWEEP/lm_bos/report/report.md" "$HERE/lm_bos_report.md"
+  cp "$SWEEP/lm_bos/final_report/report.md" "$HERE/lm_bos_report.md"
+  for part in screen gated sgd deep; do cp "$SWEEP/bb/$part/report/report.md" "$HERE/lr_$part.md"; done  # the brackets
+  cp "$SWEEP/lm_bos/report/report.md" "$HERE/lr_lm_bos.md"
   for png in "$SWEEP/bb/report/"*.png; do cp "$png" "$HERE/"; done
-  for png in "$SWEEP/lm_bos/report/"*.png; do cp "$png" "$HERE/lm_bos_$(basename "$png")"; done
+  cp "$SWEEP/lm_bos/final_report/"*.png "$HERE/"  # names of their own (bits per byte, layer 1): lm_bos_report.md's links
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
 times  # CPU time: the second line is the runs' user and system time
