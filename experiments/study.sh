@@ -123,3 +123,14 @@ bracket_screen() {
     done
   fi
 }
+
+# lr_flag KEY CSV...: --select-lr where the rates the screens selected (their report.csv) differ; attnlab-report
+# refuses it over runs of a single rate, as a final report over those selections may be.
+lr_flag() {
+  local key="$1" csv rates=()
+  shift
+  for csv in "$@"; do
+    mapfile -t -O "${#rates[@]}" rates < <("$BIN/python" "$ROOT/experiments/selected_lrs.py" "$csv" "$key" | cut -d' ' -f2)
+  done
+  [ "$(printf '%s\n' "${rates[@]}" | sort -u | wc -l)" -gt 1 ] && echo --select-lr || true
+}

@@ -49,16 +49,6 @@ confirm "attention_sinks/lm_bos$SUFFIX" "$SWEEP/lm_bos" task.bos
 bracket_screen "$SWEEP/bb/deep" normalizer "$LIMIT" --metrics val/loss -- "experiment=attention_sinks/deep$SUFFIX" "$@"
 confirm "attention_sinks/deep$SUFFIX" "$SWEEP/bb/deep" normalizer
 
-# --select-lr where the selected rates differ: attnlab-report refuses it over runs of a single rate (lr_flag KEY CSV...)
-lr_flag() {
-  local key="$1" csv rates=()
-  shift
-  for csv in "$@"; do
-    mapfile -t -O "${#rates[@]}" rates < <("$BIN/python" "$ROOT/experiments/selected_lrs.py" "$csv" "$key" | cut -d' ' -f2)
-  done
-  [ "$(printf '%s\n' "${rates[@]}" | sort -u | wc -l)" -gt 1 ] && echo --select-lr || true
-}
-
 # The final reports read each cell's runs at its selected rate alone (selected_runs.py): re-selecting over every rate
 # would weigh the screen's one seed against the selected rate's three.
 for part in screen gated sgd deep; do

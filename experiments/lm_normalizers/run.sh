@@ -2,7 +2,8 @@
 # lm_normalizers: every attention normalizer on byte-level language modelling (task=lm) at its own learning rate,
 # in two stages (as normalizer_ablation):
 #  1. screen: 8 normalizers x 3 rates spanning 10x (1e-3, 3e-3, 1e-2), seed 0; the rate is selected per normalizer
-#     on validation loss (attnlab-report --select-lr);
+#     on validation loss, and a grid whose selected rate is at an edge extended one rate beyond it, at most twice
+#     (study.sh's bracket_screen);
 #  2. confirm: seeds 1 and 2 (vmapped) at each normalizer's selected rate, so the reported cell has 3 seeds.
 # Test bits per byte at equal steps, beside the unigram and bigram baselines (baselines.py), with attention-entropy
 # and gradient-norm curves.
@@ -24,15 +25,22 @@ for override in "$@"; do
   case "$override" in normalizer=* | optim.lr=*) ;; *) CONFIRM_EXTRA+=("$override") ;; esac
 done
 
-nice -n 10 "$BIN/attnlab-train" -m "experiment=lm_normalizers/screen$SUFFIX" "hydra.sweep.dir=$SWEEP/screen" "$@"
-nice -n 10 "$BIN/attnlab-report" "$SWEEP/screen" --group-by normalizer --select-lr --select-by val/loss \
-  --metrics val/loss val/bits_per_byte --curves
+bracket_screen "$SWEEP/screen" normalizer 2 --metrics val/loss val/bits_per_byte -- \
+  "experiment=lm_normalizers/screen$SUFFIX" "$@"
 while read -r norm lr; do
+  [ -e "$SWEEP/confirm/${norm#normalizer=}/metrics.json" ] && continue  # finished before: a resumed study keeps it
   nice -n 10 "$BIN/attnlab-train" "experiment=lm_normalizers/confirm$SUFFIX" "$norm" "$lr" \
     "hydra.run.dir=$SWEEP/confirm/${norm#normalizer=}" ${CONFIRM_EXTRA[@]+"${CONFIRM_EXTRA[@]}"}
 done < <("$BIN/python" "$ROOT/experiments/selected_lrs.py" "$SWEEP/screen/report/report.csv" normalizer)
 
-nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by normalizer --select-lr --select-by val/loss \
+# The final report reads each normalizer's runs at its selected rate alone (selected_runs.py): re-selecting over every
+# rate would weigh the screen's one seed against the selected rate's three.
+for part in screen confirm; do
+  "$BIN/python" "$ROOT/experiments/selected_runs.py" "$SWEEP/screen/report/report.csv" normalizer "$SWEEP/$part" \
+    "$SWEEP/final"
+done
+nice -n 10 "$BIN/attnlab-report" "$SWEEP/final" --out "$SWEEP/report" --group-by normalizer \
+  $(lr_flag normalizer "$SWEEP/screen/report/report.csv") --select-by val/loss \
   --metrics test/bits_per_byte test/accuracy \
   --baseline normalizer=softmax \
   --curves val/bits_per_byte train/loss attn_entropy/layer_0/head_0 attn_entropy/layer_1/head_0 grad_norm/global \
