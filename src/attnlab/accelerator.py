@@ -4,6 +4,7 @@ process-wide settings a run makes (matmul precision, CPU threads per parallel jo
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 from pathlib import Path
 
@@ -108,7 +109,6 @@ PLATFORM_MODULES = {"gpu": ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13", 
 def platform_installed(platform: str) -> bool:
     """Whether this environment can give JAX a device of `platform` at all (auto and cpu: always), found without
     starting a backend: a parent process that started CUDA would hold GPU memory its sweep's jobs need."""
-    import importlib.util
 
     def found(name: str) -> bool:
         try:
