@@ -60,8 +60,11 @@ def test_each_declared_statistic_reaches_its_tags_description_chart_and_the_fina
     tags = summaries.flatten_train_metrics(metrics, has_beta=False)
     assert {f"attn_{stat.name}/layer_1", f"attn_{stat.name}/layer_1/head_2"} <= set(tags)
     assert summaries.description(f"attn_{stat.name}/layer_1/head_2") == stat.description != ""
-    layout = summaries.custom_scalars_layout(2)
+    layout, plain = summaries.custom_scalars_layout(2, extreme=True), summaries.custom_scalars_layout(2)
     assert (stat.chart in layout["layer 1"]) == (stat.chart is not None)
+    assert (stat.chart in plain["layer 1"]) == (
+        stat.chart is not None and not stat.extreme
+    )  # model.extreme_token_stats
     assert (stat.name in evaluation.ATTENTION_STATS) == stat.final
     assert (stat.name in evaluation.HISTOGRAMS) == stat.histogram
 

@@ -22,11 +22,12 @@ from attnlab.board.hparams import Column, experiment_summary, session_end_summar
 from attnlab.model.groups import named_grad_norms
 from attnlab.statistics import CORE_STATS, SINK_EPSILON, STATISTICS
 
-# Per layer in the custom-scalars layout: (chart title, tag pattern), every run overlaid.
+# Per layer in the custom-scalars layout: (chart title, tag pattern, whether only a model with
+# extreme_token_stats logs it), every run overlaid.
 LAYER_CHARTS = (
-    *((s.chart, f"attn_{s.name}/layer_{{i}}$") for s in STATISTICS if s.chart),
-    ("gradient at the scores (norm over heads)", "score_grad/layer_{i}$"),
-    ("gradient norm of the layer", "grad_norm/layer_{i}$"),
+    *((s.chart, f"attn_{s.name}/layer_{{i}}$", s.extreme) for s in STATISTICS if s.chart),
+    ("gradient at the scores (norm over heads)", "score_grad/layer_{i}$", False),
+    ("gradient norm of the layer", "grad_norm/layer_{i}$", False),
 )
 
 
@@ -91,10 +92,11 @@ def eval_scalars(split: str, metrics: Mapping[str, float], loss_is_nll: bool) ->
 MAIN = "0_main"
 
 
-def custom_scalars_layout(num_layers: int, headline: str = "accuracy") -> dict:
+def custom_scalars_layout(num_layers: int, headline: str = "accuracy", extreme: bool = False) -> dict:
     """tensorboardX layout: a first category with the losses, the headline metric and, per layer, the two statistics
     the normalizers are compared on (attention entropy and the layer's gradient norm); then one category per layer
-    with its four charts, then the global gradient norm."""
+    with its charts (the residual stream's with `extreme`, model.extreme_token_stats), then the global gradient
+    norm."""
     first = {
         "train loss": ["Multiline", ["train/loss$"]],
         "val loss": ["Multiline", ["val/loss$"]],
@@ -106,7 +108,11 @@ def custom_scalars_layout(num_layers: int, headline: str = "accuracy") -> dict:
     layout = {"losses, entropy and gradient norms": first}
     layout.update(
         {
-            f"layer {i}": {title: ["Multiline", [pattern.format(i=i)]] for title, pattern in LAYER_CHARTS}
+            f"layer {i}": {
+                title: ["Multiline", [pattern.format(i=i)]]
+                for title, pattern, needs_extreme in LAYER_CHARTS
+                if extreme or not needs_extreme
+            }
             for i in range(num_layers)
         }
     )
@@ -168,9 +174,9 @@ class Summaries:
         if values.size:
             self.background.submit(self.writer.add_histogram, tag, values, step)
 
-    def layout(self, num_layers: int, headline: str = "accuracy"):
+    def layout(self, num_layers: int, headline: str = "accuracy", extreme: bool = False):
         """The custom-scalars layout, and which tags get a first-group copy in Time Series."""
-        self.writer.add_custom_scalars(custom_scalars_layout(num_layers, headline))
+        self.writer.add_custom_scalars(custom_scalars_layout(num_layers, headline, extreme))
         # attention entropy and each layer's gradient norm, the statistics the normalizers are compared on, beside
         # the losses: Time Series sorts its groups by name and shows attn_beta/ before attn_entropy/, below the fold
         self.main = {

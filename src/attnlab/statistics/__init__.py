@@ -165,6 +165,7 @@ class Statistic:
     final: bool = False  # in the final metrics at each test length (test_len/<T>/attn_<name>/layer_i) and the report
     histogram: bool = False  # hist/<name> of its per-layer values on eval steps
     direction: str | None = None  # "higher" | "lower": which values are better; None: descriptive, neither is
+    extreme: bool = False  # the residual stream's (Transformer.extreme_token_stats): only a model asked for them has it
 
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
@@ -243,6 +244,7 @@ STATISTICS = (
         None,
         chart="residual max/median |x|",
         final=True,
+        extreme=True,
     ),
     Statistic(
         "kurtosis",
@@ -251,6 +253,7 @@ STATISTICS = (
         None,
         chart="residual kurtosis",
         final=True,
+        extreme=True,
     ),
     Statistic("gate_mean", "output gate σ(x·W) of a head, mean over valid tokens (model.output_gate)", None),
     Statistic(
@@ -260,6 +263,7 @@ STATISTICS = (
         None,
         chart="first token's ‖v‖ / median (mean over heads)",
         final=True,
+        extreme=True,
     ),
     Statistic(
         "residual_peak",
@@ -269,6 +273,7 @@ STATISTICS = (
         None,
         chart="first token's residual ‖x‖ / median",
         final=True,
+        extreme=True,
     ),
     Statistic(
         "dormant_first_weight",

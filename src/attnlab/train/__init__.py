@@ -99,6 +99,7 @@ def fit(
             task=task,
             shown_inputs=evaluator.shown["inputs"],
             throughput=throughput,
+            extreme=nets[0].body.extreme_token_stats,
         )
     with phases("train_loop"):
         run_steps(loop, steps, data, cfg, logs, evaluator, ckpt, phases)

@@ -317,7 +317,7 @@ def _one_batch(net, b, t, k, attention_stats=False):
         # the batch's mean over its examples with dormant rows, weighted like the other statistics
         dormant_LN = jnp.nanmean(dormant_LBN, 1)
         sums["attn"] = {
-            **{s: stats[s] * examples for s in ATTENTION_STATS},
+            **{s: stats[s] * examples for s in ATTENTION_STATS if s in stats},  # extreme ones where asked for
             "dormant_first_weight": jnp.nan_to_num(dormant_LN) * examples,
             "examples": examples,
         }

@@ -41,6 +41,7 @@ class Logs:
         task,
         shown_inputs,
         throughput: Throughput,
+        extreme: bool = False,
     ) -> "Logs":
         # purge_step: a resumed run rewrites the steps after its checkpoint, so TensorBoard drops the old ones.
         summaries = [
@@ -49,7 +50,7 @@ class Logs:
         ]
         progress = Progress(cfg.progress, cfg.steps, start)
         for s in summaries:
-            s.layout(num_layers, task.headline_metric)
+            s.layout(num_layers, task.headline_metric, extreme)
             s.shown_text(task, np.asarray(jax.device_get(shown_inputs[0])))
         return cls(summaries, progress, has_beta, loss_is_nll, throughput)
 
