@@ -4,7 +4,6 @@ process-wide settings a run makes (matmul precision, CPU threads per parallel jo
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 from pathlib import Path
 
@@ -13,19 +12,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
+from attnlab.platforms import INSTALL, PLATFORMS
 
-PLATFORMS = {"auto": None, "cpu": "cpu", "gpu": "cuda", "tpu": "tpu"}
 DTYPES = (None, "auto", "float32", "bfloat16")
 # accelerator.matmul_precision (jax_default_matmul_precision): null = the dtype's rule (MATMUL_RULE).
 MATMUL_PRECISIONS = (None, "default", "high", "highest")
 # float32 means float32: GPUs otherwise run float32 matmuls as TF32 (rel. error ~3e-4 on a 512×512 product);
 # bfloat16 compute is low precision by choice, so its matmuls keep the platform default.
 MATMUL_RULE = {"float32": "highest", "bfloat16": "default"}
-# How to get the JAX wheels of each platform for the installed jax (its extras cuda12, cuda13, tpu).
-INSTALL = {
-    "gpu": "pip install 'attnlab[cuda]' (CUDA 12 wheels, = jax[cuda12]; 'attnlab[cuda13]' for CUDA 13)",
-    "tpu": "pip install 'jax[tpu]==%s' on a Cloud TPU VM" % jax.__version__,
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,33 +93,6 @@ def check_options(
     checks.choice("accelerator.dtype", dtype, DTYPES)
     if cache_dir is not None and not isinstance(cache_dir, str):
         raise checks.ConfigError(f"compile_cache={cache_dir!r} is invalid; allowed: a directory path, or null")
-
-
-# What a platform needs installed beside jax, by the module JAX finds it through (jax_plugins, or libtpu).
-PLATFORM_MODULES = {"gpu": ("jax_plugins.xla_cuda12", "jax_plugins.xla_cuda13", "jax_cuda12_plugin",
-                            "jax_cuda13_plugin", "jax_plugins.xla_rocm"), "tpu": ("libtpu",)}  # fmt: skip
-
-
-def platform_installed(platform: str) -> bool:
-    """Whether this environment can give JAX a device of `platform` at all (auto and cpu: always), found without
-    starting a backend: a parent process that started CUDA would hold GPU memory its sweep's jobs need."""
-
-    def found(name: str) -> bool:
-        try:
-            return importlib.util.find_spec(name) is not None
-        except ModuleNotFoundError:  # the parent package (jax_plugins) is missing
-            return False
-
-    return platform not in PLATFORM_MODULES or any(found(m) for m in PLATFORM_MODULES[platform])
-
-
-def absent_platform(platform: str, command: str) -> str:
-    """The one line refusing `command`, whose runs ask for a platform this environment has no JAX support for."""
-    return (
-        f"accelerator={platform} asks for JAX platform {PLATFORMS[platform]!r}, but JAX {jax.__version__} has no "
-        f"{platform} support installed (it sees only: cpu), so every run would fail; run it on a {platform.upper()} "
-        f"machine: {command}; to add {platform} support: {INSTALL[platform]}; or here, with accelerator=cpu appended"
-    )
 
 
 def check_platform(platform: str) -> None:

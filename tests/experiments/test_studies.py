@@ -567,8 +567,8 @@ def test_preset_composes_to_the_command_it_replaced(preset, compose):
 @pytest.mark.parametrize("preset", PRESETS)
 def test_preset_passes_attnlab_composition_check(preset):
     """attnlab's own check of a command line (each swept choice composed, unknown keys refused) does not exit."""
-    from attnlab.accelerator import platform_installed
     from attnlab.config.composition import compose_or_exit
+    from attnlab.platforms import platform_installed
 
     # a GPU preset where JAX has no GPU support is refused as a whole (the next test); its composition is checked here
     on_cpu = [] if platform_installed("gpu") or not preset.endswith(("_gpu", "_paper")) else ["accelerator=cpu"]
@@ -576,8 +576,8 @@ def test_preset_passes_attnlab_composition_check(preset):
 
 
 def test_a_gpu_preset_where_jax_has_no_gpu_is_refused_in_one_line_naming_the_gpu_command(capsys):
-    from attnlab.accelerator import platform_installed
     from attnlab.config.composition import compose_or_exit
+    from attnlab.platforms import platform_installed
 
     if platform_installed("gpu"):
         pytest.skip("this environment has JAX's GPU support: the preset's jobs would run or fail on their own")

@@ -9,7 +9,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
 
-from attnlab import accelerator, exits
+from attnlab import exits, platforms
 from attnlab.checks import ConfigError
 from attnlab.config import construct, mistakes, registry
 
@@ -130,25 +130,25 @@ def compose_or_exit(argv: list[str]) -> None:
         if mistake:
             raise ValueError(mistake)
         lists = compose_overrides([o for o in overrides if not o.startswith("hydra")], set(registry.groups()))
-        unread, platforms = set(), set()
+        unread, asked = set(), set()
         for override_list in lists:
             # `+steps=1` too, before any directory
             cfg = registry.compose_train(override_list)
             no_unknown_keys(cfg, override_list)
             unread |= set(registry.check_shadowed(mistakes.chosen(override_list), override_list))
-            platforms.add(cfg.accelerator.platform)
+            asked.add(cfg.accelerator.platform)
             for swept_list in preset_sweep(cfg, override_list, multirun):
                 override_list = swept_list
                 swept = registry.compose_train(swept_list)
                 no_unknown_keys(swept, swept_list)
                 unread |= set(registry.check_shadowed(mistakes.chosen(swept_list), swept_list))
-                platforms.add(swept.accelerator.platform)
+                asked.add(swept.accelerator.platform)
         for message in sorted(unread):
             print(f"attnlab: warning: {message}", file=sys.stderr)
         override_list = None
-        absent = sorted(p for p in platforms if not accelerator.platform_installed(p))
+        absent = sorted(p for p in asked if not platforms.platform_installed(p))
         if absent:
-            raise ValueError(accelerator.absent_platform(absent[0], f"attnlab-train {' '.join(argv)}"))
+            raise ValueError(platforms.absent_platform(absent[0], f"attnlab-train {' '.join(argv)}"))
     except (*registry.COMPOSITION_ERRORS, ValueError) as exc:
         said = mistakes.explain(str(exc), override_list) or one_line(exc)
         print(f"attnlab: error: {said}", file=sys.stderr)
