@@ -10,7 +10,7 @@ from test_transformer import one_step
 
 from attnlab.cli import ConfigError
 from attnlab.config import normalizer as build_normalizer
-from attnlab.model.transformer import Block, swiglu_width
+from attnlab.model.block import Block, swiglu_width
 from attnlab.normalizers import Mask
 
 

@@ -1,0 +1,121 @@
+"""One pre-norm transformer block: x + attn(norm(x)); x + MLP(norm(x)), its norm and MLP kinds (GPT-2's or LLaMA's),
+and the residual stream's statistics it reports after itself."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from attnlab.model.attention import MultiHeadAttention
+from attnlab.model.backward import dense_dot_general, gelu
+from attnlab.model.groups import tag
+
+# The block's normalisation and MLP: GPT-2's (layernorm, gelu) or LLaMA's (rmsnorm, swiglu; Touvron et al. 2023,
+# RMSNorm of Zhang & Sennrich 2019, SwiGLU of Shazeer 2020), the model the normalizer papers train at 60M-1B.
+NORMS = ("layernorm", "rmsnorm")
+MLPS = ("gelu", "swiglu")
+
+
+def make_norm(kind: str, d_model: int, dtype, rngs) -> nnx.Module:
+    """A LayerNorm (scale and bias) or an RMSNorm (scale only) over the last axis."""
+    cls = nnx.LayerNorm if kind == "layernorm" else nnx.RMSNorm
+    return cls(d_model, dtype=dtype, rngs=rngs)
+
+
+def swiglu_width(mlp_ratio: int, d_model: int) -> int:
+    """SwiGLU's hidden width: 2/3 of the GELU MLP's, so its three matrices hold about the parameters of GELU's two;
+    rounded up to a multiple of 64 (LLaMA rounds 8d/3 up to a multiple of 256; 64 keeps small models small)."""
+    return -(-2 * mlp_ratio * d_model // 3 // 64) * 64
+
+
+def residual_outliers(x_BTD, valid_BT):
+    """(largest |x| / median |x|, kurtosis E[(x − μ)⁴] / σ⁴) over every entry of the valid tokens' residual stream.
+
+    The first is Sun et al. 2024's massive-activation measure (their outliers are ~10⁴ times the median); the
+    second the hidden-state kurtosis Zuhri et al. 2025 report for softpick (Pearson's: 3 for a Gaussian)."""
+    x_BTD = x_BTD.astype(jnp.float32)
+    w_BT1 = jnp.broadcast_to(valid_BT[..., None], x_BTD.shape[:2] + (1,)).astype(bool)
+    abs_BTD = jnp.where(w_BT1, jnp.abs(x_BTD), jnp.nan)
+    ratio = jnp.nanmax(abs_BTD) / jnp.maximum(jnp.nanmedian(abs_BTD), 1e-30)
+    count = jnp.maximum(w_BT1.sum() * x_BTD.shape[-1], 1)
+    mean = jnp.where(w_BT1, x_BTD, 0.0).sum() / count
+    c_BTD = jnp.where(w_BT1, x_BTD - mean, 0.0)
+    var = (c_BTD**2).sum() / count
+    return ratio, (c_BTD**4).sum() / count / jnp.maximum(var**2, 1e-30)
+
+
+class Block(nnx.Module):
+    """x + attn(norm(x)); x + MLP(norm(x)) (left out at mlp_ratio 0): norm a LayerNorm or an RMSNorm, MLP
+    fc2(gelu(fc1 x)) or fc2(silu(gate x) · up x) (SwiGLU: fc1 holds gate and up side by side)."""
+
+    def __init__(
+        self,
+        d_model,
+        num_heads,
+        mlp_ratio,
+        dropout,
+        make_normalizer,
+        *,
+        use_rope,
+        qk_norm,
+        seq_len,
+        dtype,
+        rngs,
+        short_conv=0,
+        output_gate="none",
+        extreme_token_stats=False,
+        norm="layernorm",
+        mlp="gelu",
+    ):
+        self.extreme_token_stats, self.mlp = extreme_token_stats, mlp
+        self.ln1 = make_norm(norm, d_model, dtype, rngs)
+        self.attn = MultiHeadAttention(
+            d_model,
+            num_heads,
+            make_normalizer,
+            use_rope=use_rope,
+            qk_norm=qk_norm,
+            seq_len=seq_len,
+            dtype=dtype,
+            rngs=rngs,
+            short_conv=short_conv,
+            output_gate=output_gate,
+            value_norms=extreme_token_stats,
+        )
+        self.drop = nnx.Dropout(dropout, rngs=rngs)
+        tag("norm", self.ln1)
+        self.has_mlp = mlp_ratio > 0  # 0: an attention-only block (Elhage et al. 2021)
+        if self.has_mlp:
+            self.ln2 = make_norm(norm, d_model, dtype, rngs)
+            hidden = mlp_ratio * d_model if mlp == "gelu" else swiglu_width(mlp_ratio, d_model)
+            wide = hidden if mlp == "gelu" else 2 * hidden  # SwiGLU: the gate's and the up projection's columns
+            bias = mlp == "gelu"  # LLaMA's projections have no bias
+            self.fc1 = nnx.Linear(d_model, wide, use_bias=bias, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
+            self.fc2 = nnx.Linear(hidden, d_model, use_bias=bias, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
+            tag("norm", self.ln2)
+            tag("mlp", self.fc1, self.fc2)
+
+    def activation(self, u_BTF):
+        """GELU of the hidden units, or SwiGLU's silu(gate) · up of their two halves."""
+        if self.mlp == "gelu":
+            return gelu(u_BTF)
+        gate_BTF, up_BTF = jnp.split(u_BTF, 2, axis=-1)
+        return jax.nn.silu(gate_BTF) * up_BTF
+
+    def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic, rngs):
+        a_BTD, stats = self.attn(
+            self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS, training=not deterministic
+        )
+        x_BTD = x_BTD + self.drop(a_BTD, deterministic=deterministic, rngs=rngs)
+        if self.has_mlp:
+            h = self.fc2(self.activation(self.fc1(self.ln2(x_BTD))))
+            x_BTD = x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs)
+        if with_stats and self.extreme_token_stats:  # the residual stream this block leaves, per layer, per head
+            B, T, _ = x_BTD.shape
+            valid_BT = jnp.ones((B, T), bool) if mask.key_valid_BS is None else mask.key_valid_BS[:, :T]
+            ratio, kurtosis = residual_outliers(x_BTD, valid_BT)
+            per_layer = {"massive_ratio": ratio, "kurtosis": kurtosis}
+            stats = {**stats, **{k: jnp.full((self.attn.num_heads,), v) for k, v in per_layer.items()}}
+            stats["residual_norm"] = jnp.linalg.norm(x_BTD.astype(jnp.float32), axis=-1)  # per token, as value_norm
+        return x_BTD, stats
