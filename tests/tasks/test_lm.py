@@ -59,7 +59,7 @@ def test_baselines_equal_entropies_counted_directly(lm):
 
 
 def test_derived_metrics_are_nll_in_bits_and_its_exponential(lm):
-    got = lm.derived_metrics({"nll": 2.0, "accuracy": 0.5})
+    got = lm.derived_metrics({"nll": 2.0, "accuracy": 0.5}, "test")
     assert got == {"bits_per_byte": pytest.approx(2.0 / math.log(2)), "perplexity": pytest.approx(math.exp(2.0))}
 
 

@@ -14,8 +14,7 @@ from cli_helpers import TINY, metrics, tiny_task, train_in_process
 
 from attnlab import config
 from attnlab.tasks.lm import corpus
-from attnlab.tasks.lm.host_stream import BosTextWindows, TextWindows
-from attnlab.tasks.lm.task import BOS, BOS_SYMBOL
+from attnlab.tasks.lm.host_stream import BOS, BOS_SYMBOL, BosTextWindows, TextWindows
 
 SMALL = {"seq_len": 32, "n_train": 300, "n_val": 60, "n_test": 60}
 LONG = {"seq_len": 256, "n_val": 500, "n_test": 500}  # windows long and many enough to hold document starts
@@ -114,7 +113,7 @@ def test_bits_per_byte_count_bytes_only():
     sums = head.metric_sums(logits.reshape(-1, 256), split.targets.ravel(), split.weights.ravel())
     nll = float(sums["nll"] / sums["weight"])
     assert float(sums["weight"]) == split.weights.sum() < split.weights.size
-    assert task.derived_metrics({"nll": nll})["bits_per_byte"] == pytest.approx(8.0, rel=1e-6)
+    assert task.derived_metrics({"nll": nll}, "val")["bits_per_byte"] == pytest.approx(8.0, rel=1e-6)
 
 
 def test_training_windows_open_with_bos():

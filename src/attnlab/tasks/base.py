@@ -207,8 +207,9 @@ class Task:
         """{group: bool (N, T)}: named subsets of the query rows (e.g. trigger / dormant rows); {} by default."""
         return {}
 
-    def derived_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
-        """Task-specific metrics computed from a split's head metrics (e.g. bits per byte); none by default."""
+    def derived_metrics(self, metrics: dict[str, float], split: str) -> dict[str, float]:
+        """Task-specific metrics computed from the head metrics of `split` (val, test or test_len/<T>; e.g. bits per
+        byte); none by default."""
         return {}
 
     def __repr__(self) -> str:

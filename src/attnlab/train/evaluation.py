@@ -124,7 +124,7 @@ class Evaluator:
         )
         host = {k: v for k, v in jax.device_get(metrics).items() if temperature is not None or not k.endswith("_ts")}
         per_seed = [{k: float(v[i]) for k, v in host.items()} for i in range(self.num_seeds)]
-        result = [{**m, **self.task.derived_metrics(m)} for m in per_seed], sample
+        result = [{**m, **self.task.derived_metrics(m, split)} for m in per_seed], sample
         self.last[split] = (params, temperature, result)
         return result
 

@@ -21,7 +21,7 @@ from attnlab.checks import ConfigError
 from attnlab.tasks.base import INT32_MAX
 from attnlab.tasks.batches import Resident, key_at
 
-BOS_SYMBOL = 256  # task.bos: the stream symbol opening each document (the bytes are 0-255)
+BOS_SYMBOL = 256  # task.bos over bytes: the stream symbol opening each document (the bytes are 0-255)
 BOS = BOS_SYMBOL + 1  # its input id (a byte b is input id b + 1, 0 is padding)
 
 
@@ -71,7 +71,8 @@ def host_starts(key_data_S2, step: int, batch_size: int, span: int) -> np.ndarra
 
 
 def text_batch(win_BW):
-    """Windows of seq_len + 1 bytes as a batch: inputs are byte + 1 (0 is padding), targets the next byte."""
+    """Windows of seq_len + 1 tokens (bytes, or subword ids) as a batch: inputs are token + 1 (0 is padding),
+    targets the next token."""
     ones_BT = jnp.ones(win_BW[:, 1:].shape)
     return {
         "inputs": win_BW[:, :-1] + 1,
@@ -83,9 +84,9 @@ def text_batch(win_BW):
 
 @dataclasses.dataclass(frozen=True)
 class TextWindows(Resident):
-    """The training text as uint8 bytes on the device and a window's offsets 0..seq_len: a step's windows start
-    at uniform offsets over the whole text, so every byte can be seen and the memory is the text's, not
-    n_windows × seq_len."""
+    """The training text on the device (uint8 bytes, or a subword tokenizer's ids) and a window's offsets
+    0..seq_len: a step's windows start at uniform offsets over the whole text, so every token can be seen and the
+    memory is the text's, not n_windows × seq_len."""
 
     text: jax.Array
     window_W: jax.Array
@@ -95,24 +96,27 @@ class TextWindows(Resident):
         return text_batch(self.text[start_B[:, None] + self.window_W[None]].astype(jnp.int32))
 
 
-def bos_batch_arrays(win_BW, xp):
+def bos_batch_arrays(win_BW, xp, bos_symbol: int = BOS_SYMBOL):
     """(inputs, targets, weights, valid) of windows of seq_len + 1 symbols under task.bos: inputs are the symbols
-    + 1 with the first replaced by BOS; targets the next symbols, a BOS among them a placeholder 0 of weight 0."""
-    inputs = xp.concatenate([xp.full_like(win_BW[:, :1], BOS), win_BW[:, 1:-1] + 1], axis=1)
+    + 1 with the first replaced by BOS (bos_symbol + 1); targets the next symbols, a BOS among them a placeholder 0
+    of weight 0. bos_symbol is the one past the tokens' (256 for bytes, the vocabulary size for subwords)."""
+    inputs = xp.concatenate([xp.full_like(win_BW[:, :1], bos_symbol + 1), win_BW[:, 1:-1] + 1], axis=1)
     nxt = win_BW[:, 1:]
-    byte = nxt != BOS_SYMBOL
-    return inputs, xp.where(byte, nxt, 0), byte.astype(xp.float32), xp.ones(nxt.shape, bool)
+    token = nxt != bos_symbol
+    return inputs, xp.where(token, nxt, 0), token.astype(xp.float32), xp.ones(nxt.shape, bool)
 
 
 @dataclasses.dataclass(frozen=True)
 class BosTextWindows(TextWindows):
-    """task.bos: the packed training stream (uint16 symbols, BOS at each document start) on the device; a step's
-    windows as TextWindows draws them, each opened by BOS (bos_batch_arrays)."""
+    """task.bos: the packed training stream (uint16 or int32 symbols, bos_symbol at each document start) on the
+    device; a step's windows as TextWindows draws them, each opened by BOS (bos_batch_arrays)."""
+
+    bos_symbol: int = BOS_SYMBOL
 
     def draw(self, key, batch_size: int) -> dict:
         start_B = window_starts(key, batch_size, self.text.shape[0] - self.window_W.shape[0] + 1)
         win_BW = self.text[start_B[:, None] + self.window_W[None]].astype(jnp.int32)
-        return dict(zip(("inputs", "targets", "weights", "valid"), bos_batch_arrays(win_BW, jnp)))
+        return dict(zip(("inputs", "targets", "weights", "valid"), bos_batch_arrays(win_BW, jnp, self.bos_symbol)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,7 +130,7 @@ class Windows:
 
 
 jax.tree_util.register_dataclass(TextWindows, data_fields=["text", "window_W"], meta_fields=[])
-jax.tree_util.register_dataclass(BosTextWindows, data_fields=["text", "window_W"], meta_fields=[])
+jax.tree_util.register_dataclass(BosTextWindows, data_fields=["text", "window_W"], meta_fields=["bos_symbol"])
 jax.tree_util.register_dataclass(Windows, data_fields=["windows"], meta_fields=[])
 
 

@@ -11,8 +11,8 @@ import numpy as np
 from attnlab import checks
 from attnlab.checks import ConfigError
 from attnlab.tasks.base import INT32_MAX, SPLITS, Split, Task, check_float, check_int, majority_accuracy
-from attnlab.tasks.lm import continuation, corpus, text_cache
-from attnlab.tasks.lm.host_stream import BOS, BOS_SYMBOL, BosTextWindows, HostStream, TextWindows, bos_batch_arrays
+from attnlab.tasks.lm import continuation, corpus, subwords, text_cache
+from attnlab.tasks.lm.host_stream import BOS_SYMBOL, BosTextWindows, HostStream, TextWindows, bos_batch_arrays
 
 PAD = 0  # input id 0 is padding; byte b is input id b + 1
 # task.bos=true: a document start in the packed stream is the symbol BOS_SYMBOL (the stream is uint16; a byte is its
@@ -23,23 +23,24 @@ PAD = 0  # input id 0 is padding; byte b is input id b + 1
 DEVICE_TEXT_BYTES = 2**30
 
 
-def unigram_entropy_bits(text_U8: np.ndarray) -> float:
-    """H(X) in bits of the byte distribution of `text`."""
-    p = np.bincount(text_U8, minlength=256) / max(len(text_U8), 1)
-    p = p[p > 0]
+def entropy_bits(counts: np.ndarray) -> float:
+    """H in bits of the distribution proportional to `counts`."""
+    p = counts[counts > 0] / max(counts.sum(), 1)
     return float(-(p * np.log2(p)).sum())
 
 
+def unigram_entropy_bits(text_N: np.ndarray, num_symbols: int = 256) -> float:
+    """H(X) in bits of the symbol distribution of `text` (bytes, or token ids below num_symbols)."""
+    return entropy_bits(np.bincount(text_N, minlength=num_symbols))
+
+
 def bigram_entropy_bits(text_U8: np.ndarray, chunk: int = 2**24) -> float:
-    """H(X_t | X_{t−1}) = H(X_{t−1}, X_t) − H(X_{t−1}) in bits, over the consecutive pairs of `text`."""
+    """H(X_t | X_{t−1}) = H(X_{t−1}, X_t) − H(X_{t−1}) in bits, over the consecutive byte pairs of `text`."""
     joint = np.zeros(256 * 256)
     for lo in range(0, max(len(text_U8) - 1, 0), chunk):  # chunks: int64 pairs of a whole corpus are 8× its size
         part = np.asarray(text_U8[lo : lo + chunk + 1])
         joint += np.bincount(part[:-1].astype(np.int64) * 256 + part[1:], minlength=256 * 256)
-    joint /= max(len(text_U8) - 1, 1)
-    prev = joint.reshape(256, 256).sum(1)
-    h = lambda p: float(-(p[p > 0] * np.log2(p[p > 0])).sum())  # noqa: E731
-    return h(joint) - h(prev)
+    return entropy_bits(joint) - entropy_bits(joint.reshape(256, 256).sum(1))
 
 
 EVAL_BYTES = 32_000  # n_val/n_test=auto: windows holding this many predicted bytes (500 at the default seq_len 64)
@@ -109,11 +110,16 @@ class LanguageModel(Task):
         default_head: str = "softmax_ce",
         device_text_bytes: int = DEVICE_TEXT_BYTES,
         bos: bool = False,
+        tokenizer: str = subwords.BYTES,
+        bpe_vocab_size: int = 2048,
         **shared,
     ):
         super().__init__(**shared)  # the options every task takes (Task.__init__)
         self.seq_len = check_int("seq_len", seq_len, 2)
         self.bos = checks.boolean("task.bos", bos)
+        self.tokenizer = check_tokenizer(tokenizer)
+        # The largest vocabulary whose BOS (the id past it) still fits the uint16 stream: 65535.
+        bpe_vocab_size = check_int("bpe_vocab_size", bpe_vocab_size, 257, 2**16 - 1)
         for key, value in (
             ("path", path),
             ("hf_dataset", hf_dataset),
@@ -140,8 +146,7 @@ class LanguageModel(Task):
             for s, n in zip(SPLITS, (n_train, n_val, n_test))
         }
         seed = check_int("seed", seed, 0)
-        self.vocab_size, self.num_classes, self.input_dim = (BOS + 1 if self.bos else 257), 256, None
-        self.default_head = default_head
+        self.input_dim, self.default_head = None, default_head
         self.options = dict(
             seq_len=seq_len,
             path=path,
@@ -159,6 +164,8 @@ class LanguageModel(Task):
             default_head=default_head,
             device_text_bytes=device_text_bytes,
             bos=bos,
+            tokenizer=tokenizer,
+            bpe_vocab_size=bpe_vocab_size,
         )
         budget = check_device_text_bytes(device_text_bytes)
         if hf_dataset is not None:
@@ -180,39 +187,48 @@ class LanguageModel(Task):
             self.documents = {s: np.zeros(0, np.int64) for s in SPLITS}
             self.text = {s: np.frombuffer(ranges[s], np.uint8) for s in SPLITS}
             self.corpus["split"] = "contiguous byte ranges (train | val | test)"
-        if self.bos:  # each split's documents (its byte range) packed, each opened by BOS
-            self.stream = {
-                s: packed([docs[i] for i in idx] or [self.text[s].tobytes()]) for s, idx in self.documents.items()
-            }
-        self._check_split_lengths(fractions)
-        self.corpus = {**self.corpus, "split_bytes": {s: int(len(t)) for s, t in self.text.items()}}
-        self.splits = self._splits(sizes, rngs)
+        # Each split's documents (its byte range); under bos each is opened by BOS in the split's stream.
+        split_docs = {s: [docs[i] for i in idx] or [self.text[s].tobytes()] for s, idx in self.documents.items()}
+        self.subwords = None
+        if self.tokenizer != subwords.BYTES:
+            self.subwords = subwords.load(self.tokenizer, bpe_vocab_size, split_docs["train"])
+            self.baseline_labels = {**self.baseline_labels, "accuracy": {"accuracy": "majority token"}}
+        # The token ids are [0, num_classes); bos_symbol, one past them, opens a document under bos.
+        self.num_classes = self.bos_symbol = 256 if self.subwords is None else self.subwords.vocab_size
+        self.vocab_size = self.num_classes + 1 + self.bos  # input ids: token + 1, 0 padding, BOS last under bos
         # Over the budget the training text leaves host memory for a cache file the loader maps (host_stream).
         self.train_data = "device" if len(self.text["train"]) <= budget else "host-stream"
-        if self.bos and self.train_data == "host-stream":
-            raise ConfigError(
-                f"task.bos=true keeps the training text on the device, and its {len(self.text['train'])} bytes are "
-                f"over task.device_text_bytes={budget}; raise task.device_text_bytes (at most {INT32_MAX}), use "
-                "less text, or task.bos=false"
-            )
+        self._refuse_host_stream(budget)
         if self.train_data == "host-stream":
             self.text["train"] = text_cache.memmap_text(self.text["train"])
-        train = self.text["train"]
-        self._entropy = {
-            "bits_per_byte": unigram_entropy_bits(train),
-            "bits_per_byte_bigram": bigram_entropy_bits(train),
+        self.stream, self.tokens_per_byte = self._streams(split_docs)
+        self.corpus = {
+            **self.corpus,
+            "split_bytes": {s: int(len(t)) for s, t in self.text.items()},
+            "tokenizer": {"kind": subwords.BYTES} if self.subwords is None else self.subwords.identity,
+            "tokens_per_byte": self.tokens_per_byte,
         }
+        self._check_split_lengths(fractions)
+        self.splits = self._splits(sizes, rngs)
+        train = self.stream["train"]  # the baselines of bytes are the plain text's, of subwords the tokens' (no BOS)
+        self.train_tokens = self.text["train"] if self.subwords is None else train[train != self.bos_symbol]
+        n, per_byte = self.num_classes, self.tokens_per_byte["train"]
+        # A token model's rates, in bits per byte of the training text. The bigram rate of subwords is left out: its
+        # V² pairs counted on the text they are scored on make an in-sample rate far below what held-out text allows.
+        self._entropy = {"bits_per_byte": unigram_entropy_bits(self.train_tokens, n) * per_byte}
+        if self.subwords is None:
+            self._entropy["bits_per_byte_bigram"] = bigram_entropy_bits(self.train_tokens)
 
     def _splits(self, sizes: dict[str, int], rngs: dict) -> dict[str, Split]:
-        """n_<split> windows of each split's text (under bos: its packed stream), test first (it does not change
-        with n_train)."""
+        """n_<split> windows of each split's stream (its text, or tokens; under bos packed), test first (it does not
+        change with n_train)."""
         splits, seen = {}, set()
         for s in ("test", "val", "train"):
             if self.bos:
                 windows = self._windows(self.stream[s], sizes[s], np.random.default_rng(rngs[s]), seen, skip=1)
-                splits[s] = bos_split(windows)
+                splits[s] = bos_split(windows, self.bos_symbol)
                 continue
-            windows = self._windows(self.text[s], sizes[s], np.random.default_rng(rngs[s]), seen)
+            windows = self._windows(self.stream[s], sizes[s], np.random.default_rng(rngs[s]), seen)
             splits[s] = Split(
                 windows[:, :-1].astype(np.int32) + 1,
                 windows[:, 1:].astype(np.int32),
@@ -221,13 +237,44 @@ class LanguageModel(Task):
             )
         return {s: splits[s] for s in SPLITS}
 
+    def _streams(self, split_docs: dict[str, list[bytes]]) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """Each split's token stream, its windows' source, and its tokens per byte (the test split's turns nats
+        per token into bits per byte): bytes are the text itself (1 token per byte); under bos the documents packed,
+        each opened by bos_symbol; subword streams encode the text (under bos each document) and count their tokens
+        against the bytes they encode."""
+        if self.subwords is None:
+            if not self.bos:
+                return self.text, {s: 1.0 for s in SPLITS}
+            return {s: packed([np.frombuffer(d, np.uint8) for d in split_docs[s]], BOS_SYMBOL) for s in SPLITS}, {
+                s: 1.0 for s in SPLITS
+            }
+        stream, per_byte, dtype = {}, {}, symbol_dtype(self.bos_symbol)
+        for s in SPLITS:
+            docs = split_docs[s] if self.bos else [self.text[s].tobytes()]
+            tokens = self.subwords.encode_documents(docs, corpus.SEPARATOR)
+            stream[s] = packed(tokens, self.bos_symbol) if self.bos else tokens[0].astype(dtype)
+            per_byte[s] = sum(map(len, tokens)) / max(sum(map(len, docs)), 1)
+        return stream, per_byte
+
+    def _refuse_host_stream(self, budget: int):
+        """bos and subword tokens keep the training stream on the device: over task.device_text_bytes, a clear error."""
+        needs = ["task.bos=true"] * self.bos + [f"task.tokenizer={self.tokenizer}"] * (self.subwords is not None)
+        if self.train_data != "host-stream" or not needs:
+            return
+        raise ConfigError(
+            f"{' and '.join(needs)} keep the training text on the device, and its {len(self.text['train'])} bytes are "
+            f"over task.device_text_bytes={budget}; raise task.device_text_bytes (at most {INT32_MAX}), use "
+            "less text, or task.bos=false task.tokenizer=bytes"
+        )
+
     def _check_split_lengths(self, fractions: dict[str, float]):
-        """Each split must hold one window of seq_len + 1 bytes; the fix names keys that exist and values that work."""
-        short = [s for s, text in self.text.items() if len(text) < self.seq_len + 1]
+        """Each split's stream must hold one window of seq_len + 1 tokens; the fix names keys that exist and values
+        that work."""
+        short = [s for s, stream in self.stream.items() if len(stream) < self.seq_len + 1]
         if not short:
             return
         s = short[0]
-        longest = min(len(t) for t in self.text.values()) - 1
+        longest = min(len(t) for t in self.stream.values()) - 1
         fixes = ["use more text (task.path)"]
         if longest >= 2:
             fixes.append(f"task.seq_len={longest} or smaller")
@@ -237,8 +284,9 @@ class LanguageModel(Task):
             )
         elif fractions[s] < 0.5:
             fixes.append(f"a larger task.{s}_fraction (now {fractions[s]}, at most 0.5)")
+        unit = "bytes" if self.subwords is None else "tokens"
         raise ConfigError(
-            f"the {s} split holds {len(self.text[s])} bytes ({self.corpus['split']}), fewer than "
+            f"the {s} split holds {len(self.stream[s])} {unit} ({self.corpus['split']}), fewer than "
             f"task.seq_len + 1 = {self.seq_len + 1}; " + ", or ".join(fixes)
         )
 
@@ -265,9 +313,9 @@ class LanguageModel(Task):
         """Windows of seq_len + 1 bytes at offsets drawn from (seed, step) over the whole training text: on the
         device (TextWindows), or gathered on the host from the memory-mapped text (HostStream) when it is over
         task.device_text_bytes (train_data: host-stream), the steps start..stop − 1 for the seeds' keys."""
-        text, window = self.text["train"], self.seq_len + 1
+        text, window = self.stream["train"], self.seq_len + 1
         if self.bos:
-            return BosTextWindows(self.stream["train"], np.arange(window, dtype=np.int32))
+            return BosTextWindows(text, np.arange(window, dtype=np.int32), self.bos_symbol)
         if self.train_data == "device":
             return TextWindows(text, np.arange(window, dtype=np.int32))
         print(
@@ -278,36 +326,42 @@ class LanguageModel(Task):
         return HostStream(text, window, key_data_S2, batch_size, sharding, start=start, stop=stop)
 
     def baseline(self, split: str) -> dict[str, float]:
-        """Majority-byte accuracy, and the training text's unigram and bigram entropies in bits per byte."""
+        """Majority-token accuracy, and the training tokens' unigram and bigram entropies in bits per byte."""
         s = self.splits[split]
-        return {"accuracy": majority_accuracy(self.text["train"], s.targets, s.weights), **self._entropy}
+        return {"accuracy": majority_accuracy(self.train_tokens, s.targets, s.weights), **self._entropy}
 
     def plateaus(self) -> dict[str, dict[str, float]]:
-        """The training text's unigram and bigram rates: a model that predicts bytes by frequency alone, or from
-        the previous byte alone, sits there."""
-        return {
-            "test/bits_per_byte": {
-                "unigram": self._entropy["bits_per_byte"],
-                "bigram": self._entropy["bits_per_byte_bigram"],
-            }
-        }
+        """The training tokens' unigram and bigram rates: a model that predicts tokens by frequency alone, or from
+        the previous token alone, sits there."""
+        labels = self.baseline_labels["bits_per_byte"]
+        return {"test/bits_per_byte": {labels[k]: v for k, v in self._entropy.items()}}
 
-    def derived_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
-        """bits_per_byte = nll / ln 2 and perplexity = exp(nll) (per byte), from the head's nll in nats."""
+    def derived_metrics(self, metrics: dict[str, float], split: str) -> dict[str, float]:
+        """From the head's nll in nats per token: perplexity = exp(nll) per token, bits_per_byte = nll / ln 2 times
+        the split's tokens per byte (1 for bytes; a test length's windows are the test split's), and, for subword
+        tokens, bits_per_token = nll / ln 2."""
         if "nll" not in metrics:
             return {}
-        return {"bits_per_byte": metrics["nll"] / math.log(2), "perplexity": math.exp(min(metrics["nll"], 700.0))}
+        bits = metrics["nll"] / math.log(2)
+        per_byte = self.tokens_per_byte["test" if split.startswith("test") else split]
+        out = {"bits_per_byte": bits * per_byte, "perplexity": math.exp(min(metrics["nll"], 700.0))}
+        return out if self.subwords is None else {**out, "bits_per_token": bits}
 
     def decode(self, tokens_T) -> str:
         """Input ids back to text (padding dropped, invalid UTF-8 replaced; BOS, under bos, as BOS_TEXT)."""
         ids = [int(t) for t in np.asarray(tokens_T).ravel() if t != PAD]
         text, run = "", []
         for t in ids:
-            if self.bos and t == BOS:
-                text, run = text + bytes(run).decode("utf-8", errors="replace") + BOS_TEXT, []
+            if self.bos and t == self.bos_symbol + 1:
+                text, run = text + self._decode_tokens(run) + BOS_TEXT, []
             else:
                 run.append(t - 1)
-        return text + bytes(run).decode("utf-8", errors="replace")
+        return text + self._decode_tokens(run)
+
+    def _decode_tokens(self, tokens: list[int]) -> str:
+        if self.subwords is None:
+            return bytes(tokens).decode("utf-8", errors="replace")
+        return self.subwords.decode(tokens)
 
     def continuation(self, graphdef):
         """The shown example's first bytes continued greedily (continuation.make_continuation)."""
@@ -322,20 +376,35 @@ class LanguageModel(Task):
 BOS_TEXT = "\u25c6"  # ◆: how decode shows BOS (one character, as a byte's label is, in the attention images' font)
 
 
-def packed(docs: list[bytes]) -> np.ndarray:
-    """task.bos: the documents back to back, each opened by BOS_SYMBOL, as uint16 symbols (a byte is its own)."""
-    out = np.empty(sum(len(d) + 1 for d in docs), np.uint16)
+def symbol_dtype(bos_symbol: int):
+    """The stream's dtype: uint16 while the symbols up to bos_symbol fit, else int32."""
+    return np.uint16 if bos_symbol < 2**16 else np.int32
+
+
+def packed(docs: list[np.ndarray], bos_symbol: int) -> np.ndarray:
+    """task.bos: the documents' tokens back to back, each opened by bos_symbol (symbol_dtype)."""
+    out = np.empty(sum(len(d) + 1 for d in docs), symbol_dtype(bos_symbol))
     at = 0
     for d in docs:
-        out[at] = BOS_SYMBOL
-        out[at + 1 : at + 1 + len(d)] = np.frombuffer(d, np.uint8)
+        out[at] = bos_symbol
+        out[at + 1 : at + 1 + len(d)] = d
         at += len(d) + 1
     return out
 
 
-def bos_split(windows_NW: np.ndarray) -> Split:
+def bos_split(windows_NW: np.ndarray, bos_symbol: int) -> Split:
     """task.bos: a split of windows of seq_len + 1 symbols (bos_batch_arrays, in numpy)."""
-    return Split(*(np.asarray(a) for a in bos_batch_arrays(windows_NW.astype(np.int32), np)))
+    return Split(*(np.asarray(a) for a in bos_batch_arrays(windows_NW.astype(np.int32), np, bos_symbol)))
+
+
+def check_tokenizer(spec) -> str:
+    """task.tokenizer: bytes, bpe, or a tokenizer.json path or hub name (a non-empty string)."""
+    if not (isinstance(spec, str) and spec.strip()):
+        raise ConfigError(
+            f"task.tokenizer={spec!r} is invalid; allowed: bytes, bpe, or the path of a tokenizer.json "
+            "(or a Hugging Face hub name)"
+        )
+    return spec
 
 
 def check_device_text_bytes(value) -> int:
