@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from attnlab.checks import ConfigError
 from attnlab.tasks.lm import text_cache
@@ -27,7 +28,7 @@ BPE_SETTINGS = {"model": "BPE", "pre_tokenizer": "ByteLevel(add_prefix_space=fal
 class Subwords:
     """A Hugging Face tokenizer and its identity (run.json's corpus.tokenizer); ids are in [0, vocab_size)."""
 
-    hf: object  # tokenizers.Tokenizer
+    hf: Tokenizer
     identity: dict
 
     @property
@@ -60,8 +61,6 @@ def load(spec: str, vocab_size: int, train_docs: list[bytes]) -> Subwords:
     """task.tokenizer=bpe: trained_bpe on the training documents; otherwise a tokenizer.json file or hub name."""
     if spec == BPE:
         return trained_bpe(train_docs, vocab_size)
-    from tokenizers import Tokenizer
-
     path = Path(spec).expanduser()
     if path.is_file():
         try:
@@ -85,8 +84,6 @@ def load(spec: str, vocab_size: int, train_docs: list[bytes]) -> Subwords:
 def trained_bpe(train_docs: list[bytes], vocab_size: int) -> Subwords:
     """A byte-level BPE of `vocab_size` ids trained on `train_docs`, trained once per (corpus, settings): cached as
     <cache_dir>/tokenizers/bpe-<vocab_size>-<key>.json, key = the hash of the corpus and the settings."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     corpus_sha = hashlib.sha256()
     for d in train_docs:
         corpus_sha.update(hashlib.sha256(d).digest())
