@@ -391,6 +391,8 @@ BEFORE = {
     "trainer.eval_every=250 trainer.vmap_seeds=3 trainer.progress=none",
     "lm_normalizers/screen": f"normalizer={_ALL} optim.lr=1e-3,3e-3,1e-2 seed=0 {_LM}",
     "lm_normalizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM}",
+    "lm_tokenizers/screen": f"task.tokenizer=bytes,bpe optim.lr=1e-3,3e-3,1e-2 seed=0 {_LM} task.bpe_vocab_size=2048",
+    "lm_tokenizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM} task.bpe_vocab_size=2048",
     "attention_sinks/screen": "normalizer=softmax,relu,softpick,sink,softmax1,sigmoid,forgetting,differential "
     f"optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS}",
     "attention_sinks/screen_gated": "normalizer=softmax model.output_gate=headwise optim.lr=1e-3,3e-3,1e-2 seed=0 "
@@ -453,8 +455,8 @@ BEFORE |= {
     "normalizer_ablation/confirm_gpu": f"{BEFORE['normalizer_ablation/confirm']} {_NA_GPU}",
     "lm_normalizers/screen_gpu": f"{BEFORE['lm_normalizers/screen']} {_LM_GPU}",
     "lm_normalizers/screen_paper": f"{BEFORE['lm_normalizers/screen']} accelerator=gpu model=llama_125m "
-    "task.seq_len=2048 task.bos=true task.n_train=1000 trainer.steps=5000 trainer.eval_every=250 "
-    "trainer.log_every=100 trainer.batch_size=32 optim.lr=3e-4,1e-3,3e-3",
+    "task.seq_len=2048 task.bos=true task.tokenizer=bpe task.bpe_vocab_size=32768 task.n_train=1000 "
+    "trainer.steps=5000 trainer.eval_every=250 trainer.log_every=100 trainer.batch_size=32 optim.lr=3e-4,1e-3,3e-3",
     "attention_sinks/screen_gpu": f"{BEFORE['attention_sinks/screen']} {_AS_GPU}",
     "attention_sinks/screen_gated_gpu": f"{BEFORE['attention_sinks/screen_gated']} {_AS_GPU}",
     "attention_sinks/screen_sgd_gpu": f"{BEFORE['attention_sinks/screen_sgd']} {_AS_GPU} optim.lr=3e-3,1e-2,3e-2",
@@ -462,6 +464,9 @@ BEFORE |= {
     "attention_sinks/lm_bos_gpu": f"{BEFORE['attention_sinks/lm_bos']} {_LM_GPU} trainer.log_every=100",
     # The confirm stage takes the rate the screen selected, not the README's swept rates.
     "lm_normalizers/confirm_gpu": f"{BEFORE['lm_normalizers/confirm']} "
+    + _LM_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", ""),
+    "lm_tokenizers/screen_gpu": f"{BEFORE['lm_tokenizers/screen']} {_LM_GPU}",
+    "lm_tokenizers/confirm_gpu": f"{BEFORE['lm_tokenizers/confirm']} "
     + _LM_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", ""),
     **{
         f"length_dispersion/{part}_gpu": f"{BEFORE[f'length_dispersion/{part}']} {_LD_GPU}"
@@ -483,6 +488,7 @@ _STUDY_SWEEPS = {
     "final_softmax": ("final_softmax/classification", ""),
     "normalizer_ablation": ("normalizer_ablation/screen", ""),
     "lm_normalizers": ("lm_normalizers/screen", ""),
+    "lm_tokenizers": ("lm_tokenizers/screen", ""),
     "attention_sinks": ("attention_sinks/screen", ""),
     "length_dispersion": ("length_dispersion/others", "normalizer=softmax,ssmax,sigmoid,stickbreaking"),
     "length_extrapolation": ("length_extrapolation/rope", "normalizer=softmax,stickbreaking,ssmax,sigmoid"),

@@ -255,12 +255,32 @@ def test_pallas_pointwise_steps_keep_no_txt_buffer_in_the_plain_or_logging_step(
 H100_BYTES = 80 * 2**30  # the H100 SXM's memory
 
 
+PAPER_VOCAB = 32768  # lm_normalizers/screen_paper's task.bpe_vocab_size
+
+
+@pytest.fixture(scope="module")
+def paper_tokenizer(tmp_path_factory) -> str:
+    """A tokenizer.json of PAPER_VOCAB ids: the shipped corpus's BPE (which stops near 9,200 ids) with unused tokens
+    added up to the preset's vocabulary, so the embedding and the logits have the shapes the preset gives them."""
+    from attnlab.tasks.lm import corpus, subwords
+
+    docs, _ = corpus.pydoc_topics()
+    hf = subwords.Tokenizer.from_str(subwords.trained_bpe(docs, PAPER_VOCAB).hf.to_str())
+    hf.add_tokens([f"<unused_{i}>" for i in range(PAPER_VOCAB - hf.get_vocab_size())])
+    path = tmp_path_factory.mktemp("paper") / "tokenizer.json"
+    hf.save(str(path))
+    return str(path)
+
+
 @pytest.mark.parametrize("model, seeds", [("llama_60m", 1), ("llama_125m", 1), ("llama_125m", 2)])
-def test_the_paper_size_models_compile_for_the_h100_within_its_memory_at_t2048_in_bfloat16(mesh, model, seeds):
-    """lm_normalizers/screen_paper's model at its batch (32 windows of 2048 positions, task.bos, bfloat16), vmapped
-    seeds or not: the plain and the logging step compile for the H100, the plain one on cuDNN flash attention,
-    each within the device's memory by XLA's peak."""
-    overrides = gp.run_overrides(model, 32 // seeds, 2048, "softmax", seeds, ("task.bos=true",))
+def test_the_paper_size_models_compile_for_the_h100_within_its_memory_at_t2048_in_bfloat16(
+    mesh, paper_tokenizer, model, seeds
+):
+    """lm_normalizers/screen_paper's model at its batch (32 windows of 2048 tokens of a 32,768-id vocabulary,
+    task.bos, bfloat16), vmapped seeds or not: the plain and the logging step compile for the H100, the plain one on
+    cuDNN flash attention, each within the device's memory by XLA's peak."""
+    extra = ("task.bos=true", f"task.tokenizer={paper_tokenizer}")
+    overrides = gp.run_overrides(model, 32 // seeds, 2048, "softmax", seeds, extra)
     programs = gp.attnlab_programs(mesh, overrides)
     for kind in ("plain", "stats"):
         p = gp.Program.of(programs[kind], 2048)

@@ -1,6 +1,6 @@
-"""Byte-level language modelling: the task (task.py), its corpora (corpus.py), the cache a large training text is
-memory-mapped from (text_cache.py), how a step draws its windows on the device or from the host (host_stream.py),
-and how a model continues a prompt (continuation.py)."""
+"""Language modelling on bytes or subword tokens: the task (task.py), its corpora (corpus.py), its subword tokenizers
+(subwords.py), the cache a large training text is memory-mapped from (text_cache.py), how a step draws its windows on
+the device or from the host (host_stream.py), and how a model continues a prompt (continuation.py)."""
 
 from __future__ import annotations
 

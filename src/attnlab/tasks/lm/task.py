@@ -1,4 +1,4 @@
-"""Byte-level language modelling: predict each next byte of real text, split by document."""
+"""Language modelling: predict each next byte (or subword token) of real text, split by document."""
 
 from __future__ import annotations
 
@@ -79,6 +79,12 @@ class LanguageModel(Task):
     ``num_classes`` stays 256, and the loss, accuracy and bits per byte count bytes only. The baselines are the bytes'
     (the plain text's entropies, the majority byte). The training text must fit on the device (task.device_text_bytes;
     no host stream under bos). ``bos=false`` (default): the windows are those of the joined text, unchanged.
+
+    ``tokenizer`` other than bytes (subwords.load: ``bpe``, trained on the training documents, or a tokenizer.json or
+    hub name): each split's ``stream`` is its text's token ids (under bos each document's, opened by ``bos_symbol``,
+    the id past the vocabulary), windows count tokens, ``num_classes`` is the vocabulary, and bits per byte is bits per
+    token times the split's ``tokens_per_byte`` (derived_metrics); the baselines are the training tokens' unigram
+    rate per byte and the majority token. The stream stays on the device (no host stream).
     """
 
     kind = "classification"
