@@ -12,7 +12,15 @@ from attnlab import checks
 from attnlab.checks import ConfigError
 from attnlab.tasks.base import INT32_MAX, SPLITS, Split, Task, check_float, check_int, majority_accuracy
 from attnlab.tasks.lm import continuation, corpus, subwords, text_cache
-from attnlab.tasks.lm.host_stream import BOS_SYMBOL, BosTextWindows, HostStream, TextWindows, bos_batch_arrays
+from attnlab.tasks.lm.host_stream import BOS_SYMBOL, BosTextWindows, HostStream, TextWindows
+from attnlab.tasks.lm.streams import (
+    bigram_entropy_bits,
+    bos_split,
+    packed,
+    split_documents,
+    symbol_dtype,
+    unigram_entropy_bits,
+)
 
 PAD = 0  # input id 0 is padding; byte b is input id b + 1
 # task.bos=true: a document start in the packed stream is the symbol BOS_SYMBOL (the stream is uint16; a byte is its
@@ -21,26 +29,6 @@ PAD = 0  # input id 0 is padding; byte b is input id b + 1
 # Training text up to 1 GiB stays on the device (uint8): a few percent of an 80 GB GPU beside a model's
 # parameters, optimizer state and activations, and half the int32 limit of device offsets (INT32_MAX).
 DEVICE_TEXT_BYTES = 2**30
-
-
-def entropy_bits(counts: np.ndarray) -> float:
-    """H in bits of the distribution proportional to `counts`."""
-    p = counts[counts > 0] / max(counts.sum(), 1)
-    return float(-(p * np.log2(p)).sum())
-
-
-def unigram_entropy_bits(text_N: np.ndarray, num_symbols: int = 256) -> float:
-    """H(X) in bits of the symbol distribution of `text` (bytes, or token ids below num_symbols)."""
-    return entropy_bits(np.bincount(text_N, minlength=num_symbols))
-
-
-def bigram_entropy_bits(text_U8: np.ndarray, chunk: int = 2**24) -> float:
-    """H(X_t | X_{t−1}) = H(X_{t−1}, X_t) − H(X_{t−1}) in bits, over the consecutive byte pairs of `text`."""
-    joint = np.zeros(256 * 256)
-    for lo in range(0, max(len(text_U8) - 1, 0), chunk):  # chunks: int64 pairs of a whole corpus are 8× its size
-        part = np.asarray(text_U8[lo : lo + chunk + 1])
-        joint += np.bincount(part[:-1].astype(np.int64) * 256 + part[1:], minlength=256 * 256)
-    return entropy_bits(joint) - entropy_bits(joint.reshape(256, 256).sum(1))
 
 
 EVAL_BYTES = 32_000  # n_val/n_test=auto: windows holding this many predicted bytes (500 at the default seq_len 64)
@@ -382,27 +370,6 @@ class LanguageModel(Task):
 BOS_TEXT = "\u25c6"  # ◆: how decode shows BOS (one character, as a byte's label is, in the attention images' font)
 
 
-def symbol_dtype(bos_symbol: int):
-    """The stream's dtype: uint16 while the symbols up to bos_symbol fit, else int32."""
-    return np.uint16 if bos_symbol < 2**16 else np.int32
-
-
-def packed(docs: list[np.ndarray], bos_symbol: int) -> np.ndarray:
-    """task.bos: the documents' tokens back to back, each opened by bos_symbol (symbol_dtype)."""
-    out = np.empty(sum(len(d) + 1 for d in docs), symbol_dtype(bos_symbol))
-    at = 0
-    for d in docs:
-        out[at] = bos_symbol
-        out[at + 1 : at + 1 + len(d)] = d
-        at += len(d) + 1
-    return out
-
-
-def bos_split(windows_NW: np.ndarray, bos_symbol: int) -> Split:
-    """task.bos: a split of windows of seq_len + 1 symbols (bos_batch_arrays, in numpy)."""
-    return Split(*(np.asarray(a) for a in bos_batch_arrays(windows_NW.astype(np.int32), np, bos_symbol)))
-
-
 def check_tokenizer(spec) -> str:
     """task.tokenizer: bytes, bpe, or a tokenizer.json path or hub name (a non-empty string)."""
     if not (isinstance(spec, str) and spec.strip()):
@@ -421,21 +388,3 @@ def check_device_text_bytes(value) -> int:
             "(window offsets on the device are int32); a larger text streams from the host by itself"
         )
     return check_int("device_text_bytes", value, 0)
-
-
-def split_documents(docs: list[bytes], fractions: dict[str, float], rng) -> dict[str, np.ndarray]:
-    """Document indices per split: a seeded permutation fills test, then val, up to their byte fractions."""
-    if len(docs) < 3:
-        raise ConfigError(f"the corpus has {len(docs)} document(s); splitting by document needs at least 3")
-    order = rng.permutation(len(docs))
-    sizes = np.array([len(docs[i]) for i in order])
-    total, out, start = sizes.sum(), {}, 0
-    for s in ("test", "val"):
-        # At least one document each, and leave at least one for the later splits.
-        need = fractions[s] * total
-        stop = start + 1
-        while stop < len(docs) - (2 if s == "test" else 1) and sizes[start:stop].sum() < need:
-            stop += 1
-        out[s], start = np.sort(order[start:stop]), stop
-    out["train"] = np.sort(order[start:])
-    return {s: out[s] for s in SPLITS}
