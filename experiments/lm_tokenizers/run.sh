@@ -4,7 +4,9 @@
 #  1. screen: 2 tokenizers x 3 rates spanning 10x (1e-3, 3e-3, 1e-2), seed 0; the rate is selected per tokenizer
 #     on validation loss, and a grid whose selected rate is at an edge extended one rate beyond it, at most twice
 #     (study.sh's bracket_screen);
-#  2. confirm: seeds 1 and 2 (vmapped) at each tokenizer's selected rate, so the reported cell has 3 seeds.
+#  2. confirm: seeds 1 and 2 (vmapped) at each tokenizer's selected rate, so the reported cell has 3 seeds;
+#  then both again for the context control, bytes in windows of 256 (screen_context, confirm_context): as much text in
+#  its context and as many bytes a step as the BPE's 64 tokens hold.
 # Test bits per byte (each split's bytes counted once, so comparable across tokenizers) at equal steps, bytes as the
 # baseline cell.
 # The stages are the presets configs/experiment/lm_tokenizers/screen.yaml and confirm.yaml
@@ -26,33 +28,42 @@ done
 
 # Selected on validation bits per byte, not loss: a loss per token is not comparable across tokenizers (the rate is
 # selected within a tokenizer, where both rank alike, but the report's headline is per byte).
-bracket_screen "$SWEEP/screen" task.tokenizer 2 --select-by val/bits_per_byte --metrics val/bits_per_byte -- \
-  "experiment=lm_tokenizers/screen$SUFFIX" "$@"
-while read -r tokenizer lr; do
-  [ -e "$SWEEP/confirm/${tokenizer#task.tokenizer=}/metrics.json" ] && continue  # finished before: kept on resume
-  nice -n 10 "$BIN/attnlab-train" "experiment=lm_tokenizers/confirm$SUFFIX" "$tokenizer" "$lr" \
-    "hydra.run.dir=$SWEEP/confirm/${tokenizer#task.tokenizer=}" ${CONFIRM_EXTRA[@]+"${CONFIRM_EXTRA[@]}"}
-done < <("$BIN/python" "$ROOT/experiments/selected_lrs.py" "$SWEEP/screen/report/report.csv" task.tokenizer)
+# screen_and_confirm SCREEN CONFIRM: stage 1 into $SWEEP/SCREEN, stage 2 into $SWEEP/CONFIRM/<tokenizer>, and the
+# selected rate's runs of both into $SWEEP/final/SCREEN (the final report reads them alone: selected_runs.py).
+screen_and_confirm() {
+  local screen="$1" confirm="$2" tokenizer lr part
+  shift 2
+  bracket_screen "$SWEEP/$screen" task.tokenizer 2 --select-by val/bits_per_byte --metrics val/bits_per_byte -- \
+    "experiment=lm_tokenizers/$screen$SUFFIX" "$@"
+  while read -r tokenizer lr; do
+    [ -e "$SWEEP/$confirm/${tokenizer#task.tokenizer=}/metrics.json" ] && continue  # finished before: kept on resume
+    nice -n 10 "$BIN/attnlab-train" "experiment=lm_tokenizers/$confirm$SUFFIX" "$tokenizer" "$lr" \
+      "hydra.run.dir=$SWEEP/$confirm/${tokenizer#task.tokenizer=}" ${CONFIRM_EXTRA[@]+"${CONFIRM_EXTRA[@]}"}
+  done < <("$BIN/python" "$ROOT/experiments/selected_lrs.py" "$SWEEP/$screen/report/report.csv" task.tokenizer)
+  for part in "$screen" "$confirm"; do
+    "$BIN/python" "$ROOT/experiments/selected_runs.py" "$SWEEP/$screen/report/report.csv" task.tokenizer \
+      "$SWEEP/$part" "$SWEEP/final/$screen"
+  done
+}
+screen_and_confirm screen confirm "$@"
+screen_and_confirm screen_context confirm_context "$@"
 
-# The final report reads each tokenizer's runs at its selected rate alone (selected_runs.py).
-for part in screen confirm; do
-  "$BIN/python" "$ROOT/experiments/selected_runs.py" "$SWEEP/screen/report/report.csv" task.tokenizer "$SWEEP/$part" \
-    "$SWEEP/final"
-done
-nice -n 10 "$BIN/attnlab-report" "$SWEEP/final" --out "$SWEEP/report" --group-by task.tokenizer \
-  $(lr_flag task.tokenizer "$SWEEP/screen/report/report.csv") --select-by val/bits_per_byte \
-  --metrics test/bits_per_byte test/perplexity test/accuracy \
-  --baseline task.tokenizer=bytes \
+nice -n 10 "$BIN/attnlab-report" "$SWEEP/final" --out "$SWEEP/report" --group-by task.tokenizer task.seq_len \
+  $(lr_flag task.tokenizer "$SWEEP/screen/report/report.csv" "$SWEEP/screen_context/report/report.csv") \
+  --select-by val/bits_per_byte --metrics test/bits_per_byte test/perplexity test/accuracy \
+  --baseline task.tokenizer=bytes,task.seq_len=64 \
   --curves val/bits_per_byte attn_entropy/layer_0/head_0 attn_entropy/layer_1/head_0 grad_norm/global \
   --log-y 'grad_norm/*'
-nice -n 10 "$BIN/attnlab-report" "$SWEEP/screen" --group-by task.tokenizer optim.lr \
-  --metrics test/bits_per_byte val/bits_per_byte \
-  --curves val/bits_per_byte --out "$SWEEP/report_all_lrs"
+for screen in screen screen_context; do
+  nice -n 10 "$BIN/attnlab-report" "$SWEEP/$screen" --group-by task.tokenizer optim.lr \
+    --metrics test/bits_per_byte val/bits_per_byte --curves val/bits_per_byte --out "$SWEEP/report_all_lrs_$screen"
+done
 
 if [ "$REFRESH" = 1 ]; then
   cp "$SWEEP/report/report.md" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
-  cp "$SWEEP/report_all_lrs/report.md" "$HERE/all_lrs.md"
+  cp "$SWEEP/report_all_lrs_screen/report.md" "$HERE/all_lrs.md"
+  cp "$SWEEP/report_all_lrs_screen_context/report.md" "$HERE/all_lrs_context.md"
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
 times  # CPU time: the second line is the runs' user and system time

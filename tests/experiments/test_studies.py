@@ -393,6 +393,10 @@ BEFORE = {
     "lm_normalizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM}",
     "lm_tokenizers/screen": f"task.tokenizer=bytes,bpe optim.lr=1e-3,3e-3,1e-2 seed=0 {_LM} task.bpe_vocab_size=2048",
     "lm_tokenizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM} task.bpe_vocab_size=2048",
+    "lm_tokenizers/screen_context": "task.tokenizer=bytes optim.lr=1e-3,3e-3,1e-2 seed=0 task.bpe_vocab_size=2048 "
+    + _LM.replace("task.seq_len=64", "task.seq_len=256"),
+    "lm_tokenizers/confirm_context": "seed=1 trainer.vmap_seeds=2 task.bpe_vocab_size=2048 "
+    + _LM.replace("task.seq_len=64", "task.seq_len=256"),
     "attention_sinks/screen": "normalizer=softmax,relu,softpick,sink,softmax1,sigmoid,forgetting,differential "
     f"optim.lr=1e-3,3e-3,1e-2 seed=0 {_AS}",
     "attention_sinks/screen_gated": "normalizer=softmax model.output_gate=headwise optim.lr=1e-3,3e-3,1e-2 seed=0 "
@@ -466,6 +470,11 @@ BEFORE |= {
     "lm_normalizers/confirm_gpu": f"{BEFORE['lm_normalizers/confirm']} "
     + _LM_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", ""),
     "lm_tokenizers/screen_gpu": f"{BEFORE['lm_tokenizers/screen']} {_LM_GPU}",
+    "lm_tokenizers/screen_context_gpu": f"{BEFORE['lm_tokenizers/screen_context']} {_LM_GPU}".replace(
+        "task.seq_len=256", "task.seq_len=1024"
+    ),
+    "lm_tokenizers/confirm_context_gpu": f"{BEFORE['lm_tokenizers/confirm_context']} "
+    + _LM_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", "").replace("task.seq_len=256", "task.seq_len=1024"),
     "lm_tokenizers/confirm_gpu": f"{BEFORE['lm_tokenizers/confirm']} "
     + _LM_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", ""),
     **{
