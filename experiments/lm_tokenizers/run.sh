@@ -50,7 +50,7 @@ screen_and_confirm screen_context confirm_context "$@"
 
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/final" --out "$SWEEP/report" --group-by task.tokenizer task.seq_len \
   $(lr_flag task.tokenizer "$SWEEP/screen/report/report.csv" "$SWEEP/screen_context/report/report.csv") \
-  --select-by val/bits_per_byte --metrics test/bits_per_byte test/perplexity test/accuracy \
+  --select-by val/bits_per_byte --metrics test/bits_per_byte \
   --baseline task.tokenizer=bytes,task.seq_len=64 \
   --curves val/bits_per_byte attn_entropy/layer_0/head_0 attn_entropy/layer_1/head_0 grad_norm/global \
   --log-y 'grad_norm/*'

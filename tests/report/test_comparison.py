@@ -73,3 +73,31 @@ def test_intervals_stay_in_the_metric_range_and_the_duplicate_nll_is_dropped():
             assert len(digits) <= 3, (number, line)
     distinct = summarize(runs("softmax", SOFTMAX[:3], nll_is_loss=False))
     assert "test/nll" in distinct.metrics  # kept where it is not the loss (scores_mse, mse heads)
+
+
+def test_baselines_that_differ_by_cell_are_each_named_beside_their_cell():
+    """Cells whose tasks differ (lm's bytes and a BPE) keep their own baselines and names; cells that agree, one."""
+
+    def lm(tokenizer, unigram, bits, extra=None):
+        labels = {"test/bits_per_byte": {"baseline/bits_per_byte": "unigram", **(extra or {})}}
+        return [
+            Run(
+                Path(f"{tokenizer}{s}"),
+                "completed",
+                {"task.tokenizer": tokenizer, "seed": s, "task": "lm"},
+                {"test/bits_per_byte": b},
+                baseline={"baseline/bits_per_byte": unigram + 0.001 * s, **({k: 3.53 for k in extra or {}})},
+                headline="test/bits_per_byte",
+                baseline_labels=labels,
+            )
+            for s, b in enumerate(bits)
+        ]
+
+    bigram = {"baseline/bits_per_byte_bigram": "bigram"}
+    table = summarize(lm("bytes", 4.71, [2.1, 2.12], bigram) + lm("bpe", 2.51, [1.56, 1.55]))
+    line = next(x for x in to_markdown(table).splitlines() if x.startswith("- **test/bits_per_byte**"))
+    assert "task baselines: unigram 2.51 (task.tokenizer=bpe), unigram 4.71 (task.tokenizer=bytes), " in line
+    assert line.endswith("bigram 3.53 (task.tokenizer=bytes))")  # the BPE's runs declare no bigram rate
+    same = summarize(lm("bytes", 4.71, [2.1, 2.12]) + lm("bytes2", 4.71, [2.0, 2.2]))
+    line = next(x for x in to_markdown(same).splitlines() if x.startswith("- **test/bits_per_byte**"))
+    assert line.endswith("task baselines: unigram 4.71)")

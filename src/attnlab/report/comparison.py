@@ -24,15 +24,32 @@ def title(table: Table) -> str:
 
 
 def task_baselines(table: Table, metric: str) -> str:
-    """`; chance 0.125` from the runs' metrics.json baselines (their mean when runs differ)."""
-    refs = table.judged_by.get(metric, {})
-    runs = [r for c in table.cells for r in c.runs if r.status == "completed"]
+    """`; chance 0.125` from the runs' metrics.json baselines: their mean where every cell has one and they agree
+    (within 1%), else each cell's, named as its runs name it, beside the cell (cells whose tasks differ, e.g. lm's
+    unigram rate of bytes and of a BPE's tokens)."""
     parts = []
-    for key, label in refs.items():
-        values = [r.baseline[key] for r in runs if isinstance(r.baseline.get(key), (int, float))]
-        if values:
-            parts.append(f"{label} {num(float(np.mean(values)))}")
+    for key, label in table.judged_by.get(metric, {}).items():
+        cells = [(c, values) for c in table.cells if (values := _values(c, key))]
+        if not cells:
+            continue
+        everything = [v for _, values in cells for v in values]
+        means = [float(np.mean(values)) for _, values in cells]
+        if len(cells) == len(table.cells) and max(means) - min(means) <= 0.01 * abs(float(np.mean(everything))):
+            parts.append(f"{label} {num(float(np.mean(everything)))}")
+        else:
+            parts += [f"{_label(c, metric, key, label)} {num(v)} ({c.label()})" for (c, _), v in zip(cells, means)]
     return "; task baselines: " + ", ".join(parts) if parts else ""
+
+
+def _values(cell: Cell, key: str) -> list[float]:
+    return [r.baseline[key] for r in cell.done() if isinstance(r.baseline.get(key), (int, float))]
+
+
+def _label(cell: Cell, metric: str, key: str, default: str) -> str:
+    """The name the cell's runs give baseline `key` of `metric` (a task may name it by its own units)."""
+    return next(
+        (r.baseline_labels[metric][key] for r in cell.done() if key in r.baseline_labels.get(metric, {})), default
+    )
 
 
 def _order(table: Table, metric: str) -> list[Cell]:
