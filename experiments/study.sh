@@ -29,6 +29,11 @@ if [ "$REFRESH" = 1 ] && { [ $# -gt 0 ] || [ "$SCALE" != cpu ]; }; then
   exit 2
 fi
 
+# run_finished DIR: whether the run in DIR finished: its metrics.json, or a vmapped run's in DIR/seed<k>/.
+run_finished() {
+  [ -e "$1/metrics.json" ] || compgen -G "$1/seed*/metrics.json" > /dev/null
+}
+
 # finished_or_run DIR COMMAND...: COMMAND (a sweep into DIR), then its arguments into DIR/.finished. A DIR finished by
 # the same COMMAND is kept and nothing runs, so a study stopped part-way resumes at its first unfinished sweep (the one
 # it stopped in runs again whole); one finished by another command is refused (exit 2), never mixed into a report.

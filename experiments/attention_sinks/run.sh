@@ -27,7 +27,7 @@ done
 confirm() {
   local preset="$1" dir="$2" key="$3" cell lr
   while read -r cell lr; do
-    [ -e "$dir/confirm/${cell#*=}/metrics.json" ] && continue  # finished before: a resumed study keeps it
+    run_finished "$dir/confirm/${cell#*=}" && continue  # finished before: a resumed study keeps it
     while [ "$(jobs -pr | wc -l)" -ge 2 ]; do wait -n; done
     nice -n 10 "$BIN/attnlab-train" "experiment=$preset" "$cell" "$lr" seed=1 trainer.vmap_seeds=2 \
       "hydra.run.dir=$dir/confirm/${cell#*=}" ${CONFIRM_EXTRA[@]+"${CONFIRM_EXTRA[@]}"} &

@@ -28,7 +28,7 @@ done
 bracket_screen "$SWEEP/screen" normalizer 2 --metrics val/loss val/bits_per_byte -- \
   "experiment=lm_normalizers/screen$SUFFIX" "$@"
 while read -r norm lr; do
-  [ -e "$SWEEP/confirm/${norm#normalizer=}/metrics.json" ] && continue  # finished before: a resumed study keeps it
+  run_finished "$SWEEP/confirm/${norm#normalizer=}" && continue  # finished before: a resumed study keeps it
   nice -n 10 "$BIN/attnlab-train" "experiment=lm_normalizers/confirm$SUFFIX" "$norm" "$lr" \
     "hydra.run.dir=$SWEEP/confirm/${norm#normalizer=}" ${CONFIRM_EXTRA[@]+"${CONFIRM_EXTRA[@]}"}
 done < <("$BIN/python" "$ROOT/experiments/selected_lrs.py" "$SWEEP/screen/report/report.csv" normalizer)

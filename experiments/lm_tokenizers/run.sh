@@ -26,27 +26,30 @@ for override in "$@"; do
   case "$override" in task.tokenizer=* | optim.lr=*) ;; *) CONFIRM_EXTRA+=("$override") ;; esac
 done
 
-# Selected on validation bits per byte, not loss: a loss per token is not comparable across tokenizers (the rate is
-# selected within a tokenizer, where both rank alike, but the report's headline is per byte).
-# screen_and_confirm SCREEN CONFIRM: stage 1 into $SWEEP/SCREEN, stage 2 into $SWEEP/CONFIRM/<tokenizer>, and the
-# selected rate's runs of both into $SWEEP/final/SCREEN (the final report reads them alone: selected_runs.py).
-screen_and_confirm() {
-  local screen="$1" confirm="$2" tokenizer lr part
-  shift 2
-  bracket_screen "$SWEEP/$screen" task.tokenizer 2 --select-by val/bits_per_byte --metrics val/bits_per_byte -- \
-    "experiment=lm_tokenizers/$screen$SUFFIX" "$@"
+# confirm PRESET SCREEN: seeds 1 and 2 (vmapped) at each cell's selected rate ($SWEEP/SCREEN/report/report.csv) into
+# $SWEEP/<PRESET's stage>/<tokenizer>; then the selected rate's runs of the screen and of these into $SWEEP/final/SCREEN
+# (the final report reads them alone: selected_runs.py).
+confirm() {
+  local preset="$1" screen="$2" stage tokenizer lr part
+  stage="$(basename "${preset%"$SUFFIX"}")"
   while read -r tokenizer lr; do
-    [ -e "$SWEEP/$confirm/${tokenizer#task.tokenizer=}/metrics.json" ] && continue  # finished before: kept on resume
-    nice -n 10 "$BIN/attnlab-train" "experiment=lm_tokenizers/$confirm$SUFFIX" "$tokenizer" "$lr" \
-      "hydra.run.dir=$SWEEP/$confirm/${tokenizer#task.tokenizer=}" ${CONFIRM_EXTRA[@]+"${CONFIRM_EXTRA[@]}"}
+    run_finished "$SWEEP/$stage/${tokenizer#task.tokenizer=}" && continue  # finished before: kept on resume
+    nice -n 10 "$BIN/attnlab-train" "experiment=$preset" "$tokenizer" "$lr" \
+      "hydra.run.dir=$SWEEP/$stage/${tokenizer#task.tokenizer=}" ${CONFIRM_EXTRA[@]+"${CONFIRM_EXTRA[@]}"}
   done < <("$BIN/python" "$ROOT/experiments/selected_lrs.py" "$SWEEP/$screen/report/report.csv" task.tokenizer)
-  for part in "$screen" "$confirm"; do
+  for part in "$screen" "$stage"; do
     "$BIN/python" "$ROOT/experiments/selected_runs.py" "$SWEEP/$screen/report/report.csv" task.tokenizer \
       "$SWEEP/$part" "$SWEEP/final/$screen"
   done
 }
-screen_and_confirm screen confirm "$@"
-screen_and_confirm screen_context confirm_context "$@"
+
+# Selected on validation bits per byte, the report's headline, comparable across tokenizers (a loss per token is not).
+bracket_screen "$SWEEP/screen" task.tokenizer 2 --select-by val/bits_per_byte --metrics val/bits_per_byte -- \
+  "experiment=lm_tokenizers/screen$SUFFIX" "$@"
+confirm "lm_tokenizers/confirm$SUFFIX" screen
+bracket_screen "$SWEEP/screen_context" task.tokenizer 2 --select-by val/bits_per_byte --metrics val/bits_per_byte -- \
+  "experiment=lm_tokenizers/screen_context$SUFFIX" "$@"
+confirm "lm_tokenizers/confirm_context$SUFFIX" screen_context
 
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/final" --out "$SWEEP/report" --group-by task.tokenizer task.seq_len \
   $(lr_flag task.tokenizer "$SWEEP/screen/report/report.csv" "$SWEEP/screen_context/report/report.csv") \
