@@ -580,3 +580,12 @@ def test_log_y_bands_are_the_geometric_mean_and_spread(tmp_path):
     assert all(np.isclose(band_y, w, rtol=1e-5).any() for w in want)  # the band's edges, and nothing else
     assert all(np.isclose(want, y, rtol=1e-5).any() for y in band_y)
     assert "1 value(s) <= 0 left out" in ax.get_title()
+
+
+def test_under_select_lr_a_cell_rates_of_its_own_are_not_missing_cells(tmp_path):
+    """A grid extended for one cell, or the selected rate's runs alone, gives cells different rates: the expected
+    cells are the group keys' product, not that times every rate seen."""
+    grid_sweep(tmp_path, skip={("kl", 0.003, s) for s in range(3)})
+    table = summarize(load_runs(tmp_path), select_lr=True)
+    assert table.group_by == ["normalizer"] and table.missing == [] and table.short == []
+    assert table.completeness()[0].startswith("Complete")

@@ -501,7 +501,9 @@ def identical(cell: Cell, base: Cell, which: str) -> bool:
 
 
 def _completeness(table: Table, runs: list[Run]) -> None:
-    keys = table.group_by + ([LR] if table.select_lr else [])
+    # The expected cells are the group keys' product. Under select_lr the rates are not a factor of it: a grid extended
+    # beyond an edge (experiments/bracket_lrs.py) or the selected runs alone give each cell rates of its own.
+    keys = table.group_by
     configured = [r for r in runs if r.config]  # runs without a config are only noted (see summarize)
     values = [sorted({r.config.get(k) for r in configured}, key=sort_key) for k in keys]
     present: dict[tuple, set] = {}
