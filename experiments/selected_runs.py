@@ -31,7 +31,7 @@ def main(report_csv: str, key: str, sweep: str, dest: str) -> None:
         selected = {(r[key], float(r["optim.lr"])) for r in csv.DictReader(f) if r["optim.lr"]}
     out = Path(dest)
     out.mkdir(parents=True, exist_ok=True)
-    linked = 0
+    matched = 0
     for run_json in sorted(Path(sweep).rglob("run.json")):
         record = json.loads(run_json.read_text())
         cell = str(value(record["config"], record.get("choices", {}), key))
@@ -40,10 +40,10 @@ def main(report_csv: str, key: str, sweep: str, dest: str) -> None:
         if (cell, float(record["config"]["optim"]["lr"])) in selected:
             run = run_json.parent.parent if run_json.parent.name.startswith("seed") else run_json.parent
             copy = out / "_".join(run.relative_to(sweep).parts)
-            if not copy.exists():
+            if not copy.exists():  # copied by an earlier pass (a resumed study) or by the other seed's run.json
                 shutil.copytree(run, copy, ignore=shutil.ignore_patterns("checkpoints"))
-                linked += 1
-    if not linked:
+            matched += 1
+    if not matched:
         sys.exit(f"selected_runs: no run under {sweep} at the rates {report_csv} selected")
 
 
