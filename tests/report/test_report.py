@@ -589,3 +589,6 @@ def test_under_select_lr_a_cell_rates_of_its_own_are_not_missing_cells(tmp_path)
     table = summarize(load_runs(tmp_path), select_lr=True)
     assert table.group_by == ["normalizer"] and table.missing == [] and table.short == []
     assert table.completeness()[0].startswith("Complete")
+    grid_sweep(tmp_path / "short", skip={("kl", lr, 2) for lr in (0.001, 0.003, 0.01)})
+    short = summarize(load_runs(tmp_path / "short"), select_lr=True)
+    assert short.completeness() == ["Fewer seeds: normalizer=kl has 2 completed of 3 (missing seed 2)"]

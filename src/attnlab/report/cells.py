@@ -217,7 +217,7 @@ class Table:
 
     def completeness(self) -> list[str]:
         """Lines saying which expected cells are missing or have fewer completed seeds than the fullest."""
-        keys = self.group_by + ([LR] if self.select_lr else [])
+        keys = self.group_by  # the rates are no factor of the expected cells (_completeness)
         fmt = lambda c: ", ".join(f"{k}={c[k]}" for k in keys) or "all runs"  # noqa: E731
         lines = [f"Missing cell (no run): {fmt(c)}" for c in self.missing]
         lines += [
