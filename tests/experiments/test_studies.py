@@ -339,6 +339,10 @@ _AS_GPU = (
     "trainer.log_every=100 trainer.batch_size=512 optim.lr=3e-4,1e-3,3e-3"
 )
 _AS_LM = f"{_LM} trainer.log_every=25 trainer.final_stats=true trainer.vmap_seeds=1 model.extreme_token_stats=true"
+_PAPER = (  # a paper's scale for a GPU: 2048 positions of a 32k BPE, 5000 steps of 32 windows, bfloat16
+    "accelerator=gpu task.seq_len=2048 task.tokenizer=bpe task.bpe_vocab_size=32768 task.n_train=1000 "
+    "trainer.steps=5000 trainer.eval_every=250 trainer.log_every=100 trainer.batch_size=32 optim.lr=3e-4,1e-3,3e-3"
+)
 _RC_GPU = "accelerator=gpu task.vocab_size=8192 trainer.steps=5000 trainer.batch_size=256 trainer.vmap_seeds=3"
 _MIXERS = {
     "softmax": "normalizer=softmax",
@@ -461,6 +465,9 @@ BEFORE |= {
     "lm_normalizers/screen_paper": f"{BEFORE['lm_normalizers/screen']} accelerator=gpu model=llama_125m "
     "task.seq_len=2048 task.bos=true task.tokenizer=bpe task.bpe_vocab_size=32768 task.n_train=1000 "
     "trainer.steps=5000 trainer.eval_every=250 trainer.log_every=100 trainer.batch_size=32 optim.lr=3e-4,1e-3,3e-3",
+    "attention_sinks/lm_bos_paper": f"{BEFORE['attention_sinks/lm_bos']} {_PAPER} model=llama_60m",
+    "lm_tokenizers/screen_paper": f"{BEFORE['lm_tokenizers/screen']} model=llama_125m task.bos=true "
+    + _PAPER.replace("task.tokenizer=bpe ", ""),  # the screen's sweep of bytes and bpe
     "attention_sinks/screen_gpu": f"{BEFORE['attention_sinks/screen']} {_AS_GPU}",
     "attention_sinks/screen_gated_gpu": f"{BEFORE['attention_sinks/screen_gated']} {_AS_GPU}",
     "attention_sinks/screen_sgd_gpu": f"{BEFORE['attention_sinks/screen_sgd']} {_AS_GPU} optim.lr=3e-3,1e-2,3e-2",

@@ -272,14 +272,18 @@ def paper_tokenizer(tmp_path_factory) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("model, seeds", [("llama_60m", 1), ("llama_125m", 1), ("llama_125m", 2)])
+@pytest.mark.parametrize(
+    "model, seeds, more",
+    [("llama_60m", 1, ("model.extreme_token_stats=true",)), ("llama_125m", 1, ()), ("llama_125m", 2, ())],
+)
 def test_the_paper_size_models_compile_for_the_h100_within_its_memory_at_t2048_in_bfloat16(
-    mesh, paper_tokenizer, model, seeds
+    mesh, paper_tokenizer, model, seeds, more
 ):
-    """lm_normalizers/screen_paper's model at its batch (32 windows of 2048 tokens of a 32,768-id vocabulary,
-    task.bos, bfloat16), vmapped seeds or not: the plain and the logging step compile for the H100, the plain one on
+    """The paper presets' models at their batch (32 windows of 2048 tokens of a 32,768-id vocabulary, task.bos,
+    bfloat16; lm_normalizers/screen_paper's llama_125m, vmapped seeds or not, and attention_sinks/lm_bos_paper's
+    llama_60m with its residual statistics): the plain and the logging step compile for the H100, the plain one on
     cuDNN flash attention, each within the device's memory by XLA's peak."""
-    extra = ("task.bos=true", f"task.tokenizer={paper_tokenizer}")
+    extra = ("task.bos=true", f"task.tokenizer={paper_tokenizer}", *more)
     overrides = gp.run_overrides(model, 32 // seeds, 2048, "softmax", seeds, extra)
     programs = gp.attnlab_programs(mesh, overrides)
     for kind in ("plain", "stats"):
