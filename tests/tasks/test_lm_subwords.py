@@ -10,7 +10,8 @@ import math
 
 import numpy as np
 import pytest
-from cli_helpers import TINY, metrics, train_in_process
+from cli_helpers import TINY, events, metrics, train_in_process
+from tensorboard.plugins.hparams import metadata
 
 from attnlab import config
 from attnlab.checks import ConfigError
@@ -150,3 +151,9 @@ def test_a_bpe_run_records_its_tokenizer_and_bits_per_byte(tmp_path):
     final = metrics(out)["final"]
     assert final["test/bits_per_token"] == pytest.approx(final["test/nll"] / math.log(2), rel=1e-6)
     assert final["test/bits_per_byte"] == pytest.approx(final["test/bits_per_token"] * per_byte["test"], rel=1e-6)
+    board = events(out)  # TensorBoard's own reader: the curves per token and per byte, both columns of the HParams tab
+    val = {t: board.Scalars(t)[-1].value for t in ("val/bits_per_token", "val/bits_per_byte")}
+    assert val["val/bits_per_byte"] == pytest.approx(val["val/bits_per_token"] * per_byte["val"], rel=1e-5)
+    hparams = board.PluginTagToContent("hparams")
+    experiment = metadata.parse_experiment_plugin_data(hparams[metadata.EXPERIMENT_TAG])
+    assert {"test/bits_per_byte", "test/bits_per_token"} <= {m.name.tag for m in experiment.metric_infos}

@@ -21,13 +21,15 @@ from tensorboard.plugins.hparams import api_pb2, metadata, plugin_data_pb2
 
 TOP_LEVEL = ("normalizer", "task", "head", "model")  # in the order they fill the ticked columns
 SHOWN = 5  # the HParams tab ticks the first five hparams (differs first, then by name)
-# Declared metrics, in this order, where the run logged them (lm tasks: bits_per_byte, perplexity).
+# Declared metrics, in this order, where the run logged them (lm tasks: bits_per_byte, perplexity; subword tokens also
+# bits_per_token).
 METRICS = (
     "test/accuracy",
     "val/accuracy",
     "test/loss",
     "val/loss",
     "test/bits_per_byte",
+    "test/bits_per_token",
     "test/perplexity",
     "test/ece",
     "test/mse",
