@@ -57,6 +57,16 @@ class Subwords:
         return self.hf.decode([int(i) for i in ids], skip_special_tokens=False)
 
 
+def check_spec(spec) -> str:
+    """task.tokenizer: bytes, bpe, or a tokenizer.json path or hub name (a non-empty string)."""
+    if not (isinstance(spec, str) and spec.strip()):
+        raise ConfigError(
+            f"task.tokenizer={spec!r} is invalid; allowed: bytes, bpe, or the path of a tokenizer.json "
+            "(or a Hugging Face hub name)"
+        )
+    return spec
+
+
 def load(spec: str, vocab_size: int, train_docs: list[bytes]) -> Subwords:
     """task.tokenizer=bpe: trained_bpe on the training documents; otherwise a tokenizer.json file or hub name."""
     if spec == BPE:
@@ -67,7 +77,9 @@ def load(spec: str, vocab_size: int, train_docs: list[bytes]) -> Subwords:
             hf = Tokenizer.from_file(str(path))
         except Exception as exc:  # tokenizers raises a bare Exception for a malformed file
             raise ConfigError(f"task.tokenizer={spec!r}: not a tokenizer.json ({exc})") from None
-        return Subwords(hf, {"kind": "file", "path": str(path.resolve()), "sha256": sha256_file(path)})
+        return Subwords(
+            hf, {"kind": "file", "path": str(path.resolve()), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        )
     if spec.endswith(".json") or spec.startswith((".", "/", "~")) or spec.count("/") > 1:  # a path, not "owner/name"
         raise ConfigError(f"task.tokenizer={spec!r}: no such file; allowed: bytes, bpe, a tokenizer.json, a hub name")
     try:
@@ -125,7 +137,3 @@ def save_atomically(hf, path: Path):
             f"the trained tokenizer cannot be cached in {path.parent} ({exc.strerror or exc}); "
             "allowed: a writable ATTNLAB_CACHE directory"
         ) from None
-
-
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -111,7 +111,7 @@ class LanguageModel(Task):
         super().__init__(**shared)  # the options every task takes (Task.__init__)
         self.seq_len = check_int("seq_len", seq_len, 2)
         self.bos = checks.boolean("task.bos", bos)
-        self.tokenizer = check_tokenizer(tokenizer)
+        self.tokenizer = subwords.check_spec(tokenizer)
         # The largest vocabulary whose BOS (the id past it) still fits the uint16 stream: 65535.
         bpe_vocab_size = check_int("bpe_vocab_size", bpe_vocab_size, 257, 2**16 - 1)
         for key, value in (
@@ -237,11 +237,12 @@ class LanguageModel(Task):
         each opened by bos_symbol; subword streams encode the text (under bos each document) and count their tokens
         against the bytes they encode."""
         if self.subwords is None:
+            one_per_byte = dict.fromkeys(SPLITS, 1.0)
             if not self.bos:
-                return self.text, {s: 1.0 for s in SPLITS}
-            return {s: packed([np.frombuffer(d, np.uint8) for d in split_docs[s]], BOS_SYMBOL) for s in SPLITS}, {
-                s: 1.0 for s in SPLITS
-            }
+                return self.text, one_per_byte
+            return {
+                s: packed([np.frombuffer(d, np.uint8) for d in split_docs[s]], BOS_SYMBOL) for s in SPLITS
+            }, one_per_byte
         stream, per_byte, dtype = {}, {}, symbol_dtype(self.bos_symbol)
         for s in SPLITS:
             docs = split_docs[s] if self.bos else [self.text[s].tobytes()]
@@ -320,7 +321,7 @@ class LanguageModel(Task):
         return HostStream(text, window, key_data_S2, batch_size, sharding, start=start, stop=stop)
 
     def baseline(self, split: str) -> dict[str, float]:
-        """Majority-token accuracy, and the training tokens' unigram and bigram entropies in bits per byte."""
+        """Majority-token accuracy, and the training tokens' entropies in bits per byte (unigram; bigram for bytes)."""
         s = self.splits[split]
         return {"accuracy": majority_accuracy(self.train_tokens, s.targets, s.weights), **self._entropy}
 
@@ -368,16 +369,6 @@ class LanguageModel(Task):
 
 
 BOS_TEXT = "\u25c6"  # ◆: how decode shows BOS (one character, as a byte's label is, in the attention images' font)
-
-
-def check_tokenizer(spec) -> str:
-    """task.tokenizer: bytes, bpe, or a tokenizer.json path or hub name (a non-empty string)."""
-    if not (isinstance(spec, str) and spec.strip()):
-        raise ConfigError(
-            f"task.tokenizer={spec!r} is invalid; allowed: bytes, bpe, or the path of a tokenizer.json "
-            "(or a Hugging Face hub name)"
-        )
-    return spec
 
 
 def check_device_text_bytes(value) -> int:
