@@ -7,6 +7,10 @@ step's XLA compile (the first and second `jit(single)` JAX logs), the final metr
 median per side and the per-round ratio now / base, median (min-max).
 
     JAX_PLATFORMS=cpu .venv/bin/python scripts/bench_compile.py --base ff260d5 --rounds 5
+
+With --screen, each round is a 3-rate screen per side instead: three four-step runs at optim.lr 1e-3, 3e-3, 1e-2
+sharing one new persistent compilation cache (as a sweep's jobs share compile_cache); printed per side, the median
+compile_time_s of each rate's run and of the later rates' over the first's.
 """
 
 from __future__ import annotations
@@ -25,12 +29,17 @@ from bench_train import source_tree
 FIGURES = ("compile_time_s", "plain step", "logging step", "final metrics")
 
 
-def four_step_run(src: str, run_dir: str) -> tuple[float, float, float, float]:
-    """(compile_time_s, the plain step's compile, the logging step's compile, final metrics seconds) of one run."""
+SCREEN_RATES = ("1e-3", "3e-3", "1e-2")
+
+
+def four_step_run(src: str, run_dir: str, *extra: str) -> tuple[float, float, float, float]:
+    """(compile_time_s, the plain step's compile, the logging step's compile, final metrics seconds) of one run
+    (0.0 for a step loaded from the persistent cache)."""
     env = {**os.environ, "PYTHONPATH": src, "JAX_PLATFORMS": "cpu", "JAX_LOG_COMPILES": "1"}
     args = ["trainer.steps=4", "trainer.eval_every=4", "trainer.log_every=2", "trainer.progress=none"]
+    extra = extra or ("compile_cache=null",)
     proc = subprocess.run(
-        [sys.executable, "-m", "attnlab", *args, "compile_cache=null", f"hydra.run.dir={run_dir}"],
+        [sys.executable, "-m", "attnlab", *args, *extra, f"hydra.run.dir={run_dir}"],
         env=env,
         capture_output=True,
         text=True,
@@ -39,17 +48,42 @@ def four_step_run(src: str, run_dir: str) -> tuple[float, float, float, float]:
     steps = [
         float(x) for x in re.findall(r"XLA compilation of jit\(single\) in ([0-9.]+) s", proc.stdout + proc.stderr)
     ]
+    steps += [0.0] * (2 - len(steps))
     m = json.loads(open(os.path.join(run_dir, "metrics.json")).read())
     return m["compile_time_s"], steps[0], steps[1], m["timing"]["final_metrics"]
+
+
+def screen(trees: dict[str, str], rounds: int, tmp: str) -> None:
+    """Per round and side, the compile_time_s of three runs at SCREEN_RATES sharing a new compile cache."""
+    runs = {side: [] for side in trees}
+    for r in range(rounds + 1):
+        for side in ("base", "now") if r % 2 else ("now", "base"):
+            cache = f"{tmp}/cache-{side}{r}"
+            times = [
+                four_step_run(trees[side], f"{tmp}/{side}{r}-{lr}", f"optim.lr={lr}", f"compile_cache={cache}")[0]
+                for lr in SCREEN_RATES
+            ]
+            print(side, r, " ".join(f"lr {lr}: {t:.2f} s" for lr, t in zip(SCREEN_RATES, times)), flush=True)
+            if r:
+                runs[side].append(times)
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    print("| side | " + " | ".join(f"lr {lr}" for lr in SCREEN_RATES) + " | later / first |")
+    for side in trees:
+        medians = [statistics.median(t[i] for t in runs[side]) for i in range(len(SCREEN_RATES))]
+        later = statistics.median(t[i] / t[0] for t in runs[side] for i in range(1, len(SCREEN_RATES)))
+        print(f"| {side} | " + " | ".join(f"{m:.2f} s" for m in medians) + f" | {later:.2f} |")
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", default="ff260d5")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--screen", action="store_true", help="a 3-rate screen sharing a compile cache per round")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"base": source_tree(args.base, f"{tmp}/base"), "now": source_tree(None, f"{tmp}/now")}
+        if args.screen:
+            return screen(trees, args.rounds, tmp)
         runs = {side: [] for side in trees}
         for r in range(args.rounds + 1):
             for side in ("base", "now") if r % 2 else ("now", "base"):

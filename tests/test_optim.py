@@ -100,3 +100,36 @@ def test_sgd_is_optax_sgd_with_momentum_after_the_clip_and_decays_only_weight_ma
 def test_sgd_refuses_a_momentum_of_one():
     with pytest.raises(ValueError, match=r"^optim.momentum=1.0 is invalid; allowed: a finite number >= 0.0 and < 1.0$"):
         SGD(lr=0.1, warmup_steps=0, clip_norm=1.0, momentum=1.0)
+
+
+def test_values_that_change_no_shape_are_not_constants_of_the_compiled_update():
+    """Two optimizers that differ in every numeric option lower to the same program (one compile for a sweep over
+    them), and each applies its own values: the updates differ as optax's own chains at those values do."""
+    params = nnx.state(_Toy(), nnx.Param)
+    grads = jax.tree.map(lambda x: jnp.full_like(x, 0.7), params)
+    a = dict(lr=1e-2, warmup_steps=1, weight_decay=0.1, clip_norm=0.5, b1=0.9, b2=0.99, final_fraction=0.2)
+    b = dict(lr=3e-3, warmup_steps=2, weight_decay=0.01, clip_norm=0.3, b1=0.8, b2=0.95, final_fraction=0.1)
+    programs, updates = [], []
+    for opts, total in ((a, 3), (b, 7)):
+        tx = AdamW(**opts)(params, total_steps=total)
+        state = tx.init(params)
+        programs.append(jax.jit(tx.update).lower(grads, state, params).as_text())
+        theirs = optax.chain(
+            optax.clip_by_global_norm(opts["clip_norm"]),
+            optax.adamw(
+                schedule(opts["lr"], opts["warmup_steps"], total, opts["final_fraction"]),
+                b1=opts["b1"],
+                b2=opts["b2"],
+                weight_decay=opts["weight_decay"],
+                mask=decay_mask(params),
+            ),
+        )
+        s_theirs = theirs.init(params)
+        for _ in range(3):  # past the warmup, where the rate is not 0
+            u_ours, state = jax.jit(tx.update)(grads, state, params)
+            u_theirs, s_theirs = theirs.update(grads, s_theirs, params)
+        for x, y in zip(jax.tree.leaves(u_ours), jax.tree.leaves(u_theirs)):
+            np.testing.assert_allclose(x, y, rtol=1e-6, atol=1e-9)
+        updates.append(u_ours)
+    assert programs[0] == programs[1]
+    assert not np.allclose(updates[0]["w"][...], updates[1]["w"][...])

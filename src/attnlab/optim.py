@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Callable
+import inspect
+from typing import Callable, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import optax
 from flax import nnx
 
@@ -40,11 +42,46 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
     return optax.GradientTransformationExtraArgs(lambda params: optax.ClipByGlobalNormState(), update)
 
 
+def warmup_cosine(count, peak_lr, warmup_steps, total_steps, final_fraction) -> jax.Array:
+    """Linear warmup to peak_lr, then cosine decay to final_fraction·peak_lr at total_steps (optax's
+    warmup_cosine_decay_schedule). Every argument may be an array, so the rate's constants can live in the optimizer
+    state: runs that differ only in them share one compiled step."""
+    warmup = jnp.maximum(warmup_steps, 1).astype(jnp.float32)
+    total = jnp.maximum(total_steps, warmup + 1).astype(jnp.float32)
+    count = jnp.asarray(count, jnp.float32)
+    progress = jnp.clip((count - warmup) / (total - warmup), 0.0, 1.0)
+    cosine = peak_lr * ((1 - final_fraction) * 0.5 * (1 + jnp.cos(jnp.pi * progress)) + final_fraction)
+    return jnp.where(count < warmup, peak_lr * count / warmup, cosine)
+
+
 def schedule(lr: float, warmup_steps: int, total_steps: int, final_fraction: float = 0.1):
-    """Linear warmup to lr, then cosine decay to final_fraction·lr."""
-    return optax.warmup_cosine_decay_schedule(
-        0.0, lr, max(warmup_steps, 1), max(total_steps, warmup_steps + 1), end_value=lr * final_fraction
+    """count -> the rate of warmup_cosine with these constants."""
+    return functools.partial(
+        warmup_cosine, peak_lr=lr, warmup_steps=warmup_steps, total_steps=total_steps, final_fraction=final_fraction
     )
+
+
+class RateState(NamedTuple):
+    """scale_by_rate's state: the updates applied so far, and the rate of the last one (what opt/lr logs)."""
+
+    count: jax.Array
+    learning_rate: jax.Array
+
+
+def scale_by_rate(rate: Callable[[jax.Array], jax.Array]) -> optax.GradientTransformation:
+    """Updates of a rule at rate 1 (its sign applied) times rate(count), the applied rate kept in the state."""
+
+    def init(params):
+        del params
+        return RateState(jnp.zeros([], jnp.int32), jnp.asarray(rate(0), jnp.float32))
+
+    def update(updates, state, params=None):
+        del params
+        lr = jnp.asarray(rate(state.count), jnp.float32)
+        updates = jax.tree.map(lambda u: u * lr.astype(u.dtype), updates)
+        return updates, RateState(optax.safe_increment(state.count), lr)
+
+    return optax.GradientTransformation(init, update)
 
 
 def check_options(*, lr, warmup_steps, weight_decay, clip_norm, b1, b2, final_fraction) -> None:
@@ -79,7 +116,12 @@ def make_optimizer(
 class Optimizer:
     """The `optim` group's contract (configs/optim/<name>.yaml's `_target_` subclasses it): the values every
     optimizer shares, checked when built; called with the parameters and the run's length, it is the optax chain
-    clip by global norm → `update_rule(schedule)`, the rate injected so the logged opt/lr is the one applied."""
+    clip by global norm → `update_rule(params)(learning_rate=1.0, **hyperparams())` → the warmup-cosine rate.
+
+    The rate comes last, as in optax's own AdamW and SGD (their updates end in scale_by_learning_rate), so the
+    chain's updates are those of the rule at the scheduled rate. The rate's constants, the clip and `hyperparams()`
+    are arrays of the optimizer state (optax.inject_hyperparams), not constants of the compiled step: a sweep over
+    them compiles one program."""
 
     lr: float
     warmup_steps: int
@@ -93,14 +135,33 @@ class Optimizer:
         checks.real("optim.final_fraction", self.final_fraction, 0.0, 1.0)
 
     def update_rule(self, params: nnx.State) -> Callable[..., optax.GradientTransformation]:
-        """learning_rate -> the optax transformation after the clip (wrapped in optax.inject_hyperparams)."""
+        """(learning_rate, **hyperparams()) -> the optax transformation after the clip, its rate last."""
         raise NotImplementedError
 
+    def hyperparams(self) -> dict[str, float]:
+        """The update rule's numeric options that change no shape, passed to it as values; {}: none."""
+        return {}
+
     def __call__(self, params: nnx.State, total_steps: int):
-        rule = optax.inject_hyperparams(self.update_rule(params))
-        return optax.chain(
-            clip_by_global_norm(self.clip_norm),
-            rule(learning_rate=schedule(self.lr, self.warmup_steps, total_steps, self.final_fraction)),
+        rule = self.update_rule(params)
+        rule_options = self.hyperparams()
+
+        def chain(lr, warmup_steps, total_steps, final_fraction, clip_norm, **options):
+            rate = functools.partial(
+                warmup_cosine,
+                peak_lr=lr,
+                warmup_steps=warmup_steps,
+                total_steps=total_steps,
+                final_fraction=final_fraction,
+            )
+            return optax.chain(clip_by_global_norm(clip_norm), rule(learning_rate=1.0, **options), scale_by_rate(rate))
+
+        # inject_hyperparams reads the factory's signature to find its numeric arguments.
+        names = ["lr", "warmup_steps", "total_steps", "final_fraction", "clip_norm", *rule_options]
+        chain.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in names])
+        values = dict(lr=self.lr, warmup_steps=self.warmup_steps, final_fraction=self.final_fraction)
+        return optax.inject_hyperparams(chain)(
+            **values, total_steps=total_steps, clip_norm=self.clip_norm, **rule_options
         )
 
 
@@ -115,10 +176,11 @@ class AdamW(Optimizer):
     def __post_init__(self):
         check_options(**dataclasses.asdict(self))
 
+    def hyperparams(self):
+        return {"weight_decay": self.weight_decay, "b1": self.b1, "b2": self.b2}
+
     def update_rule(self, params):
-        return functools.partial(
-            optax.adamw, b1=self.b1, b2=self.b2, weight_decay=self.weight_decay, mask=decay_mask(params)
-        )
+        return functools.partial(optax.adamw, mask=decay_mask(params))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,13 +199,16 @@ class SGD(Optimizer):
         checks.boolean("optim.nesterov", self.nesterov)
         checks.real("optim.weight_decay", self.weight_decay, 0.0, 1e6)
 
+    def hyperparams(self):
+        return {"weight_decay": self.weight_decay}
+
     def update_rule(self, params):
         mask = decay_mask(params)
 
-        def sgd(learning_rate):
+        def sgd(learning_rate, weight_decay):
             # Weight decay joins the gradient before the momentum, as in torch.optim.SGD's weight_decay.
             return optax.chain(
-                optax.add_decayed_weights(self.weight_decay, mask),
+                optax.add_decayed_weights(weight_decay, mask),
                 optax.sgd(learning_rate, momentum=self.momentum or None, nesterov=self.nesterov),
             )
 
@@ -151,8 +216,8 @@ class SGD(Optimizer):
 
 
 def current_lr(opt_state) -> jax.Array:
-    """The learning rate of the last update, read from make_optimizer's state (inject_hyperparams)."""
-    # optax ≥ 0.2.3 returns InjectStatefulHyperparamsState; both carry `hyperparams`.
-    kinds = (optax.InjectHyperparamsState, optax.InjectStatefulHyperparamsState)
-    hyper = [s for s in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, kinds)) if isinstance(s, kinds)]
-    return hyper[0].hyperparams["learning_rate"]
+    """The learning rate of the last update, read from scale_by_rate's state."""
+    states = [
+        s for s in jax.tree.leaves(opt_state, is_leaf=lambda x: isinstance(x, RateState)) if isinstance(s, RateState)
+    ]
+    return states[0].learning_rate

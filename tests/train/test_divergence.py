@@ -18,6 +18,7 @@ from tensorboard.plugins.hparams import metadata
 from attnlab import exits
 from attnlab.cli import build
 from attnlab.model.groups import leaf_groups
+from attnlab.optim import scale_by_rate
 from attnlab.steps import make_train_step
 from attnlab.train.state import fresh_state
 
@@ -74,8 +75,8 @@ def test_skip_policy_keeps_the_last_finite_parameters():
     gradient stay finite: the step must keep the parameters after step 2 (a gradient-only check applied it)."""
     cfg = compose_train("model=tiny", "task=mqar", *tiny_task("mqar"))
     task, nets, _, _ = build(cfg, "softmax_ce")
-    # inject_hyperparams as optim.make_optimizer builds it: the step reads opt/lr from the optimizer's state.
-    tx = optax.inject_hyperparams(optax.sgd)(learning_rate=lambda count: jnp.where(count < 2, 1e-2, jnp.inf))
+    # The rate last, as attnlab.optim's chains apply it: the step reads opt/lr from its state.
+    tx = optax.chain(optax.sgd(1.0), scale_by_rate(lambda count: jnp.where(count < 2, 1e-2, jnp.inf)))
     graphdef, params, _ = nnx.split(nets[0], nnx.Param, ...)
     groups, layers = leaf_groups(params)
     state = fresh_state([nets[0]], tx, seed=0)
