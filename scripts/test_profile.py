@@ -15,7 +15,7 @@ from pathlib import Path
 
 BUDGET_WALL_S = 6 * 60
 WORKERS = 2
-FIELDS = ("wall_s", "cpu_s", "child_cpu_s", "compiles", "compile_s", "subprocesses")
+FIELDS = ("wall_s", "cpu_s", "child_cpu_s", "compiles", "compile_s", "trace_s", "subprocesses")
 
 
 def load(directory: Path) -> tuple[list[dict], list[dict]]:
@@ -40,7 +40,7 @@ def by_folder(tests: list[dict]) -> list[tuple[str, int, dict]]:
     for t in tests:
         key = folder(t["test"])
         counts[key] += 1
-        sums[key].update({f: t[f] for f in FIELDS})
+        sums[key].update({f: t.get(f, 0) for f in FIELDS})
     return sorted(((k, counts[k], sums[k]) for k in sums), key=lambda row: -row[2]["wall_s"])
 
 
@@ -67,43 +67,24 @@ def table(header: list[str], rows: list[list], markdown: bool) -> str:
     )
 
 
+def row(name: str, n: int, s: dict) -> list:
+    """A folder's line: its tests and sums (seconds rounded)."""
+    return [name, n, *(f"{s[f]:.0f}" if f.endswith("_s") else s[f] for f in FIELDS)]
+
+
 def report(directory: Path, markdown: bool = False, top: int = 15) -> str:
     tests, fixtures = load(directory)
     total = collections.Counter()
     for t in tests:
-        total.update({f: t[f] for f in FIELDS})
-    rows = [
-        [
-            name,
-            n,
-            f"{s['wall_s']:.0f}",
-            f"{s['cpu_s']:.0f}",
-            f"{s['child_cpu_s']:.0f}",
-            s["compiles"],
-            f"{s['compile_s']:.0f}",
-            s["subprocesses"],
-        ]
-        for name, n, s in by_folder(tests)
-    ]
-    rows.append(
-        [
-            "all",
-            len(tests),
-            f"{total['wall_s']:.0f}",
-            f"{total['cpu_s']:.0f}",
-            f"{total['child_cpu_s']:.0f}",
-            total["compiles"],
-            f"{total['compile_s']:.0f}",
-            total["subprocesses"],
-        ]
-    )
+        total.update({f: t.get(f, 0) for f in FIELDS})
+    rows = [row(name, n, s) for name, n, s in by_folder(tests)] + [row("all", len(tests), total)]
     budget = BUDGET_WALL_S * WORKERS
     out = [
         f"{len(tests)} tests, {total['wall_s']:.0f} worker-seconds of {budget} "
         f"(budget: {BUDGET_WALL_S // 60} min of wall time on {WORKERS} workers): {total['wall_s'] / budget:.0%}",
         "",
         table(
-            ["folder", "tests", "wall s", "cpu s", "child cpu s", "compiles", "compile s", "subprocesses"],
+            ["folder", "tests", "wall s", "cpu s", "child cpu s", "compiles", "compile s", "trace s", "subprocesses"],
             rows,
             markdown,
         ),

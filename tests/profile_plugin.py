@@ -3,7 +3,7 @@
 Per test (one JSON line per test in DIR/<worker>.jsonl): wall seconds of setup, call and teardown, this process's
 CPU seconds, the CPU seconds of the child processes it waited for, the subprocesses it started, and XLA's backend
 compiles in this process (count and seconds, from jax.monitoring's compile-duration event, which a persistent-cache
-hit does not record). Per fixture setup: its name, scope and wall seconds. `scripts/test_profile.py` sums them.
+hit does not record), and the seconds spent tracing and lowering programs. Per fixture setup: its name, scope and wall seconds. `scripts/test_profile.py` sums them.
 """
 
 from __future__ import annotations
@@ -19,18 +19,22 @@ import pytest
 
 OUT = os.environ.get("ATTNLAB_TEST_PROFILE")
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+# Tracing to a jaxpr and lowering it to MLIR: paid on every compile, a persistent-cache hit included.
+TRACE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration", "/jax/core/compile/jaxpr_to_mlir_module_duration")
 
 
 class Meter:
     """Counters since the current test began."""
 
     def __init__(self):
-        self.compiles, self.compile_s, self.spawned = 0, 0.0, 0
+        self.compiles, self.compile_s, self.trace_s, self.spawned = 0, 0.0, 0.0, 0
 
     def on_duration(self, event: str, seconds: float, **_):
         if event == COMPILE_EVENT:
             self.compiles += 1
             self.compile_s += seconds
+        elif event in TRACE_EVENTS:
+            self.trace_s += seconds
 
 
 METER = Meter()
@@ -74,6 +78,7 @@ def pytest_runtest_protocol(item, nextitem):
             "child_cpu_s": cpu_seconds(resource.RUSAGE_CHILDREN) - start[2],
             "compiles": METER.compiles,
             "compile_s": METER.compile_s,
+            "trace_s": METER.trace_s,
             "subprocesses": METER.spawned,
         }
     )
