@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import shlex
-import signal
 import subprocess
 import sys
 
@@ -12,7 +10,7 @@ import numpy as np
 import pytest
 from cli_helpers import CACHE, TINY, metrics, scalar_curve, tiny_task, train_in_process
 
-from attnlab import config, exits
+from attnlab import config
 from attnlab.train import LoopConfig
 
 
@@ -111,41 +109,6 @@ def test_summary_leads_with_what_ran_and_the_headline_against_its_baselines(tmp_
         f"headline: test/bits_per_byte {m['final']['test/bits_per_byte']:.4g} (baselines: unigram "
         f"{b['baseline/bits_per_byte']:.4g}, bigram {b['baseline/bits_per_byte_bigram']:.4g})"
     ), lines
-
-
-def test_an_interrupted_run_prints_the_command_that_resumes_it(tmp_path):
-    keep = [o for o in TINY if not o.startswith(("trainer.steps=", "trainer.progress=", "trainer.log_every="))]
-    run_dir = tmp_path / "r"
-    args = [*keep, *tiny_task("mqar"), "trainer.steps=40", "trainer.log_every=2", "trainer.progress=lines"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "attnlab", *args, f"hydra.run.dir={run_dir}"],
-        cwd=tmp_path,
-        env={**os.environ, "JAX_PLATFORMS": "cpu"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    for line in proc.stdout:
-        assert not line.startswith("ran:"), "finished before the signal"
-        if line.startswith("step 6:"):
-            assert "(6/40, " in line and " left)" in line, line
-            proc.send_signal(signal.SIGTERM)
-            break
-    out = proc.communicate(timeout=300)[0]
-    assert proc.returncode == exits.INTERRUPTED, out[-3000:]
-    stopped = metrics(run_dir)
-    assert stopped["status"] == "interrupted" and stopped["final"] == {}  # best: the val evaluations it made
-    assert "final metrics" not in out and "headline:" not in out, out[-3000:]  # no metrics of an unfinished run
-    resume = [line.split("resume: ", 1)[1] for line in out.splitlines() if line.startswith("resume: ")]
-    assert len(resume) == 1, out
-    argv = shlex.split(resume[0])
-    assert argv[0] == "attnlab-train" and f"hydra.run.dir={run_dir}" in argv and "trainer.resume=true" in argv
-    resumed = train_in_process(*argv[1:], cwd=tmp_path)  # the printed command, as printed, finishes the run
-    done = metrics(run_dir)
-    assert done["status"] == "completed" and done["steps"] == 40 and done["resumed_from"] >= 6
-    assert (
-        f"attnlab: resumed from step {stopped['steps']} of 40 (checkpoint {run_dir / 'checkpoints'}/{stopped['steps']})"
-    ) in resumed.stderr
 
 
 def test_attention_statistic_tags_carry_their_definition(tmp_path):

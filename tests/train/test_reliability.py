@@ -1,9 +1,11 @@
-"""Interruption and resume, corrupt checkpoints, and the non-finite policies, through the real CLI."""
+"""Interruption and resume, corrupt checkpoints, and the non-finite policies, through the real CLI (its SIGTERM in a
+process of its own; the rest in this process, cli_helpers.train_in_process)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -11,7 +13,7 @@ import sys
 
 import numpy as np
 import pytest
-from cli_helpers import TINY, events, metrics, run_cli, scalar_curve, tiny_task
+from cli_helpers import TINY, events, metrics, scalar_curve, tiny_task, train_in_process
 
 from attnlab import exits
 
@@ -32,11 +34,13 @@ def curves(run_dir, tags=("train/loss", "grad_norm/global", "val/loss", "attn_en
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory):
     root = tmp_path_factory.mktemp("full")
-    run_cli(*RUN, "trainer.checkpoint_every=10", f"hydra.run.dir={root / 'r'}", cwd=root)
+    train_in_process(*RUN, "trainer.checkpoint_every=10", f"hydra.run.dir={root / 'r'}", cwd=root)
     return root / "r"
 
 
 def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path, uninterrupted):
+    """A real SIGTERM mid-training: exit 130, no final metrics, and the resume command printed; that command, as
+    printed, finishes the run, bit-identical to one never interrupted."""
     run_dir = tmp_path / "r"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     proc = subprocess.Popen(
@@ -48,13 +52,24 @@ def test_sigterm_then_resume_equals_an_uninterrupted_run(tmp_path, uninterrupted
         text=True,
     )
     for line in proc.stdout:  # interrupt once training is under way
+        assert not line.startswith("ran:"), "finished before the signal"
         if line.startswith("step 14:"):
+            assert "(14/40, " in line and " left)" in line, line
             proc.send_signal(signal.SIGTERM)
             break
-    proc.communicate(timeout=300)
+    out = proc.communicate(timeout=300)[0]
+    assert proc.returncode == exits.INTERRUPTED, out[-3000:]
     first = metrics(run_dir)
-    assert first["status"] == "interrupted" and 14 <= first["steps"] < 40, first
-    run_cli(*RUN, "trainer.checkpoint_every=0", "trainer.resume=true", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert first["status"] == "interrupted" and 14 <= first["steps"] < 40 and first["final"] == {}, first
+    assert "final metrics" not in out and "headline:" not in out, out[-3000:]  # no metrics of an unfinished run
+    resume = [line.split("resume: ", 1)[1] for line in out.splitlines() if line.startswith("resume: ")]
+    assert len(resume) == 1, out
+    argv = shlex.split(resume[0])
+    assert argv[0] == "attnlab-train" and f"hydra.run.dir={run_dir}" in argv and "trainer.resume=true" in argv
+    resumed_run = train_in_process(*argv[1:], cwd=tmp_path)
+    assert (
+        f"attnlab: resumed from step {first['steps']} of 40 (checkpoint {run_dir / 'checkpoints'}/{first['steps']})"
+    ) in resumed_run.stderr
     resumed, full = metrics(run_dir), metrics(uninterrupted)
     assert resumed["status"] == "completed" and resumed["resumed_from"] == first["steps"]
     # Bit-identical on CPU: the same final and best metrics, the same logged curves, no step twice or missing.
@@ -76,8 +91,8 @@ def test_corrupt_latest_checkpoint_falls_back_to_the_previous(tmp_path, uninterr
         if path.is_file():
             path.write_bytes(b"\0garbage")
     (run_dir / "metrics.json").unlink()
-    proc = run_cli(*RUN, "trainer.resume=true", f"hydra.run.dir={run_dir}", cwd=tmp_path)
-    assert "falling back" in proc.stderr
+    with pytest.warns(UserWarning, match="is unreadable .*; falling back to an earlier one"):
+        train_in_process(*RUN, "trainer.resume=true", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     m = metrics(run_dir)
     assert m["status"] == "completed" and m["resumed_from"] == 30
     assert m["final"] == metrics(uninterrupted)["final"]
@@ -89,7 +104,7 @@ def test_no_usable_checkpoint_is_a_clear_error(tmp_path, uninterrupted):
     for path in (run_dir / "checkpoints").rglob("*"):
         if path.is_file():
             path.write_bytes(b"\0garbage")
-    proc = run_cli(*RUN, "trainer.resume=true", f"hydra.run.dir={run_dir}", cwd=tmp_path, check=False)
+    proc = train_in_process(*RUN, "trainer.resume=true", f"hydra.run.dir={run_dir}", cwd=tmp_path, check=False)
     assert proc.returncode == 1
     assert "no usable checkpoint" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -108,7 +123,9 @@ DIVERGE = [
 
 
 def test_stop_policy_ends_the_run_as_diverged_with_a_diagnostic(tmp_path):
-    proc = run_cli(*DIVERGE, "trainer.nonfinite=stop", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False)
+    proc = train_in_process(
+        *DIVERGE, "trainer.nonfinite=stop", f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path, check=False
+    )
     m = metrics(tmp_path / "r")
     assert proc.returncode == 3 and proc.stderr.count("attnlab: run diverged at step") == 1, proc.stderr
     assert m["status"] == "diverged" and "non-finite" in m["error"]
@@ -121,7 +138,7 @@ def test_stop_policy_ends_the_run_as_diverged_with_a_diagnostic(tmp_path):
 def test_skip_policy_counts_nonfinite_steps_and_keeps_going(tmp_path):
     """max_skipped=1: every step may be skipped, so the run goes on to the end, where its NaN test loss
     (finite but huge parameters) makes it diverged, not completed."""
-    proc = run_cli(
+    proc = train_in_process(
         *DIVERGE,
         "trainer.nonfinite=skip",
         "trainer.max_skipped=1",
@@ -142,7 +159,7 @@ def test_skip_policy_counts_nonfinite_steps_and_keeps_going(tmp_path):
 
 def test_sweep_with_refused_draws_completes_the_others(tmp_path):
     """heads=0 and dropout=1.5 are refused in their own job (one line each); the valid draws still train."""
-    proc = run_cli(
+    proc = train_in_process(
         "-m",
         "model.heads=0,2",
         "model.dropout=1.5,0.0",
