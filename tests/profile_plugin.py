@@ -3,7 +3,8 @@
 Per test (one JSON line per test in DIR/<worker>.jsonl): wall seconds of setup, call and teardown, this process's
 CPU seconds, the CPU seconds of the child processes it waited for, the subprocesses it started, and XLA's backend
 compiles in this process (count and seconds, from jax.monitoring's compile-duration event, which a persistent-cache
-hit does not record), and the seconds spent tracing and lowering programs. Per fixture setup: its name, scope and wall seconds. `scripts/test_profile.py` sums them.
+hit does not record), and the seconds spent tracing and lowering programs. Per fixture setup: its name, scope and
+wall seconds. `scripts/test_profile.py` sums them.
 """
 
 from __future__ import annotations
