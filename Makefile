@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-long test-slow test-numerics test-newest test-gpu-program bench clean chromium
+.PHONY: run test test-long test-slow test-profile test-numerics test-newest test-gpu-program bench clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,18 +32,32 @@ LEGACY_EMITTERS := --xla_cpu_use_fusion_emitters=false
 test_xla_flags = XLA_FLAGS="$$XLA_FLAGS --xla_backend_optimization_level=0$(shell XLA_FLAGS=$(LEGACY_EMITTERS) \
 	JAX_PLATFORMS=cpu $(1) -c 'import jax; jax.devices()' >/dev/null 2>&1 && echo ' $(LEGACY_EMITTERS)')"
 
+# The suite's programs are lowered without the Python traceback of every operation in their locations (a
+# message still names the line that failed): ~12% less CPU time (BENCHMARKS.md).
+TEST_ENV := JAX_PLATFORMS=cpu JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS=false
+# Two workers; a module's tests that share a module-scoped fixture stay on one (tests/conftest.py).
+PYTEST := -m pytest -n 2 --dist loadgroup -q
+
 # ruff (pinned in the test extra, configured in pyproject.toml) checks the format and lints before the suite runs.
 test: $(STAMP) chromium
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
-	JAX_PLATFORMS=cpu $(call test_xla_flags,$(PY)) $(PY) -m pytest -n 2 -q --durations=15
+	$(TEST_ENV) $(call test_xla_flags,$(PY)) $(PY) $(PYTEST) --durations=15
 
-# The end-to-end runs that would take the default suite past ten minutes; CI runs them after it (.ci/run).
+# The end-to-end variations and the larger property draws (tests/README.md); CI runs them after it (.ci/run).
 test-long: $(STAMP)
-	JAX_PLATFORMS=cpu $(call test_xla_flags,$(PY)) $(PY) -m pytest -n 2 -q -m long --durations=10
+	$(TEST_ENV) $(call test_xla_flags,$(PY)) $(PY) $(PYTEST) -m long --durations=10
 
 test-slow: $(STAMP)
-	JAX_PLATFORMS=cpu $(call test_xla_flags,$(PY)) $(PY) -m pytest -n 2 -q -m slow
+	$(TEST_ENV) $(call test_xla_flags,$(PY)) $(PY) $(PYTEST) -m slow
+
+# What each test costs, by folder and fixture, against the suite's budget (scripts/test_profile.py).
+PROFILE_DIR ?= .test-profile
+test-profile: $(STAMP)
+	rm -rf $(PROFILE_DIR)
+	ATTNLAB_TEST_PROFILE=$(abspath $(PROFILE_DIR)) $(TEST_ENV) $(call test_xla_flags,$(PY)) $(PY) $(PYTEST) \
+	  -p profile_plugin $(PYTEST_ARGS)
+	$(PY) scripts/test_profile.py $(PROFILE_DIR)
 
 # The numerics tests (pytest -m numerics) on whatever accelerator JAX sees (a GPU if there is one).
 test-numerics: $(STAMP)
@@ -62,11 +76,17 @@ $(NEWEST)/.installed: pyproject.toml
 	$(NEWEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[test]'
 	touch $@
 
-test-newest: $(NEWEST)/.installed chromium
+# Only the tests whose code runs on jax, flax, optax or orbax: the config layer, launchers, reports, studies and
+# TensorBoard files compute nothing those libraries could compute differently, and `make test` runs them.
+NEWEST_TESTS := tests/normalizers tests/backends tests/model tests/statistics tests/heads tests/testing tests/train \
+	tests/tasks tests/test_steps.py tests/test_optim.py tests/test_checkpoint.py tests/test_scored_positions.py \
+	tests/test_cli.py tests/test_accelerator.py
+
+test-newest: $(NEWEST)/.installed
 	$(NEWEST)/bin/python -c 'import jax, flax, sys; print(f"test-newest: Python {sys.version.split()[0]}, jax {jax.__version__}, flax {flax.__version__}")'
 	$(NEWEST)/bin/ruff format --check .
 	$(NEWEST)/bin/ruff check .
-	JAX_PLATFORMS=cpu $(call test_xla_flags,$(NEWEST)/bin/python) $(NEWEST)/bin/python -m pytest -n 2 -q --durations=15
+	$(TEST_ENV) $(call test_xla_flags,$(NEWEST)/bin/python) $(NEWEST)/bin/python $(PYTEST) --durations=15 $(NEWEST_TESTS)
 
 # The train steps compiled for an H100 without a GPU (pytest -m gpu_program, scripts/gpu_program.py), in an
 # environment of their own with the CUDA plugin of the jax installed there (about 3.2 GB of wheels).

@@ -26,9 +26,12 @@ DIVERGE = [
     "trainer.nonfinite=stop",
 ]
 MODES = {"single run": [], "sweep": ["-m"]}
+# A sweep's refusal, divergence and start-up interrupt each take a process of their own: `-m long` runs them; the
+# default suite runs every outcome as a single run, the sweep's SIGINT, and exits.of_sweep's table.
+SWEEP_LONG = [pytest.param(mode, marks=[pytest.mark.long] if mode == "sweep" else []) for mode in MODES]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", SWEEP_LONG)
 @pytest.mark.parametrize(
     "overrides", [["normalizer=softmx"], ["model.heads=0", *TINY, *tiny_task("mqar")]], ids=["composition", "component"]
 )
@@ -47,7 +50,7 @@ def test_refused(tmp_path, mode, overrides):
         assert re.search(r"^sweep .*: 1 refused$", proc.stderr, re.M), proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", SWEEP_LONG)
 def test_diverged(tmp_path, mode):
     proc = run_cli(
         *MODES[mode],
@@ -119,7 +122,7 @@ train_main()
 """
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", SWEEP_LONG)
 def test_sigterm_during_start_up_exits_130_with_the_command_to_run_again(tmp_path, mode):
     """A signal before the first step (here: amid JAX's import) is an interrupt like any other: exit 130, no
     traceback, nothing trained, and the command that runs it again."""

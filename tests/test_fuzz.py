@@ -179,7 +179,8 @@ def _fuzz(tmp_path_factory, n, train_budget):
 
 
 def test_fuzzed_configurations_train_or_are_refused_in_one_line(tmp_path_factory):
-    _fuzz(tmp_path_factory, n=60, train_budget=1)
+    """20 fixed draws and the explicit examples; `-m long` draws 300 (test_fuzzed_configurations_hundreds)."""
+    _fuzz(tmp_path_factory, n=20, train_budget=1)
 
 
 @pytest.mark.long  # ~2 min: each draw is a Hydra composition (~0.25 s)

@@ -16,13 +16,25 @@ from attnlab.config import composition, registry
 GROUPS = ("normalizer", "task", "head", "model", "optim", "trainer", "accelerator")
 
 
+# Building a GPU-sized model (d_model 512 and up: base, llama_60m, llama_125m) draws its millions of parameters on
+# the CPU: `-m long` builds them; the default suite composes and builds the CPU-sized ones.
+GPU_SIZED = 512
+
+
 def cases():
     for group in GROUPS:
         for choice in registry.choices(group):
             yield group, choice
 
 
-@pytest.mark.parametrize("group, choice", list(cases()))
+def built_cases():
+    """cases(), a GPU-sized model's under `-m long`."""
+    for group, choice in cases():
+        gpu_sized = group == "model" and registry.load(group, choice).get("d_model", 0) >= GPU_SIZED
+        yield pytest.param(group, choice, marks=[pytest.mark.long] if gpu_sized else [])
+
+
+@pytest.mark.parametrize("group, choice", list(built_cases()))
 def test_every_choice_composes_and_builds(group, choice):
     overrides = [f"{group}={choice}"]
     task = choice if group == "task" else "mqar"

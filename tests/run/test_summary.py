@@ -14,6 +14,7 @@ from attnlab import config
 from attnlab.train import LoopConfig
 
 
+@pytest.mark.long  # ~20 s: a process of its own that lets JAX look for every platform
 def test_no_backend_probing_line_on_the_console_or_in_the_log(tmp_path):
     """accelerator=auto with no JAX_PLATFORMS: JAX probes for a TPU and logs 'Unable to initialize backend' at INFO."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"} | {"HYDRA_FULL_ERROR": "0"}

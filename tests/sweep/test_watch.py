@@ -119,6 +119,7 @@ def check_the_verdict(sweep, records):
     assert ("**Ranked at the budget given**" in out) == (not all(plateaued) and any(learning)), out[:3000]
 
 
+@pytest.mark.long  # ~40 s: it waits for a running job's TensorBoard writer to flush (every 30 s)
 def test_report_on_a_running_sweep_says_what_is_done_and_what_still_runs(tmp_path):
     sweep = tmp_path / "sweep"
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "HYDRA_FULL_ERROR": "0"}
