@@ -35,8 +35,7 @@ test_xla_flags = XLA_FLAGS="$$XLA_FLAGS --xla_backend_optimization_level=0$(shel
 # The suite's programs are lowered without the Python traceback of every operation in their locations (a
 # message still names the line that failed): ~12% less CPU time (BENCHMARKS.md).
 TEST_ENV := JAX_PLATFORMS=cpu JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS=false
-# Two workers; a module's tests that share a module-scoped fixture stay on one (tests/conftest.py).
-PYTEST := -m pytest -n 2 --dist loadgroup -q
+PYTEST := -m pytest -n 2 -q
 
 # ruff (pinned in the test extra, configured in pyproject.toml) checks the format and lints before the suite runs.
 test: $(STAMP) chromium

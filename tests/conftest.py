@@ -24,10 +24,3 @@ def _float32_matmuls():
     yield
     jax.config.update("jax_default_matmul_precision", "highest")
 
-
-def pytest_collection_modifyitems(config, items):
-    """A test module whose tests share a module-scoped fixture (a trained run, a sweep, a wheel) runs on one xdist
-    worker (`--dist loadgroup`): the fixture is built once, not once on each worker."""
-    for item in items:
-        if any(defs[-1].scope == "module" for defs in item._fixtureinfo.name2fixturedefs.values()):
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
