@@ -327,9 +327,11 @@ def train_main() -> None:
     """Console script `attnlab-train`."""
     multirun = signals.multirun_argv(sys.argv[1:])
     try:
-        # Composing loads the components' modules and with them jax, whose start-up a KeyboardInterrupt must not
-        # break into (signals.signals_held): a signal then waits for the composition.
-        signals.signals_held(composition.compose_or_exit)(sys.argv[1:])
+        # Composing refuses bad input before jax loads; then jax loads, before any job: its start-up (jaxlib's MLIR
+        # initialisation runs Python called from C++) a KeyboardInterrupt must not break into. A signal waits for
+        # either (signals.signals_held), then is an interrupt before any job.
+        if signals.signals_held(composition.compose_or_exit)(sys.argv[1:]):
+            signals.signals_held(_load_jax)()
         _hydra_train()
     except KeyboardInterrupt:  # outside the step loop (start-up, compile, between jobs): no checkpoint to save
         signals.interrupted_outside_a_job(multirun, sys.argv)
@@ -337,6 +339,12 @@ def train_main() -> None:
         if exc.code not in (0, None) and signals.pending():
             signals.interrupted_outside_a_job(multirun, sys.argv)
         raise
+
+
+def _load_jax() -> None:
+    """Import jax and flax (train_main: with signals held, before any job)."""
+    import jax  # noqa: F401
+    from flax import nnx  # noqa: F401
 
 
 def report_main() -> None:

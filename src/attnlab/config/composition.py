@@ -106,10 +106,11 @@ def without_config_dir(argv: list[str]) -> list[str]:
     return out
 
 
-def compose_or_exit(argv: list[str]) -> None:
+def compose_or_exit(argv: list[str]) -> bool:
     """Compose the config of a command line as Hydra will, over the config directories it names (registry.use_argv);
     a composition error is one line and exits.REFUSED, and so is a run on an accelerator this environment has no
-    JAX support for (a GPU preset on a CPU machine), before any job starts.
+    JAX support for (a GPU preset on a CPU machine), before any job starts. Returns whether the command runs
+    (False: Hydra answers it itself, --help, --cfg ...).
 
     Hydra would print a multi-line message (unknown choice, key not in the config) and exit 1.
     """
@@ -125,7 +126,7 @@ def compose_or_exit(argv: list[str]) -> None:
         if mistake:
             raise ValueError(mistake)
         if len(overrides) != len(argv) - sum(a in mistakes.SWEEP_FLAGS for a in argv):
-            return  # --help, --cfg, -cd ...: Hydra's own business
+            return False  # --help, --cfg, -cd ...: Hydra's own business
         mistake = mistakes.check_sweep(overrides, multirun)
         if mistake:
             raise ValueError(mistake)
@@ -149,6 +150,7 @@ def compose_or_exit(argv: list[str]) -> None:
         absent = sorted(p for p in asked if not platforms.platform_installed(p))
         if absent:
             raise ValueError(platforms.absent_platform(absent[0], f"attnlab-train {' '.join(argv)}"))
+        return True
     except (*registry.COMPOSITION_ERRORS, ValueError) as exc:
         said = mistakes.explain(str(exc), override_list) or one_line(exc)
         print(f"attnlab: error: {said}", file=sys.stderr)
