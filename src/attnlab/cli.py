@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, exits, outdir, progress
 from attnlab.config import composition, construct, mistakes, registry
+from attnlab.options import trainer as trainer_options
 from attnlab.run import chance
 from attnlab.run.convergence import at_plateaus
 from attnlab.run.files import (
@@ -42,15 +43,11 @@ def validate(cfg: DictConfig, device_count: int) -> None:
     from attnlab.accelerator import seeds_over_devices
 
     t = cfg.trainer
-    checks.integer("trainer.vmap_seeds", t.vmap_seeds, 1, 4096)
+    trainer_options.seeds(seed=cfg.seed, vmap_seeds=t.vmap_seeds)
     _require(
         seeds_over_devices(t.vmap_seeds, device_count) or t.batch_size % device_count == 0,
         f"trainer.batch_size={t.batch_size} is not divisible by the device count ({device_count}), "
         f"nor is trainer.vmap_seeds={t.vmap_seeds}",
-    )
-    _require(
-        checks.is_int(cfg.seed) and 0 <= cfg.seed < 2**31 - t.vmap_seeds,
-        f"seed={cfg.seed!r} is invalid; allowed: an integer in [0, 2^31 - trainer.vmap_seeds)",
     )
     composition.no_unknown_keys(cfg)
 
