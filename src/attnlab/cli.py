@@ -16,7 +16,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, exits, outdir, progress
-from attnlab.config import composition, construct, mistakes, registry
+from attnlab.config import composition, construct, registry
 from attnlab.options import trainer as trainer_options
 from attnlab.run import chance
 from attnlab.run.convergence import at_plateaus
@@ -61,24 +61,10 @@ def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> lis
     from attnlab.normalizers import FROM_ATTENTION
 
     node = OmegaConf.to_container(cfg.normalizer, resolve=True)
-    names = cfg.model.get("layer_normalizers")
+    names = OmegaConf.to_container(cfg.model, resolve=True).get("layer_normalizers")
     if names is None:
         return [construct.build("normalizer", node, deferred=FROM_ATTENTION, choice=selected)]
-    allowed = registry.choices("normalizer")
-    _require(
-        OmegaConf.is_list(names) and len(names) > 0 and all(isinstance(n, str) for n in names),
-        f"model.layer_normalizers={names!r} is invalid; allowed: null or a non-empty list of names "
-        f"from {', '.join(allowed)}, e.g. [softmax,linear]",
-    )
-    unknown = [n for n in names if n not in allowed]
-    hints = [
-        f"{n} (did you mean {near}?)" if (near := mistakes.closest_choice("normalizer", n)) else n for n in unknown
-    ]
-    _require(
-        not unknown,
-        f"model.layer_normalizers={list(names)} names unknown normalizer(s) "
-        f"{', '.join(hints)}; allowed: {', '.join(allowed)}",
-    )
+    composition.check_layer_normalizers(names)
     if selected is None:  # outside Hydra: the YAML whose _target_ the composed normalizer has
         selected = registry.name_of("normalizer", registry.resolve_target(node.get("_target_"), "normalizer"))
     return [

@@ -1,6 +1,8 @@
 """The options of attnlab's own components: each component's checks, declared here without jax (plain Python over
-the values its YAML gives, so that a command line can be checked before jax loads), which its constructor calls. A
-component with no declaration here (a user's own) is checked by its constructor alone."""
+the values its YAML gives). Its constructor calls them, and attnlab-train calls them on a single run's composed
+config (attnlab.config.composition.refuse_bad_values), so a bad value is refused before jax loads, in the
+constructor's words. A component with no declaration here (a user's own) is checked by its constructor when the run
+builds it."""
 
 from __future__ import annotations
 
