@@ -12,11 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from attnlab import checks
+from attnlab.options import accelerator as accelerator_options
+from attnlab.options.accelerator import DTYPES, MATMUL_PRECISIONS, check_options
 from attnlab.platforms import INSTALL, PLATFORMS
 
-DTYPES = (None, "auto", "float32", "bfloat16")
-# accelerator.matmul_precision (jax_default_matmul_precision): null = the dtype's rule (MATMUL_RULE).
-MATMUL_PRECISIONS = (None, "default", "high", "highest")
 # float32 means float32: GPUs otherwise run float32 matmuls as TF32 (rel. error ~3e-4 on a 512×512 product);
 # bfloat16 compute is low precision by choice, so its matmuls keep the platform default.
 MATMUL_RULE = {"float32": "highest", "bfloat16": "default"}
@@ -35,8 +34,14 @@ class Accelerator:
     distributed: bool
 
     def __post_init__(self):
-        check_options(self.platform, self.devices, None, self.gpu_memory_fraction, self.distributed, self.dtype)
-        checks.choice("accelerator.matmul_precision", self.matmul_precision, MATMUL_PRECISIONS)
+        accelerator_options.accelerator(
+            platform=self.platform,
+            devices=self.devices,
+            dtype=self.dtype,
+            matmul_precision=self.matmul_precision,
+            gpu_memory_fraction=self.gpu_memory_fraction,
+            distributed=self.distributed,
+        )
 
 
 def configure(
@@ -73,26 +78,6 @@ def configure(
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     if PLATFORMS[platform]:
         check_platform(platform)
-
-
-def check_options(
-    platform, devices=None, cache_dir=None, gpu_memory_fraction=None, distributed=False, dtype=None
-) -> None:
-    """Every accelerator option and compile_cache, without touching JAX (one line naming the bad one)."""
-    checks.choice("accelerator.platform", platform, PLATFORMS)
-    if devices is not None:
-        checks.integer("accelerator.devices", devices, 1, 4096)
-        if platform != "cpu":
-            raise checks.ConfigError(
-                f"accelerator.devices={devices} only simulates devices with accelerator=cpu; "
-                f"allowed: null on {platform}"
-            )
-    if gpu_memory_fraction is not None:
-        checks.real("accelerator.gpu_memory_fraction", gpu_memory_fraction, 0.0, 1.0, lo_open=True)
-    checks.boolean("accelerator.distributed", distributed)
-    checks.choice("accelerator.dtype", dtype, DTYPES)
-    if cache_dir is not None and not isinstance(cache_dir, str):
-        raise checks.ConfigError(f"compile_cache={cache_dir!r} is invalid; allowed: a directory path, or null")
 
 
 def check_platform(platform: str) -> None:

@@ -16,7 +16,8 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, exits, outdir, progress
-from attnlab.config import composition, construct, mistakes, registry
+from attnlab.config import composition, construct, registry
+from attnlab.options import trainer as trainer_options
 from attnlab.run import chance
 from attnlab.run.convergence import at_plateaus
 from attnlab.run.files import (
@@ -42,15 +43,11 @@ def validate(cfg: DictConfig, device_count: int) -> None:
     from attnlab.accelerator import seeds_over_devices
 
     t = cfg.trainer
-    checks.integer("trainer.vmap_seeds", t.vmap_seeds, 1, 4096)
+    trainer_options.seeds(seed=cfg.seed, vmap_seeds=t.vmap_seeds)
     _require(
         seeds_over_devices(t.vmap_seeds, device_count) or t.batch_size % device_count == 0,
         f"trainer.batch_size={t.batch_size} is not divisible by the device count ({device_count}), "
         f"nor is trainer.vmap_seeds={t.vmap_seeds}",
-    )
-    _require(
-        checks.is_int(cfg.seed) and 0 <= cfg.seed < 2**31 - t.vmap_seeds,
-        f"seed={cfg.seed!r} is invalid; allowed: an integer in [0, 2^31 - trainer.vmap_seeds)",
     )
     composition.no_unknown_keys(cfg)
 
@@ -64,24 +61,10 @@ def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> lis
     from attnlab.normalizers import FROM_ATTENTION
 
     node = OmegaConf.to_container(cfg.normalizer, resolve=True)
-    names = cfg.model.get("layer_normalizers")
+    names = OmegaConf.to_container(cfg.model, resolve=True).get("layer_normalizers")
     if names is None:
         return [construct.build("normalizer", node, deferred=FROM_ATTENTION, choice=selected)]
-    allowed = registry.choices("normalizer")
-    _require(
-        OmegaConf.is_list(names) and len(names) > 0 and all(isinstance(n, str) for n in names),
-        f"model.layer_normalizers={names!r} is invalid; allowed: null or a non-empty list of names "
-        f"from {', '.join(allowed)}, e.g. [softmax,linear]",
-    )
-    unknown = [n for n in names if n not in allowed]
-    hints = [
-        f"{n} (did you mean {near}?)" if (near := mistakes.closest_choice("normalizer", n)) else n for n in unknown
-    ]
-    _require(
-        not unknown,
-        f"model.layer_normalizers={list(names)} names unknown normalizer(s) "
-        f"{', '.join(hints)}; allowed: {', '.join(allowed)}",
-    )
+    composition.check_layer_normalizers(names)
     if selected is None:  # outside Hydra: the YAML whose _target_ the composed normalizer has
         selected = registry.name_of("normalizer", registry.resolve_target(node.get("_target_"), "normalizer"))
     return [
@@ -327,9 +310,11 @@ def train_main() -> None:
     """Console script `attnlab-train`."""
     multirun = signals.multirun_argv(sys.argv[1:])
     try:
-        # Composing loads the components' modules and with them jax, whose start-up a KeyboardInterrupt must not
-        # break into (signals.signals_held): a signal then waits for the composition.
-        signals.signals_held(composition.compose_or_exit)(sys.argv[1:])
+        # Composing refuses bad input before jax loads; then jax loads, before any job: its start-up (jaxlib's MLIR
+        # initialisation runs Python called from C++) a KeyboardInterrupt must not break into. A signal waits for
+        # either (signals.signals_held), then is an interrupt before any job.
+        if signals.signals_held(composition.compose_or_exit)(sys.argv[1:]):
+            signals.signals_held(_load_jax)()
         _hydra_train()
     except KeyboardInterrupt:  # outside the step loop (start-up, compile, between jobs): no checkpoint to save
         signals.interrupted_outside_a_job(multirun, sys.argv)
@@ -337,6 +322,12 @@ def train_main() -> None:
         if exc.code not in (0, None) and signals.pending():
             signals.interrupted_outside_a_job(multirun, sys.argv)
         raise
+
+
+def _load_jax() -> None:
+    """Import jax and flax (train_main: with signals held, before any job)."""
+    import jax  # noqa: F401
+    from flax import nnx  # noqa: F401
 
 
 def report_main() -> None:

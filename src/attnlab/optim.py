@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from attnlab import checks
 from attnlab.normalizers import NormalizerParam
+from attnlab.options import optim as optim_options
 
 
 def decay_mask(params: nnx.State):
@@ -84,17 +84,6 @@ def scale_by_rate(rate: Callable[[jax.Array], jax.Array]) -> optax.GradientTrans
     return optax.GradientTransformation(init, update)
 
 
-def check_options(*, lr, warmup_steps, weight_decay, clip_norm, b1, b2, final_fraction) -> None:
-    """Refuse a bad `optim` value in one line naming it (AdamW is built before any model)."""
-    checks.real("optim.lr", lr, 0.0, 1e6, lo_open=True)
-    checks.integer("optim.warmup_steps", warmup_steps, 0, 2**31 - 1)
-    checks.real("optim.weight_decay", weight_decay, 0.0, 1e6)
-    checks.real("optim.clip_norm", clip_norm, 0.0, lo_open=True)
-    checks.real("optim.b1", b1, 0.0, 1.0, hi_open=True)
-    checks.real("optim.b2", b2, 0.0, 1.0, hi_open=True)
-    checks.real("optim.final_fraction", final_fraction, 0.0, 1.0)
-
-
 def make_optimizer(
     params: nnx.State,
     *,
@@ -129,10 +118,9 @@ class Optimizer:
     final_fraction: float = 0.1
 
     def __post_init__(self):
-        checks.real("optim.lr", self.lr, 0.0, 1e6, lo_open=True)
-        checks.integer("optim.warmup_steps", self.warmup_steps, 0, 2**31 - 1)
-        checks.real("optim.clip_norm", self.clip_norm, 0.0, lo_open=True)
-        checks.real("optim.final_fraction", self.final_fraction, 0.0, 1.0)
+        optim_options.optimizer(
+            lr=self.lr, warmup_steps=self.warmup_steps, clip_norm=self.clip_norm, final_fraction=self.final_fraction
+        )
 
     def update_rule(self, params: nnx.State) -> Callable[..., optax.GradientTransformation]:
         """(learning_rate, **hyperparams()) -> the optax transformation after the clip, its rate last."""
@@ -174,7 +162,8 @@ class AdamW(Optimizer):
     b2: float = 0.98
 
     def __post_init__(self):
-        check_options(**dataclasses.asdict(self))
+        super().__post_init__()
+        optim_options.adamw(weight_decay=self.weight_decay, b1=self.b1, b2=self.b2)
 
     def hyperparams(self):
         return {"weight_decay": self.weight_decay, "b1": self.b1, "b2": self.b2}
@@ -195,9 +184,7 @@ class SGD(Optimizer):
 
     def __post_init__(self):
         super().__post_init__()
-        checks.real("optim.momentum", self.momentum, 0.0, 1.0, hi_open=True)
-        checks.boolean("optim.nesterov", self.nesterov)
-        checks.real("optim.weight_decay", self.weight_decay, 0.0, 1e6)
+        optim_options.sgd(momentum=self.momentum, nesterov=self.nesterov, weight_decay=self.weight_decay)
 
     def hyperparams(self):
         return {"weight_decay": self.weight_decay}

@@ -16,7 +16,7 @@ from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.backends import pallas_linear
 from attnlab.checks import ConfigError
-from attnlab.normalizers import linear
+from attnlab.options.normalizers import FEATURE_MAPS
 
 B, N, H = 2, 2, 8
 
@@ -53,7 +53,7 @@ def out_and_grads(out, q, k, v, ct):
 # padding (Linear zeroes their φ(k)).
 SCENARIOS = {"ragged": (23, 4, (23, 18)), "short": (5, 8, (5, 5)), "whole_chunks": (16, 4, (16, 11))}
 # Every feature map on the ragged case, one on each other (each case compiles the interpreted kernels anew).
-CASES = [("ragged", f) for f in linear.FEATURE_MAPS] + [("short", "elu1"), ("whole_chunks", "relu")]
+CASES = [("ragged", f) for f in FEATURE_MAPS] + [("short", "elu1"), ("whole_chunks", "relu")]
 
 
 @pytest.mark.parametrize(("scenario", "feature_map"), CASES)

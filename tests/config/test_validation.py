@@ -102,16 +102,17 @@ def test_cli_exits_2_with_one_line_before_compiling(tmp_path, overrides, needle)
 
 def test_a_refusal_imports_neither_scipy_stats_nor_scikit_learn(tmp_path):
     """A finished run's summary (scipy.stats) and task=digits (scikit-learn) import them where they use them: a
-    refused command's start-up goes without (BENCHMARKS.md, start-up of a command)."""
+    refused command's start-up goes without (BENCHMARKS.md, start-up of a command), also one refused once jax is
+    loaded (a head of the other task kind: known from the built task)."""
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "attnlab", *TINY, *MQAR, "model.heads=0"],
+        [sys.executable, "-X", "importtime", "-m", "attnlab", *TINY, *MQAR, "head=mse"],
         cwd=tmp_path,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 2 and "model.heads=0 is invalid" in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 2 and "head=mse serves regression" in proc.stderr, proc.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert {"jax", "hydra", "attnlab.cli"} <= imported  # the refusal came after the CLI's own imports
     assert not {"scipy.stats", "sklearn"} & imported

@@ -32,7 +32,6 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from attnlab import checks
 from attnlab.checks import ConfigError
 
 from . import pallas_linear, pallas_sigmoid, sampled_rows
@@ -100,11 +99,6 @@ def memory_budget(platform: str) -> int:
     if stats and stats.get("bytes_limit"):
         return int(BUDGET_FRACTION * stats["bytes_limit"])
     return DEFAULT_BUDGET_BYTES.get(platform, DEFAULT_BUDGET_BYTES["cpu"])
-
-
-def check_block_size(block_size) -> int:
-    """A validated `normalizer.block_size`."""
-    return checks.integer("normalizer.block_size", block_size, 1)
 
 
 def fused_mask_problem(mask: Mask, T: int, S: int, cudnn: bool) -> str | None:

@@ -1,5 +1,5 @@
-"""A command line's config composed as Hydra will, before Hydra runs: composition errors and unknown keys as one
-line and exits.REFUSED (a sweep: each value of a swept group too)."""
+"""A command line's config composed as Hydra will, before Hydra runs: composition errors, unknown keys and (a single
+run) bad values as one line and exits.REFUSED (a sweep: each value of a swept group too), before jax loads."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import sys
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from attnlab import exits, platforms
+from attnlab import checks, exits, options, platforms
 from attnlab.checks import ConfigError
 from attnlab.config import construct, mistakes, registry
+from attnlab.options import accelerator as accelerator_options
+from attnlab.options import trainer as trainer_options
 
 
 def no_unknown_keys(cfg, overrides: list[str] | None = None) -> None:
@@ -54,6 +57,64 @@ def _refuse_unknown_keys(cfg, overrides: list[str] | None) -> None:
             group,
             choice if registry.varies(group) else None,
         )
+
+
+def refuse_bad_values(cfg) -> None:
+    """A single run's values checked as the run checks them when it builds its groups (cli._build_run, cli.build),
+    in that order, before jax loads: each component's declared checks (attnlab.options), compile_cache, the seeds,
+    task.default_head and model.layer_normalizers. What no declaration covers (a user's component, normalizer.impl,
+    a value checked against another group, the data or the machine) is refused when the run builds it."""
+    try:
+        run = {
+            key: OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
+            for key, value in cfg.items()
+            if key != "hydra"
+        }
+    except OmegaConfBaseException:  # an interpolation only a running job resolves (${hydra:...}): left to the run
+        return
+
+    def values(group: str) -> dict:
+        """The group's composed values ({} for head: null, the task's default head)."""
+        return run[group] if isinstance(run.get(group), dict) else {}
+
+    def checked(group: str) -> dict:
+        options.check(group, values(group))
+        return values(group)
+
+    checked("accelerator")
+    accelerator_options.compile_cache(run.get("compile_cache"))
+    trainer = checked("trainer")
+    checked("optim")
+    if "vmap_seeds" in trainer and "seed" in run:
+        trainer_options.seeds(seed=run["seed"], vmap_seeds=trainer["vmap_seeds"])
+    task = checked("task")
+    if "default_head" in task and options.declared("task", task.get("_target_")):  # attnlab's: this option
+        checks.choice("task.default_head", task["default_head"], registry.choices("head"))
+    check_layer_normalizers(values("model").get("layer_normalizers"))
+    checked("model")
+    checked("normalizer")
+    checked("head")
+
+
+def check_layer_normalizers(names) -> None:
+    """model.layer_normalizers: null, or a non-empty list of normalizer choices (cycled over the model's layers)."""
+    if names is None:
+        return
+    allowed = registry.choices("normalizer")
+    checks.require(
+        isinstance(names, list) and len(names) > 0 and all(isinstance(n, str) for n in names),
+        f"model.layer_normalizers={names!r} is invalid; allowed: null or a non-empty list of names "
+        f"from {', '.join(allowed)}, e.g. [softmax,linear]",
+    )
+    unknown = [n for n in names if n not in allowed]
+    hints = [
+        f"{n} (did you mean {near}?)" if (near := mistakes.closest_choice("normalizer", n)) else n for n in unknown
+    ]
+    checks.require(
+        not unknown,
+        f"model.layer_normalizers={list(names)} names unknown normalizer(s) "
+        f"{', '.join(hints)}; allowed: {', '.join(allowed)}",
+    )
 
 
 def one_line(message: str) -> str:
@@ -106,10 +167,11 @@ def without_config_dir(argv: list[str]) -> list[str]:
     return out
 
 
-def compose_or_exit(argv: list[str]) -> None:
+def compose_or_exit(argv: list[str]) -> bool:
     """Compose the config of a command line as Hydra will, over the config directories it names (registry.use_argv);
     a composition error is one line and exits.REFUSED, and so is a run on an accelerator this environment has no
-    JAX support for (a GPU preset on a CPU machine), before any job starts.
+    JAX support for (a GPU preset on a CPU machine), before any job starts. Returns whether the command runs
+    (False: Hydra answers it itself, --help, --cfg ...).
 
     Hydra would print a multi-line message (unknown choice, key not in the config) and exit 1.
     """
@@ -125,7 +187,7 @@ def compose_or_exit(argv: list[str]) -> None:
         if mistake:
             raise ValueError(mistake)
         if len(overrides) != len(argv) - sum(a in mistakes.SWEEP_FLAGS for a in argv):
-            return  # --help, --cfg, -cd ...: Hydra's own business
+            return False  # --help, --cfg, -cd ...: Hydra's own business
         mistake = mistakes.check_sweep(overrides, multirun)
         if mistake:
             raise ValueError(mistake)
@@ -149,6 +211,9 @@ def compose_or_exit(argv: list[str]) -> None:
         absent = sorted(p for p in asked if not platforms.platform_installed(p))
         if absent:
             raise ValueError(platforms.absent_platform(absent[0], f"attnlab-train {' '.join(argv)}"))
+        if not multirun:  # a sweep's jobs are refused one by one, each a refused cell beside the others
+            refuse_bad_values(cfg)
+        return True
     except (*registry.COMPOSITION_ERRORS, ValueError) as exc:
         said = mistakes.explain(str(exc), override_list) or one_line(exc)
         print(f"attnlab: error: {said}", file=sys.stderr)

@@ -312,8 +312,21 @@ def built(group: str) -> list[tuple[str, type]]:
 
 
 def varies(group: str) -> bool:
-    """Whether the choices of `group` build different classes, so that which keys it takes depends on the choice."""
-    return len({built for _, built in _built(tuple(_EXTRA), group)}) > 1
+    """Whether the choices of `group` name different classes, so that which keys it takes depends on the choice:
+    read from their `_target_`s, no class imported (the command line's refusals ask it before jax loads)."""
+    return len(_targets(tuple(_EXTRA), group)) > 1
+
+
+@functools.lru_cache(maxsize=None)
+def _targets(extra, group: str) -> frozenset:
+    """The `_target_`s the choices of `group` name; a choice whose YAML does not compose is refused where it is used."""
+    found = set()
+    for name in _choices(extra, group):
+        try:
+            found.add(_load(extra, group, name).get("_target_"))
+        except ConfigError:
+            continue
+    return frozenset(found)
 
 
 @functools.lru_cache(maxsize=None)

@@ -9,6 +9,7 @@ from flax import nnx
 from attnlab import checks
 from attnlab.heads import calibration as cal
 from attnlab.model.groups import tag
+from attnlab.options import heads as head_options
 
 from .base import Head, total, upcast
 
@@ -22,7 +23,8 @@ class _Classification(Head):
         if num_classes is None or num_classes < 2:
             raise checks.ConfigError(f"{type(self).__name__} needs num_classes >= 2, got {num_classes}")
         self.num_classes = int(num_classes)
-        self.ece_bins = checks.integer("head.ece_bins", ece_bins, 1, 10**6)
+        head_options.classification(ece_bins=ece_bins)
+        self.ece_bins = ece_bins
         self.proj = nnx.Linear(d_model, self.num_classes, rngs=rngs)
         tag("head", self.proj)
 
@@ -78,8 +80,8 @@ class ScoresMSE(_Classification):
         ece_bins: int = 15,
     ):
         super().__init__(d_model=d_model, num_classes=num_classes, rngs=rngs, ece_bins=ece_bins)
-        self.k = checks.real("head.k", k, 0.0, 1e6, lo_open=True)  # a weight on the true class: > 0
-        self.M = checks.real("head.M", M, 0.0, 1e6, lo_open=True)  # the target score of the true class
+        head_options.scores_mse(k=k, M=M)
+        self.k, self.M = float(k), float(M)
 
     def loss(self, outputs_XC, targets_X, weights_X):
         scores_XC, weights_X = upcast(outputs_XC), upcast(weights_X)

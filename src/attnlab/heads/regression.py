@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attnlab import checks
 from attnlab.heads import calibration as cal
 from attnlab.model.groups import tag
+from attnlab.options import heads as head_options
 
 from .base import Head, total, upcast
 
@@ -100,11 +100,7 @@ class HLGauss(_Regression):
         sigma_ratio: float = 0.75,
     ):
         self._check_num_classes(num_classes)
-        checks.real("head.v_min", v_min, -1e30, 1e30)
-        if not v_min < checks.real("head.v_max", v_max, -1e30, 1e30):
-            raise checks.ConfigError(f"head.v_max={v_max} is invalid; allowed: a number > head.v_min={v_min}")
-        checks.integer("head.num_bins", num_bins, 2, 10**6)
-        checks.real("head.sigma_ratio", sigma_ratio, 0.0, 1e6, lo_open=True)
+        head_options.hlgauss(v_min=v_min, v_max=v_max, num_bins=num_bins, sigma_ratio=sigma_ratio)
         self.v_min, self.v_max, self.num_bins = float(v_min), float(v_max), int(num_bins)
         self.sigma = float(sigma_ratio) * (self.v_max - self.v_min) / self.num_bins  # σ = ratio × bin width
         self.proj = nnx.Linear(d_model, self.num_bins, rngs=rngs)

@@ -63,13 +63,6 @@ class ShortConv(nnx.Module):
         return jax.nn.silu(y_BTC)
 
 
-# Gated attention (Qiu et al. 2025, "Gated Attention for Large Language Models", arXiv 2505.06708, Eq. 5 at their
-# position G1): each head's normalizer output times σ(X·W_θ), X the attention's (normalised) input, before the
-# output projection. headwise: one gate per head and token (W_θ: D → N); elementwise: one per output channel
-# (W_θ: D → N·H), the paper's best. No bias, as the paper's gate projection.
-OUTPUT_GATES = ("none", "headwise", "elementwise")
-
-
 class MultiHeadAttention(nnx.Module):
     """q, k, v projections → normalizer → output gate (none: off) → output projection; returns (y_BTD, stats)."""
 

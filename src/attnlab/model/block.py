@@ -11,11 +11,6 @@ from attnlab.model.attention import MultiHeadAttention
 from attnlab.model.backward import dense_dot_general, gelu
 from attnlab.model.groups import tag
 
-# The block's normalisation and MLP: GPT-2's (layernorm, gelu) or LLaMA's (rmsnorm, swiglu; Touvron et al. 2023,
-# RMSNorm of Zhang & Sennrich 2019, SwiGLU of Shazeer 2020), the model the normalizer papers train at 60M-1B.
-NORMS = ("layernorm", "rmsnorm")
-MLPS = ("gelu", "swiglu")
-
 
 def make_norm(kind: str, d_model: int, dtype, rngs) -> nnx.Module:
     """A LayerNorm (scale and bias) or an RMSNorm (scale only) over the last axis."""

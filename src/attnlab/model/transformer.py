@@ -10,15 +10,13 @@ from flax import nnx
 
 from attnlab import checks
 from attnlab.backends.impl import Workload
-from attnlab.model.attention import OUTPUT_GATES
 from attnlab.model.backward import take_rows
-from attnlab.model.block import MLPS, NORMS, Block, make_norm
+from attnlab.model.block import Block, make_norm
 from attnlab.model.groups import tag
 from attnlab.model.remat import run_blocks
 from attnlab.normalizers import Mask, Normalizer
+from attnlab.options import model as model_options
 from attnlab.statistics import first_over_median, mean_over_examples
-
-POSITIONAL = ("learned", "sinusoidal", "rope", "none")
 
 
 def sinusoidal_table(length: int, d_model: int):
@@ -52,33 +50,11 @@ def stack_layer_stats(per_layer: list[dict]) -> dict:
 
 # Beyond this many parameters no machine can hold the model (10^10 float32 = 40 GB before optimizer state).
 MAX_PARAMS = 10**10
-# A short convolution (2-8 in Zoology/fla); its taps are unrolled, so a bound keeps compilation finite.
-MAX_SHORT_CONV = 64
 
 
-def check_options(values: dict) -> None:
-    """The `model` group's values, by Transformer.__init__'s argument names (= the YAML keys)."""
-    d_model = checks.integer("model.d_model", values["d_model"], 1)
-    heads = checks.integer("model.heads", values["heads"], 1)
-    layers = checks.integer("model.layers", values["layers"], 1)
-    mlp_ratio = checks.integer("model.mlp_ratio", values["mlp_ratio"], 0)
-    checks.real("model.dropout", values["dropout"], 0.0, 1.0, hi_open=True)
-    max_len = checks.integer("model.max_len", values["max_len"], 1)
-    checks.boolean("model.qk_norm", values["qk_norm"])
-    checks.choice("model.positional", values["positional"], POSITIONAL)
-    checks.choice("model.remat", values["remat"], (False, True, "dots"))
-    if values["window"] is not None:  # null: no window
-        checks.integer("model.window", values["window"], 1, 2**31 - 1)
-    checks.integer("model.short_conv", values["short_conv"], 0, MAX_SHORT_CONV)
-    checks.choice("model.output_gate", values["output_gate"], OUTPUT_GATES)
-    checks.choice("model.norm", values["norm"], NORMS)
-    checks.choice("model.mlp", values["mlp"], MLPS)
-    checks.boolean("model.extreme_token_stats", values["extreme_token_stats"])
-    checks.require(
-        d_model % heads == 0,
-        f"model.d_model={d_model} is not divisible by model.heads={heads}; allowed: heads dividing d_model",
-    )
-    table = (values["vocab_size"] or values["input_dim"] or 0) + max_len
+def check_size(*, d_model: int, layers: int, mlp_ratio: int, max_len: int, vocab_size, input_dim) -> None:
+    """The model's parameter count with the task's inputs (vocab_size or input_dim), at most MAX_PARAMS."""
+    table = (vocab_size or input_dim or 0) + max_len
     params = layers * (4 + 2 * mlp_ratio) * d_model**2 + table * d_model
     checks.require(
         params <= MAX_PARAMS,
@@ -99,7 +75,7 @@ class Transformer(nnx.Module):
     `window` (None: off) limits each query to its `window` nearest admissible keys (Mask.window);
     `short_conv` (0: off) is the width of a short convolution on q, k, v (attention.ShortConv);
     `remat` (false | true | "dots") recomputes each block in the backward pass (attnlab.model.remat);
-    `output_gate` (none | headwise | elementwise) gates each head's output (attention.OUTPUT_GATES);
+    `output_gate` (none | headwise | elementwise) gates each head's output (options.model.OUTPUT_GATES);
     `extreme_token_stats` adds the residual stream's statistics to `stats` (Block, extreme_token_stats): they are
     opt-in because their medians cost the logging step's compile (BENCHMARKS.md).
 
@@ -136,7 +112,31 @@ class Transformer(nnx.Module):
         test_lengths: Sequence[int] = (),
         rngs: nnx.Rngs,
     ):
-        check_options(locals())  # each option's range, one line naming it
+        model_options.transformer(  # each option's range, one line naming it
+            d_model=d_model,
+            heads=heads,
+            layers=layers,
+            mlp_ratio=mlp_ratio,
+            dropout=dropout,
+            max_len=max_len,
+            qk_norm=qk_norm,
+            positional=positional,
+            remat=remat,
+            window=window,
+            short_conv=short_conv,
+            output_gate=output_gate,
+            norm=norm,
+            mlp=mlp,
+            extreme_token_stats=extreme_token_stats,
+        )
+        check_size(
+            d_model=d_model,
+            layers=layers,
+            mlp_ratio=mlp_ratio,
+            max_len=max_len,
+            vocab_size=vocab_size,
+            input_dim=input_dim,
+        )
         if positional in ("learned", "sinusoidal") and seq_len > max_len:
             raise checks.ConfigError(
                 f"sequence length {seq_len} exceeds model.max_len={max_len} of the {positional} table"

@@ -22,12 +22,12 @@ from attnlab.backends.impl import (
     Capability,
     Workload,
     allowed,
-    check_block_size,
     choose,
     dense_score_bytes,
     memory_budget,
 )
 from attnlab.backends.mask import Mask
+from attnlab.options import normalizers as normalizer_options
 from attnlab.statistics import CORE_STATS, core_stats, softmax_stats  # noqa: F401 (CORE_STATS: normalizers exports it)
 
 from .contract import check_members
@@ -46,9 +46,8 @@ class InverseTemperature(nnx.Module):
     """β = exp(θ) per head (or shared), so β stays positive; θ is a NormalizerParam (no decay)."""
 
     def __init__(self, num_heads: int, head_dim: int, beta: float | None, learnable: bool, per_head: bool):
-        beta = 1.0 / math.sqrt(head_dim) if beta is None else checks.real("normalizer.beta", beta, 0, 1e6, lo_open=True)
-        checks.boolean("normalizer.learnable", learnable)
-        checks.boolean("normalizer.per_head", per_head)
+        normalizer_options.inverse_temperature(beta=beta, learnable=learnable, per_head=per_head)
+        beta = 1.0 / math.sqrt(head_dim) if beta is None else float(beta)
         theta_N = jnp.full((num_heads,) if per_head else (1,), math.log(beta), jnp.float32)
         self.num_heads = num_heads
         self.theta = NormalizerParam(theta_N) if learnable else FixedFeatures(theta_N)
@@ -132,7 +131,8 @@ class Normalizer(nnx.Module):
         self.impl = checks.choice("normalizer.impl", requested, allowed(self.capability()))
         self.head_dim = head_dim
         if block_size is not None:
-            self.block_size = check_block_size(block_size)
+            normalizer_options.block_size(block_size=block_size)
+            self.block_size = block_size
 
     def choose_backend(self, T: int, S: int, mask: Mask, dtype, workload: Workload) -> Backend:
         """impl.choose for this normalizer on the default platform; ConfigError if its impl cannot run there."""
@@ -215,7 +215,8 @@ class ScoreNormalizer(Normalizer, abstract=True):
 
     def set_softcap(self, softcap) -> None:
         """Keep `normalizer.softcap` c (null: off); call it before set_impl, which asks `capability`."""
-        self.softcap = None if softcap is None else checks.real("normalizer.softcap", softcap, 0, 1e6, lo_open=True)
+        normalizer_options.softcap(softcap=softcap)
+        self.softcap = None if softcap is None else float(softcap)
 
     def score_scale(self):
         """β (N,), the scale of the scaled scores βz that the soft cap bounds."""

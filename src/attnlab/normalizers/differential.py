@@ -50,6 +50,7 @@ from attnlab import checks
 from attnlab.backends import blockwise
 from attnlab.backends.blockwise import BlockForm, scaled_logits
 from attnlab.backends.mask import Mask, masked_softmax
+from attnlab.options import normalizers as normalizer_options
 from attnlab.statistics import BY_NAME, WeightRows
 
 from . import reference as ref
@@ -98,12 +99,11 @@ class Differential(ScoreNormalizer):
             "allowed: a head dim (model.d_model / model.heads) of at least 2",
         )
         self.half = head_dim // 2
-        if lambda_init is not None:
-            lambda_init = checks.real("normalizer.lambda_init", lambda_init, 0.0, 1.0, hi_open=True)
-        self.fixed_lambda_init = lambda_init  # None: the schedule by layer
+        normalizer_options.differential(lambda_init=lambda_init, learnable_lambda=learnable_lambda)
+        self.fixed_lambda_init = None if lambda_init is None else float(lambda_init)  # None: the schedule by layer
         self.layer_index = FixedFeatures(jnp.zeros((), jnp.float32))  # state, so identical layers stay one scan
         # rows λ_q1, λ_k1, λ_q2, λ_k2 (multihead_diffattn.py: each normal_(mean=0, std=0.1))
-        if checks.boolean("normalizer.learnable_lambda", learnable_lambda):
+        if learnable_lambda:
             draw = LAMBDA_STD * jax.random.normal(rngs.params(), (4, self.half), jnp.float32)
             self.lambda_qk = NormalizerParam(draw)
         else:

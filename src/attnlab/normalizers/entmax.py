@@ -8,8 +8,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from attnlab import checks
 from attnlab.backends.mask import MASK_GAP, masked_max
+from attnlab.options import normalizers as normalizer_options
 
 from . import reference as ref
 from .base import ScoreNormalizer
@@ -91,7 +91,7 @@ class Entmax(ScoreNormalizer):
     )
 
     def __init__(self, *, alpha=1.5, **shared):
-        checks.real("normalizer.alpha", alpha, 1.0, 100.0, lo_open=True)  # alpha -> 1 is softmax: normalizer=softmax
+        normalizer_options.entmax(alpha=alpha)
         self.alpha = float(alpha)
         super().__init__(**shared)
 

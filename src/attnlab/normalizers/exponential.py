@@ -8,11 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab import checks
 from attnlab.backends.blockwise import BlockForm, scaled_logits
 from attnlab.backends.impl import Capability
 from attnlab.backends.mask import masked_max, masked_softmax
 from attnlab.backends.softmax_vjp import softmax_attention
+from attnlab.options import normalizers as normalizer_options
 
 from . import reference as ref
 from .base import NormalizerParam, ScoreNormalizer
@@ -28,7 +28,6 @@ def row_mean_N(x_BNT, m_B1TS):
 # arXiv 2410.01104, their reference code): β' = poly(H) of the row's Shannon entropy H (nats), a degree-4
 # fit of the inverse temperature that restores sharpness (coefficients a4 … a0), applied only where
 # H > 0.5 and never below 1 (it only sharpens); no stop-gradient, as in their code.
-ADAPTIVE_MODES = ("off", "eval", "train")
 ADAPTIVE_POLY = (-0.037, 0.481, -2.3, 4.917, -1.791)
 ADAPTIVE_MIN_ENTROPY = 0.5
 
@@ -53,7 +52,8 @@ class AdaptiveTemperature:
     """
 
     def set_adaptive(self, mode):
-        self.adaptive = checks.choice("normalizer.adaptive_temperature", mode, ADAPTIVE_MODES)
+        normalizer_options.adaptive_temperature(adaptive_temperature=mode)
+        self.adaptive = mode
 
     @property
     def mode_dependent(self) -> bool:
@@ -143,8 +143,6 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
     u is normalised over the admissible keys.
     """
 
-    PRIORS = ("uniform", "recency", "learned")
-
     # each prior, and the recency prior under adaptive temperature
     check_variants = types.MappingProxyType(
         {
@@ -158,9 +156,7 @@ class KL(AdaptiveTemperature, ScoreNormalizer):
     def __init__(
         self, *, num_heads, prior="recency", slope=0.1, max_distance=512, adaptive_temperature="off", **shared
     ):
-        checks.choice("normalizer.prior", prior, self.PRIORS)
-        checks.real("normalizer.slope", slope, 0, 1e6, lo_open=True)
-        checks.integer("normalizer.max_distance", max_distance, 1, 2**20)
+        normalizer_options.kl(prior=prior, slope=slope, max_distance=max_distance)
         self.prior, self.max_distance = prior, int(max_distance)
         if prior == "recency":
             self.log_slope = NormalizerParam(jnp.full((num_heads,), jnp.log(slope), jnp.float32))

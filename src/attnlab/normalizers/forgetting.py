@@ -19,12 +19,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from attnlab import checks
 from attnlab.backends import blockwise
 from attnlab.backends.blockwise import BlockForm
 from attnlab.backends.impl import Workload
 from attnlab.backends.mask import Mask, masked_softmax
 from attnlab.checks import ConfigError
+from attnlab.options import normalizers as normalizer_options
 
 from .base import NormalizerParam, ScoreNormalizer
 
@@ -43,7 +43,8 @@ class Forgetting(ScoreNormalizer):
     )
 
     def __init__(self, *, num_heads, head_dim, rngs, gate_bias=0.0, **shared):
-        b_f = checks.real("normalizer.gate_bias", gate_bias, -100.0, 100.0)
+        normalizer_options.forgetting(gate_bias=gate_bias)
+        b_f = float(gate_bias)
         d_model = num_heads * head_dim
         # w_f: a projection of the layer input like q, k, v (attention tags it: the attention group, weight-decayed
         # as a matrix), flax's default Linear kernel init (LeCun normal); b_f (`gate_bias`): a normalizer parameter.

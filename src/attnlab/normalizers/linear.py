@@ -13,11 +13,10 @@ from attnlab import checks
 from attnlab.backends import pallas_linear, sampled_rows
 from attnlab.backends.impl import Capability, Workload
 from attnlab.backends.mask import Mask
+from attnlab.options import normalizers as normalizer_options
 
 from . import reference as ref
 from .base import FixedFeatures, Normalizer, core_stats
-
-FEATURE_MAPS = ("elu1", "relu", "favor")
 
 
 class Linear(Normalizer):
@@ -51,10 +50,7 @@ class Linear(Normalizer):
     def __init__(
         self, *, num_heads, head_dim, rngs, feature_map="elu1", eps=1e-6, chunk_size=64, num_features=64, impl="auto"
     ):
-        checks.choice("normalizer.feature_map", feature_map, FEATURE_MAPS)
-        checks.real("normalizer.eps", eps, 0.0, 1e6)
-        checks.integer("normalizer.chunk_size", chunk_size, 1, 2**20)
-        checks.integer("normalizer.num_features", num_features, 1, 2**16)
+        normalizer_options.linear(feature_map=feature_map, eps=eps, chunk_size=chunk_size, num_features=num_features)
         self.feature_map, self.eps, self.chunk_size = feature_map, float(eps), int(chunk_size)
         self.set_impl(impl, head_dim=head_dim)
         features = num_features if feature_map == "favor" else head_dim

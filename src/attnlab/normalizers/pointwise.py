@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab import checks
 from attnlab.backends.blockwise import BlockForm, scaled_logits
+from attnlab.options import normalizers as normalizer_options
 
 from . import reference as ref
 from .base import ScoreNormalizer
@@ -23,7 +23,8 @@ class Sigmoid(ScoreNormalizer):
     check_variants = types.MappingProxyType({"default": {}, "bias-1.5": {"bias": -1.5}})
 
     def __init__(self, *, bias=None, **shared):
-        self.bias = None if bias is None else checks.real("normalizer.bias", bias, -1e6, 1e6)
+        normalizer_options.sigmoid(bias=bias)
+        self.bias = None if bias is None else float(bias)
         super().__init__(**shared)
 
     def block_form(self):

@@ -13,9 +13,9 @@ import types
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab import checks
 from attnlab.backends.blockwise import BlockForm
 from attnlab.backends.mask import masked_softmax
+from attnlab.options import normalizers as normalizer_options
 
 from . import reference as ref
 from .base import FixedFeatures, NormalizerParam, ScoreNormalizer
@@ -48,13 +48,10 @@ class SSMax(ScoreNormalizer):
         block_size=512,
         softcap=None,
     ):
-        s = checks.real("normalizer.s", s, -1e6, 1e6)
-        checks.boolean("normalizer.learnable", learnable)
-        self.scale = (
-            1.0 / math.sqrt(head_dim) if beta is None else checks.real("normalizer.beta", beta, 0, 1e6, lo_open=True)
-        )
-        self.has_bias = checks.boolean("normalizer.bias", bias)
-        s_N = jnp.full((num_heads,), s, jnp.float32)
+        normalizer_options.ssmax(s=s, learnable=learnable, beta=beta, bias=bias)
+        self.scale = 1.0 / math.sqrt(head_dim) if beta is None else float(beta)
+        self.has_bias = bias
+        s_N = jnp.full((num_heads,), float(s), jnp.float32)
         self.s = NormalizerParam(s_N) if learnable else FixedFeatures(s_N)
         if self.has_bias:
             self.b = NormalizerParam(jnp.zeros((num_heads,), jnp.float32))

@@ -16,9 +16,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab import checks
 from attnlab.backends.blockwise import BlockForm, scaled_logits
 from attnlab.backends.mask import masked_max
+from attnlab.options import normalizers as normalizer_options
 
 from .base import FixedFeatures, NormalizerParam, ScoreNormalizer
 
@@ -37,10 +37,9 @@ class Sink(ScoreNormalizer):
     )
 
     def __init__(self, *, num_heads, sink=0.0, learnable_sink=True, **shared):
-        b_N = jnp.full((num_heads,), checks.real("normalizer.sink", sink, -1e4, 1e4), jnp.float32)
-        self.sink = (
-            NormalizerParam(b_N) if checks.boolean("normalizer.learnable_sink", learnable_sink) else FixedFeatures(b_N)
-        )
+        normalizer_options.sink(sink=sink, learnable_sink=learnable_sink)
+        b_N = jnp.full((num_heads,), float(sink), jnp.float32)
+        self.sink = NormalizerParam(b_N) if learnable_sink else FixedFeatures(b_N)
         super().__init__(num_heads=num_heads, **shared)
 
     def block_form(self):

@@ -22,8 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab import checks
 from attnlab.backends.blockwise import BlockForm, scaled_logits
+from attnlab.options import normalizers as normalizer_options
 
 from .base import ScoreNormalizer
 from .exponential import row_mean_N
@@ -38,7 +38,8 @@ class Softpick(ScoreNormalizer):
     )
 
     def __init__(self, *, eps=1e-8, **shared):
-        self.eps = checks.real("normalizer.eps", eps, 0.0, 1.0)
+        normalizer_options.softpick(eps=eps)
+        self.eps = float(eps)
         super().__init__(**shared)
 
     def block_form(self):

@@ -9,8 +9,8 @@ import warnings
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab import checks
 from attnlab.backends.blockwise import BlockForm, power_gate, scaled_logits
+from attnlab.options import normalizers as normalizer_options
 
 from . import reference as ref
 from .base import ScoreNormalizer
@@ -46,14 +46,7 @@ class Squared(ScoreNormalizer):
         learnable=False,
         **shared,
     ):
-        checks.integer("normalizer.power", power, 1, 64)  # |x|^p overflows float32 long before p = 64
-        checks.real("normalizer.eps", eps, 0.0, 1e6)
-        checks.boolean("normalizer.offset", offset)
-        # odd Taylor polynomials go negative, so the offset form needs an even power
-        checks.require(
-            not (offset and power % 2),
-            f"normalizer.offset=true with normalizer.power={power} is invalid; allowed: an even normalizer.power",
-        )
+        normalizer_options.squared(power=power, eps=eps, offset=offset)
         if learnable and not offset:
             warnings.warn(
                 "squared attention without offset is scale-invariant: a learnable beta has no "

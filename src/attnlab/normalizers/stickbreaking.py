@@ -15,10 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from attnlab import checks
 from attnlab.backends.blockwise import BlockForm, _rows, scaled_logits
 from attnlab.backends.mask import Mask
 from attnlab.checks import ConfigError
+from attnlab.options import normalizers as normalizer_options
 
 from . import reference as ref
 from .base import ScoreNormalizer
@@ -41,7 +41,8 @@ class StickBreaking(ScoreNormalizer):
     )
 
     def __init__(self, *, attend_current=False, **shared):
-        self.attend_current = checks.boolean("normalizer.attend_current", attend_current)
+        normalizer_options.stickbreaking(attend_current=attend_current)
+        self.attend_current = attend_current
         super().__init__(**shared)
 
     def block_form(self):

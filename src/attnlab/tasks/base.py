@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 from typing import Callable
 
 import numpy as np
 
-from attnlab import checks
 from attnlab.checks import ConfigError
-from attnlab.tasks.batches import Rows
 
-SPLITS = ("train", "val", "test")
-INT32_MAX = 2**31 - 1
+# A task's helpers (REFERENCE.md, Tasks), declared with the tasks' options: attnlab.options.tasks.
+from attnlab.options.tasks import INT32_MAX, SPLITS, check_float, check_int, split_sizes  # noqa: F401
+from attnlab.tasks.batches import Rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,23 +213,6 @@ class Task:
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={len(v)}" for k, v in self.splits.items())
         return f"{type(self).__name__}({self.options}; {sizes})"
-
-
-def check_int(name: str, value, lo: int, hi: int | None = INT32_MAX) -> int:
-    """`task.<name>`: an integer in [lo, hi] (checks.integer). Every integer option ends up in an int32 array or a
-    count of them, hence the default bound."""
-    return int(checks.integer(f"task.{name}", int(value) if isinstance(value, np.integer) else value, lo, hi))
-
-
-def check_float(name: str, value, lo: float, hi: float | None = 1e6, lo_open: bool = False) -> float:
-    """`task.<name>`: a finite number in [lo, hi] (or (lo, hi]; checks.real). The default bound keeps data in
-    float32 range (a noise scale of 1e30 squares to inf)."""
-    return checks.real(f"task.{name}", value, lo, math.inf if hi is None else hi, lo_open=lo_open)
-
-
-def split_sizes(n_train, n_val, n_test) -> dict[str, int]:
-    """{split: size} from the task.n_train / n_val / n_test options, each an integer >= 1."""
-    return {s: check_int(f"n_{s}", n, 1) for s, n in zip(SPLITS, (n_train, n_val, n_test))}
 
 
 def disjoint_splits(

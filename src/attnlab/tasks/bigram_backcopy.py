@@ -7,11 +7,11 @@ import types
 import numpy as np
 
 from attnlab.checks import ConfigError
-from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits, split_sizes
+from attnlab.options import tasks as task_options
+from attnlab.tasks.base import Split, Task, disjoint_splits, split_sizes
 from attnlab.tasks.lm import corpus
 
 PAD = 0  # input id 0 is padding (never used: every row is full length); token v is input id v + 1, <s> is V + 1
-TRANSITIONS = ("dirichlet", "bytes")
 CHAIN_STREAM = 3  # SeedSequence(seed, spawn_key=(3,)): the Dirichlet chain's stream, apart from the splits' (0, 1, 2)
 FIT_STREAM = 4  # ... and (4,): the sample the unigram and bigram baselines are fitted on
 FIT_SEQUENCES, FIT_LENGTH = 4096, 64  # that sample: 262,144 targets, at any seq_len and n_train
@@ -123,14 +123,20 @@ class BigramBackcopy(Task):
         **shared,
     ):
         super().__init__(**shared)  # the options every task takes (Task.__init__)
-        V = self.num_tokens = check_int("num_tokens", num_tokens, 2, 256 if transitions == "bytes" else 2**16)
-        self.seq_len = check_int("seq_len", seq_len, 2)
-        if transitions not in TRANSITIONS:
-            raise ConfigError(f"task.transitions={transitions!r} is invalid; allowed: {' | '.join(TRANSITIONS)}")
-        self.transitions = transitions
-        self.dirichlet_alpha = check_float("dirichlet_alpha", dirichlet_alpha, 0.01, 1e4)
-        self.num_triggers = check_int("num_triggers", num_triggers, 0, V - 1)
-        seed = check_int("seed", seed, 0)
+        task_options.bigram_backcopy(
+            num_tokens=num_tokens,
+            seq_len=seq_len,
+            transitions=transitions,
+            dirichlet_alpha=dirichlet_alpha,
+            num_triggers=num_triggers,
+            seed=seed,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
+        )
+        V = self.num_tokens = int(num_tokens)
+        self.seq_len, self.transitions = int(seq_len), transitions
+        self.dirichlet_alpha, self.num_triggers, seed = float(dirichlet_alpha), int(num_triggers), int(seed)
         sizes = split_sizes(n_train, n_val, n_test)
         self.vocab_size, self.num_classes, self.input_dim = V + 2, V, None
         self.bos = V + 1  # the input id of <s>

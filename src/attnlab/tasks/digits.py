@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.tasks.base import Split, Task, check_float, check_int, majority_accuracy
+from attnlab.options import tasks as task_options
+from attnlab.tasks.base import Split, Task, majority_accuracy
 
 
 def _split(images: np.ndarray, labels: np.ndarray) -> Split:
@@ -30,9 +31,8 @@ class Digits(Task):
         **shared,
     ):
         super().__init__(**shared)  # the options every task takes (Task.__init__)
-        test_fraction = check_float("test_fraction", test_fraction, 0.0, 0.5, lo_open=True)
-        val_fraction = check_float("val_fraction", val_fraction, 0.0, 1.0 - test_fraction - 0.1, lo_open=True)
-        seed = check_int("seed", seed, 0)
+        task_options.digits(val_fraction=val_fraction, test_fraction=test_fraction, seed=seed)
+        val_fraction, test_fraction, seed = float(val_fraction), float(test_fraction), int(seed)
         self.seq_len, self.input_dim, self.vocab_size, self.num_classes = 8, 8, None, 10
         self.default_head = default_head
         self.options = dict(

@@ -6,7 +6,8 @@ import types
 
 import numpy as np
 
-from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits, split_sizes
+from attnlab.options import tasks as task_options
+from attnlab.tasks.base import Split, Task, disjoint_splits, split_sizes
 
 
 def context_predictions(xs: np.ndarray, ys: np.ndarray, ridge: float) -> np.ndarray:
@@ -57,12 +58,20 @@ class ICLRegression(Task):
         **shared,
     ):
         super().__init__(**shared)  # the options every task takes (Task.__init__)
-        self.dim = check_int("dim", dim, 1)
-        self.n_points = check_int("n_points", n_points, 1)
-        self.noise_std = check_float("noise_std", noise_std, 0.0)
+        task_options.icl_regression(
+            dim=dim,
+            n_points=n_points,
+            noise_std=noise_std,
+            ridge=ridge,
+            seed=seed,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
+        )
+        self.dim, self.n_points, self.noise_std = int(dim), int(n_points), float(noise_std)
         # Default: ridge = noise_std^2, the posterior mean under the generating prior w ~ N(0, I) (Bayes optimal);
         # noiseless it is 0, i.e. minimum-norm least squares, Garg et al.'s reference.
-        self.ridge = self.noise_std**2 if ridge is None else check_float("ridge", ridge, 0.0)
+        self.ridge = self.noise_std**2 if ridge is None else float(ridge)
         self.seq_len = 2 * self.n_points
         self.input_dim, self.vocab_size, self.num_classes = self.dim + 1, None, None
         self.default_head = default_head
@@ -78,7 +87,7 @@ class ICLRegression(Task):
             n_test=n_test,
             default_head=default_head,
         )
-        self.splits = disjoint_splits(self._sample, sizes, check_int("seed", seed, 0))
+        self.splits = disjoint_splits(self._sample, sizes, int(seed))
 
     def _sample(self, rng: np.random.Generator, n: int) -> Split:
         """Draw n prompts, each with its own weight vector."""

@@ -3,8 +3,8 @@ other option unchanged, its test split evaluated beside the ordinary one (train.
 
 from __future__ import annotations
 
-from attnlab import checks
 from attnlab.checks import ConfigError
+from attnlab.options import tasks as task_options
 
 # What a length means, per task: the option test_lengths sets (MQAR: the same pairs in a longer context, or
 # more with task.test_pairs).
@@ -20,25 +20,14 @@ def split_name(length: int) -> str:
 TABLE_POSITIONALS = ("learned", "sinusoidal")
 
 
-def check_test_lengths(value) -> list[int]:
-    """task.test_lengths: null or a list of distinct integers >= 1 (returned sorted)."""
-    if value is None:
-        return []
-    ok = isinstance(value, (list, tuple)) and all(checks.is_int(t) and t >= 1 for t in value)
-    if not ok or len(set(value)) != len(value):
-        raise ConfigError(
-            f"task.test_lengths={value!r} is invalid; allowed: null or a list of distinct integers >= 1, e.g. [64,256]"
-        )
-    return sorted(int(t) for t in value)
-
-
 def length_tasks(task, test_lengths) -> dict:
     """{length: the task rebuilt at that length} (only its test split is read); {} without test_lengths.
 
     The rebuilt task keeps every option but the length (its train and val splits shrink to one example:
     disjoint_splits and the lm draw the test split first, from its own seeded stream, so it is the test
     split the task would have at that length; at the training length, the ordinary test split itself)."""
-    lengths = check_test_lengths(test_lengths)
+    task_options.test_lengths(test_lengths=test_lengths)
+    lengths = sorted(int(t) for t in test_lengths or [])
     if not lengths:
         task.length_options([])  # refuses options that need test lengths (MQAR's list of test_pairs)
         return {}

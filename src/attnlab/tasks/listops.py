@@ -7,7 +7,8 @@ import types
 import numpy as np
 
 from attnlab.checks import ConfigError
-from attnlab.tasks.base import Split, Task, check_int, disjoint_splits, majority_accuracy, split_sizes
+from attnlab.options import tasks as task_options
+from attnlab.tasks.base import Split, Task, disjoint_splits, majority_accuracy, split_sizes
 
 # The generator's alphabet (google-research/long-range-arena lra_benchmarks/data/listops.py), pad first.
 # LRA built its vocabulary from part of the validation split; we tokenise from the alphabet itself.
@@ -46,14 +47,6 @@ def generate_tree(uniform, depth: int, max_depth: int, max_args: int) -> tuple[l
         return [op] + tokens + [END], apply_op(op, args)
     value = int(uniform() * 10)
     return [str(value)], value
-
-
-def max_tree_length(max_depth: int, max_args: int) -> int:
-    """Longest expression (in tokens) the generator can produce: LRA's length counts op, args and ']'."""
-    length = 1
-    for _ in range(max_depth - 1):
-        length = 2 + max_args * length
-    return length
 
 
 def to_string(row: np.ndarray) -> str:
@@ -100,12 +93,19 @@ class ListOps(Task):
         **shared,
     ):
         super().__init__(**shared)  # the options every task takes (Task.__init__)
-        self.max_depth = check_int("max_depth", max_depth, 2)
-        self.max_args = check_int("max_args", max_args, 2)
-        self.seq_len = check_int("seq_len", seq_len, 1)
-        self.max_length = check_int("max_length", max_length, 1, self.seq_len)
-        longest = max_tree_length(self.max_depth, self.max_args)
-        self.min_length = check_int("min_length", min_length, 1, min(self.max_length, longest))
+        task_options.listops(
+            max_depth=max_depth,
+            max_args=max_args,
+            min_length=min_length,
+            max_length=max_length,
+            seq_len=seq_len,
+            seed=seed,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
+        )
+        self.max_depth, self.max_args, self.seq_len = int(max_depth), int(max_args), int(seq_len)
+        self.min_length, self.max_length = int(min_length), int(max_length)
         self.vocab_size, self.input_dim, self.num_classes = len(VOCAB), None, 10
         self.default_head = default_head
         sizes = split_sizes(n_train, n_val, n_test)
@@ -121,7 +121,7 @@ class ListOps(Task):
             n_test=n_test,
             default_head=default_head,
         )
-        self.splits = disjoint_splits(self._sample, sizes, check_int("seed", seed, 0))
+        self.splits = disjoint_splits(self._sample, sizes, int(seed))
 
     def _sample(self, rng: np.random.Generator, n: int, max_tries_per_example: int = 1000) -> Split:
         """Draw n expressions whose length lies in [min_length, max_length] (rejection sampling, as in LRA)."""

@@ -6,8 +6,8 @@ import types
 
 import numpy as np
 
-from attnlab.checks import ConfigError
-from attnlab.tasks.base import Split, Task, check_int, disjoint_splits, split_sizes
+from attnlab.options import tasks as task_options
+from attnlab.tasks.base import Split, Task, disjoint_splits, split_sizes
 
 
 class MaxRetrieval(Task):
@@ -39,14 +39,18 @@ class MaxRetrieval(Task):
         **shared,
     ):
         super().__init__(**shared)  # the options every task takes (Task.__init__)
-        self.n_items = check_int("n_items", n_items, 1, 2**24)
-        self.min_items = self.n_items if min_items is None else check_int("min_items", min_items, 1, 2**24)
-        if self.min_items > self.n_items:
-            raise ConfigError(
-                f"task.min_items={min_items} is invalid; allowed: 1 <= min_items <= "
-                f"task.n_items={n_items} (or null: every set has n_items items)"
-            )
-        self.num_classes = check_int("num_classes", num_classes, 2, 2**16)
+        task_options.max_retrieval(
+            n_items=n_items,
+            min_items=min_items,
+            num_classes=num_classes,
+            seed=seed,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
+        )
+        self.n_items = int(n_items)
+        self.min_items = self.n_items if min_items is None else int(min_items)
+        self.num_classes = int(num_classes)
         self.seq_len = self.n_items + 1
         self.input_dim, self.vocab_size = self.num_classes + 2, None
         self.default_head = default_head
@@ -60,7 +64,7 @@ class MaxRetrieval(Task):
             n_test=n_test,
             default_head=default_head,
         )
-        self.splits = disjoint_splits(self._sample, split_sizes(n_train, n_val, n_test), check_int("seed", seed, 0))
+        self.splits = disjoint_splits(self._sample, split_sizes(n_train, n_val, n_test), int(seed))
 
     def _sample(self, rng: np.random.Generator, n: int) -> Split:
         """Draw n examples: sizes, priorities, classes; the query token right after the last item."""

@@ -6,20 +6,9 @@ import types
 
 import numpy as np
 
-from attnlab import checks
 from attnlab.checks import ConfigError
-from attnlab.tasks.base import Split, Task, check_float, check_int, disjoint_splits, split_sizes
-
-TEST_PAIRS_ALLOWED = "same, scale, or a list of integers >= 1, one per test length (e.g. [8,16])"
-
-
-def check_test_pairs(value):
-    """task.test_pairs: `same`, `scale` or a list of pair counts >= 1 (MQAR.length_options checks each fits)."""
-    if value in ("same", "scale"):
-        return value
-    if isinstance(value, (list, tuple)) and value and all(checks.is_int(k) and k >= 1 for k in value):
-        return [int(k) for k in value]
-    raise ConfigError(f"task.test_pairs={value!r} is invalid; allowed: {TEST_PAIRS_ALLOWED}")
+from attnlab.options import tasks as task_options
+from attnlab.tasks.base import Split, Task, disjoint_splits, split_sizes
 
 
 class MQAR(Task):
@@ -58,12 +47,21 @@ class MQAR(Task):
         **shared,
     ):
         super().__init__(**shared)  # the options every task takes (Task.__init__)
-        self.vocab_size = check_int("vocab_size", vocab_size, 4)
-        self.seq_len = check_int("seq_len", seq_len, 4)
-        self.num_kv_pairs = check_int("num_kv_pairs", num_kv_pairs, 1, self.max_pairs(self.seq_len))
-        self.power_a = check_float("power_a", power_a, 0.0, lo_open=True)
-        self.random_filler = checks.boolean("task.random_filler", random_filler)
-        self.test_pairs = check_test_pairs(test_pairs)
+        task_options.mqar(
+            vocab_size=vocab_size,
+            seq_len=seq_len,
+            num_kv_pairs=num_kv_pairs,
+            power_a=power_a,
+            random_filler=random_filler,
+            test_pairs=test_pairs,
+            seed=seed,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
+        )
+        self.vocab_size, self.seq_len, self.num_kv_pairs = int(vocab_size), int(seq_len), int(num_kv_pairs)
+        self.power_a, self.random_filler = float(power_a), random_filler
+        self.test_pairs = test_pairs if test_pairs in ("same", "scale") else [int(k) for k in test_pairs]
         self.num_classes = self.vocab_size  # targets are token ids
         self.input_dim = None
         self.default_head = default_head
@@ -81,12 +79,11 @@ class MQAR(Task):
             n_test=n_test,
             default_head=default_head,
         )
-        self.splits = disjoint_splits(self._sample, sizes, check_int("seed", seed, 0))
+        self.splits = disjoint_splits(self._sample, sizes, int(seed))
 
     def max_pairs(self, seq_len: int) -> int:
-        """The most pairs at a length: 2k context tokens plus k queries at even offsets need 4k positions
-        (zoology asserts the same), and k distinct keys from [1, V/2)."""
-        return min(seq_len // 4, self.vocab_size // 2 - 1)
+        """The most pairs at a length (options.tasks.mqar_max_pairs)."""
+        return task_options.mqar_max_pairs(seq_len, self.vocab_size)
 
     def length_options(self, lengths: list[int]) -> dict[int, dict]:
         """{T: seq_len T and its number of pairs} (see `test_pairs`); a count a length cannot hold is refused."""

@@ -5,8 +5,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 
-from attnlab import checks
-from attnlab.progress import MODES
+from attnlab.options import trainer as trainer_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,28 +28,29 @@ class LoopConfig:
 
     def __post_init__(self):
         """Refuse a bad `trainer` value in one line naming it (the CLI builds the loop before the model)."""
-        checks.integer("trainer.steps", self.steps, 1, 2**31 - 1)
+        trainer_options.loop(
+            steps=self.steps,
+            batch_size=self.batch_size,
+            eval_every=self.eval_every,
+            log_every=self.log_every,
+            eval_batch_size=self.eval_batch_size,
+            nonfinite=self.nonfinite,
+            progress=self.progress,
+            checkpoint_every=self.checkpoint_every,
+            resume=self.resume,
+            attn_map_scale=self.attn_map_scale,
+            max_skipped=self.max_skipped,
+            final_stats=self.final_stats,
+        )
         if self.eval_every in (None, "auto"):  # a val curve of about four points on short runs, one per 200 on long
             object.__setattr__(self, "eval_every", auto_eval_every(self.steps))
-        elif checks.is_int(self.eval_every) and self.eval_every > self.steps:
+        elif self.eval_every > self.steps:
             warnings.warn(
                 f"trainer.eval_every={self.eval_every} > trainer.steps={self.steps}: validation runs only "
                 f"at the end (one point per val curve); trainer.eval_every=auto evaluates every "
                 f"{auto_eval_every(self.steps)}",
                 stacklevel=2,
             )
-        for key in ("batch_size", "eval_every", "log_every", "eval_batch_size"):
-            checks.integer(f"trainer.{key}", getattr(self, key), 1, 2**31 - 1)
-        checks.integer("trainer.checkpoint_every", self.checkpoint_every, 0, 2**31 - 1)  # 0: signals and the end
-        checks.boolean("trainer.resume", self.resume)
-        checks.boolean("trainer.final_stats", self.final_stats)
-        checks.real("trainer.max_skipped", self.max_skipped, 0.0, 1.0)
-        for key, allowed in (
-            ("nonfinite", ("skip", "stop")),
-            ("attn_map_scale", ("row", "log", "max")),
-            ("progress", MODES),
-        ):
-            checks.choice(f"trainer.{key}", getattr(self, key), allowed)
 
 
 def auto_eval_every(steps: int) -> int:

@@ -5,15 +5,9 @@ and how a model continues a prompt (continuation.py)."""
 
 from __future__ import annotations
 
+from attnlab.options.tasks import EVAL_BYTES, check_device_text_bytes, eval_windows
 from attnlab.tasks.lm.streams import bigram_entropy_bits, split_documents, unigram_entropy_bits
-from attnlab.tasks.lm.task import (
-    DEVICE_TEXT_BYTES,
-    EVAL_BYTES,
-    PAD,
-    LanguageModel,
-    check_device_text_bytes,
-    eval_windows,
-)
+from attnlab.tasks.lm.task import DEVICE_TEXT_BYTES, PAD, LanguageModel
 
 __all__ = [
     "DEVICE_TEXT_BYTES",

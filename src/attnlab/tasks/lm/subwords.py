@@ -57,16 +57,6 @@ class Subwords:
         return self.hf.decode([int(i) for i in ids], skip_special_tokens=False)
 
 
-def check_spec(spec) -> str:
-    """task.tokenizer: bytes, bpe, or a tokenizer.json path or hub name (a non-empty string)."""
-    if not (isinstance(spec, str) and spec.strip()):
-        raise ConfigError(
-            f"task.tokenizer={spec!r} is invalid; allowed: bytes, bpe, or the path of a tokenizer.json "
-            "(or a Hugging Face hub name)"
-        )
-    return spec
-
-
 def load(spec: str, vocab_size: int, train_docs: list[bytes]) -> Subwords:
     """task.tokenizer=bpe: trained_bpe on the training documents; otherwise a tokenizer.json file or hub name."""
     if spec == BPE:

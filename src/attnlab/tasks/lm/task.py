@@ -8,9 +8,10 @@ import types
 
 import numpy as np
 
-from attnlab import checks
 from attnlab.checks import ConfigError
-from attnlab.tasks.base import INT32_MAX, SPLITS, Split, Task, check_float, check_int, majority_accuracy
+from attnlab.options import tasks as task_options
+from attnlab.options.tasks import eval_windows
+from attnlab.tasks.base import INT32_MAX, SPLITS, Split, Task, majority_accuracy
 from attnlab.tasks.lm import continuation, corpus, subwords, text_cache
 from attnlab.tasks.lm.host_stream import BOS_SYMBOL, BosTextWindows, HostStream, TextWindows
 from attnlab.tasks.lm.streams import (
@@ -29,19 +30,6 @@ PAD = 0  # input id 0 is padding; byte b is input id b + 1
 # Training text up to 1 GiB stays on the device (uint8): a few percent of an 80 GB GPU beside a model's
 # parameters, optimizer state and activations, and half the int32 limit of device offsets (INT32_MAX).
 DEVICE_TEXT_BYTES = 2**30
-
-
-EVAL_BYTES = 32_000  # n_val/n_test=auto: windows holding this many predicted bytes (500 at the default seq_len 64)
-
-
-def eval_windows(name: str, n, seq_len: int):
-    """n_val/n_test: an integer as given; auto -> ceil(EVAL_BYTES / seq_len), so an evaluation costs the same
-    positions at any seq_len (500 windows of 1024 bytes would evaluate ~10x the training bytes of a short run)."""
-    if n == "auto":
-        return -(-EVAL_BYTES // seq_len)
-    if not checks.is_int(n) or n < 1:
-        raise ConfigError(f"task.{name}={n!r} is invalid; allowed: auto or an integer >= 1")
-    return n
 
 
 class LanguageModel(Task):
@@ -109,37 +97,28 @@ class LanguageModel(Task):
         **shared,
     ):
         super().__init__(**shared)  # the options every task takes (Task.__init__)
-        self.seq_len = check_int("seq_len", seq_len, 2)
-        self.bos = checks.boolean("task.bos", bos)
-        self.tokenizer = subwords.check_spec(tokenizer)
-        # The largest vocabulary whose BOS (the id past it) still fits the uint16 stream: 65535.
-        bpe_vocab_size = check_int("bpe_vocab_size", bpe_vocab_size, 257, 2**16 - 1)
-        for key, value in (
-            ("path", path),
-            ("hf_dataset", hf_dataset),
-            ("hf_config", hf_config),
-            ("hf_split", hf_split),
-            ("hf_column", hf_column),
-            ("hf_data_files", hf_data_files),
-        ):
-            if value is not None and not (isinstance(value, str) and value):
-                raise ConfigError(
-                    f"task.{key}={value!r} is invalid; allowed: a non-empty string"
-                    + ("" if key in ("hf_split", "hf_column") else " or null")
-                )
-        if path is not None and hf_dataset is not None:
-            raise ConfigError(
-                f"task.path={path!r} and task.hf_dataset={hf_dataset!r} exclude each other; allowed: one or neither"
-            )
-        fractions = {
-            "test": check_float("test_fraction", test_fraction, 0.0, 0.5, lo_open=True),
-            "val": check_float("val_fraction", val_fraction, 0.0, 0.5, lo_open=True),
-        }
-        sizes = {
-            s: check_int(f"n_{s}", eval_windows(f"n_{s}", n, self.seq_len), 1)
-            for s, n in zip(SPLITS, (n_train, n_val, n_test))
-        }
-        seed = check_int("seed", seed, 0)
+        task_options.lm(
+            seq_len=seq_len,
+            path=path,
+            hf_dataset=hf_dataset,
+            hf_config=hf_config,
+            hf_split=hf_split,
+            hf_column=hf_column,
+            hf_data_files=hf_data_files,
+            val_fraction=val_fraction,
+            test_fraction=test_fraction,
+            seed=seed,
+            n_train=n_train,
+            n_val=n_val,
+            n_test=n_test,
+            device_text_bytes=device_text_bytes,
+            bos=bos,
+            tokenizer=tokenizer,
+            bpe_vocab_size=bpe_vocab_size,
+        )
+        self.seq_len, self.bos, self.tokenizer, seed = int(seq_len), bos, tokenizer, int(seed)
+        fractions = {"test": float(test_fraction), "val": float(val_fraction)}
+        sizes = {s: int(eval_windows(f"n_{s}", n, self.seq_len)) for s, n in zip(SPLITS, (n_train, n_val, n_test))}
         self.input_dim, self.default_head = None, default_head
         self.options = dict(
             seq_len=seq_len,
@@ -161,7 +140,7 @@ class LanguageModel(Task):
             tokenizer=tokenizer,
             bpe_vocab_size=bpe_vocab_size,
         )
-        budget = check_device_text_bytes(device_text_bytes)
+        budget = int(device_text_bytes)
         if hf_dataset is not None:
             docs, self.corpus = corpus.from_hf(hf_dataset, hf_config, hf_split, hf_column, hf_data_files)
         elif path is not None:
@@ -369,13 +348,3 @@ class LanguageModel(Task):
 
 
 BOS_TEXT = "\u25c6"  # ◆: how decode shows BOS (one character, as a byte's label is, in the attention images' font)
-
-
-def check_device_text_bytes(value) -> int:
-    """task.device_text_bytes: at most INT32_MAX, the largest text the device's int32 offsets index."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > INT32_MAX:
-        raise ConfigError(
-            f"task.device_text_bytes={value} is invalid; allowed: an integer in [0, {INT32_MAX}] "
-            "(window offsets on the device are int32); a larger text streams from the host by itself"
-        )
-    return check_int("device_text_bytes", value, 0)
