@@ -23,4 +23,3 @@ def _float32_matmuls():
     """Restore the pin after a test that ran attnlab's CLI in-process (which sets the run's precision)."""
     yield
     jax.config.update("jax_default_matmul_precision", "highest")
-
