@@ -33,7 +33,7 @@ test_xla_flags = XLA_FLAGS="$$XLA_FLAGS --xla_backend_optimization_level=0$(shel
 	JAX_PLATFORMS=cpu $(1) -c 'import jax; jax.devices()' >/dev/null 2>&1 && echo ' $(LEGACY_EMITTERS)')"
 
 # The suite's programs are lowered without the Python traceback of every operation in their locations (a
-# message still names the line that failed): ~12% less CPU time (BENCHMARKS.md).
+# message still names the line that failed): 3-5% less CPU time on a compile-bound test file (BENCHMARKS.md).
 TEST_ENV := JAX_PLATFORMS=cpu JAX_INCLUDE_FULL_TRACEBACKS_IN_LOCATIONS=false
 PYTEST := -m pytest -n 2 -q
 
