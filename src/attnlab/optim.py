@@ -134,23 +134,22 @@ class Optimizer:
         rule = self.update_rule(params)
         rule_options = self.hyperparams()
 
+        values = dict(
+            lr=self.lr,
+            warmup_steps=self.warmup_steps,
+            total_steps=total_steps,
+            final_fraction=self.final_fraction,
+            clip_norm=self.clip_norm,
+            **rule_options,
+        )
+
         def chain(lr, warmup_steps, total_steps, final_fraction, clip_norm, **options):
-            rate = functools.partial(
-                warmup_cosine,
-                peak_lr=lr,
-                warmup_steps=warmup_steps,
-                total_steps=total_steps,
-                final_fraction=final_fraction,
-            )
+            rate = schedule(lr, warmup_steps, total_steps, final_fraction)
             return optax.chain(clip_by_global_norm(clip_norm), rule(learning_rate=1.0, **options), scale_by_rate(rate))
 
         # inject_hyperparams reads the factory's signature to find its numeric arguments.
-        names = ["lr", "warmup_steps", "total_steps", "final_fraction", "clip_norm", *rule_options]
-        chain.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in names])
-        values = dict(lr=self.lr, warmup_steps=self.warmup_steps, final_fraction=self.final_fraction)
-        return optax.inject_hyperparams(chain)(
-            **values, total_steps=total_steps, clip_norm=self.clip_norm, **rule_options
-        )
+        chain.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY) for n in values])
+        return optax.inject_hyperparams(chain)(**values)
 
 
 @dataclasses.dataclass(frozen=True)
