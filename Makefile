@@ -6,10 +6,16 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-long test-slow test-profile test-numerics test-newest test-gpu-program bench clean chromium
 
+# uv installs into each environment (a venv with pip, as `python -m venv` makes it): the test extras in ~15 s from
+# empty caches where pip took ~60 s, and a second environment links the packages the first downloaded (BENCHMARKS.md).
+UV_VERSION := 0.13.9
+# $(call venv,PYTHON,DIR,UV PIP INSTALL ARGUMENTS)
+venv = { test -x $(2)/bin/python || $(1) -m venv $(2); } && \
+	$(2)/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION) && \
+	$(2)/bin/uv pip install --quiet --python $(2)/bin/python $(3)
+
 $(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(call venv,$(PYTHON),$(VENV),-e '.[test]')
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -70,9 +76,7 @@ NEWEST := .venv-newest
 
 $(NEWEST)/.installed: pyproject.toml
 	@test -n "$(PYTHON_NEWEST)" || { echo "test-newest: no Python 3.12 found (set PYTHON_NEWEST=...)"; exit 2; }
-	test -x $(NEWEST)/bin/python || $(PYTHON_NEWEST) -m venv $(NEWEST)
-	$(NEWEST)/bin/python -m pip install --quiet --upgrade pip
-	$(NEWEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[test]'
+	$(call venv,$(PYTHON_NEWEST),$(NEWEST),--upgrade -e '.[test]')
 	touch $@
 
 # Only the tests whose code runs on jax, flax, optax or orbax: the config layer, launchers, reports, studies and
@@ -92,10 +96,9 @@ test-newest: $(NEWEST)/.installed
 GPU_PROGRAM := .venv-gpu
 
 $(GPU_PROGRAM)/.installed: pyproject.toml
-	test -x $(GPU_PROGRAM)/bin/python || $(PYTHON) -m venv $(GPU_PROGRAM)
-	$(GPU_PROGRAM)/bin/python -m pip install --quiet --upgrade pip
-	$(GPU_PROGRAM)/bin/python -m pip install --quiet -e '.[test]'
-	$(GPU_PROGRAM)/bin/python -m pip install --quiet "jax[cuda12]==$$($(GPU_PROGRAM)/bin/python -c 'import jax; print(jax.__version__)')"
+	$(call venv,$(PYTHON),$(GPU_PROGRAM),-e '.[test]')
+	$(GPU_PROGRAM)/bin/uv pip install --quiet --python $(GPU_PROGRAM)/bin/python \
+	  "jax[cuda12]==$$($(GPU_PROGRAM)/bin/python -c 'import jax; print(jax.__version__)')"
 	touch $@
 
 # XLA_FLAGS: scripts/gpu_program.py's DEVICELESS_XLA_FLAGS, set before the suite starts XLA.
