@@ -49,11 +49,11 @@ def budget_of(c: Cell) -> str:
     return " or ".join(dict.fromkeys(found)) or "no completed run"
 
 
-def curve_tag(table: Table, metric: str, cells: list[Cell]) -> str | None:
-    """The validation curve standing for `metric` (test/X → val/X, logged by a compared run), else val/loss, else
-    None."""
+def curve_tag(table: Table, metric: str, cells: list[Cell], fallback: tuple[str, ...] = ("val/loss",)) -> str | None:
+    """The curve standing for `metric` that a run of `cells` logged: test/X → val/X, else X as the training steps log
+    it (an attention statistic, attn_first_weight/layer_0), else the first of `fallback`, else None."""
     tags = set(plots.scalar_tags([r for c in cells for r in c.done()], table.cache))
-    for tag in (metric.replace("test/", "val/", 1), "val/loss"):
+    for tag in (metric.replace("test/", "val/", 1), metric.removeprefix("test/"), *fallback):
         if tag in tags:
             return tag
     return None

@@ -12,7 +12,7 @@ from attnlab.report.load import LR, Run, read_scalars
 from attnlab.run.record import FINISHED  # the runs whose curves are drawn; a diverged curve shows where it broke
 
 
-def _scalars(runs: list[Run], cache: dict | None) -> list[dict[str, dict[int, float]]]:
+def run_scalars(runs: list[Run], cache: dict | None) -> list[dict[str, dict[int, float]]]:
     """read_scalars of each run whose curve is drawn, read once per path into `cache`."""
     cache = {} if cache is None else cache
     drawn = [r for r in runs if r.status in FINISHED]
@@ -24,14 +24,14 @@ def _scalars(runs: list[Run], cache: dict | None) -> list[dict[str, dict[int, fl
 
 def _by_step(runs: list[Run], tag: str, cache: dict | None) -> tuple[list[int], list[np.ndarray]]:
     """The steps at which any run logged `tag`, and the runs' finite values at each."""
-    series = [scalars.get(tag, {}) for scalars in _scalars(runs, cache)]
+    series = [scalars.get(tag, {}) for scalars in run_scalars(runs, cache)]
     steps = sorted(set().union(*series)) if series else []
     return steps, [np.array([x[s] for x in series if s in x and math.isfinite(x[s])]) for s in steps]
 
 
 def scalar_tags(runs: list[Run], cache: dict | None = None) -> list[str]:
     """Every scalar tag that a run whose curve is drawn (completed or diverged) logged."""
-    return sorted({tag for scalars in _scalars(runs, cache) for tag in scalars})
+    return sorted({tag for scalars in run_scalars(runs, cache) for tag in scalars})
 
 
 def curve(runs: list[Run], tag: str, cache: dict | None = None, geometric: bool = False) -> tuple[np.ndarray, ...]:

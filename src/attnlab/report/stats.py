@@ -131,13 +131,19 @@ class Stat:
         return 0 < self.n < SMALL_N
 
 
+def per_seed(runs: list[Run], metric: str, which: str) -> dict:
+    """{seed: the metric's value} over the completed runs with a finite value, in seed order; runs sharing a seed
+    averaged."""
+    by_seed: dict = {}
+    for r in runs:
+        if (v := r.value(metric, which)) is not None:
+            by_seed.setdefault(r.seed, []).append(v)
+    return {s: float(np.mean(by_seed[s])) for s in sorted(by_seed, key=sort_key)}
+
+
 def cell_stat(runs: list[Run], metric: str, which: str, n_boot: int, seed: int) -> Stat:
     """Mean, std and CI (bootstrap from SMALL_N values, t below) of a metric over a cell's completed runs."""
-    vals = [(r.seed, v) for r in runs if (v := r.value(metric, which)) is not None]
-    x = np.array([v for _, v in vals])
-    by_seed: dict = {}
-    for s, v in vals:
-        by_seed.setdefault(s, []).append(v)
+    x = np.array([v for r in runs if (v := r.value(metric, which)) is not None])
     method = "bootstrap" if len(x) >= SMALL_N else "t" if len(x) >= 2 else "none"
     lo, hi = clip(_interval(x, n_boot, seed), metric)
     return Stat(
@@ -147,7 +153,7 @@ def cell_stat(runs: list[Run], metric: str, which: str, n_boot: int, seed: int) 
         ci_low=lo,
         ci_high=hi,
         ci_method=method,
-        by_seed={s: float(np.mean(v)) for s, v in by_seed.items()},
+        by_seed=per_seed(runs, metric, which),
     )
 
 

@@ -9,6 +9,11 @@ last two points, so that one noisy evaluation neither hides nor fakes a trend. A
 accuracy within SOLVED_GAP of 1) is settled although its val loss falls: a cross-entropy keeps falling as right answers
 grow surer (0.002 to 0.001 nats is a 50% drop) while no reported metric moves.
 
+Still moving (the same line, for a statistic the report is asked about, attnlab-report --formed): its curve's line
+over the last quarter of training changes by more than FALLING_DROP of its mean, in either direction. A quarter, not
+half: a statistic is logged at every logging step, not at four evaluations, and what matters is whether it had
+settled by the end.
+
 At a plateau: a task declares the values its metric sits at before the model has learnt the task (Task.plateaus:
 MQAR's 1/pairs accuracy of a model that finds the context's values but not which one a query asks for; a language
 model's unigram and bigram rates). A run is at a plateau when its test metric lies within PLATEAU_BAND (10%) of the
@@ -28,6 +33,7 @@ from attnlab.run.events import read_scalars
 MIN_EVALS = 3
 FALLING_DROP = 0.01
 PLATEAU_BAND = 0.1
+MOVING_FROM = 0.75  # still_moving's window: the last quarter of training
 SOLVED_GAP = 0.01  # one unit in the last figure the report prints for an accuracy, as its equivalence margin
 # The best value of a metric, by name ending: the band around a plateau is a fraction of the distance to it.
 BEST = {"accuracy": 1.0, "bits_per_byte": 0.0, "loss": 0.0, "nll": 0.0, "mse": 0.0, "perplexity": 1.0}
@@ -37,25 +43,34 @@ RULE = (
 )
 
 
+def trend(curve: dict[int, float], total_steps: int, start: float = 0.5) -> dict:
+    """{window, evals, relative_drop} of a curve {step: value}: its least-squares line over the evaluations from
+    `start` of training on (at least MIN_EVALS, else the last MIN_EVALS), the line's drop across them relative to
+    their mean; {evals} alone below MIN_EVALS finite evaluations."""
+    points = sorted((s, v) for s, v in curve.items() if math.isfinite(v))
+    if len(points) < MIN_EVALS:
+        return {"evals": len(points)}
+    late = [p for p in points if p[0] >= start * total_steps]
+    window = late if len(late) >= MIN_EVALS else points[-MIN_EVALS:]
+    steps, values = np.array(window, np.float64).T
+    slope = np.polyfit(steps, values, 1)[0]
+    drop = -slope * (steps[-1] - steps[0]) / max(abs(values.mean()), 1e-12)
+    return {"window": [int(steps[0]), int(steps[-1])], "evals": len(window), "relative_drop": float(drop)}
+
+
 def still_falling(curve: dict[int, float], total_steps: int) -> dict:
     """{val_loss_falling: True | False | None (fewer than MIN_EVALS evaluations), window, evals, relative_drop, rule}
     for a run's val loss curve {step: loss}."""
-    points = sorted((s, v) for s, v in curve.items() if math.isfinite(v))
-    out = {"val_loss_falling": None, "rule": RULE}
-    if len(points) < MIN_EVALS:
-        return {**out, "evals": len(points)}
-    late = [p for p in points if p[0] >= total_steps / 2]
-    window = late if len(late) >= MIN_EVALS else points[-MIN_EVALS:]
-    steps, losses = np.array(window, np.float64).T
-    slope = np.polyfit(steps, losses, 1)[0]
-    drop = -slope * (steps[-1] - steps[0]) / max(abs(losses.mean()), 1e-12)
-    return {
-        **out,
-        "val_loss_falling": bool(drop > FALLING_DROP),
-        "window": [int(steps[0]), int(steps[-1])],
-        "evals": len(window),
-        "relative_drop": float(drop),
-    }
+    line = trend(curve, total_steps)
+    falling = line["relative_drop"] > FALLING_DROP if "relative_drop" in line else None
+    return {"val_loss_falling": falling, "rule": RULE, **line}
+
+
+def still_moving(curve: dict[int, float], total_steps: int) -> bool | None:
+    """Whether a statistic's curve still moved over the last quarter of training (MOVING_FROM): the rule of
+    still_falling in either direction; None below MIN_EVALS evaluations."""
+    drop = trend(curve, total_steps, MOVING_FROM).get("relative_drop")
+    return None if drop is None else abs(drop) > FALLING_DROP
 
 
 def still_learning(convergence: dict, final: dict) -> bool:
