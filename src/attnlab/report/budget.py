@@ -16,6 +16,7 @@ import numpy as np
 
 from attnlab.report import plots
 from attnlab.report.cells import Cell, Table
+from attnlab.report.load import Run
 from attnlab.report.stats import direction_text
 
 STEPS, BATCH, SEQ_LEN = "trainer.steps", "trainer.batch_size", "task.seq_len"
@@ -49,10 +50,10 @@ def budget_of(c: Cell) -> str:
     return " or ".join(dict.fromkeys(found)) or "no completed run"
 
 
-def curve_tag(table: Table, metric: str, cells: list[Cell], fallback: tuple[str, ...] = ("val/loss",)) -> str | None:
-    """The curve standing for `metric` that a run of `cells` logged: test/X → val/X, else X as the training steps log
-    it (an attention statistic, attn_first_weight/layer_0), else the first of `fallback`, else None."""
-    tags = set(plots.scalar_tags([r for c in cells for r in c.done()], table.cache))
+def curve_tag(table: Table, metric: str, runs: list[Run], fallback: tuple[str, ...] = ("val/loss",)) -> str | None:
+    """The curve standing for `metric` that one of `runs` logged: test/X → val/X, else X as the training steps log it
+    (an attention statistic, attn_first_weight/layer_0), else the first of `fallback`, else None."""
+    tags = set(plots.scalar_tags(runs, table.cache))
     for tag in (metric.replace("test/", "val/", 1), metric.removeprefix("test/"), *fallback):
         if tag in tags:
             return tag
@@ -113,7 +114,7 @@ def _held(table: Table, compared: list[Cell], metric: str) -> str:
     """Whether the order of the compared cells' mean val curves held over the last half of the evaluations."""
     if len(compared) < 2:
         return ""
-    tag = curve_tag(table, metric, compared)
+    tag = curve_tag(table, metric, [r for c in compared for r in c.done()])
     if tag is None:
         return (
             "Whether the ranking held over the last half of the evaluations is not known: no compared run logged a "

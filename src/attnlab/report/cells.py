@@ -144,6 +144,8 @@ class Table:
     n_boot: int = 2000  # bootstrap resamples of every interval summarize computed (and the length table's)
     cache: dict = field(default_factory=dict, repr=False)  # run path -> its TensorBoard scalars, read once
     seed: int = 0  # the bootstrap's seed
+    formed: list = field(default_factory=list)  # formation.Condition: what must have formed (--formed)
+    formed_in: str = "baseline"  # whose seeds must all have formed it for a comparison to be tested (--formed-in)
 
     @property
     def judged_by(self) -> dict[str, dict[str, str]]:

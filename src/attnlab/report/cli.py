@@ -10,7 +10,7 @@ from typing import Iterable
 
 import attnlab.report as report
 from attnlab import exits
-from attnlab.report import expected, plots, running
+from attnlab.report import expected, formation, plots, running
 from attnlab.report.cells import Table, expand, summarize
 from attnlab.report.load import LR, load_runs
 from attnlab.report.tables import MAX_COLUMNS
@@ -82,6 +82,23 @@ def _parser() -> argparse.ArgumentParser:
         "baseline's mean)",
     )
     p.add_argument(
+        "--formed",
+        nargs="+",
+        default=[],
+        metavar="CONDITION",
+        help=f"what must have formed for the comparisons to be tested: METRIC>=VALUE (or <=, >, <) on each seed's "
+        f"value of a metric of metrics.json, e.g. {formation.EXAMPLE}; the verdict opens with the seeds of each cell "
+        "that met it, names seeds split across it, and leaves a comparison untested where the baseline did not "
+        "form it in every seed",
+    )
+    p.add_argument(
+        "--formed-in",
+        choices=formation.SCOPES,
+        default="baseline",
+        help="whose seeds must all have met --formed for a comparison to be tested: the baseline's (default), or "
+        "every compared cell's too",
+    )
+    p.add_argument(
         "--n-boot", type=int, default=2000, help="bootstrap resamples of each CI (cells, paired Δs, the length table)"
     )
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (every table)")
@@ -145,6 +162,7 @@ def cli(argv: Iterable[str] | None = None) -> int:
         return exits.REFUSED
     cache: dict = {}
     try:
+        formed = formation.conditions(args.formed, runs, args.which)
         table = summarize(
             runs,
             args.group_by,
@@ -162,6 +180,7 @@ def cli(argv: Iterable[str] | None = None) -> int:
         table.live = running.section(runs, root)
         table.alpha = args.alpha
         table.margins = margins(args.margin, table.metrics)
+        table.formed, table.formed_in = formed, args.formed_in
     except ValueError as exc:
         print(f"attnlab-report: error: {exc}", file=sys.stderr)
         return exits.REFUSED

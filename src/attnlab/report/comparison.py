@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 
+from attnlab.report import formation
 from attnlab.report.cells import Cell, Table
 from attnlab.report.stats import MIN_PAIRS, direction_text
 from attnlab.report.tables import num
@@ -64,8 +65,8 @@ def _order(table: Table, metric: str) -> list[Cell]:
     def key(c: Cell):
         s = c.stats[metric]
         v = 0.0 if c.is_baseline else s.diff_mean if table.baseline and s.n_pairs else s.mean
-        if table.baseline and not c.is_baseline and not s.n_pairs:
-            v = math.nan
+        if table.baseline and not c.is_baseline and (not s.n_pairs or formation.withheld(table, c, metric)):
+            v = math.nan  # not compared: ranked last
         return (math.isnan(v), sign * v if not math.isnan(v) else 0.0)
 
     return sorted(table.cells, key=key)
@@ -80,7 +81,9 @@ def _numbers(table: Table, c: Cell, metric: str) -> str:
     s = c.stats[metric]
     if s.n == 0:
         return f"{c.label()}: no completed run"
-    value = num(s.mean) + (f" [{num(s.ci_low)}, {num(s.ci_high)}]" if s.n > 1 else "") + f" (n={s.n})"
+    value = formation.split(table, c, metric) or (
+        num(s.mean) + (f" [{num(s.ci_low)}, {num(s.ci_high)}]" if s.n > 1 else "") + f" (n={s.n})"
+    )
     if not table.baseline:
         return f"{c.label()}: {value}"
     if c.is_baseline:
@@ -89,6 +92,8 @@ def _numbers(table: Table, c: Cell, metric: str) -> str:
         return f"{c.label()}: {value}; Δ: no seed paired with the baseline"
     if c.identical:
         return f"{c.label()}: identical to the baseline (every seed, every metric); {value}"
+    if why := formation.withheld(table, c, metric):
+        return f"{c.label()}: not tested: {why}; {value}"
     delta = f"Δ {num(s.diff_mean, True)}"
     if s.n_pairs > 1:
         delta += f" [{num(s.diff_ci[0], True)}, {num(s.diff_ci[1], True)}]"

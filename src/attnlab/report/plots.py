@@ -22,6 +22,11 @@ def run_scalars(runs: list[Run], cache: dict | None) -> list[dict[str, dict[int,
     return [cache[r.path] for r in drawn]
 
 
+def logged(runs: list[Run]) -> list[Run]:
+    """The runs with a TensorBoard event file: those whose curves can be read without a warning."""
+    return [r for r in runs if any(r.path.glob("events.out.tfevents.*"))]
+
+
 def _by_step(runs: list[Run], tag: str, cache: dict | None) -> tuple[list[int], list[np.ndarray]]:
     """The steps at which any run logged `tag`, and the runs' finite values at each."""
     series = [scalars.get(tag, {}) for scalars in run_scalars(runs, cache)]

@@ -27,9 +27,9 @@ import fnmatch
 import math
 from dataclasses import dataclass
 
-from attnlab.report import stats
+from attnlab.report import formation, stats
 from attnlab.report.budget import at_budget
-from attnlab.report.cells import DEFAULT_BASELINE, Cell, Table, identical, partners
+from attnlab.report.cells import DEFAULT_BASELINE, Cell, Table, baseline_pairs, identical, is_baseline, partners
 from attnlab.report.load import LR
 from attnlab.report.stats import MIN_PAIRS, Stat
 from attnlab.report.tables import edge_text, num
@@ -57,14 +57,17 @@ class Comparison:
     tost_adjusted: float = math.nan  # its Holm-adjusted p
     detectable: float = math.nan  # smallest |Δ| detected at stats.POWER from these pairs
     needed: int | None = None  # pairs needed to detect the observed Δ at stats.POWER
+    withheld: str = ""  # why it is not tested although it could be (formation.withheld): nothing formed, split seeds
 
     def tested(self) -> bool:
-        return not self.same and self.stat.n_pairs >= MIN_PAIRS and math.isfinite(self.stat.p)
+        return not self.same and not self.withheld and self.stat.n_pairs >= MIN_PAIRS and math.isfinite(self.stat.p)
 
     def outcome(self, alpha: float) -> str:
-        """identical | untested | differs | equivalent | unresolved."""
+        """identical | withheld | untested | differs | equivalent | unresolved."""
         if self.same:
             return "identical"
+        if self.withheld:
+            return "withheld"
         if not self.tested():
             return "untested"
         if self.adjusted <= alpha:
@@ -118,7 +121,18 @@ def comparisons(table: Table, spec: str) -> list[Comparison]:
             if not table.baseline:  # the table has no paired fields: compare a copy (its interval is not shown)
                 s = copy.copy(s)
                 stats.compare(s, base.stats[m], m, n_boot=200, test=not same)
-            out.append(Comparison(cell, base, m, s, same, table.direction(m), margin=margin_of(table, m, base)))
+            out.append(
+                Comparison(
+                    cell,
+                    base,
+                    m,
+                    s,
+                    same,
+                    table.direction(m),
+                    margin=margin_of(table, m, base),
+                    withheld=formation.withheld(table, cell, m, base),
+                )
+            )
     tested = [c for c in out if c.tested()]
     for c in tested:
         c.tost = stats.tost_p(list(c.stat.diffs.values()), c.margin)
@@ -168,18 +182,19 @@ def _sentence(metric: str, rows: list[Comparison], spec: str, alpha: float) -> s
     groups = {k: [c for c in rows if c.outcome(alpha) == k] for k in ("differs", "equivalent", "unresolved")}
     same = [c for c in rows if c.same]
     untested = [c for c in rows if c.outcome(alpha) == "untested"]
+    vs = _against(rows)
     parts = []
     if groups["differs"]:
         parts.append(
             f"differ from {spec} beyond seed noise: "
-            + "; ".join(f"{c.cell.label()} ({_effect(c)})" for c in groups["differs"])
+            + "; ".join(f"{c.cell.label()} ({_effect(c)}){vs(c)}" for c in groups["differs"])
         )
     if groups["equivalent"]:
         parts.append(
             "equivalent to it within the margin: "
             + "; ".join(
                 f"{c.cell.label()} (within ±{num(c.margin)}: Δ {num(c.stat.diff_mean, True)} {_interval(c)}, "
-                f"TOST Holm-adjusted p={c.tost_adjusted:.3g})"
+                f"TOST Holm-adjusted p={c.tost_adjusted:.3g}){vs(c)}"
                 for c in groups["equivalent"]
             )
         )
@@ -187,19 +202,35 @@ def _sentence(metric: str, rows: list[Comparison], spec: str, alpha: float) -> s
         margin = groups["unresolved"][0].margin
         parts.append(
             f"not resolved (neither a difference nor equivalence within ±{num(margin)}): "
-            + "; ".join(_unresolved(c) for c in groups["unresolved"])
+            + "; ".join(_unresolved(c) + vs(c) for c in groups["unresolved"])
         )
     if same:
         parts.append(
             "identical to it (every seed, every metric equal to float tolerance: one computation): "
-            + ", ".join(c.cell.label() for c in same)
+            + ", ".join(c.cell.label() + vs(c) for c in same)
         )
+    parts += _withheld(rows, alpha, vs)
     if untested:
         parts.append(
             f"not tested (fewer than {MIN_PAIRS} seeds completed in both): "
-            + ", ".join(f"{c.cell.label()} ({c.stat.n_pairs} paired)" for c in untested)
+            + ", ".join(f"{c.cell.label()} ({c.stat.n_pairs} paired){vs(c)}" for c in untested)
         )
     return f"- **{metric}**: " + ("; ".join(parts) if parts else "no cell to compare") + "."
+
+
+def _against(rows: list[Comparison]):
+    """A comparison's ` against <its baseline cell>` where the baseline is several cells (pairing), else ''."""
+    several = len({id(c.base) for c in rows}) > 1
+    return lambda c: f" against {c.base.label()}" if several else ""
+
+
+def _withheld(rows: list[Comparison], alpha: float, vs) -> list[str]:
+    """`not tested: the baseline formed it in 1 of 3 seeds: <cells>`, one part per reason (formation.withheld)."""
+    reasons: dict[str, list[str]] = {}
+    for c in rows:
+        if c.outcome(alpha) == "withheld":
+            reasons.setdefault(c.withheld, []).append(c.cell.label() + vs(c))
+    return [f"not tested: {why}: {', '.join(cells)}" for why, cells in reasons.items()]
 
 
 def cannot_rank(table: Table, rows: list[Comparison]) -> list[str]:
@@ -248,20 +279,42 @@ def unbracketed(table: Table) -> list[str]:
     return lines
 
 
+def pairing(table: Table, spec: str) -> list[str]:
+    """The rule that pairs each cell with its baseline cell where `spec` matches several (`each cell against
+    normalizer=softmax at its own model.output_gate`), and the cells no baseline cell pairs with; [] when neither."""
+    pairs = baseline_pairs(spec)
+    named = {k for k, _ in pairs}
+    bases = [c for c in table.cells if is_baseline(c.key, pairs)]
+    own = [k for k in table.group_by if k not in named and len({str(b.key[k]) for b in bases}) > 1]
+    paired = {id(c) for c, _ in partners(table, spec)}
+    alone = [c for c in table.cells if not is_baseline(c.key, pairs) and id(c) not in paired]
+    lines = []
+    if len(bases) > 1:
+        lines.append(
+            f"**Pairing**: each cell against {spec} at its own {' and '.join(own)} ({len(bases)} baseline cells; "
+            "each comparison below names its own)."
+        )
+    if alone:
+        keys = ", ".join(k for k in table.group_by if k not in named)
+        lines.append(f"**Not compared**: no baseline cell has its {keys}: {'; '.join(c.label() for c in alone)}.")
+    return [line for text in lines for line in (text, "")]
+
+
 def verdict(table: Table) -> list[str]:
-    """The Verdict section: its method in one paragraph, then one sentence per metric."""
+    """The Verdict section: what formed (formation.section), how cells pair with the baseline, its method in one
+    paragraph, then one sentence per metric."""
     spec = baseline_of(table)
+    head = ["## Verdict", "", *formation.section(table, spec)]
     if spec is None:
         why = f" The default is not taken: {table.no_default_baseline}." if table.no_default_baseline else ""
         return [
-            "## Verdict",
-            "",
+            *head,
             "No baseline: --baseline KEY=VALUE (e.g. normalizer=softmax) names the cell the others are tested against."
             + why,
         ]
     rows = comparisons(table, spec)
     if not rows:
-        return ["## Verdict", "", f"No cell has a partner in {spec} to compare with."]
+        return [*head, *pairing(table, spec), f"No cell has a partner in {spec} to compare with."]
     n_tests = sum(c.tested() for c in rows)
     metrics = metrics_of(table)
     chosen = "" if table.baseline and table.baseline_given else " (the default; --baseline KEY=VALUE picks another)"
@@ -277,7 +330,7 @@ def verdict(table: Table) -> list[str]:
     )
     refused = cannot_rank(table, rows)
     budget = [] if refused else at_budget(table, compared_cells(table, rows), metrics[0])
-    lines = ["## Verdict", "", *refused, *budget, *unbracketed(table), method, ""]
+    lines = [*head, *pairing(table, spec), *refused, *budget, *unbracketed(table), method, ""]
     for m in metrics:
         lines.append(_sentence(m, [c for c in rows if c.metric == m], spec, table.alpha))
     return lines
