@@ -1,7 +1,7 @@
 """What must have formed (`--formed METRIC>=VALUE`): the verdict opens with the seeds of each cell that met it, a
 comparison against a baseline that did not form it in every seed is not tested, seeds split across a threshold are
 named one by one, a statistic still moving at the end is flagged; how cells pair with a baseline of several cells;
-on synthetic run directories."""
+a title that names the keys; on synthetic run directories."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from run_records import write_run
 from tensorboardX import SummaryWriter
 
 from attnlab.report import cli as report_cli
+from attnlab.report import load_runs, summarize
+from attnlab.report.comparison import title
 from attnlab.run.convergence import still_falling, still_moving
 
 FIRST = "test/attn_first_weight/layer_0"
@@ -207,3 +209,14 @@ def test_a_malformed_condition_or_unknown_metric_is_refused_in_one_line(tmp_path
     err = capsys.readouterr().err
     assert err.startswith(f"attnlab-report: error: {message}") and err.count("\n") == 1
     assert not (tmp_path / "report").exists()
+
+
+def test_a_title_too_long_for_its_cells_names_the_keys_and_their_values(tmp_path):
+    for i, (norm, lr) in enumerate(
+        (n, lr) for n in ("softmax", "kl", "linear", "sigmoid") for lr in (1e-3, 3e-3, 1e-2)
+    ):
+        write_run(tmp_path, str(i), norm, lr, 0, {"val/loss": 1.0, "test/accuracy": 0.5 + i / 100, "test/loss": 1.0})
+    table = summarize(load_runs(tmp_path), baseline="normalizer=softmax")
+    assert title(table) == "# normalizer: 4 values, optim.lr: 3 values; baseline normalizer=softmax (final parameters)"
+    short = summarize(load_runs(tmp_path), group_by=["normalizer"], baseline="normalizer=softmax")
+    assert title(short).startswith("# normalizer=kl, normalizer=linear, normalizer=sigmoid against normalizer=softmax")

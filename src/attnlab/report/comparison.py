@@ -9,19 +9,32 @@ import numpy as np
 
 from attnlab.report import formation
 from attnlab.report.cells import Cell, Table
+from attnlab.report.load import LR
 from attnlab.report.stats import MIN_PAIRS, direction_text
 from attnlab.report.tables import num
 
+TITLE_WIDTH = 100  # a title naming every cell up to this many characters; a longer one names the keys instead
+
 
 def title(table: Table) -> str:
-    """The report's first line: the cells compared, against what, on which parameters."""
+    """The report's first line: the cells compared where they fit in TITLE_WIDTH, else the keys varied and their
+    number of values; against what, on which parameters."""
     if table.baseline:
         others = [c.label() for c in table.cells if not c.is_baseline]
         what = f"{', '.join(others) or 'no other cell'} against {table.baseline}"
     else:
         labels = [c.label() for c in table.cells]
         what = f"{', '.join(labels)} compared" if len(labels) > 1 else labels[0]
+    if len(what) > TITLE_WIDTH:
+        what = _axes(table) + (f"; baseline {table.baseline}" if table.baseline else "")
     return f"# {what} ({table.which} parameters)"
+
+
+def _axes(table: Table) -> str:
+    """`normalizer: 8 values, model.layers: 2 values` (and `optim.lr selected per cell` under --select-lr)."""
+    counts = [(k, len({str(c.key[k]) for c in table.cells})) for k in table.group_by]
+    axes = [f"{k}: {n} value{'s' * (n > 1)}" for k, n in counts] + [f"{LR} selected per cell"] * table.select_lr
+    return ", ".join(axes) or "all runs"
 
 
 def task_baselines(table: Table, metric: str) -> str:
