@@ -22,9 +22,9 @@ is the edge of its grid is named (report.csv's lr_at_edge). Provenance (provenan
 
 Modules, one concern each: load (run directories and TensorBoard scalars → records), stats (one metric
 over seeds: intervals, paired comparison, equivalence and power, lr selection), cells (grouping runs into cells:
-`summarize`), verdict (the opening conclusion), budget (its opening at equal budget), comparison (Δ per cell),
-provenance, running (runs without an outcome yet), tables (Markdown, LaTeX, CSV), plots (learning curves), write (a
-report directory), cli (`attnlab-report`).
+`summarize`), verdict (the opening conclusion), formation (what must have formed for it: --formed), budget (its
+opening at equal budget), comparison (Δ per cell), provenance, running (runs without an outcome yet), tables
+(Markdown, LaTeX, CSV), plots (learning curves), write (a report directory), cli (`attnlab-report`).
 """
 
 from attnlab.report.cells import Cell, Table, default_metrics, summarize

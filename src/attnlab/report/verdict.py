@@ -18,6 +18,9 @@ identical, never tested. When every compared cell sits at a plateau of its task 
 verdict first says that this sweep cannot rank them. When a compared cell was still learning, the cells are ranked at
 the budget they were given, and the verdict's first sentence says so: the budget (steps, examples, tokens) and whether
 the ranking held over the last half of the evaluations, naming the cells whose val curves cross there (budget.py).
+
+Before all of it: what must have formed (formation.py, --formed), and where the baseline is several cells, the rule
+that pairs each cell with one of them (pairing).
 """
 
 from __future__ import annotations
