@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from attnlab.report.records import SCALARS, decode_scalars
 from attnlab.run.convergence import still_falling
 from attnlab.run.events import read_scalars
 
@@ -152,13 +153,25 @@ def _read_run(path: Path, metrics) -> Run:
     )
 
 
+def has_scalars(path: Path) -> bool:
+    """Whether a run directory holds its TensorBoard scalars: event files, or a records file's SCALARS."""
+    return (path / SCALARS).exists() or any(path.glob("events.out.tfevents.*"))
+
+
+def scalars(path: Path) -> dict[str, dict[int, float]]:
+    """{tag: {step: value}} of a run directory: from a records file's SCALARS where unpacked, else its events."""
+    if (path / SCALARS).exists():
+        return decode_scalars(json.loads((path / SCALARS).read_text()))
+    return read_scalars(path)
+
+
 def _convergence_from_events(path: Path, status: str, config: dict) -> dict:
     """For a completed run whose record predates `convergence`: the same rule (attnlab.run.convergence) applied
     to the val/loss curve of its TensorBoard events; {} without them."""
     steps = config.get("trainer.steps")
-    if status != "completed" or not isinstance(steps, int) or not any(path.glob("events.out.tfevents.*")):
+    if status != "completed" or not isinstance(steps, int) or not has_scalars(path):
         return {}
-    return still_falling(read_scalars(path).get("val/loss", {}), steps)
+    return still_falling(scalars(path).get("val/loss", {}), steps)
 
 
 def _refused(path: Path, metrics) -> bool:

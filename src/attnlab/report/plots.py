@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from attnlab.report.cells import Table
-from attnlab.report.load import LR, Run, read_scalars
+from attnlab.report.load import LR, Run, has_scalars, scalars
 from attnlab.run.record import FINISHED  # the runs whose curves are drawn; a diverged curve shows where it broke
 
 
@@ -18,25 +18,26 @@ def run_scalars(runs: list[Run], cache: dict | None) -> list[dict[str, dict[int,
     drawn = [r for r in runs if r.status in FINISHED]
     for r in drawn:
         if r.path not in cache:
-            cache[r.path] = read_scalars(r.path)
+            cache[r.path] = scalars(r.path)
     return [cache[r.path] for r in drawn]
 
 
 def logged(runs: list[Run]) -> list[Run]:
-    """The runs with a TensorBoard event file: those whose curves can be read without a warning."""
-    return [r for r in runs if any(r.path.glob("events.out.tfevents.*"))]
+    """The runs with a TensorBoard event file (or its records' scalars): those whose curves can be read without a
+    warning."""
+    return [r for r in runs if has_scalars(r.path)]
 
 
 def _by_step(runs: list[Run], tag: str, cache: dict | None) -> tuple[list[int], list[np.ndarray]]:
     """The steps at which any run logged `tag`, and the runs' finite values at each."""
-    series = [scalars.get(tag, {}) for scalars in run_scalars(runs, cache)]
+    series = [curves.get(tag, {}) for curves in run_scalars(runs, cache)]
     steps = sorted(set().union(*series)) if series else []
     return steps, [np.array([x[s] for x in series if s in x and math.isfinite(x[s])]) for s in steps]
 
 
 def scalar_tags(runs: list[Run], cache: dict | None = None) -> list[str]:
     """Every scalar tag that a run whose curve is drawn (completed or diverged) logged."""
-    return sorted({tag for scalars in run_scalars(runs, cache) for tag in scalars})
+    return sorted({tag for curves in run_scalars(runs, cache) for tag in curves})
 
 
 def curve(runs: list[Run], tag: str, cache: dict | None = None, geometric: bool = False) -> tuple[np.ndarray, ...]:

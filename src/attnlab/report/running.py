@@ -6,7 +6,7 @@ import math
 import time
 from pathlib import Path
 
-from attnlab.report.load import Run, read_scalars
+from attnlab.report.load import Run, has_scalars, scalars
 
 # A run that has written nothing for this long is reported as stopped without a record, not as running.
 STALE_S = 30 * 60
@@ -22,7 +22,7 @@ def state(run: Run, now: float | None = None) -> str:
     """`running: step 150/400, train loss 1.23 (last written 12 s ago)`, or `stopped? ...` when stale."""
     age = (time.time() if now is None else now) - last_write(run.path)
     total = run.config.get("trainer.steps")
-    losses = read_scalars(run.path).get("train/loss", {}) if any(run.path.glob("events.out.tfevents.*")) else {}
+    losses = scalars(run.path).get("train/loss", {}) if has_scalars(run.path) else {}
     if losses:
         step = max(losses)
         where = f"step {step}/{total}" + (f", train loss {losses[step]:.4g}" if math.isfinite(losses[step]) else "")
