@@ -10,7 +10,7 @@ from typing import Iterable
 
 import attnlab.report as report
 from attnlab import exits
-from attnlab.report import expected, formation, plots, running
+from attnlab.report import expected, formation, plots, records, running
 from attnlab.report.cells import Table, expand, summarize
 from attnlab.report.load import LR, load_runs
 from attnlab.report.tables import MAX_COLUMNS
@@ -21,7 +21,11 @@ DEFAULT_CURVES = ("val/loss", "train/loss")
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnlab-report", description=report.__doc__.splitlines()[0])
-    p.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep (Hydra multirun) directory, or a single run")
+    p.add_argument(
+        "sweep_dir",
+        metavar="SWEEP_DIR",
+        help=f"a sweep (Hydra multirun) directory, a single run, or a records file (NAME{records.SUFFIX}, --records)",
+    )
     p.add_argument("--group-by", nargs="+", metavar="KEY", help="default: the varying config keys except the seed")
     p.add_argument("--metrics", nargs="+", metavar="METRIC", help="default: the test/ metrics")
     p.add_argument(
@@ -64,7 +68,15 @@ def _parser() -> argparse.ArgumentParser:
         help=f"at most N columns per Markdown/LaTeX table; a wider one is split, one table per metric "
         f"group (default {MAX_COLUMNS})",
     )
-    p.add_argument("--out", metavar="DIR", help="output directory (default SWEEP_DIR/report)")
+    p.add_argument(
+        "--out", metavar="DIR", help="output directory (default SWEEP_DIR/report; a records file's folder/report)"
+    )
+    p.add_argument(
+        "--records",
+        metavar="FILE",
+        help=f"also pack the sweep into FILE (NAME{records.SUFFIX}): each run's run.json, metrics.json and "
+        "TensorBoard scalars, and this command's report options; attnlab-report FILE OPTIONS reports it as the sweep",
+    )
     p.add_argument(
         "--alpha",
         type=float,
@@ -138,28 +150,59 @@ def margins(given: list[str], metrics: list[str]) -> dict[str, float]:
 
 def cli(argv: Iterable[str] | None = None) -> int:
     """Run the report; returns the exit status."""
-
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
-    root = Path(args.sweep_dir)
-    if not root.is_dir():
-        print(f"attnlab-report: error: sweep directory {root} does not exist", file=sys.stderr)
-        return exits.REFUSED
+    source = Path(args.sweep_dir)
+    if records.is_records(source):
+        if not source.is_file():
+            return _refuse(f"records file {source} does not exist")
+        if args.records:
+            return _refuse(f"--records packs a sweep directory; {source} is a records file already")
+        print(f"{source}: records packed with the report options: {' '.join(records.command(source)) or 'none'}")
+    elif not source.is_dir():
+        return _refuse(f"sweep directory {source} does not exist")
+    out = Path(args.out) if args.out else (source.parent if records.is_records(source) else source) / "report"
+    with records.as_directory(source) as root:
+        code = _report(args, root, out)
+    if code == exits.COMPLETED and args.records:
+        print(f"wrote {records.pack(source, Path(args.records), report_options(argv, args.sweep_dir))}")
+    return code
+
+
+def _refuse(message: str) -> int:
+    print(f"attnlab-report: error: {message}", file=sys.stderr)
+    return exits.REFUSED
+
+
+def report_options(argv: list[str], sweep_dir: str) -> list[str]:
+    """The command line less the sweep and the options that name files (--out, --records): what a records file
+    keeps to write the same report again."""
+    out, skip, found = [], False, False
+    for token in argv:
+        if skip:  # the value of --out or --records
+            skip = False
+        elif token == sweep_dir and not found:
+            found = True
+        elif any(len(name := token.split("=", 1)[0]) > 3 and full.startswith(name) for full in ("--out", "--records")):
+            skip = "=" not in token
+        else:
+            out.append(token)
+    return out
+
+
+def _report(args: argparse.Namespace, root: Path, out: Path) -> int:
+    """The report of the sweep in `root` written to `out`; the exit status."""
     runs = load_runs(root)
     if not runs and expected.sweep_dirs(root):  # a sweep whose jobs have not yet written a record: say so
         print(expected.progress(root, runs)[0])
         print("No run has written its record yet; run attnlab-report again once one has.")
         return exits.COMPLETED
     if not runs:
-        print(
-            f"attnlab-report: error: no runs under {root} (no metrics.json, run.json or .hydra/ found)", file=sys.stderr
-        )
-        return exits.REFUSED
+        return _refuse(f"no runs under {args.sweep_dir} (no metrics.json, run.json or .hydra/ found)")
     if not 0 < args.alpha < 1:
-        print(f"attnlab-report: error: --alpha {args.alpha}; allowed: a level in (0, 1)", file=sys.stderr)
-        return exits.REFUSED
+        return _refuse(f"--alpha {args.alpha}; allowed: a level in (0, 1)")
     if args.columns < 1:
-        print(f"attnlab-report: error: --columns {args.columns}; allowed: an integer >= 1", file=sys.stderr)
-        return exits.REFUSED
+        return _refuse(f"--columns {args.columns}; allowed: an integer >= 1")
     cache: dict = {}
     try:
         formed = formation.conditions(args.formed, runs, args.which)
@@ -182,9 +225,7 @@ def cli(argv: Iterable[str] | None = None) -> int:
         table.margins = margins(args.margin, table.metrics)
         table.formed, table.formed_in = formed, args.formed_in
     except ValueError as exc:
-        print(f"attnlab-report: error: {exc}", file=sys.stderr)
-        return exits.REFUSED
-    out = Path(args.out) if args.out else root / "report"
+        return _refuse(str(exc))
     files = write_report(table, out, curves=curves, log_y=log_y, cache=cache, max_columns=args.columns)
     print((out / "report.md").read_text())
     print(f"wrote {', '.join(str(f) for f in files)}")

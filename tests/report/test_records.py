@@ -1,0 +1,107 @@
+"""A sweep packed into one records file (`attnlab-report DIR --records FILE`) reports as the sweep itself."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from run_records import write_run
+from tensorboardX import SummaryWriter
+from test_expected import sweep_yaml
+
+from attnlab.report import cli as report_cli
+from attnlab.report import records
+from attnlab.report.load import scalars
+
+ACCURACY = {"softmax": 0.8, "kl": 0.75, "linear": 0.3}
+NORMALIZERS = tuple(ACCURACY)
+OPTIONS = ["--baseline", "normalizer=softmax", "--curves", "val/loss", "attn_*", "--formed", "test/accuracy>=0.5"]
+
+
+def logged_sweep(root):
+    """normalizer × seed 0-2 with TensorBoard curves; linear seed 2 failed before its run.json (a Hydra record),
+    kl seed 2 never started, and one run ran on another jax."""
+    root.mkdir()
+    sweep_yaml(root, [f"normalizer={','.join(NORMALIZERS)}", "seed=0,1,2"])
+    rng = np.random.default_rng(3)
+    for i, (norm, seed) in enumerate((n, s) for n in NORMALIZERS for s in range(3)):
+        name = f"{i}_normalizer={norm},seed={seed}"
+        if (norm, seed) == ("kl", 2):
+            continue
+        if (norm, seed) == ("linear", 2):
+            write_run(root, name, norm, 0.001, seed, None, status="failed", record="hydra")
+            continue
+        acc = ACCURACY[norm] + 0.03 * rng.standard_normal()
+        final = {"val/loss": 2 - acc, "test/accuracy": acc, "test/loss": 2 - acc}
+        env = {"versions": {"jax": "0.4.1" if i == 1 else "0.4.2"}}
+        path = write_run(root, name, norm, 0.001, seed, final, env=env)
+        with SummaryWriter(logdir=str(path)) as writer:
+            for step in range(1, 21):
+                writer.add_scalar("val/loss", 2 - acc * step / 20 + 0.01 * rng.standard_normal(), step * 10)
+                writer.add_scalar("attn_entropy/layer_0", math.log(16) / step, step * 10)
+    return root
+
+
+def report_files(out):
+    return {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+
+
+@pytest.fixture
+def packed(tmp_path):
+    """(the sweep, its records file, the report written from the sweep as the records were packed)."""
+    sweep = logged_sweep(tmp_path / "sweep")
+    file = tmp_path / f"study{records.SUFFIX}"
+    argv = [str(sweep), *OPTIONS, "--records", str(file), "--out", str(tmp_path / "from_dirs")]
+    assert report_cli.cli(argv) == 0
+    return sweep, file, report_files(tmp_path / "from_dirs")
+
+
+def test_the_records_file_reports_as_the_sweep_byte_for_byte(packed, tmp_path):
+    sweep, file, from_dirs = packed
+    assert records.command(file) == OPTIONS
+    assert report_cli.cli([str(file), *records.command(file), "--out", str(tmp_path / "from_records")]) == 0
+    from_records = report_files(tmp_path / "from_records")
+    assert set(from_records) == {"report.md", "report.tex", "report.csv", "curve_val_loss.png"} | {
+        "curve_attn_entropy_layer_0.png"
+    }
+    assert from_records == from_dirs  # tables, verdict, provenance, progress and the curves' pixels
+    md = from_dirs["report.md"].decode()
+    assert "7 of 9 runs completed (1 failed); missing: 5_normalizer=kl,seed=2 (not started)." in md
+    assert "- jax: 0.4.2 in 6 of 7 runs; differs in normalizer=softmax (0.4.1: 1_normalizer=softmax,seed=1)" in md
+
+
+def test_the_records_file_is_smaller_than_the_sweep_and_packs_to_the_same_bytes(packed, tmp_path):
+    sweep, file, _ = packed
+    on_disk = sum(p.stat().st_size for p in sweep.rglob("*") if p.is_file() and "report" not in p.parts)
+    assert file.stat().st_size < on_disk / 2
+    again = records.pack(sweep, tmp_path / f"again{records.SUFFIX}", OPTIONS)
+    assert again.read_bytes() == file.read_bytes()
+
+
+def test_scalars_come_back_exactly_as_the_event_files_hold_them(packed, tmp_path):
+    sweep, file, _ = packed
+    root = records.unpack(file, tmp_path / "unpacked")
+    run = "0_normalizer=softmax,seed=0"
+    assert scalars(root / run) == scalars(sweep / run)
+    assert not list((root / run).glob("events.out.tfevents.*"))
+
+
+def test_values_that_are_no_float32_keep_their_own():
+    curve = {"a": {1: 0.30000001192092896, 2: 0.1, 3: math.inf, 4: 1e300}}
+    back = records.decode_scalars(records.encode_scalars(curve))
+    assert back == curve
+    assert math.isnan(records.decode_scalars(records.encode_scalars({"a": {1: math.nan}}))["a"][1])
+
+
+def test_report_options_leave_out_the_sweep_and_the_files_written():
+    argv = ["runs/x", "--curves", "runs/x", "--records=f.records.json.xz", "--out", "o", "--seed", "1", "--rec", "g"]
+    assert report_cli.report_options(argv, "runs/x") == ["--curves", "runs/x", "--seed", "1"]
+
+
+def test_packing_a_records_file_again_or_a_missing_one_is_refused(packed, capsys):
+    _, file, _ = packed
+    assert report_cli.cli([str(file), "--records", str(file)]) == 2
+    assert report_cli.cli([str(file.with_name(f"none{records.SUFFIX}"))]) == 2
+    err = capsys.readouterr().err
+    assert "is a records file already" in err and "does not exist" in err
