@@ -9,6 +9,7 @@ import pytest
 from run_records import write_run
 from tensorboardX import SummaryWriter
 from test_expected import sweep_yaml
+from test_report import grid_sweep
 
 from attnlab.report import cli as report_cli
 from attnlab.report import records
@@ -105,3 +106,35 @@ def test_packing_a_records_file_again_or_a_missing_one_is_refused(packed, capsys
     assert report_cli.cli([str(file.with_name(f"none{records.SUFFIX}"))]) == 2
     err = capsys.readouterr().err
     assert "is a records file already" in err and "does not exist" in err
+
+
+def test_verdicts_of_several_studies_make_one_table(packed, tmp_path, capsys):
+    _, file, _ = packed
+    gap = {0: 0.2, 1: 0.21, 2: 0.19}  # kl's accuracy above softmax's, seed by seed
+    sweep = grid_sweep(tmp_path / "grid", lrs=(0.001,), value=lambda n, lr, s: 0.5 + (gap[s] if n == "kl" else 0))
+    other = tmp_path / f"other{records.SUFFIX}"
+    assert report_cli.cli([str(sweep), "--metrics", "test/accuracy", "--records", str(other), "--out", "o"]) == 0
+    capsys.readouterr()
+    assert report_cli.cli(["--verdicts", str(file), str(other)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    study, grid = str(file).removesuffix(records.SUFFIX), str(other).removesuffix(records.SUFFIX)
+    assert table[:3] == [
+        "| study | cell | against | metric | verdict | formed |",
+        "|---|---|---|---|---|---|",
+        f"| {study} | normalizer=softmax | – | test/accuracy | the baseline | test/accuracy>=0.5: 3 of 3 seeds |",
+    ]
+    assert table[3] == (
+        f"| {study} | normalizer=kl | normalizer=softmax | test/accuracy | not tested: 2 pair(s) | "
+        "test/accuracy>=0.5: 2 of 2 seeds |"
+    )
+    assert table[4].endswith(" | not tested: 2 pair(s) | test/accuracy>=0.5: 0 of 2 seeds |")
+    assert table[5] == f"| {grid} | normalizer=softmax | – | test/accuracy | the baseline | – |"
+    assert table[6].startswith(f"| {grid} | normalizer=kl | normalizer=softmax | test/accuracy | differs: Δ +0.2 (")
+    assert len(table) == 7
+
+
+def test_verdicts_and_a_sweep_together_are_refused(packed, capsys):
+    _, file, _ = packed
+    with pytest.raises(SystemExit):
+        report_cli.cli([str(file), "--verdicts", str(file)])
+    assert "not both" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from typing import Iterable
 
 import attnlab.report as report
 from attnlab import exits
-from attnlab.report import expected, formation, plots, records, running
+from attnlab.report import central, expected, formation, plots, records, running
 from attnlab.report.cells import Table, expand, summarize
 from attnlab.report.load import LR, load_runs
 from attnlab.report.tables import MAX_COLUMNS
@@ -23,6 +23,7 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="attnlab-report", description=report.__doc__.splitlines()[0])
     p.add_argument(
         "sweep_dir",
+        nargs="?",
         metavar="SWEEP_DIR",
         help=f"a sweep (Hydra multirun) directory, a single run, or a records file (NAME{records.SUFFIX}, --records)",
     )
@@ -70,6 +71,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--out", metavar="DIR", help="output directory (default SWEEP_DIR/report; a records file's folder/report)"
+    )
+    p.add_argument(
+        "--verdicts",
+        nargs="+",
+        metavar="FILE",
+        help="instead of a report: one Markdown table of the verdicts of several studies' records files, each with "
+        "the options it was packed with: per study and cell, its verdict against its baseline on the headline "
+        "metric and the seeds that formed each --formed condition",
     )
     p.add_argument(
         "--records",
@@ -151,7 +160,12 @@ def margins(given: list[str], metrics: list[str]) -> dict[str, float]:
 def cli(argv: Iterable[str] | None = None) -> int:
     """Run the report; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if (args.sweep_dir is None) == (args.verdicts is None):
+        parser.error("give SWEEP_DIR or --verdicts FILE..., not both" if args.verdicts else "SWEEP_DIR is required")
+    if args.verdicts:
+        return _verdicts(args.verdicts)
     source = Path(args.sweep_dir)
     if records.is_records(source):
         if not source.is_file():
@@ -190,6 +204,35 @@ def report_options(argv: list[str], sweep_dir: str) -> list[str]:
     return out
 
 
+def _table(args: argparse.Namespace, root: Path, runs: list) -> tuple[Table, list[str], list[str]]:
+    """(the report's table, its curves, their log-y patterns) of `runs`, read from `root`; ValueError on a bad
+    option."""
+    if not 0 < args.alpha < 1:
+        raise ValueError(f"--alpha {args.alpha}; allowed: a level in (0, 1)")
+    if args.columns < 1:
+        raise ValueError(f"--columns {args.columns}; allowed: an integer >= 1")
+    formed = formation.conditions(args.formed, runs, args.which)
+    table = summarize(
+        runs,
+        args.group_by,
+        args.metrics,
+        args.which,
+        args.baseline,
+        args.select_lr,
+        args.select_by,
+        args.n_boot,
+        args.seed,
+    )
+    table.cache = {}  # the curves and the verdict's late crossings read each run's events once
+    curves, log_y = _curves(table, args.curves, args.log_y, table.cache)
+    table.progress, table.missing_runs = expected.progress(root, runs)
+    table.live = running.section(runs, root)
+    table.alpha = args.alpha
+    table.margins = margins(args.margin, table.metrics)
+    table.formed, table.formed_in = formed, args.formed_in
+    return table, curves, log_y
+
+
 def _report(args: argparse.Namespace, root: Path, out: Path) -> int:
     """The report of the sweep in `root` written to `out`; the exit status."""
     runs = load_runs(root)
@@ -199,36 +242,31 @@ def _report(args: argparse.Namespace, root: Path, out: Path) -> int:
         return exits.COMPLETED
     if not runs:
         return _refuse(f"no runs under {args.sweep_dir} (no metrics.json, run.json or .hydra/ found)")
-    if not 0 < args.alpha < 1:
-        return _refuse(f"--alpha {args.alpha}; allowed: a level in (0, 1)")
-    if args.columns < 1:
-        return _refuse(f"--columns {args.columns}; allowed: an integer >= 1")
-    cache: dict = {}
     try:
-        formed = formation.conditions(args.formed, runs, args.which)
-        table = summarize(
-            runs,
-            args.group_by,
-            args.metrics,
-            args.which,
-            args.baseline,
-            args.select_lr,
-            args.select_by,
-            args.n_boot,
-            args.seed,
-        )
-        table.cache = cache  # the curves and the verdict's late crossings read each run's events once
-        curves, log_y = _curves(table, args.curves, args.log_y, cache)
-        table.progress, table.missing_runs = expected.progress(root, runs)
-        table.live = running.section(runs, root)
-        table.alpha = args.alpha
-        table.margins = margins(args.margin, table.metrics)
-        table.formed, table.formed_in = formed, args.formed_in
+        table, curves, log_y = _table(args, root, runs)
     except ValueError as exc:
         return _refuse(str(exc))
-    files = write_report(table, out, curves=curves, log_y=log_y, cache=cache, max_columns=args.columns)
+    files = write_report(table, out, curves=curves, log_y=log_y, cache=table.cache, max_columns=args.columns)
     print((out / "report.md").read_text())
     print(f"wrote {', '.join(str(f) for f in files)}")
+    return exits.COMPLETED
+
+
+def _verdicts(files: list[str]) -> int:
+    """--verdicts: one table of every study's verdicts, each records file reported with its own options."""
+    rows = []
+    for name in files:
+        file = Path(name)
+        if not (records.is_records(file) and file.is_file()):
+            return _refuse(f"--verdicts {file}: no records file (NAME{records.SUFFIX})")
+        args = _parser().parse_args([name, *records.command(file)])
+        with records.as_directory(file) as root:
+            try:
+                table = _table(args, root, load_runs(root))[0]
+            except ValueError as exc:
+                return _refuse(f"{file}: {exc}")
+            rows += central.rows(name.removesuffix(records.SUFFIX), table)
+    print("\n".join(central.markdown(rows)))
     return exits.COMPLETED
 
 
