@@ -113,7 +113,12 @@ def test_verdicts_of_several_studies_make_one_table(packed, tmp_path, capsys):
     gap = {0: 0.2, 1: 0.21, 2: 0.19}  # kl's accuracy above softmax's, seed by seed
     sweep = grid_sweep(tmp_path / "grid", lrs=(0.001,), value=lambda n, lr, s: 0.5 + (gap[s] if n == "kl" else 0))
     other = tmp_path / f"other{records.SUFFIX}"
-    assert report_cli.cli([str(sweep), "--metrics", "test/accuracy", "--records", str(other), "--out", "o"]) == 0
+    assert (
+        report_cli.cli(
+            [str(sweep), "--metrics", "test/accuracy", "--records", str(other), "--out", str(tmp_path / "o")]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert report_cli.cli(["--verdicts", str(file), str(other)]) == 0
     table = capsys.readouterr().out.splitlines()
