@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import lzma
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,6 +109,17 @@ def test_packing_a_records_file_again_or_a_missing_one_is_refused(packed, capsys
     assert report_cli.cli([str(file.with_name(f"none{records.SUFFIX}"))]) == 2
     err = capsys.readouterr().err
     assert "is a records file already" in err and "does not exist" in err
+
+
+@pytest.mark.parametrize("rel", ["../escaped/run.json", "/tmp/escaped/run.json"])
+def test_a_record_naming_a_path_outside_its_sweep_is_refused_and_nothing_written(tmp_path, capsys, rel):
+    file = tmp_path / f"evil{records.SUFFIX}"
+    file.write_bytes(
+        lzma.compress(json.dumps({"format": 1, "command": [], "files": {rel: "{}"}, "scalars": {}}).encode())
+    )
+    assert report_cli.cli([str(file), "--out", str(tmp_path / "out")]) == 2
+    assert "points outside its sweep" in capsys.readouterr().err
+    assert not (tmp_path / "escaped").exists() and not Path("/tmp/escaped").exists()
 
 
 def test_verdicts_of_several_studies_make_one_table(packed, tmp_path, capsys):

@@ -176,8 +176,11 @@ def cli(argv: Iterable[str] | None = None) -> int:
     elif not source.is_dir():
         return _refuse(f"sweep directory {source} does not exist")
     out = Path(args.out) if args.out else (source.parent if records.is_records(source) else source) / "report"
-    with records.as_directory(source) as root:
-        code = _report(args, root, out)
+    try:
+        with records.as_directory(source) as root:
+            code = _report(args, root, out)
+    except ValueError as exc:  # a records file naming a path outside its sweep
+        return _refuse(str(exc))
     if code == exits.COMPLETED and args.records:
         print(f"wrote {records.pack(source, Path(args.records), report_options(argv, args.sweep_dir))}")
     return code

@@ -106,6 +106,9 @@ def unpack(path: Path, dest: Path) -> Path:
     """The records in `path` as a sweep directory under `dest`, each run's scalars in its SCALARS."""
     content = read(path)
     written = []
+    for rel in [*content["files"], *content["scalars"]]:
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise ValueError(f"{path}: the record {rel!r} points outside its sweep; records name paths inside it")
     for rel, text in content["files"].items():
         written.append(dest / rel)
         written[-1].parent.mkdir(parents=True, exist_ok=True)
