@@ -251,7 +251,7 @@ def test_kind_of_compatible_and_make_errors():
     config.check_head_serves("hlgauss", "regression")
     with pytest.raises(ValueError, match="hlgauss.*mse.*scores_mse.*softmax_ce"):
         config.head("nope", d_model=D, rngs=nnx.Rngs(0))
-    with pytest.raises(ValueError, match="allowed: M, ece_bins, k"):
+    with pytest.raises(ValueError, match="allowed: M, bias, ece_bins, k"):
         config.head("scores_mse", d_model=D, num_classes=C, rngs=nnx.Rngs(0), sigma_ratio=1.0)
     with pytest.raises(ValueError):
         config.head("softmax_ce", d_model=D, rngs=nnx.Rngs(0))  # classification without num_classes

@@ -33,11 +33,17 @@ def gelu64(x):
     return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
 
 
+def relu64(x):
+    return np.maximum(x, 0.0)
+
+
 def silu64(x):
     return x / (1 + np.exp(-x))
 
 
-@pytest.mark.parametrize("norm, mlp", [("rmsnorm", "swiglu"), ("layernorm", "gelu"), ("rmsnorm", "gelu")])
+@pytest.mark.parametrize(
+    "norm, mlp", [("rmsnorm", "swiglu"), ("layernorm", "gelu"), ("rmsnorm", "gelu"), ("layernorm", "relu")]
+)
 def test_the_mlp_half_of_a_block_against_float64(norm, mlp):
     """block(x) − (x + attention) is the MLP of the normalised stream, computed here in float64 from the weights."""
     b = block(norm, mlp)
@@ -53,7 +59,7 @@ def test_the_mlp_half_of_a_block_against_float64(norm, mlp):
         F = swiglu_width(4, 64)
         act = silu64(u[..., :F]) * u[..., F:]
     else:
-        act = gelu64(u)
+        act = relu64(u) if mlp == "relu" else gelu64(u)
     want = h + act @ p["fc2"]["kernel"] + p["fc2"].get("bias", 0.0)
     np.testing.assert_allclose(np.asarray(out), want, rtol=2e-4, atol=2e-5)
 
@@ -74,7 +80,7 @@ def test_a_llama_model_trains_a_step_and_matches_its_plain_forward():
     assert all(v > 0 for v in jax.tree.leaves(moved))  # every parameter, SwiGLU's and RMSNorm's included, trains
 
 
-@pytest.mark.parametrize("key, value", [("norm", "batchnorm"), ("mlp", "relu")])
+@pytest.mark.parametrize("key, value", [("norm", "batchnorm"), ("mlp", "tanh")])
 def test_an_unknown_norm_or_mlp_is_refused_naming_the_choices(key, value):
     with pytest.raises(ConfigError, match=f"model.{key}='{value}' is invalid; allowed: "):
         one_step(f"model.{key}={value}")

@@ -19,13 +19,13 @@ class _Classification(Head):
 
     kind = "classification"
 
-    def __init__(self, *, d_model: int, num_classes: int | None, rngs: nnx.Rngs, ece_bins: int = 15):
+    def __init__(self, *, d_model: int, num_classes: int | None, rngs: nnx.Rngs, ece_bins: int = 15, bias: bool = True):
         if num_classes is None or num_classes < 2:
             raise checks.ConfigError(f"{type(self).__name__} needs num_classes >= 2, got {num_classes}")
         self.num_classes = int(num_classes)
-        head_options.classification(ece_bins=ece_bins)
+        head_options.classification(ece_bins=ece_bins, bias=bias)
         self.ece_bins = ece_bins
-        self.proj = nnx.Linear(d_model, self.num_classes, rngs=rngs)
+        self.proj = nnx.Linear(d_model, self.num_classes, use_bias=bias, rngs=rngs)
         tag("head", self.proj)
 
     def logits(self, outputs_XC):
@@ -78,8 +78,9 @@ class ScoresMSE(_Classification):
         k: float = 1.0,
         M: float = 1.0,
         ece_bins: int = 15,
+        bias: bool = True,
     ):
-        super().__init__(d_model=d_model, num_classes=num_classes, rngs=rngs, ece_bins=ece_bins)
+        super().__init__(d_model=d_model, num_classes=num_classes, rngs=rngs, ece_bins=ece_bins, bias=bias)
         head_options.scores_mse(k=k, M=M)
         self.k, self.M = float(k), float(M)
 

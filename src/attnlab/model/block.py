@@ -18,6 +18,12 @@ def make_norm(kind: str, d_model: int, dtype, rngs) -> nnx.Module:
     return cls(d_model, dtype=dtype, rngs=rngs)
 
 
+def mlp_bias(bias: bool | None, mlp: str) -> bool:
+    """Whether the MLP's linear layers have biases: model.bias, or where it is null the MLP kind's own (GPT-2's GELU
+    and the ReLU MLP have them, LLaMA's SwiGLU none)."""
+    return mlp != "swiglu" if bias is None else bias
+
+
 def swiglu_width(mlp_ratio: int, d_model: int) -> int:
     """SwiGLU's hidden width: 2/3 of the GELU MLP's, so its three matrices hold about the parameters of GELU's two;
     rounded up to a multiple of 64 (LLaMA rounds 8d/3 up to a multiple of 256; 64 keeps small models small)."""
@@ -42,7 +48,7 @@ def residual_outliers(x_BTD, valid_BT):
 
 class Block(nnx.Module):
     """x + attn(norm(x)); x + MLP(norm(x)) (left out at mlp_ratio 0): norm a LayerNorm or an RMSNorm, MLP
-    fc2(gelu(fc1 x)) or fc2(silu(gate x) · up x) (SwiGLU: fc1 holds gate and up side by side)."""
+    fc2(gelu(fc1 x)), fc2(relu(fc1 x)) or fc2(silu(gate x) · up x) (SwiGLU: fc1 holds gate and up side by side)."""
 
     def __init__(
         self,
@@ -62,6 +68,7 @@ class Block(nnx.Module):
         extreme_token_stats=False,
         norm="layernorm",
         mlp="gelu",
+        bias=None,
     ):
         self.extreme_token_stats, self.mlp = extreme_token_stats, mlp
         self.ln1 = make_norm(norm, d_model, dtype, rngs)
@@ -83,18 +90,20 @@ class Block(nnx.Module):
         self.has_mlp = mlp_ratio > 0  # 0: an attention-only block (Elhage et al. 2021)
         if self.has_mlp:
             self.ln2 = make_norm(norm, d_model, dtype, rngs)
-            hidden = mlp_ratio * d_model if mlp == "gelu" else swiglu_width(mlp_ratio, d_model)
-            wide = hidden if mlp == "gelu" else 2 * hidden  # SwiGLU: the gate's and the up projection's columns
-            bias = mlp == "gelu"  # LLaMA's projections have no bias
+            hidden = swiglu_width(mlp_ratio, d_model) if mlp == "swiglu" else mlp_ratio * d_model
+            wide = 2 * hidden if mlp == "swiglu" else hidden  # SwiGLU: the gate's and the up projection's columns
+            bias = mlp_bias(bias, mlp)
             self.fc1 = nnx.Linear(d_model, wide, use_bias=bias, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
             self.fc2 = nnx.Linear(hidden, d_model, use_bias=bias, dtype=dtype, dot_general=dense_dot_general, rngs=rngs)
             tag("norm", self.ln2)
             tag("mlp", self.fc1, self.fc2)
 
     def activation(self, u_BTF):
-        """GELU of the hidden units, or SwiGLU's silu(gate) · up of their two halves."""
+        """GELU or ReLU of the hidden units, or SwiGLU's silu(gate) · up of their two halves."""
         if self.mlp == "gelu":
             return gelu(u_BTF)
+        if self.mlp == "relu":
+            return jax.nn.relu(u_BTF)
         gate_BTF, up_BTF = jnp.split(u_BTF, 2, axis=-1)
         return jax.nn.silu(gate_BTF) * up_BTF
 

@@ -76,6 +76,8 @@ class Transformer(nnx.Module):
     `short_conv` (0: off) is the width of a short convolution on q, k, v (attention.ShortConv);
     `remat` (false | true | "dots") recomputes each block in the backward pass (attnlab.model.remat);
     `output_gate` (none | headwise | elementwise) gates each head's output (options.model.OUTPUT_GATES);
+    `embed_std` (None: each table's own init) is the std of the token and learned-position tables' normal init;
+    `bias` (None: the MLP kind's own, block.mlp_bias) gives the MLP's and a vector input's linear layers biases;
     `extreme_token_stats` adds the residual stream's statistics to `stats` (Block, extreme_token_stats): they are
     opt-in because their medians cost the logging step's compile (BENCHMARKS.md).
 
@@ -107,6 +109,8 @@ class Transformer(nnx.Module):
         extreme_token_stats: bool = False,
         norm: str = "layernorm",
         mlp: str = "gelu",
+        embed_std: float | None = None,
+        bias: bool | None = None,
         remat: bool | str = False,
         batch_size: int | None = None,
         test_lengths: Sequence[int] = (),
@@ -128,6 +132,8 @@ class Transformer(nnx.Module):
             norm=norm,
             mlp=mlp,
             extreme_token_stats=extreme_token_stats,
+            embed_std=embed_std,
+            bias=bias,
         )
         check_size(
             d_model=d_model,
@@ -144,15 +150,18 @@ class Transformer(nnx.Module):
         if (vocab_size is None) == (input_dim is None):
             raise ValueError("exactly one of vocab_size (token inputs) and input_dim (vector inputs) is needed")
         makers = list(make_normalizer) if isinstance(make_normalizer, Sequence) else [make_normalizer]
+        # embed_std None: flax's own table init (std ≈ d_model^-0.5) and GPT-2's 0.02 for learned positions
+        token_init = {} if embed_std is None else {"embedding_init": nnx.initializers.normal(embed_std)}
         self.embed = (
-            nnx.Embed(vocab_size, d_model, dtype=dtype, rngs=rngs)
+            nnx.Embed(vocab_size, d_model, dtype=dtype, rngs=rngs, **token_init)
             if vocab_size
-            else nnx.Linear(input_dim, d_model, dtype=dtype, rngs=rngs)
+            else nnx.Linear(input_dim, d_model, use_bias=bias is not False, dtype=dtype, rngs=rngs)
         )
         self.positional, self.causal, self.pooled, self.dtype = positional, causal, pooled, dtype
         self.window, self.remat, self.extreme_token_stats = window, remat, extreme_token_stats
         if positional == "learned":
-            self.pos = nnx.Embed(max_len, d_model, embedding_init=nnx.initializers.normal(0.02), dtype=dtype, rngs=rngs)
+            pos_init = nnx.initializers.normal(0.02 if embed_std is None else embed_std)
+            self.pos = nnx.Embed(max_len, d_model, embedding_init=pos_init, dtype=dtype, rngs=rngs)
         self.blocks = nnx.List(
             [
                 Block(
@@ -171,6 +180,7 @@ class Transformer(nnx.Module):
                     extreme_token_stats=extreme_token_stats,
                     norm=norm,
                     mlp=mlp,
+                    bias=bias,
                 )
                 for i in range(layers)
             ]

@@ -6,9 +6,10 @@ from __future__ import annotations
 from attnlab import checks
 
 
-def classification(*, ece_bins) -> None:
-    """Every classification head's: the calibration error's bins."""
+def classification(*, ece_bins, bias) -> None:
+    """Every classification head's: the calibration error's bins, and whether its projection has a bias."""
     checks.integer("head.ece_bins", ece_bins, 1, 10**6)
+    checks.boolean("head.bias", bias)
 
 
 def scores_mse(*, k, M) -> None:

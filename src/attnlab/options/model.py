@@ -8,7 +8,8 @@ POSITIONAL = ("learned", "sinusoidal", "rope", "none")
 # The block's normalisation and MLP: GPT-2's (layernorm, gelu) or LLaMA's (rmsnorm, swiglu; Touvron et al. 2023,
 # RMSNorm of Zhang & Sennrich 2019, SwiGLU of Shazeer 2020), the model the normalizer papers train at 60M-1B.
 NORMS = ("layernorm", "rmsnorm")
-MLPS = ("gelu", "swiglu")
+# relu: the original transformer's ReLU MLP (Vaswani et al. 2017), as in Guo et al. 2024's Bigram-Backcopy model.
+MLPS = ("gelu", "relu", "swiglu")
 # Gated attention (Qiu et al. 2025, "Gated Attention for Large Language Models", arXiv 2505.06708, Eq. 5 at their
 # position G1): each head's normalizer output times σ(X·W_θ), X the attention's (normalised) input, before the
 # output projection. headwise: one gate per head and token (W_θ: D → N); elementwise: one per output channel
@@ -35,6 +36,8 @@ def transformer(
     norm,
     mlp,
     extreme_token_stats,
+    embed_std,
+    bias,
 ) -> None:
     """model=<any>: each option's range, and heads dividing d_model (the size the task adds is checked when built:
     model.transformer.check_size)."""
@@ -54,6 +57,10 @@ def transformer(
     checks.choice("model.norm", norm, NORMS)
     checks.choice("model.mlp", mlp, MLPS)
     checks.boolean("model.extreme_token_stats", extreme_token_stats)
+    if embed_std is not None:  # null: each table's own initialisation
+        checks.real("model.embed_std", embed_std, 0.0, 1e6, lo_open=True)
+    if bias is not None:  # null: the MLP kind's own (block.mlp_bias)
+        checks.boolean("model.bias", bias)
     checks.require(
         d_model % heads == 0,
         f"model.d_model={d_model} is not divisible by model.heads={heads}; allowed: heads dividing d_model",
