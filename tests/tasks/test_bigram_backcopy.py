@@ -7,12 +7,15 @@ import collections
 import functools
 import math
 
+import jax
 import numpy as np
 import pytest
 from scipy import stats
 
 from attnlab import config
 from attnlab.checks import ConfigError
+from attnlab.tasks.base import Split
+from attnlab.tasks.batches import Rows, key_at
 from attnlab.tasks.lm import corpus
 from attnlab.testing import check_task
 
@@ -25,8 +28,8 @@ def built(**options) -> object:
 
 
 def tokens(task, split):
-    """(inputs as tokens with <s> = -1, targets) of a split."""
-    s = task.splits[split]
+    """(inputs as tokens with <s> = -1, targets) of a split (its name, or the Split)."""
+    s = task.splits[split] if isinstance(split, str) else split
     x = s.inputs.astype(np.int64) - 1
     x[s.inputs == task.bos] = -1
     return x, s.targets.astype(np.int64)
@@ -96,7 +99,11 @@ def test_non_trigger_transitions_follow_the_chain_rows(options):
     """Chi-square per row over a large sample: the successors of every non-trigger token, and the first token, are
     drawn from the chain's row (and the first-token distribution)."""
     task = built(**options, seq_len=64, n_train=3000)
-    x, y = tokens(task, "train")
+    assert_rows_follow_the_chain(task, *tokens(task, "train"))
+
+
+def assert_rows_follow_the_chain(task, x, y):
+    """Chi-square per non-trigger token's successors against its row of P, and of the first token against its law."""
     V = task.num_tokens
     for a in range(V):
         rows = x == a
@@ -113,6 +120,38 @@ def test_non_trigger_transitions_follow_the_chain_rows(options):
     keep = task.first > 0
     assert (first[~keep] == 0).all()
     assert stats.chisquare(first[keep], task.first[keep] * first.sum()).pvalue > 1e-4
+
+
+def fresh(task, n: int, step: int = 0, seed: int = 0) -> Split:
+    """The n sequences task.fresh draws at state step `step` of seed `seed` (the train step's key, steps.step_key)."""
+    key = key_at(jax.random.key_data(jax.random.key(seed)), step)
+    return Split(**jax.tree.map(np.asarray, jax.device_put(task.batches(n)).draw(key, n)))  # as the loop places it
+
+
+@pytest.mark.parametrize(
+    "options", [{"num_tokens": 6, "dirichlet_alpha": 0.5}, {"transitions": "bytes", "num_tokens": 6}]
+)
+def test_fresh_sequences_follow_the_process(options):
+    """task.fresh: <s> then the chain (chi-square per row, and the first token), each trigger followed by a copy."""
+    task = built(**options, seq_len=64, fresh=True)
+    s = fresh(task, 3000)
+    assert s.inputs.dtype == s.targets.dtype == np.int32 and s.weights.all() and s.valid.all()
+    assert (s.inputs[:, 0] == task.bos).all() and not (s.inputs[:, 1:] == task.bos).any()
+    np.testing.assert_array_equal(s.inputs[:, 1:], s.targets[:, :-1] + 1)  # the inputs are the targets shifted
+    x, y = tokens(task, s)
+    n, t = np.nonzero(np.isin(x, task.triggers))
+    assert len(n) > 1000 and t.min() >= 2
+    np.testing.assert_array_equal(y[n, t], x[n, t - 1])
+    assert_rows_follow_the_chain(task, x, y)
+
+
+def test_fresh_batches_are_new_each_step_and_the_same_again_at_a_step():
+    task = built(fresh=True)
+    at_3 = fresh(task, 64, step=3)
+    np.testing.assert_array_equal(fresh(task, 64, step=3).inputs, at_3.inputs)  # a resumed run draws the same
+    assert (fresh(task, 64, step=4).inputs != at_3.inputs).any()
+    assert (fresh(task, 64, step=3, seed=1).inputs != at_3.inputs).any()
+    assert isinstance(built().batches(8), Rows)  # by default, rows of the fixed train split
 
 
 def test_bayes_optimal_losses_equal_a_hand_computation():
@@ -204,6 +243,7 @@ def test_test_lengths_keep_the_chain_and_the_fitted_baselines():
         ({"num_triggers": 64}, "num_triggers"),
         ({"dirichlet_alpha": 0.0}, "dirichlet_alpha"),
         ({"num_tokens": 1}, "num_tokens"),
+        ({"fresh": "yes"}, "task.fresh='yes' is invalid; allowed: true or false"),
     ],
 )
 def test_bad_options_are_refused_naming_the_option(options, message):

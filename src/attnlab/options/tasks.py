@@ -46,7 +46,9 @@ def test_lengths(*, test_lengths) -> None:
 TRANSITIONS = ("dirichlet", "bytes")  # bigram_backcopy's
 
 
-def bigram_backcopy(*, num_tokens, seq_len, transitions, dirichlet_alpha, num_triggers, seed, n_train, n_val, n_test):
+def bigram_backcopy(
+    *, num_tokens, seq_len, transitions, dirichlet_alpha, num_triggers, seed, n_train, n_val, n_test, fresh
+):
     """The byte chain's bound (the distinct bytes of its corpus) is checked when built."""
     num_tokens = check_int("num_tokens", num_tokens, 2, 256 if transitions == "bytes" else 2**16)
     check_int("seq_len", seq_len, 2)
@@ -56,6 +58,7 @@ def bigram_backcopy(*, num_tokens, seq_len, transitions, dirichlet_alpha, num_tr
     check_int("num_triggers", num_triggers, 0, num_tokens - 1)
     check_int("seed", seed, 0)
     split_sizes(n_train, n_val, n_test)
+    checks.boolean("task.fresh", fresh)
 
 
 def digits(*, val_fraction, test_fraction, seed) -> None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from attnlab.checks import ConfigError
 from attnlab.options import tasks as task_options
 from attnlab.tasks.base import Split, Task, disjoint_splits, split_sizes
+from attnlab.tasks.batches import Resident
 from attnlab.tasks.lm import corpus
 
 PAD = 0  # input id 0 is padding (never used: every row is full length); token v is input id v + 1, <s> is V + 1
@@ -74,6 +78,41 @@ def _nll(probs_X: np.ndarray) -> np.ndarray:
     return -np.log(np.maximum(probs_X, 1e-300))
 
 
+@dataclasses.dataclass(frozen=True)
+class FreshChain(Resident):
+    """task.fresh: the chain on the device; a step draws batch_size new sequences from it with the step's key (a
+    function of the seed and the step: a resumed run draws the same), by the rule of BigramBackcopy._sample."""
+
+    log_first_V: jax.Array  # log of x_1's distribution (-inf on the triggers)
+    log_transition_VV: jax.Array  # log P
+    is_trigger_V: jax.Array
+    seq_len: int
+    bos: int
+
+    def draw(self, key, batch_size: int) -> dict:
+        keys = jax.random.split(key, self.seq_len)
+        x1_B = jax.random.categorical(keys[0], self.log_first_V, shape=(batch_size,))
+
+        def next_token(carry, key_t):
+            before_B, x_B = carry  # x_{t-1}, x_t; x_1 is no trigger, so x_0's stand-in (x_1) is never copied
+            drawn_B = jax.random.categorical(key_t, self.log_transition_VV[x_B])
+            nxt_B = jnp.where(self.is_trigger_V[x_B], before_B, drawn_B)
+            return (x_B, nxt_B), nxt_B
+
+        _, rest_TB = jax.lax.scan(next_token, (x1_B, x1_B), keys[1:])
+        x_BT = jnp.concatenate([x1_B[:, None], rest_TB.T], axis=1).astype(jnp.int32)  # x_1 .. x_T
+        inputs = jnp.concatenate([jnp.full((batch_size, 1), self.bos, jnp.int32), x_BT[:, :-1] + 1], axis=1)
+        ones_BT = jnp.ones(x_BT.shape, jnp.float32)
+        return {"inputs": inputs, "targets": x_BT, "weights": ones_BT, "valid": ones_BT.astype(bool)}
+
+
+jax.tree_util.register_dataclass(
+    FreshChain,
+    data_fields=["log_first_V", "log_transition_VV", "is_trigger_V"],
+    meta_fields=["seq_len", "bos"],
+)
+
+
 class BigramBackcopy(Task):
     """Bigram-Backcopy: a bigram chain whose few most frequent tokens, the triggers, are followed by a copy.
 
@@ -94,6 +133,10 @@ class BigramBackcopy(Task):
     input id v + 1 and ``<s>`` is input id V + 1 (``vocab_size`` = V + 2); targets are the tokens v in [0, V)
     (``num_classes`` = V: ``<s>`` is never predicted). Input row t holds x_t (``<s>`` at t = 0) and its target is
     x_{t+1}, weight 1 at every position: next-token prediction of seq_len tokens.
+
+    ``fresh``: false (default) trains on the ``n_train`` sequences of the train split; true draws ``batch_size`` new
+    sequences from the process every step (FreshChain), as Guo et al.'s code does; the train split stays what the
+    train-split metrics read.
 
     ``row_groups``: ``trigger`` rows (the input is a trigger: the target is a copy) and ``dormant`` rows (every other
     valid row, the ``<s>`` row 0 included: the target is drawn from the chain). ``baseline`` gives, per split, the
@@ -119,6 +162,7 @@ class BigramBackcopy(Task):
         n_train: int = 20000,
         n_val: int = 1000,
         n_test: int = 1000,
+        fresh: bool = False,
         default_head: str = "softmax_ce",
         **shared,
     ):
@@ -133,10 +177,12 @@ class BigramBackcopy(Task):
             n_train=n_train,
             n_val=n_val,
             n_test=n_test,
+            fresh=fresh,
         )
         V = self.num_tokens = int(num_tokens)
         self.seq_len, self.transitions = int(seq_len), transitions
         self.dirichlet_alpha, self.num_triggers, seed = float(dirichlet_alpha), int(num_triggers), int(seed)
+        self.fresh = fresh
         sizes = split_sizes(n_train, n_val, n_test)
         self.vocab_size, self.num_classes, self.input_dim = V + 2, V, None
         self.bos = V + 1  # the input id of <s>
@@ -151,6 +197,7 @@ class BigramBackcopy(Task):
             n_train=n_train,
             n_val=n_val,
             n_test=n_test,
+            fresh=fresh,
             default_head=default_head,
         )
         if transitions == "bytes":
@@ -186,6 +233,16 @@ class BigramBackcopy(Task):
         inputs[:, 0] = self.bos
         targets = x[:, 1:].astype(np.int32)
         return Split(inputs, targets, np.ones((n, T), np.float32), np.ones((n, T), bool))
+
+    def batches(self, batch_size: int, key_data_S2=None, *, start: int = 0, stop: int | None = None, sharding=None):
+        """task.fresh: new sequences every step (FreshChain); else the train split's rows (Task.batches)."""
+        if not self.fresh:
+            return super().batches(batch_size, key_data_S2, start=start, stop=stop, sharding=sharding)
+        with np.errstate(divide="ignore"):  # a probability 0 is a log of -inf: never drawn
+            log_first, log_transition = np.log(self.first), np.log(self.transition)
+        return FreshChain(
+            log_first.astype(np.float32), log_transition.astype(np.float32), self.is_trigger, self.seq_len, self.bos
+        )
 
     def row_groups(self, inputs_NT: np.ndarray) -> dict[str, np.ndarray]:
         """{"trigger": rows whose input is a trigger (the target copies the token before it), "dormant": every other
