@@ -75,6 +75,19 @@ def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> lis
     ]
 
 
+SINK_SWITCHES = {"trainer": "final_stats", "model": "extreme_token_stats"}
+
+
+def sink_statistics(task_class, nodes: dict[str, dict]) -> dict[str, dict]:
+    """The trainer and model nodes with each switch of SINK_SWITCHES left null set to whether the task exists to
+    measure attention sinks (Task.measures_sinks); a switch given true or false stays."""
+    on = bool(getattr(task_class, "measures_sinks", False))
+    return {
+        group: {**nodes[group], key: on if nodes[group].get(key) is None else nodes[group][key]}
+        for group, key in SINK_SWITCHES.items()
+    }
+
+
 def build(cfg: DictConfig, head_name: str | None, normalizer_name: str | None = None, task_name: str | None = None):
     """task, nets (one per seed of trainer.vmap_seeds), optimizer and loop config; ConfigError on bad input.
     Every group goes through `construct.build`; the given arguments are what follows from another group or the
@@ -90,7 +103,9 @@ def build(cfg: DictConfig, head_name: str | None, normalizer_name: str | None = 
     def node(group):
         return OmegaConf.to_container(cfg[group], resolve=True)
 
-    loop = construct.build("trainer", node("trainer"), read=("vmap_seeds",), seed=cfg.seed)  # checks its values
+    task_class = registry.resolve_target(cfg.task.get("_target_"), "task")
+    nodes = sink_statistics(task_class, {"trainer": node("trainer"), "model": node("model")})
+    loop = construct.build("trainer", nodes["trainer"], read=("vmap_seeds",), seed=cfg.seed)  # checks its values
     make_tx = construct.build("optim", node("optim"))  # checks the optim values, before any model is built
     validate(cfg, jax.device_count())
     dtype = compute_dtype(construct.build("accelerator", node("accelerator")).dtype)  # checks the accelerator values
@@ -99,7 +114,7 @@ def build(cfg: DictConfig, head_name: str | None, normalizer_name: str | None = 
     checks.choice("task.default_head", task.default_head, registry.choices("head"))
     head_name = head_name or task.default_head
     components.check_head_serves(head_name, task.kind, task_label)
-    model = node("model")
+    model = nodes["model"]
     check_positions(task, model.get("positional"), model.get("max_len"))
     make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
     causal = task.granularity == "token" if model.get("causal") is None else bool(model["causal"])

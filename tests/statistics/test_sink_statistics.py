@@ -228,3 +228,38 @@ def test_a_tiny_softpick_lm_run_reports_the_sink_statistics_everywhere(tmp_path)
     for name in metric_names:
         assert f"- **{name}** (no better direction; highest first)" in md, name
     assert "is better" not in md
+
+
+def test_bigram_backcopy_turns_on_the_sink_statistics_it_exists_to_measure(tmp_path):
+    """task=bigram_backcopy (Task.measures_sinks) with trainer.final_stats and model.extreme_token_stats left null:
+    the final metrics hold the dormant rows' first-key weight and the residual stream's statistics."""
+    from cli_helpers import TINY, metrics, tiny_task, train_in_process
+
+    run_dir = tmp_path / "r"
+    overrides = (*TINY, *tiny_task("bigram_backcopy"), "task=bigram_backcopy", "normalizer=softmax")
+    train_in_process(*overrides, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    final = metrics(run_dir)["final"]
+    for stat in ("dormant_first_weight", "first_weight", "value_drain", "residual_peak"):
+        assert 0.0 <= final[f"test/attn_{stat}/layer_0"] < float("inf"), stat
+    assert 0.0 < final["test/attn_dormant_first_weight/layer_0/head_0"] < 1.0
+
+
+@pytest.mark.parametrize(
+    "task_class, given, want",
+    [
+        ("BigramBackcopy", None, True),
+        ("BigramBackcopy", False, False),
+        ("MQAR", None, False),
+        ("MQAR", True, True),
+    ],
+)
+def test_a_null_switch_follows_the_task_and_a_given_one_stays(task_class, given, want):
+    from attnlab import tasks
+    from attnlab.cli import sink_statistics
+
+    nodes = {"trainer": {"final_stats": given, "steps": 4}, "model": {"extreme_token_stats": given, "d_model": 8}}
+    out = sink_statistics(getattr(tasks, task_class), nodes)
+    assert out["trainer"] == {"final_stats": want, "steps": 4} and out["model"] == {
+        "extreme_token_stats": want,
+        "d_model": 8,
+    }

@@ -106,7 +106,7 @@ class Transformer(nnx.Module):
         window: int | None = None,
         short_conv: int = 0,
         output_gate: str = "none",
-        extreme_token_stats: bool = False,
+        extreme_token_stats: bool | None = False,
         norm: str = "layernorm",
         mlp: str = "gelu",
         embed_std: float | None = None,
@@ -158,7 +158,7 @@ class Transformer(nnx.Module):
             else nnx.Linear(input_dim, d_model, use_bias=bias is not False, dtype=dtype, rngs=rngs)
         )
         self.positional, self.causal, self.pooled, self.dtype = positional, causal, pooled, dtype
-        self.window, self.remat, self.extreme_token_stats = window, remat, extreme_token_stats
+        self.window, self.remat, self.extreme_token_stats = window, remat, bool(extreme_token_stats)
         if positional == "learned":
             pos_init = nnx.initializers.normal(0.02 if embed_std is None else embed_std)
             self.pos = nnx.Embed(max_len, d_model, embedding_init=pos_init, dtype=dtype, rngs=rngs)

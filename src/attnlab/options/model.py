@@ -56,7 +56,8 @@ def transformer(
     checks.choice("model.output_gate", output_gate, OUTPUT_GATES)
     checks.choice("model.norm", norm, NORMS)
     checks.choice("model.mlp", mlp, MLPS)
-    checks.boolean("model.extreme_token_stats", extreme_token_stats)
+    if extreme_token_stats is not None:  # null: the task's (Task.measures_sinks)
+        checks.boolean("model.extreme_token_stats", extreme_token_stats)
     if embed_std is not None:  # null: each table's own initialisation
         checks.real("model.embed_std", embed_std, 0.0, 1e6, lo_open=True)
     if bias is not None:  # null: the MLP kind's own (block.mlp_bias)

@@ -33,7 +33,8 @@ def loop(
             checks.integer(f"trainer.{key}", value, 1, 2**31 - 1)
     checks.integer("trainer.checkpoint_every", checkpoint_every, 0, 2**31 - 1)  # 0: signals and the end
     checks.boolean("trainer.resume", resume)
-    checks.boolean("trainer.final_stats", final_stats)
+    if final_stats is not None:  # null: the task's (Task.measures_sinks)
+        checks.boolean("trainer.final_stats", final_stats)
     checks.real("trainer.max_skipped", max_skipped, 0.0, 1.0)
     checks.choice("trainer.nonfinite", nonfinite, ("skip", "stop"))
     checks.choice("trainer.attn_map_scale", attn_map_scale, ("row", "log", "max"))

@@ -148,6 +148,7 @@ class BigramBackcopy(Task):
 
     kind = "classification"
     granularity = "token"
+    measures_sinks = True  # the dormant rows' first-key weight, value drain and residual peak (Guo et al. 2024)
     length_option = "seq_len"  # task.test_lengths sets it
     tiny_options = types.MappingProxyType({"seq_len": 16, "num_tokens": 16})
 
