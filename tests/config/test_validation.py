@@ -84,7 +84,7 @@ def test_unknown_accelerator_platform_is_refused():
     "overrides, needle",
     [
         (["normalizer=bogus"], "normalizer=bogus unknown; allowed: differential, entmax, forgetting, kl"),
-        (["model.foo=1"], "model.foo is not a key of the config; allowed in model: causal, d_model"),
+        (["model.foo=1"], "model.foo is not a key of the config; allowed in model: bias, causal, d_model"),
         (["model.heads=0"], "model.heads=0 is invalid; allowed: an integer >= 1"),
         (["trainer.resume=true"], "trainer.resume=true but"),
         (["model.d_model=30", "model.heads=4"], "not divisible"),
