@@ -513,6 +513,14 @@ _STUDY_SWEEPS = {
 for _study, (_part, _more) in _STUDY_SWEEPS.items():
     BEFORE[_study] = f"{BEFORE[_part]} {_more}"
     BEFORE[f"{_study}_gpu"] = f"{BEFORE[_part + '_gpu']} {_more}"
+BEFORE["sink_formation/reference"] = (
+    "task=bigram_backcopy model=small head=softmax_ce task.fresh=true model.layers=1 model.heads=1 "
+    "model.positional=learned model.max_len=64 model.mlp=relu model.bias=false model.embed_std=1.0 head.bias=false "
+    "optim.lr=1e-2 optim.warmup_steps=0 optim.final_fraction=1.0 optim.weight_decay=1e-4 optim.b2=0.99 "
+    "optim.clip_norm=1e30 trainer.steps=1000 trainer.batch_size=64 trainer.log_every=100 trainer.eval_every=250 "
+    "trainer.final_stats=true trainer.progress=none"
+)
+
 GIVEN = {  # run.sh gives the confirm stage a normalizer and its selected rate: any pair stands for them here
     name: "normalizer=kl optim.lr=1e-2" for name in BEFORE if "/confirm" in name
 }
