@@ -103,7 +103,8 @@ def build(cfg: DictConfig, head_name: str | None, normalizer_name: str | None = 
     def node(group):
         return OmegaConf.to_container(cfg[group], resolve=True)
 
-    task_class = registry.resolve_target(cfg.task.get("_target_"), "task")
+    # a task YAML without a _target_ is refused as its task is built, in that refusal's words
+    task_class = registry.resolve_target(cfg.task["_target_"], "task") if "_target_" in cfg.task else None
     nodes = sink_statistics(task_class, {"trainer": node("trainer"), "model": node("model")})
     loop = construct.build("trainer", nodes["trainer"], read=("vmap_seeds",), seed=cfg.seed)  # checks its values
     make_tx = construct.build("optim", node("optim"))  # checks the optim values, before any model is built
