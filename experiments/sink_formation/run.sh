@@ -31,6 +31,7 @@ train() {
   local dir="$1"
   shift
   run_finished "$dir" && return 0
+  mkdir -p "$(dirname "$dir")"
   nice -n 10 "$BIN/attnlab-train" "$PRESET" seed=0 trainer.vmap_seeds=3 trainer.progress=none "$@" \
     "hydra.run.dir=$dir" > "$dir.log" 2>&1
 }
@@ -42,7 +43,7 @@ for entry in "${DIFFERENCES[@]}"; do
   read -r -a overrides <<< "${entry#*:}"
   train "$SWEEP/${entry%%:*}/difference" "${overrides[@]}" "$@" &
 done
-wait
+for job in $(jobs -p); do wait "$job"; done  # a failed run stops the study (set -e)
 
 # Each difference beside a copy of the reference's runs (checkpoints left out), reported against it.
 records=()
