@@ -520,6 +520,10 @@ BEFORE["sink_formation/reference"] = (
     "optim.clip_norm=1e30 trainer.steps=1000 trainer.batch_size=64 trainer.log_every=100 trainer.eval_every=250 "
     "trainer.final_stats=true trainer.progress=none"
 )
+BEFORE["attention_sinks/guo"] = (
+    f"{BEFORE['sink_formation/reference']} normalizer=softmax,relu,softpick,sink optim.lr=3e-3,1e-2,3e-2 seed=0 "
+    "trainer.vmap_seeds=3"
+)
 
 GIVEN = {  # run.sh gives the confirm stage a normalizer and its selected rate: any pair stands for them here
     name: "normalizer=kl optim.lr=1e-2" for name in BEFORE if "/confirm" in name
