@@ -168,7 +168,7 @@ def test_study_script_calls_presets(script):
     for call in calls:
         named = re.search(r'"?experiment=([\w/$]+)"?', call)
         assert named, f"{script.parent.name}: no preset in: {call}"
-        name = named.group(1).replace("$mixer", "softmax")
+        name = named.group(1).replace("$mixer", "softmax").replace("$preset", "reference")
         if name.endswith("$SUFFIX"):
             name = name.removesuffix("$SUFFIX")
             assert f"{name}_gpu" in PRESETS, call
@@ -518,8 +518,23 @@ BEFORE["sink_formation/reference"] = (
     "model.positional=learned model.max_len=64 model.mlp=relu model.bias=false model.embed_std=1.0 head.bias=false "
     "optim.lr=1e-2 optim.warmup_steps=0 optim.final_fraction=1.0 optim.weight_decay=1e-4 optim.b2=0.99 "
     "optim.clip_norm=1e30 trainer.steps=1000 trainer.batch_size=64 trainer.log_every=100 trainer.eval_every=250 "
-    "trainer.final_stats=true trainer.progress=none"
+    "trainer.final_stats=true seed=0 trainer.vmap_seeds=3 trainer.progress=none"
 )
+_SINK_DIFFERENCES = {  # sink_formation/<name>: the reference with one difference
+    "embed_std": "model.embed_std=null",
+    "fixed_set": "task.fresh=false",
+    "rope": "model.positional=rope",
+    "mlp_bias": "model.bias=null",
+    "gelu": "model.mlp=gelu",
+    "head_bias": "head.bias=true",
+    "weight_decay": "optim.weight_decay=0.1",
+    "b2": "optim.b2=0.98",
+    "clip": "optim.clip_norm=1.0",
+    "schedule": "optim.warmup_steps=100 optim.final_fraction=0.1",
+    "budget": "trainer.steps=800 trainer.batch_size=32",
+}
+for _name, _difference in _SINK_DIFFERENCES.items():
+    BEFORE[f"sink_formation/{_name}"] = f"{BEFORE['sink_formation/reference']} {_difference}"
 BEFORE["attention_sinks/guo"] = (
     f"{BEFORE['sink_formation/reference']} normalizer=softmax,relu,softpick,sink optim.lr=3e-3,1e-2,3e-2 seed=0 "
     "trainer.vmap_seeds=3"
