@@ -151,7 +151,9 @@ def test_run_sh_parses_and_prints_wall_time(study):
     assert "START=$SECONDS" in lines[:first_train]
     assert lines[-1] == WALL_TIME.format(study=study.name)
     assert (
-        "nice -n 10" in text and ("hydra.sweep.dir=" in text or "bracket_screen" in text) and "attnlab-report" in text
+        "nice -n 10" in text
+        and ("hydra.sweep.dir=" in text or "hydra.run.dir=" in text or "bracket_screen" in text)
+        and "attnlab-report" in text
     )
 
 
@@ -533,6 +535,10 @@ _SINK_DIFFERENCES = {  # sink_formation/<name>: the reference with one differenc
     "schedule": "optim.warmup_steps=100 optim.final_fraction=0.1",
     "budget": "trainer.steps=800 trainer.batch_size=32",
 }
+BEFORE["sink_formation"] = BEFORE["sink_formation/reference"]
+BEFORE["sink_formation_gpu"] = BEFORE["sink_formation/reference"].replace(
+    "trainer.log_every=100 trainer.eval_every=250", "trainer.log_every=500 trainer.eval_every=1000"
+) + (" task.seq_len=256 model.d_model=256 model.max_len=256 optim.lr=3e-4 trainer.steps=10000 trainer.batch_size=512")
 for _name, _difference in _SINK_DIFFERENCES.items():
     BEFORE[f"sink_formation/{_name}"] = f"{BEFORE['sink_formation/reference']} {_difference}"
 BEFORE["attention_sinks/guo"] = (
