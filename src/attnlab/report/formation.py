@@ -107,8 +107,8 @@ def section(table: Table, spec: str | None) -> list[str]:
     the runs whose curve of its metric still moved over the last quarter of training."""
     pairs = baseline_pairs(spec) if spec else []
     lines = []
+    logged = plots.logged([r for c in table.cells for r in c.done()]) if table.formed else []
     for cond in table.formed:
-        logged = plots.logged([r for c in table.cells for r in c.done()])
         tag = budget.curve_tag(table, cond.metric, logged, fallback=())
         unknown = "" if tag else " (no run logged a curve of it: whether it still moved is not known)"
         lines.append(f"**Formed**: {cond.text} per seed{unknown}, in")
