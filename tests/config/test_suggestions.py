@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_helpers import train_in_process
 from hydra import compose, initialize_config_dir
 from hydra.errors import HydraException
 from omegaconf import OmegaConf
@@ -105,9 +106,9 @@ def check_line(case: list[str], line: str) -> list[str]:
 def test_a_refusal_suggests_keys_of_the_config_it_composes(tmp_path, case, needle):
     validation_table.cases(tmp_path)  # writes the short text
     case = [o.format(short_text=tmp_path / "short.txt") for o in case]
-    # a fresh process per case: the entry point configures logging, which must not outlive it in pytest's process
-    code, lines, _ = validation_table.in_a_fresh_process(validation_table.command_line(case, tmp_path / "run"))
-    assert code == 2 and len(lines) == 1, lines
+    proc = train_in_process(*validation_table.command_line(case, tmp_path / "run"), cwd=tmp_path, check=False)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("attnlab: error:")]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     line = lines[0]
     assert needle in line, line
     assert check_line(case, line) == [], line

@@ -610,10 +610,10 @@ def test_preset_composes_to_the_command_it_replaced(preset, compose):
     first job's (the jobs differ only in the swept keys, so every job is equal)."""
     given = shlex.split(GIVEN.get(preset, ""))
     fixed, swept = split_overrides(BEFORE[preset])
-    params = compose([f"experiment={preset}"]).hydra.sweeper.params or {}
-    assert split_overrides(" ".join(f"{k}={v}" for k, v in params.items())) == ([], swept)
     first_job = [f"{key}={values[0]}" for key, values in swept.items()]
-    cfg = compose([f"experiment={preset}", *given, *first_job])
+    cfg = compose([f"experiment={preset}", *given, *first_job])  # the command line leaves the sweep's values alone
+    params = cfg.hydra.sweeper.params or {}
+    assert split_overrides(" ".join(f"{k}={v}" for k, v in params.items())) == ([], swept)
     assert settings(cfg) == settings(compose([*fixed, *given, *first_job]))
     assert cfg.hydra.runtime.choices.experiment == preset
 
