@@ -87,7 +87,7 @@ def test_softmax_stats_from_logits_match_the_statistics_of_the_weights(kind, sca
     logits = 0.5 * x
     w_ref = R.rowwise(lambda r, *_: R.softmax_np(r), x, m)
     got = nz.softmax_stats(jnp.asarray(x, jnp.float32), jnp.asarray(logits, jnp.float32), jnp.asarray(m[:, None]))
-    for key, ref in R.core_stats(w_ref, logits, m).items():
+    for key, ref in R.checker.reference_statistics(w_ref, logits, m, {}).items():
         np.testing.assert_allclose(np.asarray(got[key]), ref, atol=ATOL, rtol=RTOL, err_msg=key)
 
 
@@ -110,7 +110,7 @@ def test_sampled_row_statistics_of_row_softmax_normalizers_match_the_reference(m
         stats = norm._row_stats(*(jnp.swapaxes(jnp.asarray(a), 1, 2) for a in (q, k)), mask)
         w_ref, logits_ref, _ = R.reference(norm, q, k, m)
         rows = sampled_rows.stats_rows(T)
-        core_ref = R.core_stats(w_ref[:, :, rows], logits_ref[:, :, rows], m[:, rows], q_pos_T=rows)
+        core_ref = R.checker.reference_statistics(w_ref[:, :, rows], logits_ref[:, :, rows], m[:, rows], {}, rows)
         for key, ref in core_ref.items():
             np.testing.assert_allclose(np.asarray(stats[key]), ref, atol=ATOL, rtol=RTOL, err_msg=f"{name}: {key}")
     assert {"kl", "softmax", "ssmax"} <= set(found), found

@@ -276,3 +276,18 @@ def test_a_normalizer_without_reference_is_checked_against_its_own_finite_differ
         match=r"^normalizer=scaled: gradients against finite differences: d/dq .* the normalizer in float32",
     ):
         check_normalizer(type("Scaled", (_WrongGradient,), {"reference": None}), name="scaled")
+
+
+def test_a_declared_statistic_without_a_float64_definition_is_refused_by_name(monkeypatch):
+    """A core statistic added to attnlab.statistics (computed from the rows of every normalizer) with no float64
+    definition in the reference fails the check, naming it: the comparison iterates the declared statistics."""
+    from attnlab import statistics
+
+    last = statistics.Statistic("last_weight", "weight on the last key", lambda rows: (rows.max_weight_BNR, None))
+    monkeypatch.setattr(statistics, "STATISTICS", (*statistics.STATISTICS, last))
+    monkeypatch.setattr(statistics, "CORE_STATS", (*statistics.CORE_STATS, last.name))
+    with pytest.raises(ContractViolation) as info:
+        check_normalizer(_Soft, name="soft")
+    assert str(info.value).startswith(
+        "normalizer=soft: reference: statistic attn_last_weight has no reference definition"
+    ), info.value

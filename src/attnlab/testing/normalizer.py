@@ -8,9 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from attnlab import statistics
 from attnlab.checks import ConfigError
 from attnlab.normalizers import reference as ref
-from attnlab.normalizers.base import CORE_STATS
 
 from .settings import (
     BLOCK,
@@ -206,7 +206,8 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
     15. reference, where the class defines `reference(q_BNTH, k_BNSH, admissible_BTS) -> (weights, logits,
         extras)` in float64 numpy: the weights, the output of both steps (weights @ v, or `reference_output(weights,
         v)` where the class defines it: reference.output), every CORE_STATS from its definition (reference.core_stats
-        of the reference's weights and logits) unless the extras redefine it, and every extra equal to it.
+        of the reference's weights and logits) unless the extras redefine it, and every extra equal to it; a declared
+        statistic with no float64 definition is refused by name.
     """
     chk = _Check(make, name)
     norm = chk.build()
@@ -776,7 +777,7 @@ def _statistics(chk, norm, run, reference):
     where = run["s"].where()
     if run["none"]:
         raise chk.fail(STATISTICS, f"with_stats=False returned {sorted(run['none'])}, expected {{}}", where)
-    missing = set(CORE_STATS) - set(run["stats"])
+    missing = set(statistics.CORE_STATS) - set(run["stats"])
     if missing:
         raise chk.fail(STATISTICS, f"CORE_STATS {sorted(missing)} missing from {sorted(run['stats'])}", where)
     for key, val in run["stats"].items():
@@ -792,7 +793,7 @@ def _statistics(chk, norm, run, reference):
             "signed weights is undefined",
             where,
         )
-    declared = set(CORE_STATS) | set(extras)
+    declared = set(statistics.CORE_STATS) | set(extras)
     if set(run["stats"]) != declared:
         raise chk.fail(
             STATISTICS,
@@ -808,5 +809,24 @@ def _against_reference(chk, norm, run, reference):
     out_ref = ref.output(norm, w_ref, run["v"])
     chk.expect(REFERENCE, "output (plain step):", run["out_p"], out_ref, where)
     chk.expect(REFERENCE, "output (statistics step):", run["out_s"], out_ref, where)
-    for key, want in {**ref.core_stats(w_ref, logits_ref, m), **extras}.items():
-        chk.expect(REFERENCE, f"statistic {key}:", run["stats"][key], want, where)
+    try:
+        want = reference_statistics(w_ref, logits_ref, m, extras)
+    except KeyError as missing:
+        raise chk.fail(REFERENCE, missing.args[0], where) from None
+    for key, value in want.items():
+        chk.expect(REFERENCE, f"statistic {key}:", run["stats"][key], value, where)
+
+
+def reference_statistics(w_BNTS, logits_BNTS, m_BTS, extras, q_pos_T=None) -> dict[str, np.ndarray]:
+    """The float64 value of every declared statistic a normalizer reports: each of CORE_STATS (as declared in
+    attnlab.statistics when called) from its definition in reference.core_stats unless the reference's extras
+    redefine it, then the extras. KeyError, naming it, for a declared statistic with no float64 definition: the
+    comparison iterates the declared statistics, so a new one cannot pass unchecked."""
+    defined = {**ref.core_stats(w_BNTS, logits_BNTS, m_BTS, q_pos_T), **extras}
+    undefined = [name for name in statistics.CORE_STATS if name not in defined]
+    if undefined:
+        raise KeyError(
+            f"statistic attn_{undefined[0]} has no reference definition (a float64 one in "
+            "attnlab.normalizers.reference.core_stats, or the normalizer's reference extras)"
+        )
+    return {name: defined[name] for name in (*statistics.CORE_STATS, *extras)}
