@@ -41,11 +41,6 @@ EVENT_FILES = (
 OPTIONAL = "an optional path's library: loaded only by the runs that take that path"
 NO_REASON = "none found: no cycle and no start-up cost; it can move to the top of its module"
 
-MOVED_NAME = (
-    "attnlab.normalizers' aliases of the names that moved to attnlab.config (attend, attention_weights, build) load it "
-    "when an old name is used, for one release: the math never imports the config layer otherwise"
-)
-
 ALLOWED = {
     ("attnlab.cli", "jax"): JAX_OUT_OF_THE_CLI,
     ("attnlab.cli", "flax"): JAX_OUT_OF_THE_CLI,
@@ -63,7 +58,6 @@ ALLOWED = {
     ("attnlab.cli", "attnlab.config.check"): CHECKER,
     ("attnlab.config.check", "attnlab.normalizers.contract"): CHECKER,
     ("attnlab.config.check", "attnlab.testing"): CHECKER,
-    ("attnlab.normalizers", "attnlab.config"): MOVED_NAME,
     ("attnlab.config", "attnlab.config.components"): COMPONENTS,
     ("attnlab.sweep.definition", "hydra"): HYDRA_OUT_OF_THE_LIBRARY,
     ("attnlab.report.expected", "hydra"): HYDRA_OUT_OF_THE_LIBRARY,
@@ -78,10 +72,6 @@ ALLOWED = {
     ("attnlab.tasks.lm.corpus", "datasets"): OPTIONAL + " (task.corpus from the Hugging Face hub; 0.68 s CPU)",
     ("attnlab.tasks.lm.host_stream", "grain"): OPTIONAL + " (a text over task.device_text_bytes; 0.76 s CPU)",
 }
-
-# Cycles that in-function imports would hide: only the moved names' aliases, for one release. The test fails when
-# this list and the code differ, either way.
-HIDDEN_CYCLES = [["attnlab.config", "attnlab.config.components", "attnlab.normalizers"]]
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +118,7 @@ def test_every_import_inside_a_function_is_allowed_with_its_reason(graph):
 
 
 def test_no_import_inside_a_function_hides_a_cycle(graph):
-    """The module-level graph plus every in-function import of an attnlab module: its cycles are HIDDEN_CYCLES."""
+    """The module-level graph plus every in-function import of an attnlab module has no cycle either."""
     edges, inner = graph
     known = mg.modules()
     full = {m: set(targets) for m, targets in edges.items()}
@@ -136,7 +126,7 @@ def test_no_import_inside_a_function_hides_a_cycle(graph):
         module, target = _key(i, known)
         if target in known and target != module:
             full[module].add(target)
-    assert mg.cycles(full) == HIDDEN_CYCLES
+    assert mg.cycles(full) == []
 
 
 def test_the_architecture_picture_is_drawn_from_the_code(graph):

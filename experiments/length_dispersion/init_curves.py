@@ -1,5 +1,5 @@
 """Max weight and normalised entropy of each normalizer against the number of keys n on Nakanishi's (2025,
-Figure 1) row: one logit +3 among n − 1 logits −2, by closed form and by `attnlab.normalizers.attention_weights`.
+Figure 1) row: one logit +3 among n − 1 logits −2, by closed form and by `attnlab.config.attention_weights`.
 
 Usage: python init_curves.py OUT_DIR   (writes OUT_DIR/init.md and OUT_DIR/init.png)
 """

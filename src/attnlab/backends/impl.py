@@ -4,7 +4,7 @@ normalizer can run (its Capability), what was asked (`normalizer.impl`) and wher
 Each entry says whether it can run for a normalizer, platform, dtype, shape and mask (its refusal message
 included), how it runs, and whether it keeps a T×S matrix. The model calls `choose` once per layer and
 sequence length when it is built (model.Transformer.choose_backends); the plain step, the logging step and
-run.json's `attention_impl` read that recorded entry. A normalizer used on its own (normalizers.attend, tests)
+run.json's `attention_impl` read that recorded entry. A normalizer used on its own (attnlab.config.attend, tests)
 makes the same call on its first trace. A new backend is its module and its entry here.
 
 `normalizer.impl` of a score normalizer: auto | cudnn | xla | blockwise | dense | pallas.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from typing import Any
 
 from attnlab.checks import ConfigError
@@ -103,10 +104,37 @@ def build(group: str, node: dict[str, Any], read=(), deferred=(), choice: str | 
         )
     cls = registry.resolve_target(node.get("_target_"), group)
     options = {k: v for k, v in node.items() if k not in read and k != "_target_"}
+    around = _applied_around(group, cls, options, given, deferred)
     check_keys(group, cls, options, read, given, deferred, choice)
     if not deferred:
-        return cls(**options, **given)
+        built = cls(**options, **given)
+        for key, value in around.items():
+            setattr(built, key, value)
+        return built
     return functools.partial(_named, cls, choice or registry.name_of(group, cls), **options, **given)
+
+
+# Contract changes keep the release before's components working for one release (README, "Contract changes"): the
+# options a group's YAML sets that the config layer then applied around a constructor that did not take them, set on
+# the built component instead, with a DeprecationWarning naming the new way.
+APPLIED_AROUND = {"task": ("test_lengths", "take **shared and pass it on: super().__init__(**shared)")}
+
+
+def _applied_around(group: str, cls, options: dict[str, Any], given, deferred) -> dict[str, Any]:
+    """{option: value} taken out of `options` for an option of APPLIED_AROUND that `cls` does not take."""
+    key, new_way = APPLIED_AROUND.get(group, (None, None))
+    if key not in options or deferred:
+        return {}
+    accepted, open_ended = options_of(cls, given, deferred)
+    if key in accepted or open_ended:
+        return {}
+    warnings.warn(
+        f"{group} {cls.__name__}: its __init__ does not take {key}, which the config layer sets on the built {group} "
+        f"for this release only; {new_way} (docs/REFERENCE.md, the {group} contract)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return {key: options.pop(key)}
 
 
 def _named(cls, config_name: str | None, **kwargs):

@@ -62,8 +62,9 @@ __all__ = [
     "softmax_stats",
 ]
 
-# Names that moved to the config layer, kept here for one release with a warning: {old name: its name there}.
-MOVED = {"attend": "attend", "attention_weights": "attention_weights", "build": "normalizer"}
+# Names that moved to the config layer, whose aliases here are gone (README, Contract changes): an alias would have
+# to import the config layer from the math it builds on. {old name: its name there}, for the error that says so.
+REMOVED = {"attend": "attend", "attention_weights": "attention_weights", "build": "normalizer"}
 # Modules that moved out, kept importable under their old names for one release with a warning: {old: new}.
 BACKENDS = ("mask", "impl", "fused", "blockwise", "softmax_vjp", "pallas_linear", "pallas_sigmoid", "sampled_rows")
 MOVED_MODULES = {**{m: f"attnlab.backends.{m}" for m in BACKENDS}, "statistics": "attnlab.statistics"}
@@ -92,11 +93,11 @@ for _old, _new in MOVED_MODULES.items():
 
 
 def __getattr__(name: str):
-    if name in MOVED:
-        from attnlab import config
-
-        moved_warning(f"attnlab.normalizers.{name}", f"attnlab.config.{MOVED[name]} (built from configs/)")
-        return getattr(config, MOVED[name])
+    if name in REMOVED:
+        raise AttributeError(
+            f"attnlab.normalizers.{name} moved to attnlab.config.{REMOVED[name]} (built from configs/); its alias "
+            "here is gone (README, Contract changes)"
+        )
     if name in MOVED_MODULES:
         return sys.modules[f"{__name__}.{name}"]
     raise AttributeError(f"module 'attnlab.normalizers' has no attribute {name!r}")

@@ -31,7 +31,7 @@ from .base import NormalizerParam, ScoreNormalizer
 
 class Forgetting(ScoreNormalizer):
     """softmax(βz + Σ_{l=j+1}^{i} log f_l) over admissible keys, f_t = σ(w_fᵀx_t + b_f) per head (FoX, Lin et al.
-    2025); causal only; without a layer input (normalizers.attend) x = 0, the gate σ(b_f) of every position."""
+    2025); causal only; without a layer input (attnlab.config.attend) x = 0, the gate σ(b_f) of every position."""
 
     causal_only = True
     takes_layer_input = True
