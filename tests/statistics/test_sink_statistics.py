@@ -11,7 +11,7 @@ from attnlab.board import summaries
 from attnlab.model import residual_outliers
 from attnlab.model.transformer import extreme_token_stats
 from attnlab.normalizers import reference as ref
-from attnlab.train import evaluation
+from attnlab.statistics import final as final_statistics
 
 B, N, T = 2, 3, 6
 SINK, SELF = 0.6, 0.9  # head 0 parks SINK on the first admissible key, head 1 SELF on its own position
@@ -94,8 +94,8 @@ def test_sink_rate_in_train_tags_and_final_metrics_equals_the_float64_share():
         {"loss": 0.0, "nonfinite": 0, "grad_norm": np.zeros(0), "attn": {"first_weight": first_LN}}, has_beta=False
     )
     examples = 4.0
-    attn = {s: jnp.asarray(first_LN * examples) for s in evaluation.ATTENTION_STATS}
-    final = evaluation._attention_means({**attn, "examples": jnp.float32(examples)})
+    attn = {s: jnp.asarray(first_LN * examples) for s in (s.name for s in final_statistics.FINAL if s.of_maps is None)}
+    final = final_statistics.means({**attn, "examples": jnp.float32(examples)})
     for out in (tags, final):
         for i, r in enumerate(want_L):
             assert float(out[f"attn_sink_rate/layer_{i}"]) == pytest.approx(r)
@@ -159,14 +159,14 @@ def test_dormant_first_weight_against_float64_and_its_sink_rate():
     maps = rng.dirichlet(np.ones(Tn), size=(L, Bn, Nh, Tn))
     rows = rng.random((Bn, Tn)) < 0.6
     rows[2] = [True, False, False, False, False]  # only row 0, which sees one key: no dormant row
-    got = np.asarray(evaluation.dormant_first_weight(jnp.asarray(maps, jnp.float32), jnp.asarray(rows)))
+    got = np.asarray(statistics.dormant_first_weight(jnp.asarray(maps, jnp.float32), jnp.asarray(rows)))
     for layer, b, n in np.ndindex(L, Bn, Nh):
         picked = [maps[layer, b, n, t, 0] for t in range(1, Tn) if rows[b, t]]
         want = np.mean(picked) if picked else np.nan
         np.testing.assert_allclose(got[layer, b, n], want, rtol=1e-5, err_msg=str((layer, b, n)))
-    attn = {stat: np.full((L, Nh), 0.2) for stat in evaluation.ATTENTION_STATS}
+    attn = {stat: np.full((L, Nh), 0.2) for stat in (s.name for s in final_statistics.FINAL if s.of_maps is None)}
     attn.update(dormant_first_weight=np.array([[0.8, 0.1], [0.1, 0.1]]), examples=np.float32(2.0))
-    out = evaluation._attention_means({k: jnp.asarray(v) for k, v in attn.items()})
+    out = final_statistics.means({k: jnp.asarray(v) for k, v in attn.items()})
     assert float(out["attn_dormant_first_weight/layer_0/head_0"]) == pytest.approx(0.4)
     assert [float(out[f"attn_dormant_sink_rate/layer_{i}"]) for i in range(2)] == [0.5, 0.0]
     assert float(out["attn_dormant_sink_rate"]) == pytest.approx(0.25)

@@ -148,7 +148,19 @@ def _max_logit(rows: Rows):
     return jnp.where(rows.m_B1RS, jnp.abs(rows.logits_BNRS.astype(jnp.float32)), 0.0).max(-1), None
 
 
+def dormant_first_weight(maps_LBNTS, rows_BT) -> jax.Array:
+    """(L, B, N) the mean weight on the first key over each example's `rows_BT` that see two or more keys (NaN for an
+    example with none)."""
+    rows_BT = rows_BT & (jnp.arange(rows_BT.shape[1]) >= 1)[None]
+    w_LBNT = maps_LBNTS[..., 0].astype(jnp.float32)
+    count_B = rows_BT.sum(-1)
+    return (
+        jnp.where(rows_BT[None, :, None], w_LBNT, 0.0).sum(-1) / jnp.where(count_B > 0, count_B, jnp.nan)[None, :, None]
+    )
+
+
 DIRECTIONS = ("higher", "lower", None)
+FINALS = ("layer", "head", None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +174,13 @@ class Statistic:
     of_rows: Callable[[Rows], tuple] | None
     reduce: str = "mean"  # mean | max over rows (and batch)
     chart: str | None = None  # the title of its per-layer chart in the custom-scalars layout
-    final: bool = False  # in the final metrics at each test length (test_len/<T>/attn_<name>/layer_i) and the report
+    # in the final metrics at each test length and the report (statistics.final): "layer", attn_<name>/layer_i (mean
+    # over heads); "head", attn_<name>/layer_i/head_h too; None: not there
+    final: str | None = None
+    rate: str | None = None  # a final statistic's share of heads past SINK_EPSILON, attn_<rate>(/layer_i)
+    # (L, B, N) per example from the explicit attention weights and the rows it reads (final metrics only); None: from
+    # the per-head statistics the blocks return
+    of_maps: Callable | None = None
     histogram: bool = False  # hist/<name> of its per-layer values on eval steps
     direction: str | None = None  # "higher" | "lower": which values are better; None: descriptive, neither is
     extreme: bool = False  # the residual stream's (Transformer.extreme_token_stats): only a model asked for them has it
@@ -170,6 +188,8 @@ class Statistic:
     def __post_init__(self):
         if self.direction not in DIRECTIONS:
             raise ValueError(f"statistic {self.name}: direction={self.direction!r}; allowed: {DIRECTIONS}")
+        if self.final not in FINALS:
+            raise ValueError(f"statistic {self.name}: final={self.final!r}; allowed: {FINALS}")
 
     def per_head(self, rows: Rows) -> jax.Array:
         """(N,) from a block of rows."""
@@ -187,7 +207,7 @@ STATISTICS = (
         "differential: of its first softmax map); mean over heads for layer_i",
         _entropy,
         chart="entropy (mean over heads)",
-        final=True,
+        final="layer",
         histogram=True,
     ),
     Statistic(
@@ -195,7 +215,7 @@ STATISTICS = (
         "largest attention weight of a query row, mean over rows (and heads for layer_i)",
         lambda rows: (rows.max_weight_BNR, rows_with_keys(rows)),
         chart="max weight (mean over heads)",
-        final=True,
+        final="layer",
     ),
     Statistic(
         "first_weight",
@@ -203,21 +223,22 @@ STATISTICS = (
         "rows (and heads for layer_i); sink_rate is the share of heads whose mean exceeds 0.3",
         _first_weight,
         chart="first-key weight (mean over heads)",
-        final=True,
+        final="head",
+        rate="sink_rate",
     ),
     Statistic(
         "self_weight",
         "weight of a query row on its own position, mean over rows that may see it (and heads for layer_i)",
         _self_weight,
         chart="own-position weight (mean over heads)",
-        final=True,
+        final="head",
     ),
     Statistic(
         "row_mass",
         "sum of a query row's weights (1 for softmax; 1 − λ for differential; varies for sigmoid, relu, softpick, "
         "sink, linear)",
         lambda rows: (rows.mass_BNR, rows_with_keys(rows)),
-        final=True,  # beside first_weight: a row that is not sum-to-one can put little mass anywhere
+        final="layer",  # beside first_weight: a row that is not sum-to-one can put little mass anywhere
     ),
     Statistic(
         "max_logit",
@@ -243,7 +264,7 @@ STATISTICS = (
         "tokens' entries (Sun et al. 2024, Massive Activations); one value per layer, repeated per head",
         None,
         chart="residual max/median |x|",
-        final=True,
+        final="layer",
         extreme=True,
     ),
     Statistic(
@@ -252,7 +273,7 @@ STATISTICS = (
         "Gaussian; Zuhri et al. 2025, softpick); one value per layer, repeated per head",
         None,
         chart="residual kurtosis",
-        final=True,
+        final="layer",
         extreme=True,
     ),
     Statistic("gate_mean", "output gate σ(x·W) of a head, mean over valid tokens (model.output_gate)", None),
@@ -262,7 +283,7 @@ STATISTICS = (
         "examples (Guo et al. 2024's value-state drain: a sink token's value shrinks towards 0, so < 1)",
         None,
         chart="first token's ‖v‖ / median (mean over heads)",
-        final=True,
+        final="layer",
         extreme=True,
     ),
     Statistic(
@@ -272,7 +293,7 @@ STATISTICS = (
         "head",
         None,
         chart="first token's residual ‖x‖ / median",
-        final=True,
+        final="layer",
         extreme=True,
     ),
     Statistic(
@@ -282,6 +303,9 @@ STATISTICS = (
         "none); final metrics only, from the explicit attention weights; dormant_sink_rate is the share of heads "
         "whose mean exceeds ε = 0.3, as sink_rate's",
         None,
+        final="head",
+        rate="dormant_sink_rate",
+        of_maps=dormant_first_weight,
     ),
 )
 
@@ -294,7 +318,7 @@ BY_NAME = {s.name: s for s in STATISTICS}
 CORE_STATS = tuple(s.name for s in STATISTICS if s.of_rows is not None)  # those every normalizer reports
 # The rates the final metrics derive from a statistic (attn_<rate>, per layer and overall: train/evaluation.py):
 # shares of heads past SINK_EPSILON, descriptive as the weights they count.
-DERIVED_RATES = {"sink_rate": None, "dormant_sink_rate": None}
+DERIVED_RATES = {s.rate: None for s in STATISTICS if s.rate}
 
 
 def directions() -> dict[str, str | None]:

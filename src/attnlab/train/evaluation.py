@@ -16,7 +16,7 @@ from attnlab.accelerator import put
 from attnlab.board.summaries import eval_scalars
 from attnlab.heads import calibration
 from attnlab.heads.base import total, upcast
-from attnlab.statistics import STATISTICS, sink_rate
+from attnlab.statistics import STATISTICS, final
 from attnlab.steps import make_maps, over_seeds, scored
 from attnlab.tasks.lengths import LENGTH_PREFIX, split_name
 from attnlab.train.config import LoopConfig
@@ -168,8 +168,8 @@ def make_evaluate(
     logits in split order (calibration.calibration_sample of the whole split, without keeping its
     outputs): no per-batch host round-trip, and no (N, T, C) array of the whole split. A classification
     head's sums also hold those of softmax(logits / temperature) (the *_ts metrics).
-    `attention_stats` adds each layer's final statistics (ATTENTION_STATS: attnlab.statistics, mean over
-    heads) as attn_<name>/layer_i: per-batch means weighted by real examples.
+    `attention_stats` adds the final statistics (attnlab.statistics.final: those a Statistic declares final) as
+    attn_<name>/layer_i: per-batch means weighted by real examples.
     """
     classify = head.kind == "classification"
 
@@ -205,7 +205,7 @@ def make_evaluate(
             carry.update(count=jnp.int32(0), sample=buffers)
         carry, _ = jax.lax.scan(batch, carry, chunks)
         sums = dict(carry["sums"])
-        attn = _attention_means(sums.pop("attn")) if attention_stats else {}
+        attn = final.means(sums.pop("attn")) if attention_stats else {}
         w = jnp.maximum(sums["weight"], 1)
         ts = (
             {
@@ -238,53 +238,13 @@ def make_evaluate(
     return jax.jit(over_all)
 
 
-ATTENTION_STATS = tuple(s.name for s in STATISTICS if s.final)  # per test length (make_evaluate's attention_stats)
 HISTOGRAMS = tuple(s.name for s in STATISTICS if s.histogram)  # hist/<name> on eval steps
-
-
-# Final statistics from the explicit attention weights (attention_maps), not the normalizers' own statistics.
-FROM_MAPS = ("dormant_first_weight",)
-PER_HEAD = ("first_weight", "self_weight", *FROM_MAPS)  # also written per head (attn_<name>/layer_i/head_h)
 
 
 def _group_metrics(head, sums: dict) -> dict:
     """A row group's loss and head metric (accuracy, or mse) from its sums."""
     metric = "accuracy" if head.kind == "classification" else "mse"
     return {"loss": sums.pop("loss") / jnp.maximum(sums["weight"], 1), metric: head.metrics_from_sums(sums)[metric]}
-
-
-def dormant_first_weight(maps_LBNTS, rows_BT) -> jax.Array:
-    """(L, B, N) the mean weight on the first key over each example's `rows_BT` that see two or more keys (NaN for an
-    example with none)."""
-    rows_BT = rows_BT & (jnp.arange(rows_BT.shape[1]) >= 1)[None]
-    w_LBNT = maps_LBNTS[..., 0].astype(jnp.float32)
-    count_B = rows_BT.sum(-1)
-    return (
-        jnp.where(rows_BT[None, :, None], w_LBNT, 0.0).sum(-1) / jnp.where(count_B > 0, count_B, jnp.nan)[None, :, None]
-    )
-
-
-def _attention_means(attn: dict) -> dict:
-    """{attn_<stat>/layer_i: mean over heads} from the example-weighted (L, N) sums and the example count; the
-    PER_HEAD ones per head too, and the sink rate (Gu et al. 2024) of the per-head first-key weights per layer
-    (attn_sink_rate/layer_i) and over every head (attn_sink_rate), as attn_dormant_sink_rate of the dormant rows'."""
-    examples = jnp.maximum(attn["examples"], 1)
-    out = {
-        f"attn_{stat}/layer_{i}": attn[stat][i].mean() / examples
-        for stat in (*ATTENTION_STATS, *FROM_MAPS)
-        if stat in attn
-        for i in range(attn[stat].shape[0])
-    }
-    for stat in [s for s in PER_HEAD if s in attn]:
-        value_LN = attn[stat] / examples
-        out.update({f"attn_{stat}/layer_{i}/head_{h}": value_LN[i, h] for i, h in np.ndindex(value_LN.shape)})
-    for name, stat in (("sink_rate", "first_weight"), ("dormant_sink_rate", "dormant_first_weight")):
-        if stat not in attn:
-            continue
-        rate_L = sink_rate(attn[stat] / examples)
-        out.update({f"attn_{name}/layer_{i}": rate_L[i] for i in range(rate_L.shape[0])})
-        out[f"attn_{name}"] = rate_L.mean()  # every layer has the same number of heads
-    return out
 
 
 def _one_batch(net, b, t, k, attention_stats=False):
@@ -313,14 +273,9 @@ def _one_batch(net, b, t, k, attention_stats=False):
     if attention_stats:
         examples = b["valid"].any(1).sum().astype(jnp.float32)  # padding rows (pad_split) have no valid token
         rows_BT = b.get(GROUP + "dormant", b["valid"]) & b["valid"]
-        dormant_LBN = dormant_first_weight(net.body.attention_maps(b["inputs"], b["valid"]), rows_BT)
-        # the batch's mean over its examples with dormant rows, weighted like the other statistics
-        dormant_LN = jnp.nanmean(dormant_LBN, 1)
-        sums["attn"] = {
-            **{s: stats[s] * examples for s in ATTENTION_STATS if s in stats},  # extreme ones where asked for
-            "dormant_first_weight": jnp.nan_to_num(dormant_LN) * examples,
-            "examples": examples,
-        }
+        sums["attn"] = final.batch_sums(
+            stats, lambda: net.body.attention_maps(b["inputs"], b["valid"]), rows_BT, examples
+        )
     return sums, (outs, y, w)
 
 
