@@ -20,14 +20,13 @@ from bench_common import clock, interleave, load_average, med, paired_ratio, sec
 from flax import nnx
 from hydra import compose, initialize_config_dir
 
-from attnlab import cli
-from attnlab.config import registry
+from attnlab.config import assembly, registry
 
 
 def built(*overrides: str):
     with initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
         cfg = compose("train", overrides=list(overrides))
-    return cli.build(cfg, cfg.task.default_head)
+    return assembly.assemble(cfg, cfg.task.default_head)
 
 
 def timed(fn):

@@ -3,7 +3,7 @@
 
 model=base (d 512, 8 heads, 8 layers, RoPE), task=lm, bfloat16 compute, at B=32 T=1024 (every
 normalizer) and B=4 T=8192 (softmax, or every normalizer with --long-all). The attnlab steps are what
-`attnlab-train` runs: built by cli.build, with the run's matmul precision, drawing each step's batch from
+`attnlab-train` runs: built by assembly.assemble, with the run's matmul precision, drawing each step's batch from
 the lm text stream on device (train.train_data), compiled by train.loop.compile_steps. Per row: ms per
 step (the median of --steps calls after two warm-up calls), MFU = (6·params + 12·L·T·d)·tokens/s /
 --peak-tflops (989: H100 SXM bf16 dense), XLA's compiled peak memory, and the logging step (statistics
@@ -124,7 +124,7 @@ def compose(overrides: list[str]):
 
 
 def attnlab_run(overrides: list[str], mesh=None) -> dict:
-    """The compiled steps of `attnlab-train <overrides>`, built as the CLI builds them: cli.build, the run's
+    """The compiled steps of `attnlab-train <overrides>`, built as the CLI builds them: assembly.assemble, the run's
     matmul precision (accelerator.apply_matmul_precision), the data train.fit draws batches from (for task=lm the
     text stream, sampled on device at each step) and train.loop.compile_steps.
 
@@ -135,7 +135,7 @@ def attnlab_run(overrides: list[str], mesh=None) -> dict:
     from flax import nnx
 
     from attnlab.accelerator import apply_matmul_precision, data_mesh
-    from attnlab.cli import build
+    from attnlab.config.assembly import assemble
     from attnlab.model.groups import leaf_groups
     from attnlab.run.files import compute_record
     from attnlab.steps import probes_per_layer
@@ -144,7 +144,7 @@ def attnlab_run(overrides: list[str], mesh=None) -> dict:
     from attnlab.train.state import Placement, fresh_state
 
     cfg = compose(overrides)
-    task, nets, tx, loop = build(cfg, cfg.task.default_head)
+    task, nets, tx, loop = assemble(cfg, cfg.task.default_head)
     with contextlib.redirect_stderr(io.StringIO()):  # the run's header line
         precision = apply_matmul_precision(cfg.accelerator.get("matmul_precision"), nets[0].body.dtype)
         impl = compute_record(nets[0], task.seq_len, precision)["attention_impl"]

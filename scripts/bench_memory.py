@@ -2,7 +2,7 @@
 """Peak memory of the compiled train step (XLA memory_analysis, nothing runs) per normalizer.
 
 Protocol and results: BENCHMARKS.md, "Train-step memory". The step is built exactly as
-`attnlab.train.fit` builds it (cli.build, the same state and training data), on abstract
+`attnlab.train.fit` builds it (config.assembly.assemble, the same state and training data), on abstract
 arguments, and compiled for the CPU:
 
     JAX_PLATFORMS=cpu .venv/bin/python scripts/bench_memory.py --seq-len 32768 --batch 1 --remat true
@@ -28,8 +28,8 @@ def compiled_steps(overrides: list[str], stats: bool):
 
     from attnlab.accelerator import data_mesh
     from attnlab.checkpoint import Checkpoints
-    from attnlab.cli import build
     from attnlab.config import registry
+    from attnlab.config.assembly import assemble
     from attnlab.model.groups import leaf_groups
     from attnlab.steps import make_stats_step, make_train_step, probes_per_layer
     from attnlab.train import train_data
@@ -38,7 +38,7 @@ def compiled_steps(overrides: list[str], stats: bool):
     with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
         cfg = hydra.compose("train", overrides=overrides)
     normalizer = next((o.split("=", 1)[1] for o in overrides if o.startswith("normalizer=")), None)
-    task, nets, tx, loop = build(cfg, cfg.task.default_head, normalizer)
+    task, nets, tx, loop = assemble(cfg, cfg.task.default_head, normalizer)
     graphdef, params, _ = nnx.split(nets[0], nnx.Param, ...)
     groups, layers = leaf_groups(params)
     placement = Placement.of(data_mesh(), 1)

@@ -38,12 +38,12 @@ def compiled_default_step():
 
     import attnlab.train as train
     from attnlab.accelerator import data_mesh
-    from attnlab.cli import build
     from attnlab.config import registry
+    from attnlab.config.assembly import assemble
 
     with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
         cfg = hydra.compose("train", overrides=[])
-    task, nets, tx, loop = build(cfg, cfg.task.default_head)
+    task, nets, tx, loop = assemble(cfg, cfg.task.default_head)
     got = {}
 
     class Stop(Exception):

@@ -4,7 +4,7 @@
 A deviceless compile, not a measurement of time. The CUDA plugin (`pip install 'jax[cuda12]==<the installed
 jax>'`; `make test-gpu-program` builds such an environment) compiles for a GPU described by a target config
 (gpu_targets/*.txtpb) with no driver or device; JAX_PLATFORMS=cpu stays set. The plain and logging steps are
-built as a run builds them (cli.build, the run's matmul precision, train.train_data, train.loop.compile_steps),
+built as a run builds them (assembly.assemble, the run's matmul precision, train.train_data, train.loop.compile_steps),
 the hand-written reference step is scripts/bench_gpu.py's. Per program:
 
   custom calls   cuDNN flash attention forward/backward (__cudnn$fmha...), cuBLAS GEMMs, ...

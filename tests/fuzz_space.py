@@ -19,8 +19,8 @@ from hydra.errors import HydraException
 from hypothesis import strategies as st
 from omegaconf.errors import OmegaConfBaseException
 
-from attnlab import accelerator, checks, cli
-from attnlab.config import composition, registry
+from attnlab import accelerator, checks
+from attnlab.config import assembly, composition, registry
 
 RESERVED = ("_target_", "_partial_", "defaults")
 # Base: the CLI tests' tiny run, in-process (no compile cache flag, no accelerator=cpu: drawn like the rest).
@@ -130,7 +130,7 @@ def outcome(overrides: list[str]):
         )
         if a.platform not in ("auto", "cpu"):
             accelerator.check_platform(a.platform)
-        built = cli.build(cfg, choices.get("head") or cfg.task.default_head)
+        built = assembly.assemble(cfg, choices.get("head") or cfg.task.default_head)
     except checks.ConfigError as exc:  # cli.run prints these as one line, exit 2; anything else is a bug
         return "refused", str(exc)
     except Exception as exc:  # noqa: BLE001 - anything else is what the fuzzer hunts

@@ -155,6 +155,7 @@ def _check(draw, stats, tmp_path_factory, train_budget):
 
 MQAR = ["task=mqar", *tiny_task("mqar")]
 ICL = ["task=icl_regression", *tiny_task("icl_regression")]
+BB = ["task=bigram_backcopy", *tiny_task("bigram_backcopy")]
 
 
 def _fuzz(tmp_path_factory, n, train_budget):
@@ -168,6 +169,7 @@ def _fuzz(tmp_path_factory, n, train_budget):
     @example((["model.heads=0"], {"model.heads": 2}, "refused")).via("a structural number")
     @example((["model.dropout=1.5"], {"model.dropout": 0.0}, "refused")).via("a rate above 1")
     @example((["accelerator=gpu"], {}, "refused")).via("a missing GPU")
+    @example(([*BB, "model.max_len=''"], {"model.max_len": 512}, "refused")).via("a length compared before the model")
     @example(([*MQAR, "normalizer=differential", "model.output_gate=headwise"], {}, "trains")).via("a gated model")
     @example(([*ICL, "head=hlgauss", "normalizer=kl", "model.layers=1"], {}, "trains")).via("a regression head")
     def prop(draw):

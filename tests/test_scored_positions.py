@@ -10,7 +10,7 @@ from cli_helpers import compose_train, tiny_task
 from flax import nnx
 
 from attnlab import config
-from attnlab.cli import build
+from attnlab.config.assembly import assemble
 from attnlab.steps import loss_of_batch, scored
 
 
@@ -47,7 +47,7 @@ def test_scored_positions_of_the_tasks():
 @pytest.mark.parametrize("head", ["softmax_ce", "scores_mse"])
 def test_loss_and_gradients_on_scored_positions_equal_those_on_every_position(head):
     cfg = compose_train("model=tiny", "task=mqar", *tiny_task("mqar"), f"head={head}")
-    task, nets, tx, _ = build(cfg, head)
+    task, nets, tx, _ = assemble(cfg, head)
     k = task.scored_positions()
     assert k == 2
     graphdef, params, rest = nnx.split(nets[0], nnx.Param, ...)

@@ -262,7 +262,7 @@ def test_a_refused_impl_is_refused_when_the_model_is_built():
 
 
 def relu_run(monkeypatch, budget_at_build: int, budget_after: int) -> dict:
-    """bench_gpu.attnlab_run (cli.build, compute_record, the compiled plain and logging steps, as a run) of a
+    """bench_gpu.attnlab_run (assembly.assemble, compute_record, the compiled plain and logging steps, as a run) of a
     relu model at T=16, blocks of 8, under a CPU budget that changes once the model is built."""
     import sys
     from pathlib import Path
@@ -270,9 +270,9 @@ def relu_run(monkeypatch, budget_at_build: int, budget_after: int) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     import bench_gpu
 
-    from attnlab import cli
+    from attnlab.config import assembly
 
-    real_build = cli.build
+    real_build = assembly.assemble
 
     def build_then_change_the_budget(*args, **kwargs):
         built = real_build(*args, **kwargs)
@@ -280,7 +280,7 @@ def relu_run(monkeypatch, budget_at_build: int, budget_after: int) -> dict:
         return built
 
     monkeypatch.setitem(impl.DEFAULT_BUDGET_BYTES, "cpu", budget_at_build)
-    monkeypatch.setattr(cli, "build", build_then_change_the_budget)
+    monkeypatch.setattr(assembly, "assemble", build_then_change_the_budget)
     overrides = ["accelerator=cpu", "model=tiny", "task=mqar", "task.seq_len=16", "trainer.batch_size=2"]
     options = ["normalizer=relu", "normalizer.block_size=8", "task.n_train=8", "task.n_val=4", "task.n_test=4"]
     return bench_gpu.attnlab_run(overrides + options)
@@ -396,7 +396,7 @@ def test_statistics_at_length_keep_the_fused_output_and_the_sampled_row_statisti
 
 
 def test_the_cli_build_records_the_backend_at_the_training_length_and_each_test_length(monkeypatch):
-    """cli.build passes the per-device batch (batch × seeds / devices) and the task's test lengths to the model:
+    """assembly.assemble passes the per-device batch (batch × seeds / devices) and the task's test lengths to the model:
     8 sequences × 2 heads × T² × 8 bytes × 1 layer is 32 KiB at T=16 and 128 KiB at T=32, so a budget one byte
     under 128 KiB keeps T=16 dense and sends 32 and 64 blockwise (with the seeds left out, T=32 would fit)."""
     import sys
@@ -405,12 +405,12 @@ def test_the_cli_build_records_the_backend_at_the_training_length_and_each_test_
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     import bench_gpu
 
-    from attnlab import cli
+    from attnlab.config.assembly import assemble
 
     monkeypatch.setitem(impl.DEFAULT_BUDGET_BYTES, "cpu", 8 * 2 * 32 * 32 * 8 - 1)
     overrides = ["accelerator=cpu", "model=tiny", "task=mqar", "task.seq_len=16", "task.test_lengths=[32,64]"]
     cfg = bench_gpu.compose([*overrides, "normalizer=relu", "trainer.batch_size=4", "trainer.vmap_seeds=2"])
-    _, nets, _, _ = cli.build(cfg, cfg.task.default_head)
+    _, nets, _, _ = assemble(cfg, cfg.task.default_head)
     expected = [(16, 16, "dense"), (32, 32, "blockwise"), (64, 64, "blockwise")]
     backends = [[(t, s, b.name) for t, s, b in net.body.blocks[0].attn.normalizer.backends] for net in nets]
     assert backends == [expected, expected]

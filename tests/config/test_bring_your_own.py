@@ -18,8 +18,8 @@ from hydra import compose, initialize_config_dir
 from attnlab import config
 from attnlab import normalizers as nz
 from attnlab.checks import ConfigError
-from attnlab.cli import build
 from attnlab.config import check, composition, construct, registry
+from attnlab.config.assembly import assemble
 from attnlab.testing import ContractViolation, check_normalizer
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "capped"
@@ -94,7 +94,7 @@ def test_model_layer_normalizers_takes_a_users_normalizer(user_project):
                 f"hydra.searchpath=[file://{user_project}]",
             ],
         )
-    body = build(cfg, "softmax_ce", "softmax")[1][0].body
+    body = assemble(cfg, "softmax_ce", "softmax")[1][0].body
     kinds = [type(block.attn.normalizer).__name__ for block in body.blocks]
     assert kinds == ["CappedSoftmax", "Softmax"]
 

@@ -9,8 +9,9 @@ from omegaconf import open_dict
 
 from attnlab import config, model, normalizers
 from attnlab.checks import ConfigError
-from attnlab.cli import build, hparams_of
+from attnlab.cli import hparams_of
 from attnlab.config import composition, construct, registry
+from attnlab.config.assembly import assemble
 
 
 def compose_tiny(*overrides):
@@ -36,7 +37,7 @@ def test_a_new_model_option_is_one_constructor_argument_and_one_yaml_key(monkeyp
     registry.use([str(configs)])
     try:
         cfg = compose_tiny("model=gain", "model.layers=2", "model.gain=2.5", f"hydra.searchpath=[file://{configs}]")
-        _, nets, _, _ = build(cfg, "softmax_ce")
+        _, nets, _, _ = assemble(cfg, "softmax_ce")
     finally:
         registry.use()
     body = nets[0].body
@@ -53,7 +54,7 @@ def test_an_unknown_key_is_refused_naming_it_and_listing_the_yaml_keys(group, na
     with open_dict(cfg):  # past the command line's own check (+model.bogus=1 is refused before Hydra runs)
         cfg[group].bogus = 1
     with pytest.raises(ConfigError) as info:
-        build(cfg, "softmax_ce")
+        assemble(cfg, "softmax_ce")
     yaml_keys = sorted(set(registry.load(group, name)) - {"_target_"})
     message = str(info.value)  # one format with the command line's refusal (construct.refuse_unknown)
     assert message.startswith(f"unknown key(s) {group}.bogus")
@@ -100,13 +101,13 @@ def test_every_shipped_yaml_key_is_a_constructor_argument_or_read_by_the_cli(gro
 def test_every_group_refuses_a_value_in_one_format_naming_the_full_key(key, value):
     cfg = compose_tiny(f"{key}={value}")
     with pytest.raises(ConfigError) as info:
-        build(cfg, "softmax_ce")
+        assemble(cfg, "softmax_ce")
     assert str(info.value).startswith(f"{key}={value!r} is invalid; allowed: "), str(info.value)
 
 
 def test_the_task_receives_its_default_head_option():
     cfg = compose_tiny("task.default_head=scores_mse")
-    task, _, _, _ = build(cfg, "softmax_ce")
+    task, _, _, _ = assemble(cfg, "softmax_ce")
     assert task.default_head == "scores_mse" and task.options["default_head"] == "scores_mse"
 
 
@@ -117,7 +118,7 @@ def test_an_unknown_key_gets_one_refusal_from_the_command_line_the_cli_build_and
     with open_dict(cfg):
         cfg.normalizer.prior = "uniform"
     with pytest.raises(ConfigError) as built:
-        build(cfg, "softmax_ce")
+        assemble(cfg, "softmax_ce")
     with pytest.raises(SystemExit) as exited:
         composition.compose_or_exit(["model=tiny", "+normalizer.prior=uniform"])
     assert exited.value.code == 2
@@ -136,7 +137,7 @@ def test_every_group_is_built_by_its_target_and_named_by_the_registry():
             cls = registry.resolve_target(registry.load(group, name)["_target_"], group)
             assert registry.name_of(group, cls) == (name if registry.varies(group) else registry.choices(group)[0])
     assert registry.name_of("normalizer", normalizers.KL) == "kl" and registry.name_of("normalizer", int) is None
-    assert isinstance(build(compose_tiny("accelerator=cpu"), "softmax_ce")[1][0].body, model.Transformer)
+    assert isinstance(assemble(compose_tiny("accelerator=cpu"), "softmax_ce")[1][0].body, model.Transformer)
 
 
 SHARED = {"beta", "learnable", "per_head", "impl", "block_size", "softcap"}  # ScoreNormalizer.__init__'s options

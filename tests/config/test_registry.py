@@ -10,8 +10,9 @@ import yaml
 from cli_helpers import compose_train, tiny_task
 from omegaconf import OmegaConf
 
-from attnlab.cli import ConfigError, build
+from attnlab.cli import ConfigError
 from attnlab.config import composition, registry
+from attnlab.config.assembly import assemble
 
 GROUPS = ("normalizer", "task", "head", "model", "optim", "trainer", "accelerator")
 
@@ -48,7 +49,7 @@ def test_every_choice_composes_and_builds(group, choice):
     cfg = compose_train(*overrides, *tiny_task(task))
     assert cfg[group] is not None
     head = cfg.task.default_head if group != "head" else choice
-    task_obj, nets, tx, loop = build(cfg, head)
+    task_obj, nets, tx, loop = assemble(cfg, head)
     assert task_obj.kind in ("classification", "regression")
     assert len(nets) == cfg.trainer.vmap_seeds and len(nets[0].body.blocks) == cfg.model.layers
     assert loop.steps == cfg.trainer.steps
@@ -57,7 +58,7 @@ def test_every_choice_composes_and_builds(group, choice):
 def test_head_of_the_wrong_kind_is_refused_before_building():
     cfg = compose_train("task=mqar", "head=mse", *tiny_task("mqar"))
     with pytest.raises(ConfigError, match="heads for classification: scores_mse, softmax_ce"):
-        build(cfg, "mse")
+        assemble(cfg, "mse")
 
 
 @pytest.mark.parametrize(

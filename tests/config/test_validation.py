@@ -12,8 +12,8 @@ from hydra import compose, initialize_config_dir
 
 from attnlab.accelerator import configure
 from attnlab.checks import ConfigError
-from attnlab.cli import build
 from attnlab.config import registry
+from attnlab.config.assembly import assemble
 
 MQAR = tiny_task("mqar")
 ICL = ["task=icl_regression"]
@@ -68,7 +68,7 @@ def test_bad_input_is_refused_with_a_message_naming_it(overrides, needles):
     cfg = compose_train(overrides)
     head = next((o.split("=")[1] for o in overrides if o.startswith("head=")), cfg.task.default_head)
     with pytest.raises(ConfigError) as info:  # only ConfigError is a refusal; any other exception is a bug
-        build(cfg, head)
+        assemble(cfg, head)
     message = str(info.value)
     assert "\n" not in message
     for needle in needles:

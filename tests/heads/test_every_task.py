@@ -11,8 +11,8 @@ from flax import nnx
 from hydra import compose, initialize_config_dir
 
 from attnlab import config
-from attnlab.cli import build
 from attnlab.config import registry
+from attnlab.config.assembly import assemble
 
 
 def pairs():
@@ -28,7 +28,7 @@ def test_one_step_has_finite_gradients_and_lowers_the_loss(task_name, head_name)
         cfg = compose(
             "train", overrides=["model=tiny", f"task={task_name}", f"head={head_name}", *tiny_task(task_name)]
         )
-    task, (net,), _, _ = build(cfg, head_name)
+    task, (net,), _, _ = assemble(cfg, head_name)
     split = task.splits["train"]
     batch = {k: getattr(split, k)[:16] for k in ("inputs", "targets", "weights", "valid")}
     graphdef, params, rest = nnx.split(net, nnx.Param, ...)

@@ -11,9 +11,9 @@ from cli_helpers import compose_train, tiny_task
 from flax import nnx
 
 from attnlab import config
-from attnlab.cli import build
 from attnlab.config import normalizer as build_normalizer
 from attnlab.config import registry
+from attnlab.config.assembly import assemble
 from attnlab.model import Net, Transformer
 from attnlab.model.groups import GROUPS, leaf_groups, tag
 from attnlab.normalizers import NormalizerParam
@@ -58,7 +58,7 @@ def path_groups_ref(params) -> tuple[list[str], list[int]]:
 )
 def test_tagged_groups_match_the_path_rule(overrides):
     cfg = compose_train("task=mqar", *overrides, *tiny_task("mqar"))
-    _, nets, _, _ = build(cfg, "softmax_ce")
+    _, nets, _, _ = assemble(cfg, "softmax_ce")
     _, params, _ = nnx.split(nets[0], nnx.Param, ...)
     groups, layers = leaf_groups(params)
     assert (groups, layers) == path_groups_ref(params)
@@ -146,7 +146,7 @@ def test_the_qk_norm_gain_is_an_attention_parameter_not_decayed_like_layernorm_s
     from attnlab.optim import decay_mask
 
     cfg = compose_train("task=mqar", "model=tiny", "model.qk_norm=true", *tiny_task("mqar"))
-    _, params, _ = nnx.split(build(cfg, "softmax_ce")[1][0], nnx.Param, ...)
+    _, params, _ = nnx.split(assemble(cfg, "softmax_ce")[1][0], nnx.Param, ...)
     flat = jax.tree_util.tree_flatten_with_path(params, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]
     names = [".".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path) for path, _ in flat]
     groups, _ = leaf_groups(params)

@@ -7,9 +7,10 @@ import pytest
 from cli_helpers import compose_train, tiny_task
 from flax import nnx
 
-from attnlab.cli import ConfigError, build
+from attnlab.cli import ConfigError
 from attnlab.config import head as build_head
 from attnlab.config import normalizer as build_normalizer
+from attnlab.config.assembly import assemble
 from attnlab.model import Transformer
 
 D, VOCAB, MAX_LEN = 64, 66, 512
@@ -78,4 +79,4 @@ def test_bias_null_is_the_mlp_kinds_own_and_true_gives_every_mlp_layer_one(mlp, 
 def test_a_bad_value_is_refused_naming_the_key(override, message):
     cfg = compose_train("model=tiny", "task=mqar", "head=softmax_ce", override, *tiny_task("mqar"))
     with pytest.raises(ConfigError, match=message):
-        build(cfg, "softmax_ce")
+        assemble(cfg, "softmax_ce")

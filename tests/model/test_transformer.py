@@ -10,9 +10,10 @@ from cli_helpers import compose_train, tiny_task
 from flax import nnx
 
 from attnlab.board.summaries import flatten_train_metrics
-from attnlab.cli import ConfigError, build, hparams_of
+from attnlab.cli import ConfigError, hparams_of
 from attnlab.config import normalizer as build_normalizer
 from attnlab.config import registry
+from attnlab.config.assembly import assemble
 from attnlab.model import Transformer
 from attnlab.model.attention import ShortConv
 from attnlab.model.groups import leaf_groups
@@ -136,7 +137,7 @@ def test_linear_attention_with_a_window_is_the_exact_windowed_form():
 def one_step(*overrides, task="mqar", with_stats=True):
     """Build in-process, take a train step (and a second); also the first step's batch loss by a plain forward."""
     cfg = compose_train("model=tiny", f"task={task}", *overrides, *tiny_task(task))
-    task_obj, nets, tx, _ = build(cfg, "softmax_ce")
+    task_obj, nets, tx, _ = assemble(cfg, "softmax_ce")
     net = nets[0]
     graphdef, params, _ = nnx.split(net, nnx.Param, ...)
     groups, layers = leaf_groups(params)
@@ -234,7 +235,7 @@ def test_hybrid_layers_use_their_own_yaml_and_the_selected_normalizers_overrides
         "model.layer_normalizers=[kl,softmax1]",
         *tiny_task("mqar"),
     )
-    _, nets, _, _ = build(cfg, "softmax_ce")
+    _, nets, _, _ = assemble(cfg, "softmax_ce")
     kl, s1 = (b.attn.normalizer for b in nets[0].body.blocks)
     assert type(kl).__name__ == "KL" and kl.prior == "recency" and type(s1).__name__ == "Softmax1"
 
@@ -262,7 +263,7 @@ def test_hybrid_layers_use_their_own_yaml_and_the_selected_normalizers_overrides
 def test_bad_model_options_fail_in_one_line(override, needle):
     cfg = compose_train("model=tiny", override, *tiny_task("mqar"))
     with pytest.raises((ConfigError, ValueError)) as e:
-        build(cfg, "softmax_ce")
+        assemble(cfg, "softmax_ce")
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 

@@ -14,6 +14,7 @@ from flax import nnx
 
 from attnlab import config
 from attnlab import normalizers as nz
+from attnlab.config import assembly
 from attnlab.model.attention import MultiHeadAttention
 
 pytestmark = pytest.mark.numerics
@@ -175,12 +176,11 @@ def test_attention_passes_its_normalised_input_to_the_gate():
 def test_a_bidirectional_model_is_refused_naming_the_task():
     from cli_helpers import compose_train, tiny_task
 
-    from attnlab import cli
     from attnlab.checks import ConfigError
 
     cfg = compose_train("model=tiny", "task=listops", "normalizer=forgetting", *tiny_task("listops"))
     with pytest.raises(ConfigError) as err:
-        cli.build(cfg, "softmax_ce")
+        assembly.assemble(cfg, "softmax_ce")
     message = str(err.value)
     assert "\n" not in message and message.startswith(
         "normalizer=forgetting needs causal attention, but task=listops is a per-sequence task"

@@ -207,11 +207,11 @@ def test_ssmax_and_stickbreaking_train_without_positions_and_log_their_statistic
 def test_stickbreaking_is_refused_for_bidirectional_models_naming_the_task():
     from cli_helpers import compose_train, tiny_task
 
-    from attnlab import cli
     from attnlab.checks import ConfigError
+    from attnlab.config.assembly import assemble
 
     def build(*overrides):
-        return cli.build(compose_train("model=tiny", "task=listops", *overrides, *tiny_task("listops")), "softmax_ce")
+        return assemble(compose_train("model=tiny", "task=listops", *overrides, *tiny_task("listops")), "softmax_ce")
 
     with pytest.raises(ConfigError) as err:
         build("normalizer=stickbreaking")
@@ -297,12 +297,12 @@ def test_the_model_passes_training_to_the_normalizer(mode, differs):
     adapts at evaluation only (dropout 0, so nothing else differs)."""
     from cli_helpers import compose_train, tiny_task
 
-    from attnlab.cli import build
+    from attnlab.config.assembly import assemble
 
     cfg = compose_train(
         "model=tiny", "task=mqar", f"normalizer.adaptive_temperature={mode}", "normalizer.beta=0.1", *tiny_task("mqar")
     )
-    task, (net,), _, _ = build(cfg, "softmax_ce")
+    task, (net,), _, _ = assemble(cfg, "softmax_ce")
     split = task.splits["test"]
     evaluated = np.asarray(net.body(split.inputs[:8], split.valid[:8])[0])
     trained = np.asarray(net.body(split.inputs[:8], split.valid[:8], deterministic=False, rngs=nnx.Rngs(dropout=0))[0])

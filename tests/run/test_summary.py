@@ -153,11 +153,11 @@ def test_the_continuation_is_the_models_greedy_choice_after_the_prompt(seq_len):
     from cli_helpers import compose_train
     from flax import nnx
 
-    from attnlab.cli import build
+    from attnlab.config.assembly import assemble
     from attnlab.tasks.lm.continuation import make_continuation, prompt_length, sample_length
 
     cfg = compose_train("model=tiny", "task=lm", *tiny_task("lm"), f"task.seq_len={seq_len}", "model.max_len=512")
-    task, nets, _, _ = build(cfg, "softmax_ce")
+    task, nets, _, _ = assemble(cfg, "softmax_ce")
     graphdef, params, rest = nnx.split(nets[0], nnx.Param, ...)
     inputs, valid = task.splits["val"].inputs[:1], task.splits["val"].valid[:1]
     written = np.asarray(jax.jit(make_continuation(graphdef, seq_len=seq_len))(params, rest, inputs, valid))

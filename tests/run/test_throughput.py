@@ -8,7 +8,7 @@ import pytest
 from cli_helpers import compose_train, tiny_task
 from flax import nnx
 
-from attnlab.cli import build
+from attnlab.config.assembly import assemble
 from attnlab.run.throughput import Throughput, parameter_counts, peak_tflops
 
 
@@ -31,7 +31,7 @@ def test_peak_of_a_device_kind_and_none_where_unknown(kind, peak):
 
 def tiny_net(positional):
     cfg = compose_train("model=tiny", f"model.positional={positional}", *tiny_task("lm"))
-    _, nets, _, _ = build(cfg, "softmax_ce")
+    _, nets, _, _ = assemble(cfg, "softmax_ce")
     return cfg, nets[0]
 
 

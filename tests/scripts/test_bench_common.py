@@ -73,8 +73,8 @@ def test_bench_gpu_times_the_step_a_run_trains_with(tmp_path):
     import bench_gpu
     import numpy as np
 
-    from attnlab import cli
     from attnlab.accelerator import data_mesh
+    from attnlab.config import assembly
     from attnlab.tasks.lm.host_stream import TextWindows
     from attnlab.train import fit
 
@@ -85,7 +85,7 @@ def test_bench_gpu_times_the_step_a_run_trains_with(tmp_path):
     bench_state, bench_metrics = run["steps"].plain(run["state"], run["data"])
 
     cfg = bench_gpu.compose(overrides + ["trainer.progress=none"])
-    task, nets, tx, loop = cli.build(cfg, cfg.task.default_head)
+    task, nets, tx, loop = assembly.assemble(cfg, cfg.task.default_head)
     got = {}
 
     class Stop(Exception):

@@ -255,7 +255,7 @@ def test_bigram_backcopy_turns_on_the_sink_statistics_it_exists_to_measure(tmp_p
 )
 def test_a_null_switch_follows_the_task_and_a_given_one_stays(task_class, given, want):
     from attnlab import tasks
-    from attnlab.cli import sink_statistics
+    from attnlab.config.assembly import sink_statistics
 
     nodes = {"trainer": {"final_stats": given, "steps": 4}, "model": {"extreme_token_stats": given, "d_model": 8}}
     out = sink_statistics(getattr(tasks, task_class), nodes)

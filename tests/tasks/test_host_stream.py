@@ -17,6 +17,7 @@ from cli_helpers import TINY, scalar_curve, tiny_task, train_in_process
 
 from attnlab import config
 from attnlab.checks import ConfigError
+from attnlab.config import assembly
 from attnlab.steps import sample_batch, step_key
 from attnlab.tasks.lm.host_stream import INT32_MAX, HostStream, TextWindows, host_starts, wide_bits, window_starts
 
@@ -115,7 +116,6 @@ def test_host_stream_steps_train_as_the_device_steps():
     from cli_helpers import compose_train
     from flax import nnx
 
-    from attnlab import cli
     from attnlab.accelerator import data_mesh
     from attnlab.model.groups import leaf_groups
     from attnlab.steps import probes_per_layer
@@ -127,7 +127,7 @@ def test_host_stream_steps_train_as_the_device_steps():
     cfg = compose_train(
         "model=tiny", "task=lm", *tiny_task("lm"), "accelerator=cpu", f"trainer.vmap_seeds={S}", "trainer.batch_size=8"
     )
-    task, nets, tx, loop = cli.build(cfg, "softmax_ce")
+    task, nets, tx, loop = assembly.assemble(cfg, "softmax_ce")
     host_task = config.task("lm", **{**task.options, "device_text_bytes": 1000})
     graphdef, params, _ = nnx.split(nets[0], nnx.Param, ...)
     groups, layers = leaf_groups(params)

@@ -16,7 +16,7 @@ from scipy import stats as sps
 
 from attnlab import config
 from attnlab.checks import ConfigError
-from attnlab.cli import build
+from attnlab.config.assembly import assemble
 from attnlab.tasks.base import Split
 
 SMALL = dict(n_train=60, n_val=20, n_test=30)
@@ -134,14 +134,14 @@ def test_bad_test_lengths_are_refused(value):
 def test_lengths_beyond_the_position_table_are_refused_naming_the_fix():
     cfg = compose_train("model=tiny", "model.max_len=100", "task.n_train=50", "task.test_lengths=[64,256]")
     with pytest.raises(ConfigError) as err:
-        build(cfg, "softmax_ce")
+        assemble(cfg, "softmax_ce")
     assert str(err.value) == (
         "task.test_lengths=[64, 256] needs sequences of 256 positions, beyond the "
         "model.positional=learned table of model.max_len=100; raise model.max_len to >= 256 "
         "or use model.positional=rope or none"
     )
     for fix in ("model.max_len=256", "model.positional=rope", "model.positional=none"):
-        build(
+        assemble(
             compose_train("model=tiny", "model.max_len=100", "task.n_train=50", "task.test_lengths=[64,256]", fix),
             "softmax_ce",
         )
@@ -162,7 +162,7 @@ def test_attention_statistics_per_length_are_example_weighted_and_skip_padding()
         "task.num_kv_pairs=2",
         "task.n_train=10",
     )
-    _, nets, _, _ = build(cfg, "softmax_ce")
+    _, nets, _, _ = assemble(cfg, "softmax_ce")
     graphdef, params, rest = nnx.split(nets[0], nnx.Param, ...)
     split = pad_split(task.splits["test"], 5)
     assert len(split["inputs"]) == 15

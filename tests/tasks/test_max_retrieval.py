@@ -13,7 +13,7 @@ from flax import nnx
 
 from attnlab import config
 from attnlab.checks import ConfigError
-from attnlab.cli import build
+from attnlab.config.assembly import assemble
 from attnlab.run import chance
 
 
@@ -89,7 +89,7 @@ def test_one_head_between_mlps_learns_it_above_chance():
         "task.n_train=4000",
         "task.n_test=500",
     )
-    task, (net,), _, _ = build(cfg, "softmax_ce")
+    task, (net,), _, _ = assemble(cfg, "softmax_ce")
     graphdef, params, rest = nnx.split(net, nnx.Param, ...)
     tx = optax.adam(3e-3)
     train, test = task.splits["train"], task.splits["test"]

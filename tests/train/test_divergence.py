@@ -16,7 +16,7 @@ from flax import nnx
 from tensorboard.plugins.hparams import metadata
 
 from attnlab import exits
-from attnlab.cli import build
+from attnlab.config.assembly import assemble
 from attnlab.model.groups import leaf_groups
 from attnlab.optim import scale_by_rate
 from attnlab.steps import make_train_step
@@ -74,7 +74,7 @@ def test_skip_policy_keeps_the_last_finite_parameters():
     """From the third step on the learning rate overflows (inf: lr·g is ±inf, or NaN where g = 0) while loss and
     gradient stay finite: the step must keep the parameters after step 2 (a gradient-only check applied it)."""
     cfg = compose_train("model=tiny", "task=mqar", *tiny_task("mqar"))
-    task, nets, _, _ = build(cfg, "softmax_ce")
+    task, nets, _, _ = assemble(cfg, "softmax_ce")
     # The rate last, as attnlab.optim's chains apply it: the step reads opt/lr from its state.
     tx = optax.chain(optax.sgd(1.0), scale_by_rate(lambda count: jnp.where(count < 2, 1e-2, jnp.inf)))
     graphdef, params, _ = nnx.split(nets[0], nnx.Param, ...)

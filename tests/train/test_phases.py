@@ -10,6 +10,7 @@ from cli_helpers import TINY, tiny_task
 from flax import nnx
 
 from attnlab import steps
+from attnlab.config import assembly
 from attnlab.train.evaluation import evaluate_step
 
 
@@ -74,14 +75,14 @@ def test_logging_never_changes_the_parameters():
     from cli_helpers import compose_train, tiny_task
     from flax import nnx
 
-    from attnlab import cli
+    from attnlab.config import assembly
     from attnlab.model.groups import leaf_groups
     from attnlab.steps import probes_per_layer
     from attnlab.train.loop import compile_steps
     from attnlab.train.state import fresh_state
 
     cfg = compose_train("model=tiny", "task=mqar", *tiny_task("mqar"), "model.dropout=0.1", "accelerator=cpu")
-    task, nets, tx, loop = cli.build(cfg, "softmax_ce")
+    task, nets, tx, loop = assembly.assemble(cfg, "softmax_ce")
     net = nets[0]
     graphdef, params, _ = nnx.split(net, nnx.Param, ...)
     groups, layers = leaf_groups(params)
@@ -173,8 +174,8 @@ def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap,
     import jax
     from flax import nnx
 
-    from attnlab.cli import build
     from attnlab.config import registry
+    from attnlab.config.assembly import assemble
     from attnlab.heads import calibration
     from attnlab.train.evaluation import make_evaluate
     from attnlab.train.trees import pad_split, stack
@@ -184,7 +185,7 @@ def test_scanned_evaluation_matches_the_whole_split_evaluation(task, head, vmap,
         cfg = hydra.compose(
             "train", overrides=[f"task={task}", *overrides, f"head={head}", f"trainer.vmap_seeds={vmap}"]
         )
-    task_obj, nets, _, _ = build(cfg, head)
+    task_obj, nets, _, _ = assemble(cfg, head)
     graphdef, _, _ = nnx.split(nets[0], nnx.Param, ...)
     parts = [nnx.split(n, nnx.Param, ...) for n in nets]
     params, rest = stack([p[1] for p in parts]), stack([p[2] for p in parts])
@@ -230,13 +231,12 @@ def test_fit_hands_its_compiled_steps_to_on_compiled(tmp_path):
     import jax
     from cli_helpers import compose_train
 
-    from attnlab import cli
     from attnlab.accelerator import data_mesh
     from attnlab.train import fit
     from attnlab.train.loop import CompiledSteps
 
     cfg = compose_train("model=tiny", "task=mqar", *tiny_task("mqar"), "accelerator=cpu", "trainer.progress=none")
-    task, nets, tx, loop = cli.build(cfg, "softmax_ce")
+    task, nets, tx, loop = assembly.assemble(cfg, "softmax_ce")
     calls = []
 
     class Stop(Exception):
@@ -272,8 +272,8 @@ def test_each_row_group_is_scored_on_its_own_rows_for_every_seed():
     import jax
     from flax import nnx
 
-    from attnlab.cli import build
     from attnlab.config import registry
+    from attnlab.config.assembly import assemble
     from attnlab.train.evaluation import eval_split, make_evaluate
     from attnlab.train.trees import stack
 
@@ -284,7 +284,7 @@ def test_each_row_group_is_scored_on_its_own_rows_for_every_seed():
     overrides = [o for o in TINY if not o.startswith("compile_cache")]
     with hydra.initialize_config_dir(str(registry.CONFIG_DIR), version_base="1.3"):
         cfg = hydra.compose("train", overrides=[f"task={task}", *overrides, *sizes, f"trainer.vmap_seeds={vmap}"])
-    task_obj, nets, _, _ = build(cfg, "softmax_ce")
+    task_obj, nets, _, _ = assemble(cfg, "softmax_ce")
     graphdef, _, _ = nnx.split(nets[0], nnx.Param, ...)
     parts = [nnx.split(n, nnx.Param, ...) for n in nets]
     params, rest = stack([p[1] for p in parts]), stack([p[2] for p in parts])

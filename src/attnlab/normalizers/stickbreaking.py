@@ -33,7 +33,7 @@ class StickBreaking(ScoreNormalizer):
     recent back carrying Σ log(1 − σ), with the backward below (`_make_blocks`).
     """
 
-    causal_only = True  # cli.build refuses it for bidirectional models, naming the task
+    causal_only = True  # config.assembly.assemble refuses it for bidirectional models, naming the task
 
     # the query's own position breaking the stick first
     check_variants = types.MappingProxyType(

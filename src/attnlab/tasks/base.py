@@ -123,7 +123,7 @@ class Task:
     train_data = "device"  # or "host-stream": each step's data comes from the host (`batches`; run.json)
     is_text = False  # True: tokens are text, `decode` turns them back into it
     # True: the task exists to measure attention sinks, so trainer.final_stats and model.extreme_token_stats, left
-    # null, are on under it (cli.sink_statistics)
+    # null, are on under it (config.assembly.sink_statistics)
     measures_sinks = False
     # task.test_lengths (tasks.lengths): the option a length sets, or None and why the task has none.
     length_option: str | None = None

@@ -24,7 +24,7 @@ class LoopConfig:
     resume: bool = False
     attn_map_scale: str = "row"  # row | log | max (attnlab.board.images.scaled)
     max_skipped: float = 0.1  # share of `steps` that may be skipped as non-finite before the run is diverged
-    # the test split's and test lengths' final metrics carry the attention statistics (None: the task's, cli.build)
+    # the test split's and test lengths' final metrics carry the attention statistics (None: the task's)
     final_stats: bool | None = False
 
     def __post_init__(self):
