@@ -8,10 +8,9 @@ import pytest
 
 from attnlab import statistics
 from attnlab.board import summaries
-from attnlab.model import residual_outliers
-from attnlab.model.transformer import extreme_token_stats
 from attnlab.normalizers import reference as ref
 from attnlab.statistics import final as final_statistics
+from attnlab.statistics.residual import drain_and_peak, residual_outliers
 
 B, N, T = 2, 3, 6
 SINK, SELF = 0.6, 0.9  # head 0 parks SINK on the first admissible key, head 1 SELF on its own position
@@ -137,15 +136,10 @@ def test_value_drain_and_residual_peak_of_a_planted_first_token_against_float64(
             ratios.append(norms[0] / np.median(norms[1 : valid_BT[b].sum()]))
         want_N[n] = np.mean(ratios)
     x_BTD = v_BNTH[:, 1] * 3.0  # a residual stream: its peak is head 1's ratio
-    per_layer = [
-        {
-            "value_norm": jnp.asarray(np.linalg.norm(v, axis=-1), jnp.float32),
-            "residual_norm": jnp.asarray(np.linalg.norm(x, axis=-1), jnp.float32),
-        }
-        for v, x in [(v_BNTH, x_BTD), (v_BNTH[:, ::-1], x_BTD * 0 + v_BNTH[:, 0])]
-    ]
-    got = extreme_token_stats(per_layer, jnp.asarray(valid_BT))
-    assert per_layer == [{}, {}]  # the per-token norms are taken out of the layers' statistics
+    layers = [(v_BNTH, x_BTD), (v_BNTH[:, ::-1], x_BTD * 0 + v_BNTH[:, 0])]
+    value_LBNT = jnp.asarray(np.stack([np.linalg.norm(v, axis=-1) for v, _ in layers]), jnp.float32)
+    residual_LBT = jnp.asarray(np.stack([np.linalg.norm(x, axis=-1) for _, x in layers]), jnp.float32)
+    got = drain_and_peak(value_LBNT, residual_LBT, jnp.asarray(valid_BT))
     np.testing.assert_allclose(np.asarray(got["value_drain"]), [want_N, want_N[::-1]], rtol=1e-5)
     np.testing.assert_allclose(np.asarray(got["residual_peak"]), [[want_N[1]] * 2, [want_N[0]] * 2], rtol=1e-5)
     assert want_N[0] < 0.05 < 0.5 < want_N[1]  # the planted drain, and none in head 1

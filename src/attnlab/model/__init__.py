@@ -7,8 +7,7 @@ It imports normalizers, never heads, config or tasks; heads import groups from h
 """
 
 from attnlab.model.attention import MultiHeadAttention
-from attnlab.model.block import residual_outliers
 from attnlab.model.net import Net
 from attnlab.model.transformer import Transformer
 
-__all__ = ["MultiHeadAttention", "Net", "Transformer", "residual_outliers"]
+__all__ = ["MultiHeadAttention", "Net", "Transformer"]

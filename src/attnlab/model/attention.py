@@ -79,9 +79,7 @@ class MultiHeadAttention(nnx.Module):
         rngs: nnx.Rngs,
         short_conv: int = 0,
         output_gate: str = "none",
-        value_norms: bool = False,
     ):
-        self.value_norms = value_norms  # with the statistics: each token's value norm (Transformer.extreme_token_stats)
         self.num_heads, self.head_dim = num_heads, d_model // num_heads
         self.qkv = nnx.Linear(
             d_model, 3 * d_model, use_bias=False, dtype=dtype, dot_general=dense_dot_general, rngs=rngs
@@ -146,6 +144,11 @@ class MultiHeadAttention(nnx.Module):
         """The keyword a normalizer that `takes_layer_input` is given (its gates projected from x); {} otherwise."""
         return {"layer_input_BTD": x_BTD} if self.normalizer.takes_layer_input else {}
 
+    def value_norms(self, x_BTD, mask: Mask):
+        """(B,N,T) each token's value norm ‖v_t‖ per head (statistics.residual: the value-state drain)."""
+        _, _, v_BNTH = self.heads(x_BTD, mask)
+        return jnp.linalg.norm(v_BNTH.astype(jnp.float32), axis=-1)
+
     def weights(self, x_BTD, mask: Mask):
         """The explicit (B,N,T,S) attention matrix of this layer."""
         q, k, _ = self.heads(x_BTD, mask)
@@ -158,9 +161,6 @@ class MultiHeadAttention(nnx.Module):
         if self.normalizer.mode_dependent:
             kwargs["training"] = training
         o_BNTH, stats = self.normalizer(q, k, v, mask, with_stats=with_stats, **kwargs)
-        if with_stats and self.value_norms:
-            # per token: Transformer.extreme_token_stats takes every layer's median in one sort
-            stats = {**stats, "value_norm": jnp.linalg.norm(v.astype(jnp.float32), axis=-1)}
         if self.output_gate != "none":
             o_BNTH, gate_stats = self.gated(o_BNTH, x_BTD, mask, with_stats)
             stats = {**stats, **gate_stats}

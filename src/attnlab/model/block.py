@@ -1,5 +1,4 @@
-"""One pre-norm transformer block: x + attn(norm(x)); x + MLP(norm(x)), its norm and MLP kinds (GPT-2's or LLaMA's),
-and the residual stream's statistics it reports after itself."""
+"""One pre-norm transformer block: x + attn(norm(x)); x + MLP(norm(x)), its norm and MLP kinds (GPT-2's or LLaMA's)."""
 
 from __future__ import annotations
 
@@ -30,22 +29,6 @@ def swiglu_width(mlp_ratio: int, d_model: int) -> int:
     return -(-2 * mlp_ratio * d_model // 3 // 64) * 64
 
 
-def residual_outliers(x_BTD, valid_BT):
-    """(largest |x| / median |x|, kurtosis E[(x − μ)⁴] / σ⁴) over every entry of the valid tokens' residual stream.
-
-    The first is Sun et al. 2024's massive-activation measure (their outliers are ~10⁴ times the median); the
-    second the hidden-state kurtosis Zuhri et al. 2025 report for softpick (Pearson's: 3 for a Gaussian)."""
-    x_BTD = x_BTD.astype(jnp.float32)
-    w_BT1 = jnp.broadcast_to(valid_BT[..., None], x_BTD.shape[:2] + (1,)).astype(bool)
-    abs_BTD = jnp.where(w_BT1, jnp.abs(x_BTD), jnp.nan)
-    ratio = jnp.nanmax(abs_BTD) / jnp.maximum(jnp.nanmedian(abs_BTD), 1e-30)
-    count = jnp.maximum(w_BT1.sum() * x_BTD.shape[-1], 1)
-    mean = jnp.where(w_BT1, x_BTD, 0.0).sum() / count
-    c_BTD = jnp.where(w_BT1, x_BTD - mean, 0.0)
-    var = (c_BTD**2).sum() / count
-    return ratio, (c_BTD**4).sum() / count / jnp.maximum(var**2, 1e-30)
-
-
 class Block(nnx.Module):
     """x + attn(norm(x)); x + MLP(norm(x)) (left out at mlp_ratio 0): norm a LayerNorm or an RMSNorm, MLP
     fc2(gelu(fc1 x)), fc2(relu(fc1 x)) or fc2(silu(gate x) · up x) (SwiGLU: fc1 holds gate and up side by side)."""
@@ -65,12 +48,11 @@ class Block(nnx.Module):
         rngs,
         short_conv=0,
         output_gate="none",
-        extreme_token_stats=False,
         norm="layernorm",
         mlp="gelu",
         bias=None,
     ):
-        self.extreme_token_stats, self.mlp = extreme_token_stats, mlp
+        self.mlp = mlp
         self.ln1 = make_norm(norm, d_model, dtype, rngs)
         self.attn = MultiHeadAttention(
             d_model,
@@ -83,7 +65,6 @@ class Block(nnx.Module):
             rngs=rngs,
             short_conv=short_conv,
             output_gate=output_gate,
-            value_norms=extreme_token_stats,
         )
         self.drop = nnx.Dropout(dropout, rngs=rngs)
         tag("norm", self.ln1)
@@ -107,6 +88,10 @@ class Block(nnx.Module):
         gate_BTF, up_BTF = jnp.split(u_BTF, 2, axis=-1)
         return jax.nn.silu(gate_BTF) * up_BTF
 
+    def value_norms(self, x_BTD, mask):
+        """(B,N,T) the value norms its attention computes from the block's input x (statistics.residual)."""
+        return self.attn.value_norms(self.ln1(x_BTD), mask)
+
     def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic, rngs):
         a_BTD, stats = self.attn(
             self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS, training=not deterministic
@@ -115,11 +100,4 @@ class Block(nnx.Module):
         if self.has_mlp:
             h = self.fc2(self.activation(self.fc1(self.ln2(x_BTD))))
             x_BTD = x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs)
-        if with_stats and self.extreme_token_stats:  # the residual stream this block leaves, per layer, per head
-            B, T, _ = x_BTD.shape
-            valid_BT = jnp.ones((B, T), bool) if mask.key_valid_BS is None else mask.key_valid_BS[:, :T]
-            ratio, kurtosis = residual_outliers(x_BTD, valid_BT)
-            per_layer = {"massive_ratio": ratio, "kurtosis": kurtosis}
-            stats = {**stats, **{k: jnp.full((self.attn.num_heads,), v) for k, v in per_layer.items()}}
-            stats["residual_norm"] = jnp.linalg.norm(x_BTD.astype(jnp.float32), axis=-1)  # per token, as value_norm
         return x_BTD, stats

@@ -20,7 +20,8 @@ from flax import nnx
 
 
 def run_blocks(blocks, x_BTD, mask, probes, rngs, *, remat, with_stats: bool, deterministic: bool):
-    """x after every block, and the list of each block's statistics.
+    """x after every block, the list of each block's statistics, and with them (`with_stats`) the list of each
+    block's output, the residual stream it leaves (statistics.residual); [] without.
 
     With remat and dropout, each block's dropout key is one draw of the outer `rngs` stream, so
     the masks differ from remat=false (the losses agree exactly without dropout).
@@ -30,11 +31,12 @@ def run_blocks(blocks, x_BTD, mask, probes, rngs, *, remat, with_stats: bool, de
         return block(x_BTD, mask, with_stats=with_stats, score_probe_BNTS=probe, deterministic=deterministic, rngs=r)
 
     if not remat:
-        per_layer = []
+        per_layer, outputs = [], []
         for i, block in enumerate(blocks):
             x_BTD, stats = run(block, x_BTD, None if probes is None else probes[i], rngs)
             per_layer.append(stats)
-        return x_BTD, per_layer
+            outputs.append(x_BTD)
+        return x_BTD, per_layer, outputs if with_stats else []
     policy = jax.checkpoint_policies.dots_with_no_batch_dims_saveable if remat == "dots" else None
     split = [nnx.split(block) for block in blocks]
     L = len(split)
@@ -44,19 +46,22 @@ def run_blocks(blocks, x_BTD, mask, probes, rngs, *, remat, with_stats: bool, de
         return run(nnx.merge(graphdef, state), x_BTD, probe, None if key is None else nnx.Rngs(dropout=key))
 
     if any(g != split[0][0] for g, _ in split):  # heterogeneous layers: unrolled (no saving on CPU)
-        per_layer = []
+        per_layer, outputs = [], []
         for i, (graphdef, state) in enumerate(split):
             step = jax.checkpoint(functools.partial(pure, graphdef), policy=policy)
             x_BTD, stats = step(state, x_BTD, None if probes is None else probes[i], None if keys is None else keys[i])
             per_layer.append(stats)
-        return x_BTD, per_layer
+            outputs.append(x_BTD)
+        return x_BTD, per_layer, outputs if with_stats else []
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[s for _, s in split])
     probes_L = None if probes is None else jnp.stack(probes)
 
     @functools.partial(jax.checkpoint, policy=policy)
     def body(x_BTD, xs):
         state, probe, key = xs
-        return pure(split[0][0], state, x_BTD, probe, key)
+        x_BTD, stats = pure(split[0][0], state, x_BTD, probe, key)
+        return x_BTD, (stats, x_BTD if with_stats else None)
 
-    x_BTD, stats_L = jax.lax.scan(body, x_BTD, (stacked, probes_L, keys))
-    return x_BTD, [{k: v[i] for k, v in stats_L.items()} for i in range(L)]
+    x_BTD, (stats_L, outputs_L) = jax.lax.scan(body, x_BTD, (stacked, probes_L, keys))
+    per_layer = [{k: v[i] for k, v in stats_L.items()} for i in range(L)]
+    return x_BTD, per_layer, [] if outputs_L is None else list(outputs_L)

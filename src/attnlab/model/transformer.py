@@ -16,7 +16,7 @@ from attnlab.model.groups import tag
 from attnlab.model.remat import run_blocks
 from attnlab.normalizers import Mask, Normalizer
 from attnlab.options import model as model_options
-from attnlab.statistics import first_over_median, mean_over_examples
+from attnlab.statistics.residual import residual_statistics
 
 
 def sinusoidal_table(length: int, d_model: int):
@@ -26,19 +26,6 @@ def sinusoidal_table(length: int, d_model: int):
     table = jnp.zeros((length, d_model))
     table = table.at[:, 0::2].set(jnp.sin(pos * inv))
     return table.at[:, 1::2].set(jnp.cos(pos * inv)[:, : d_model // 2])
-
-
-def extreme_token_stats(per_layer: list[dict], valid_BT) -> dict:
-    """{"value_drain", "residual_peak": (L, N)} of Guo et al. 2024 (arXiv 2410.13835, Sec. 2) from the per-token
-    norms each layer's statistics hold (popped from them): the first token's norm over the median of the other valid
-    tokens', mean over examples. One median over every layer at once: a sort per layer and statistic made the GPU
-    logging step launch 1.83× the plain step's kernels, against 1.67× without these statistics (BENCHMARKS.md)."""
-    value_LBNT = jnp.stack([s.pop("value_norm") for s in per_layer])
-    residual_LBT = jnp.stack([s.pop("residual_norm") for s in per_layer])
-    N = value_LBNT.shape[2]
-    norms_BLMT = jnp.concatenate([value_LBNT, residual_LBT[:, :, None]], axis=2).swapaxes(0, 1)
-    ratio_LM = mean_over_examples(first_over_median(norms_BLMT, valid_BT[:, None, None]), valid_BT)
-    return {"value_drain": ratio_LM[:, :N], "residual_peak": jnp.broadcast_to(ratio_LM[:, N:], ratio_LM[:, :N].shape)}
 
 
 def stack_layer_stats(per_layer: list[dict]) -> dict:
@@ -78,8 +65,8 @@ class Transformer(nnx.Module):
     `output_gate` (none | headwise | elementwise) gates each head's output (options.model.OUTPUT_GATES);
     `embed_std` (None: each table's own init) is the std of the token and learned-position tables' normal init;
     `bias` (None: the MLP kind's own, block.mlp_bias) gives the MLP's and a vector input's linear layers biases;
-    `extreme_token_stats` adds the residual stream's statistics to `stats` (Block, extreme_token_stats): they are
-    opt-in because their medians cost the logging step's compile (BENCHMARKS.md).
+    `extreme_token_stats` adds the residual stream's statistics to `stats` (statistics.residual, from each block's
+    output and value norms): they are opt-in because their medians cost the logging step's compile (BENCHMARKS.md).
 
     Given `batch_size` (the sequences a device holds in a step), each layer's attention backend is chosen here,
     once, at seq_len and each of `test_lengths` (choose_backends); without it, on a layer's first trace.
@@ -177,7 +164,6 @@ class Transformer(nnx.Module):
                     rngs=rngs,
                     short_conv=short_conv,
                     output_gate=output_gate,
-                    extreme_token_stats=extreme_token_stats,
                     norm=norm,
                     mlp=mlp,
                     bias=bias,
@@ -237,11 +223,11 @@ class Transformer(nnx.Module):
         return jnp.stack(maps)
 
     def __call__(self, inputs, valid_BT, *, with_stats=False, score_probes=None, deterministic=True, rngs=None):
-        x_BTD = self.embed_inputs(inputs)
+        x0_BTD = self.embed_inputs(inputs)
         mask = self.mask(valid_BT)
-        x_BTD, per_layer = run_blocks(
+        x_BTD, per_layer, outputs = run_blocks(
             self.blocks,
-            x_BTD,
+            x0_BTD,
             mask,
             score_probes,
             rngs,
@@ -252,8 +238,11 @@ class Transformer(nnx.Module):
         x_BTD = self.ln_f(x_BTD)
         stats = {}
         if with_stats:
-            extreme = extreme_token_stats(per_layer, valid_BT) if self.extreme_token_stats else {}  # pops the norms
-            stats = stack_layer_stats(per_layer) | extreme
+            stats = stack_layer_stats(per_layer)
+        if with_stats and self.extreme_token_stats:
+            block_inputs = [x0_BTD, *outputs[:-1]]
+            value_norms = [b.value_norms(x, mask) for b, x in zip(self.blocks, block_inputs, strict=True)]
+            stats |= residual_statistics(outputs, value_norms, valid_BT)
         if not self.pooled:
             return x_BTD, stats
         # The mean over T in float32 (a bfloat16 sum of T terms loses ~log2(T) bits); the head upcasts anyway.

@@ -332,20 +332,6 @@ def directions() -> dict[str, str | None]:
 SINK_EPSILON = 0.3
 
 
-def first_over_median(norm_XT, valid_XT) -> jax.Array:
-    """(X,) the first position's norm over the median norm of the other valid positions (NaN where there is none):
-    the value-state drain and residual-state peak of Guo et al. 2024 (arXiv 2410.13835, Sec. 2), per example."""
-    others_XT = jnp.where(valid_XT[..., 1:], norm_XT[..., 1:].astype(jnp.float32), jnp.nan)
-    return norm_XT[..., 0].astype(jnp.float32) / jnp.maximum(jnp.nanmedian(others_XT, -1), 1e-30)
-
-
-def mean_over_examples(value_BX, valid_BT) -> jax.Array:
-    """(X...) the mean of per-example values over the examples with two or more valid tokens (0 where none)."""
-    ok_B = valid_BT.sum(-1) >= 2
-    ok_BX = ok_B.reshape(ok_B.shape + (1,) * (value_BX.ndim - 1))
-    return jnp.where(ok_BX, value_BX, 0.0).sum(0) / jnp.maximum(ok_B.sum(), 1)
-
-
 def sink_rate(first_weight_LN) -> jax.Array:
     """(L,) share of each layer's heads whose mean first-key weight exceeds SINK_EPSILON (NaN heads count as none)."""
     return jnp.mean(jnp.asarray(first_weight_LN) > SINK_EPSILON, -1)
