@@ -314,19 +314,24 @@ def built(group: str) -> list[tuple[str, type]]:
 def varies(group: str) -> bool:
     """Whether the choices of `group` name different classes, so that which keys it takes depends on the choice:
     read from their `_target_`s, no class imported (the command line's refusals ask it before jax loads)."""
-    return len(_targets(tuple(_EXTRA), group)) > 1
+    return _varies(tuple(_EXTRA), group)
 
 
 @functools.lru_cache(maxsize=None)
-def _targets(extra, group: str) -> frozenset:
-    """The `_target_`s the choices of `group` name; a choice whose YAML does not compose is refused where it is used."""
-    found = set()
+def _varies(extra, group: str) -> bool:
+    """Whether two choices of `group` name different `_target_`s, composing choices only until two differ (a refusal
+    before jax composes a few YAMLs, not every one); a choice whose YAML does not compose is refused where used."""
+    first = None
     for name in _choices(extra, group):
         try:
-            found.add(_load(extra, group, name).get("_target_"))
+            target = _load(extra, group, name).get("_target_")
         except ConfigError:
             continue
-    return frozenset(found)
+        if first is None:
+            first = target
+        elif target != first:
+            return True
+    return False
 
 
 @functools.lru_cache(maxsize=None)
