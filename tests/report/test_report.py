@@ -592,3 +592,21 @@ def test_under_select_lr_a_cell_rates_of_its_own_are_not_missing_cells(tmp_path)
     grid_sweep(tmp_path / "short", skip={("kl", lr, 2) for lr in (0.001, 0.003, 0.01)})
     short = summarize(load_runs(tmp_path / "short"), select_lr=True)
     assert short.completeness() == ["Fewer seeds: normalizer=kl has 2 completed of 3 (missing seed 2)"]
+
+
+def test_report_md_folds_its_prose_at_the_terminal_width_and_keeps_tables_and_headings_whole():
+    from attnlab.report import write
+
+    item = "- **test/loss**: " + " ".join(f"word{i}" for i in range(60))
+    numbered = "  2. " + "x" * 30 + " " + " ".join(["Δ +0.1 [−0.2, +0.3]"] * 12)
+    table = "| " + " | ".join(["cell"] * 40) + " |"
+    lines = ["# " + "title " * 40, item, numbered, table, "plain " * 30]
+    out = write.folded(lines)
+    assert out[0] == lines[0] and table in out  # a heading and a table row stay one line each
+    assert all(len(line) <= write.WIDTH for line in out if line not in (lines[0], table))
+    unfolded = " ".join(" ".join(out).split())
+    assert unfolded == " ".join(" ".join(lines).split())  # nothing lost, nothing added
+    start = next(i for i, x in enumerate(out) if x.startswith("- **"))
+    assert out[start + 1].startswith("  word")  # a list item's continuation under its text
+    second = next(i for i, x in enumerate(out) if x.startswith("  2. "))
+    assert out[second + 1].startswith("     ") and not out[second + 1].startswith("      ")

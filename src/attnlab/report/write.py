@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Iterable
@@ -62,4 +64,22 @@ def to_markdown(
     ]
     out += ["", *table.completeness(), *table.notes, *notes]
     out += [""] + [f"![{p.stem}]({p.name})" for p in images]
-    return "\n".join(out).rstrip() + "\n"
+    return "\n".join(folded(out)).rstrip() + "\n"
+
+
+# report.md is printed as written (attnlab-report): its prose in lines a terminal shows whole, the repository's width.
+WIDTH = 120
+UNFOLDED = ("|", "#", "![", "```")  # tables, headings, images, code: one line each in Markdown
+
+
+def folded(lines: list[str]) -> list[str]:
+    """Each prose or list line longer than WIDTH folded at spaces, a list item's continuation under its text:
+    Markdown renders the folded lines as the one they were."""
+    out = []
+    for line in lines:
+        if len(line) <= WIDTH or line.lstrip().startswith(UNFOLDED):
+            out.append(line)
+            continue
+        indent = " " * len(re.match(r"\s*(?:(?:[-*]|\d+\.)\s+)?", line).group(0))
+        out += textwrap.wrap(line, WIDTH, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False)
+    return out
