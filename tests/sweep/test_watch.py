@@ -4,6 +4,7 @@ still running."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -87,7 +88,10 @@ def check_the_verdict(sweep, records):
     acc = {job: np.array([r["final"]["test/accuracy"] for r in recs]) for job, recs in records.items()}
     soft, lin = acc["0_normalizer=softmax"], acc["1_normalizer=linear"]
     d = lin - soft
-    line = next(t for t in out.splitlines() if t.startswith("- **test/accuracy**"))
+    lines = out.splitlines()  # the item, unfolded: report.md folds its prose at 120 columns (report.write)
+    first = next(k for k, t in enumerate(lines) if t.startswith("- **test/accuracy**"))
+    folded = itertools.takewhile(lambda t: t.startswith("  "), lines[first + 1 :])
+    line = " ".join([lines[first], *(t.strip() for t in folded)])
     p = stats.ttest_rel(lin, soft).pvalue if d.any() else 1.0  # one test: Holm leaves it as it is
     tost = max(
         stats.ttest_1samp(d, -0.01, alternative="greater").pvalue, stats.ttest_1samp(d, 0.01, alternative="less").pvalue
