@@ -49,7 +49,7 @@ def test_the_mlp_half_of_a_block_against_float64(norm, mlp):
     b = block(norm, mlp)
     x_BTD = np.random.default_rng(0).normal(size=(2, 8, 64)).astype(np.float32)
     mask = Mask(causal=True)
-    out, _ = b(x_BTD, mask, with_stats=False, score_probe_BNTS=None, deterministic=True, rngs=None)
+    out, _, _ = b(x_BTD, mask, with_stats=False, score_probe_BNTS=None, deterministic=True, rngs=None)
     a_BTD, _ = b.attn(b.ln1(x_BTD), mask)
     h = np.float64(x_BTD) + np.float64(a_BTD)
     p = jax.tree.map(lambda v: np.float64(v), nnx.to_pure_dict(nnx.state(b, nnx.Param)))

@@ -345,6 +345,6 @@ def test_an_attention_only_block_is_the_residual_plus_attention():
     x_BTD = jnp.asarray(np.random.default_rng(3).normal(size=(2, 6, 8)), jnp.float32)
     mask = body.mask(jnp.ones((2, 6), bool))
     block = body.blocks[0]
-    got, _ = block(x_BTD, mask, with_stats=False, score_probe_BNTS=None, deterministic=True, rngs=None)
+    got, _, _ = block(x_BTD, mask, with_stats=False, score_probe_BNTS=None, deterministic=True, rngs=None)
     attended, _ = block.attn(block.ln1(x_BTD), mask)
     np.testing.assert_allclose(np.asarray(got), np.asarray(x_BTD + attended), rtol=1e-6, atol=1e-6)

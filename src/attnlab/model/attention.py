@@ -144,19 +144,20 @@ class MultiHeadAttention(nnx.Module):
         """The keyword a normalizer that `takes_layer_input` is given (its gates projected from x); {} otherwise."""
         return {"layer_input_BTD": x_BTD} if self.normalizer.takes_layer_input else {}
 
-    def value_norms(self, x_BTD, mask: Mask):
-        """(B,N,T) each token's value norm ‖v_t‖ per head (statistics.residual: the value-state drain)."""
-        _, _, v_BNTH = self.heads(x_BTD, mask)
-        return jnp.linalg.norm(v_BNTH.astype(jnp.float32), axis=-1)
-
     def weights(self, x_BTD, mask: Mask):
         """The explicit (B,N,T,S) attention matrix of this layer."""
         q, k, _ = self.heads(x_BTD, mask)
         return self.normalizer.weights(q, k, mask, **self.layer_input(x_BTD))
 
     def __call__(self, x_BTD, mask: Mask, *, with_stats=False, score_probe_BNTS=None, training=False):
-        B, T, _ = x_BTD.shape
         q, k, v = self.heads(x_BTD, mask)
+        return self.attend(
+            x_BTD, q, k, v, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS, training=training
+        )
+
+    def attend(self, x_BTD, q, k, v, mask: Mask, *, with_stats=False, score_probe_BNTS=None, training=False):
+        """(out_BTD, stats) from this layer's heads q, k, v of x (`heads`)."""
+        B, T, _ = x_BTD.shape
         kwargs = self.layer_input(x_BTD) | ({} if score_probe_BNTS is None else {"score_probe_BNTS": score_probe_BNTS})
         if self.normalizer.mode_dependent:
             kwargs["training"] = training

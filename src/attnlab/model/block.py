@@ -88,16 +88,17 @@ class Block(nnx.Module):
         gate_BTF, up_BTF = jnp.split(u_BTF, 2, axis=-1)
         return jax.nn.silu(gate_BTF) * up_BTF
 
-    def value_norms(self, x_BTD, mask):
-        """(B,N,T) the value norms its attention computes from the block's input x (statistics.residual)."""
-        return self.attn.value_norms(self.ln1(x_BTD), mask)
-
     def __call__(self, x_BTD, mask, *, with_stats, score_probe_BNTS, deterministic, rngs):
-        a_BTD, stats = self.attn(
-            self.ln1(x_BTD), mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS, training=not deterministic
+        """(the residual stream after the block, its attention's statistics, and with them (`with_stats`) each token's
+        value norm ‖v_t‖ per head, (B,N,T): statistics.residual's value-state drain; None without)."""
+        u_BTD = self.ln1(x_BTD)
+        q, k, v = self.attn.heads(u_BTD, mask)
+        a_BTD, stats = self.attn.attend(
+            u_BTD, q, k, v, mask, with_stats=with_stats, score_probe_BNTS=score_probe_BNTS, training=not deterministic
         )
         x_BTD = x_BTD + self.drop(a_BTD, deterministic=deterministic, rngs=rngs)
         if self.has_mlp:
             h = self.fc2(self.activation(self.fc1(self.ln2(x_BTD))))
             x_BTD = x_BTD + self.drop(h, deterministic=deterministic, rngs=rngs)
-        return x_BTD, stats
+        value_norm_BNT = jnp.linalg.norm(v.astype(jnp.float32), axis=-1) if with_stats else None
+        return x_BTD, stats, value_norm_BNT

@@ -21,7 +21,7 @@ from flax import nnx
 
 def run_blocks(blocks, x_BTD, mask, probes, rngs, *, remat, with_stats: bool, deterministic: bool):
     """x after every block, the list of each block's statistics, and with them (`with_stats`) the list of each
-    block's output, the residual stream it leaves (statistics.residual); [] without.
+    block's (output, value norms): the residual stream it leaves and its tokens' ‖v‖ (statistics.residual); [] without.
 
     With remat and dropout, each block's dropout key is one draw of the outer `rngs` stream, so
     the masks differ from remat=false (the losses agree exactly without dropout).
@@ -33,9 +33,9 @@ def run_blocks(blocks, x_BTD, mask, probes, rngs, *, remat, with_stats: bool, de
     if not remat:
         per_layer, outputs = [], []
         for i, block in enumerate(blocks):
-            x_BTD, stats = run(block, x_BTD, None if probes is None else probes[i], rngs)
+            x_BTD, stats, value_norm_BNT = run(block, x_BTD, None if probes is None else probes[i], rngs)
             per_layer.append(stats)
-            outputs.append(x_BTD)
+            outputs.append((x_BTD, value_norm_BNT))
         return x_BTD, per_layer, outputs if with_stats else []
     policy = jax.checkpoint_policies.dots_with_no_batch_dims_saveable if remat == "dots" else None
     split = [nnx.split(block) for block in blocks]
@@ -49,9 +49,10 @@ def run_blocks(blocks, x_BTD, mask, probes, rngs, *, remat, with_stats: bool, de
         per_layer, outputs = [], []
         for i, (graphdef, state) in enumerate(split):
             step = jax.checkpoint(functools.partial(pure, graphdef), policy=policy)
-            x_BTD, stats = step(state, x_BTD, None if probes is None else probes[i], None if keys is None else keys[i])
+            probe, key = None if probes is None else probes[i], None if keys is None else keys[i]
+            x_BTD, stats, value_norm_BNT = step(state, x_BTD, probe, key)
             per_layer.append(stats)
-            outputs.append(x_BTD)
+            outputs.append((x_BTD, value_norm_BNT))
         return x_BTD, per_layer, outputs if with_stats else []
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[s for _, s in split])
     probes_L = None if probes is None else jnp.stack(probes)
@@ -59,9 +60,9 @@ def run_blocks(blocks, x_BTD, mask, probes, rngs, *, remat, with_stats: bool, de
     @functools.partial(jax.checkpoint, policy=policy)
     def body(x_BTD, xs):
         state, probe, key = xs
-        x_BTD, stats = pure(split[0][0], state, x_BTD, probe, key)
-        return x_BTD, (stats, x_BTD if with_stats else None)
+        x_BTD, stats, value_norm_BNT = pure(split[0][0], state, x_BTD, probe, key)
+        return x_BTD, (stats, (x_BTD, value_norm_BNT) if with_stats else None)
 
     x_BTD, (stats_L, outputs_L) = jax.lax.scan(body, x_BTD, (stacked, probes_L, keys))
     per_layer = [{k: v[i] for k, v in stats_L.items()} for i in range(L)]
-    return x_BTD, per_layer, [] if outputs_L is None else list(outputs_L)
+    return x_BTD, per_layer, [] if outputs_L is None else [(outputs_L[0][i], outputs_L[1][i]) for i in range(L)]

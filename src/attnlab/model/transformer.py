@@ -219,15 +219,15 @@ class Transformer(nnx.Module):
         maps = []
         for block in self.blocks:
             maps.append(block.attn.weights(block.ln1(x_BTD), mask))
-            x_BTD, _ = block(x_BTD, mask, with_stats=False, score_probe_BNTS=None, deterministic=True, rngs=None)
+            x_BTD, _, _ = block(x_BTD, mask, with_stats=False, score_probe_BNTS=None, deterministic=True, rngs=None)
         return jnp.stack(maps)
 
     def __call__(self, inputs, valid_BT, *, with_stats=False, score_probes=None, deterministic=True, rngs=None):
-        x0_BTD = self.embed_inputs(inputs)
+        x_BTD = self.embed_inputs(inputs)
         mask = self.mask(valid_BT)
         x_BTD, per_layer, outputs = run_blocks(
             self.blocks,
-            x0_BTD,
+            x_BTD,
             mask,
             score_probes,
             rngs,
@@ -240,9 +240,7 @@ class Transformer(nnx.Module):
         if with_stats:
             stats = stack_layer_stats(per_layer)
         if with_stats and self.extreme_token_stats:
-            block_inputs = [x0_BTD, *outputs[:-1]]
-            value_norms = [b.value_norms(x, mask) for b, x in zip(self.blocks, block_inputs, strict=True)]
-            stats |= residual_statistics(outputs, value_norms, valid_BT)
+            stats |= residual_statistics([x for x, _ in outputs], [v for _, v in outputs], valid_BT)
         if not self.pooled:
             return x_BTD, stats
         # The mean over T in float32 (a bfloat16 sum of T terms loses ~log2(T) bits); the head upcasts anyway.
