@@ -452,6 +452,7 @@ def test_hparams_tab_in_headless_chromium_opens_on_the_swept_columns(sweep_dir, 
 README_URL = "?smoothing=0&runColorGroup=regex:%5B_%2C%5Dnormalizer%3D(%5B%5E%2C%2F%5D%2B)#timeseries"
 
 
+@pytest.mark.long  # the browser runs by default in test_hparams_tab_in_headless_chromium_opens_on_the_swept_columns
 def test_time_series_opens_on_attention_entropy_unsmoothed_with_a_card_per_head(sweep_dir, tmp_path):
     with _tensorboard(sweep_dir) as port, _browser() as browser:
         page = browser.open(f"http://127.0.0.1:{port}/{README_URL}")
@@ -492,6 +493,7 @@ SLIDER_JS = r"""(() => { let found = null;
   walk(document); return found; })()"""
 
 
+@pytest.mark.long  # the browser runs by default in test_hparams_tab_in_headless_chromium_opens_on_the_swept_columns
 def test_custom_scalars_opens_unsmoothed_on_entropy_and_gradient_norm_per_layer(sweep_dir):
     with _tensorboard(sweep_dir) as port, _browser() as browser:
         plain = browser.open(f"http://127.0.0.1:{port}/#custom_scalars")

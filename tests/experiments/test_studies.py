@@ -604,7 +604,12 @@ def test_every_study_is_a_preset_at_both_scales(study):
     assert study.name in PRESETS and f"{study.name}_gpu" in PRESETS
 
 
-@pytest.mark.parametrize("preset", PRESETS)
+# The CPU-scale presets by default; each study's GPU scale (`_gpu`, `_paper`: the same preset with larger sizes, whose
+# existence test_every_study_is_a_preset_at_both_scales checks by default) under `long` (~0.35 s of Hydra a preset).
+CPU_FIRST = [pytest.param(p, marks=[pytest.mark.long] if p.endswith(("_gpu", "_paper")) else []) for p in PRESETS]
+
+
+@pytest.mark.parametrize("preset", CPU_FIRST)
 def test_preset_composes_to_the_command_it_replaced(preset, compose):
     """The preset sweeps the same values as the old command, and its first job's config equals the old command's
     first job's (the jobs differ only in the swept keys, so every job is equal)."""
