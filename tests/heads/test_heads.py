@@ -12,6 +12,7 @@ from flax import nnx
 from attnlab import config, heads
 from attnlab.config import registry
 from attnlab.heads import calibration as cal
+from attnlab.train import evaluation
 
 D, C = 6, 5
 LEADING = [(3, 5), (7,)]
@@ -178,6 +179,17 @@ def test_temperature_scaling_recovers_known_temperature(t_true):
     ece_ts = _loop_ece(scipy.special.softmax(z[1] / t, -1), y[1], w[1])
     assert ece_ts < _loop_ece(scipy.special.softmax(z[1], -1), y[1], w[1]) and ece_ts < 0.02
     assert float(cal.accuracy(z[1] / t, y[1], w[1])) == float(cal.accuracy(z[1], y[1], w[1]))
+
+
+def test_the_runs_temperature_fit_fits_each_seed_on_its_own_sample():
+    """The final metrics' fit over stacked seeds (train.evaluation._fit) gives each seed its own float64 fit."""
+    rng = np.random.default_rng(4)
+    z = rng.normal(size=(2, 4_000, C)) * 3.0
+    y = np.stack([_sample_labels(rng, scipy.special.softmax(z[s] / t, -1)) for s, t in enumerate((0.5, 2.0))])
+    w = np.stack([_weights(rng, 4_000) for _ in range(2)])
+    t_S = np.asarray(evaluation._fit(jnp.asarray(z, jnp.float32), jnp.asarray(y), jnp.asarray(w, jnp.float32)))
+    want = [calibration_ref.fit_temperature(z[s], y[s], w[s]) for s in range(2)]
+    np.testing.assert_allclose(t_S, want, rtol=2e-5)
 
 
 def test_temperature_of_calibrated_logits_is_one_and_never_hurts():

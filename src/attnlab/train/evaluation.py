@@ -367,5 +367,10 @@ def final_metrics(evaluator: Evaluator, params, rest, head, phases=None) -> list
 
 @jax.jit
 def _fit(logits_SNC, labels_SN, weights_SN):
-    """calibration.fit_temperature per seed (vmapped)."""
-    return jax.vmap(calibration.fit_temperature)(logits_SNC, labels_SN, weights_SN)
+    """calibration.fit_temperature per seed, one seed after another.
+
+    Not vmapped: XLA's CPU code for the vmapped Newton loop at one seed runs ~9x slower than the same loop without the
+    seed axis (a 2048-token lm's 16,384 positions: 28 s against 2 s; BENCHMARKS.md), and at two seeds no faster than
+    mapping over them.
+    """
+    return jax.lax.map(lambda sample: calibration.fit_temperature(*sample), (logits_SNC, labels_SN, weights_SN))
