@@ -545,6 +545,9 @@ BEFORE["attention_sinks/guo"] = (
     f"{BEFORE['sink_formation/reference']} normalizer=softmax,relu,softpick,sink optim.lr=3e-3,1e-2,3e-2 seed=0 "
     "trainer.vmap_seeds=3"
 )
+BEFORE["attention_sinks/guo_deep"] = (
+    f"{BEFORE['sink_formation/reference']} model.layers=3 optim.lr=3e-3,1e-2,3e-2 seed=0 trainer.vmap_seeds=3"
+)
 
 GIVEN = {  # run.sh gives the confirm stage a normalizer and its selected rate: any pair stands for them here
     name: "normalizer=kl optim.lr=1e-2" for name in BEFORE if "/confirm" in name
