@@ -38,3 +38,11 @@ def test_every_committed_records_file_names_its_report_and_its_command():
         content = records.read(file)
         assert report_beside(file).is_file(), f"{file} has no {report_beside(file).name} beside it"
         assert content["format"] == records.FORMAT and all(isinstance(t, str) for t in content["command"])
+
+
+def test_the_central_verdict_table_is_the_verdicts_of_every_committed_records_file(monkeypatch, capsys):
+    """experiments/verdicts.md (the index's verdict table) is `attnlab-report --verdicts` over every records file."""
+    monkeypatch.chdir(EXPERIMENTS)
+    names = sorted(str(file.relative_to(EXPERIMENTS)) for file in RECORDS)
+    assert report_cli.cli(["--verdicts", *names]) == 0
+    assert capsys.readouterr().out == (EXPERIMENTS / "verdicts.md").read_text()

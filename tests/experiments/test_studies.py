@@ -103,7 +103,7 @@ def test_table_check_catches_a_drifted_cell(tmp_path, monkeypatch):
     assert "marked hand-made but has the header of a table in report.md" in table_problems(readme)[0]
 
 
-@pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.name)
+@pytest.mark.parametrize("study", [EXPERIMENTS, *STUDIES], ids=lambda p: p.name)
 def test_readme_tables_are_the_committed_reports(study):
     assert table_problems(study / "README.md") == []
 
