@@ -1,9 +1,10 @@
 """What the test suite costs, by folder and by fixture, against its budget (`make test-profile`).
 
-Reads the per-test records tests/profile_plugin.py wrote (one .jsonl per xdist worker) and prints: per test folder
-the tests, wall seconds, CPU seconds (the worker's and its child processes'), XLA compiles and their seconds, and
-subprocesses started; the fixtures whose setups cost most; the slowest tests; and the suite's worker-seconds against
-the budget (6 minutes of wall time on 2 workers). Usage: python scripts/test_profile.py DIR [--markdown] [--top N].
+Reads the per-test records tests/profile_plugin.py wrote (one .jsonl per xdist worker) and prints: the suite's
+worker-seconds against the budget (6 minutes of wall time on 2 workers) and the wall time its CPU seconds allow at
+best; per test folder the tests, wall seconds, CPU seconds (the worker's and its child processes'), XLA compiles and
+their seconds, and subprocesses started; the fixtures whose setups cost most; the costliest test functions (their
+parametrizations summed); and the slowest tests. Usage: python scripts/test_profile.py DIR [--markdown] [--top N].
 """
 
 from __future__ import annotations
@@ -55,6 +56,18 @@ def by_fixture(fixtures: list[dict]) -> list[tuple[str, str, int, float]]:
     return [(name, scopes[name], counts[name], total) for name, total in sums.most_common()]
 
 
+def by_function(tests: list[dict]) -> list[tuple[str, int, float, int]]:
+    """(test function, its parametrizations, their wall seconds, their compiles), the costliest first: the unit a
+    tier move or a shared fixture acts on."""
+    sums: dict[str, list] = collections.defaultdict(lambda: [0, 0.0, 0])
+    for t in tests:
+        entry = sums[t["test"].split("[")[0]]
+        entry[0] += 1
+        entry[1] += t["wall_s"]
+        entry[2] += t.get("compiles", 0)
+    return sorted(((name, n, wall, compiles) for name, (n, wall, compiles) in sums.items()), key=lambda r: -r[2])
+
+
 def table(header: list[str], rows: list[list], markdown: bool) -> str:
     cells = [header, *[[str(c) for c in row] for row in rows]]
     if markdown:
@@ -79,9 +92,13 @@ def report(directory: Path, markdown: bool = False, top: int = 15) -> str:
         total.update({f: t.get(f, 0) for f in FIELDS})
     rows = [row(name, n, s) for name, n, s in by_folder(tests)] + [row("all", len(tests), total)]
     budget = BUDGET_WALL_S * WORKERS
+    cpu = total["cpu_s"] + total["child_cpu_s"]
     out = [
         f"{len(tests)} tests, {total['wall_s']:.0f} worker-seconds of {budget} "
         f"(budget: {BUDGET_WALL_S // 60} min of wall time on {WORKERS} workers): {total['wall_s'] / budget:.0%}",
+        # on as many cores as workers, the CPU time bounds the wall time from below whatever the scheduling
+        f"CPU: {total['cpu_s']:.0f} s in the workers + {total['child_cpu_s']:.0f} s in their child processes = "
+        f"{cpu:.0f} s, at least {cpu / WORKERS:.0f} s of wall time on {WORKERS} cores (budget {BUDGET_WALL_S} s)",
         "",
         table(
             ["folder", "tests", "wall s", "cpu s", "child cpu s", "compiles", "compile s", "trace s", "subprocesses"],
@@ -92,6 +109,12 @@ def report(directory: Path, markdown: bool = False, top: int = 15) -> str:
         table(
             ["fixture", "scope", "setups", "wall s"],
             [[n, s, c, f"{w:.1f}"] for n, s, c, w in by_fixture(fixtures)[:top]],
+            markdown,
+        ),
+        "",
+        table(
+            ["costliest test function", "tests", "wall s", "compiles"],
+            [[name, n, f"{wall:.1f}", compiles] for name, n, wall, compiles in by_function(tests)[:top]],
             markdown,
         ),
         "",
