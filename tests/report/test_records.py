@@ -152,6 +152,28 @@ def test_verdicts_of_several_studies_make_one_table(packed, tmp_path, capsys):
     assert len(table) == 7
 
 
+def test_a_study_without_a_baseline_lists_each_cell_and_what_formed_in_it(tmp_path, capsys):
+    accuracy = {
+        ("linear", 0): 0.6,
+        ("linear", 1): 0.4,
+        ("linear", 2): 0.7,
+        ("kl", 0): 0.2,
+        ("kl", 1): 0.3,
+        ("kl", 2): 0.1,
+    }
+    sweep = grid_sweep(tmp_path / "grid", norms=("linear", "kl"), lrs=(0.001,), value=lambda n, lr, s: accuracy[n, s])
+    study = tmp_path / f"study{records.SUFFIX}"
+    options = ["--metrics", "test/accuracy", "--formed", "test/accuracy>=0.5", "--records", str(study)]
+    assert report_cli.cli([str(sweep), *options, "--out", str(tmp_path / "o")]) == 0
+    capsys.readouterr()
+    assert report_cli.cli(["--verdicts", str(study)]) == 0
+    name = str(study).removesuffix(records.SUFFIX)
+    assert capsys.readouterr().out.splitlines()[2:] == [  # linear: seeds 0 and 2 reach 0.5; kl: none
+        f"| {name} | normalizer=kl | – | – | no baseline | test/accuracy>=0.5: 0 of 3 seeds |",
+        f"| {name} | normalizer=linear | – | – | no baseline | test/accuracy>=0.5: 2 of 3 seeds |",
+    ]
+
+
 def test_verdicts_and_a_sweep_together_are_refused(packed, capsys):
     _, file, _ = packed
     with pytest.raises(SystemExit):

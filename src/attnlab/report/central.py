@@ -31,10 +31,11 @@ def formed_text(table: Table, cell: Cell) -> str:
 
 
 def rows(study: str, table: Table) -> list[list[str]]:
-    """The study's rows: each baseline cell, then each cell compared with one, on the first verdict metric."""
+    """The study's rows: each baseline cell, then each cell compared with one, on the first verdict metric; without a
+    baseline, each cell and what formed in it."""
     spec = baseline_of(table)
-    if spec is None:
-        return [[study, "–", "–", "–", "no baseline", "–"]]
+    if spec is None:  # nothing compared: each cell still says what formed in it
+        return [[study, cell.label(), "–", "–", "no baseline", formed_text(table, cell)] for cell in table.cells]
     metric = metrics_of(table)[0]
     compared = [c for c in comparisons(table, spec) if c.metric == metric]
     bases = list({id(c.base): c.base for c in compared}.values())
