@@ -35,14 +35,19 @@ def folder(nodeid: str) -> str:
     return "/".join(parts[:2]) + "/" if len(parts) > 2 else path
 
 
-def by_folder(tests: list[dict]) -> list[tuple[str, int, dict]]:
+def grouped(tests: list[dict], key) -> list[tuple[str, int, dict]]:
+    """(group, its tests, their FIELDS summed) per key(nodeid), the costliest in wall seconds first."""
     sums: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     counts: collections.Counter = collections.Counter()
     for t in tests:
-        key = folder(t["test"])
-        counts[key] += 1
-        sums[key].update({f: t.get(f, 0) for f in FIELDS})
+        group = key(t["test"])
+        counts[group] += 1
+        sums[group].update({f: t.get(f, 0) for f in FIELDS})
     return sorted(((k, counts[k], sums[k]) for k in sums), key=lambda row: -row[2]["wall_s"])
+
+
+def by_folder(tests: list[dict]) -> list[tuple[str, int, dict]]:
+    return grouped(tests, folder)
 
 
 def by_fixture(fixtures: list[dict]) -> list[tuple[str, str, int, float]]:
@@ -59,13 +64,7 @@ def by_fixture(fixtures: list[dict]) -> list[tuple[str, str, int, float]]:
 def by_function(tests: list[dict]) -> list[tuple[str, int, float, int]]:
     """(test function, its parametrizations, their wall seconds, their compiles), the costliest first: the unit a
     tier move or a shared fixture acts on."""
-    sums: dict[str, list] = collections.defaultdict(lambda: [0, 0.0, 0])
-    for t in tests:
-        entry = sums[t["test"].split("[")[0]]
-        entry[0] += 1
-        entry[1] += t["wall_s"]
-        entry[2] += t.get("compiles", 0)
-    return sorted(((name, n, wall, compiles) for name, (n, wall, compiles) in sums.items()), key=lambda r: -r[2])
+    return [(name, n, s["wall_s"], s["compiles"]) for name, n, s in grouped(tests, lambda nodeid: nodeid.split("[")[0])]
 
 
 def table(header: list[str], rows: list[list], markdown: bool) -> str:
