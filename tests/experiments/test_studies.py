@@ -326,6 +326,10 @@ _NA_GPU = (
     "task.seq_len=256 task.num_kv_pairs=16"
 )
 _LM = "task=lm task.seq_len=64 model=small trainer.steps=400 trainer.eval_every=50 trainer.progress=none"
+_LM_BPE = (  # lm_normalizers since its rerun: the sink papers' setting at model=small's size
+    f"{_LM} task.tokenizer=bpe task.bos=true model.norm=rmsnorm model.mlp=swiglu model.positional=rope "
+    "trainer.final_stats=true"
+)
 _LM_GPU = (
     "accelerator=gpu model=base task.seq_len=256 trainer.steps=5000 trainer.eval_every=250 trainer.batch_size=256 "
     "optim.lr=3e-4,1e-3,3e-3 task.n_train=200000"
@@ -395,8 +399,8 @@ BEFORE = {
     "trainer.eval_every=250 trainer.vmap_seeds=3 trainer.progress=none",
     "normalizer_ablation/long_sigmoid": "normalizer=sigmoid optim.lr=1e-3 task=mqar model=small trainer.steps=2000 "
     "trainer.eval_every=250 trainer.vmap_seeds=3 trainer.progress=none",
-    "lm_normalizers/screen": f"normalizer={_ALL} optim.lr=1e-3,3e-3,1e-2 seed=0 {_LM}",
-    "lm_normalizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM}",
+    "lm_normalizers/screen": f"normalizer={_ALL},softpick,sink optim.lr=3e-3,1e-2,3e-2 seed=0 {_LM_BPE}",
+    "lm_normalizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM_BPE}",
     "lm_tokenizers/screen": f"task.tokenizer=bytes,bpe optim.lr=1e-3,3e-3,1e-2 seed=0 {_LM} task.bpe_vocab_size=2048",
     "lm_tokenizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM} task.bpe_vocab_size=2048",
     "lm_tokenizers/screen_context": "task.tokenizer=bytes optim.lr=1e-3,3e-3,1e-2 seed=0 task.bpe_vocab_size=2048 "
@@ -463,7 +467,9 @@ BEFORE |= {
     "trainer.steps=20000 trainer.batch_size=256 trainer.vmap_seeds=5 task.dim=10 task.n_points=40",
     "normalizer_ablation/screen_gpu": f"{BEFORE['normalizer_ablation/screen']} {_NA_GPU}",
     "normalizer_ablation/confirm_gpu": f"{BEFORE['normalizer_ablation/confirm']} {_NA_GPU}",
-    "lm_normalizers/screen_gpu": f"{BEFORE['lm_normalizers/screen']} {_LM_GPU}",
+    "lm_normalizers/screen_gpu": f"{BEFORE['lm_normalizers/screen']} {_LM_GPU}".replace(
+        "model=base", "model=llama_60m"
+    ),
     "lm_normalizers/screen_paper": f"{BEFORE['lm_normalizers/screen']} accelerator=gpu model=llama_125m "
     "task.seq_len=2048 task.bos=true task.tokenizer=bpe task.bpe_vocab_size=32768 task.n_train=1000 "
     "trainer.steps=5000 trainer.eval_every=250 trainer.log_every=100 trainer.batch_size=32 optim.lr=3e-4,1e-3,3e-3",
@@ -477,7 +483,7 @@ BEFORE |= {
     "attention_sinks/lm_bos_gpu": f"{BEFORE['attention_sinks/lm_bos']} {_LM_GPU} trainer.log_every=100",
     # The confirm stage takes the rate the screen selected, not the README's swept rates.
     "lm_normalizers/confirm_gpu": f"{BEFORE['lm_normalizers/confirm']} "
-    + _LM_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", ""),
+    + _LM_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", "").replace("model=base", "model=llama_60m"),
     "lm_tokenizers/screen_gpu": f"{BEFORE['lm_tokenizers/screen']} {_LM_GPU}",
     "lm_tokenizers/screen_context_gpu": f"{BEFORE['lm_tokenizers/screen_context']} {_LM_GPU}".replace(
         "task.seq_len=256", "task.seq_len=1024"
