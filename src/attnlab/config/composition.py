@@ -51,12 +51,9 @@ def _refuse_unknown_keys(cfg, overrides: list[str] | None) -> None:
         if choice not in registry.choices(group) or not cfg.get(group):
             continue  # head: null (the task's default head, known once the task is)
         allowed = sorted(set(registry.load(group, choice)) - {"_target_"})
-        construct.refuse_unknown(
-            sorted(set(cfg[group]) - set(allowed) - {"_target_"}),
-            allowed,
-            group,
-            choice if registry.varies(group) else None,
-        )
+        unknown = sorted(set(cfg[group]) - set(allowed) - {"_target_"})
+        if unknown:  # whether the message names the choice composes the group's YAMLs: asked only for a refusal
+            construct.refuse_unknown(unknown, allowed, group, choice if registry.varies(group) else None)
 
 
 def refuse_bad_values(cfg) -> None:
@@ -197,13 +194,13 @@ def compose_or_exit(argv: list[str]) -> bool:
             # `+steps=1` too, before any directory
             cfg = registry.compose_train(override_list)
             no_unknown_keys(cfg, override_list)
-            unread |= set(registry.check_shadowed(mistakes.chosen(override_list), override_list))
+            unread |= set(registry.check_shadowed(dict(cfg.hydra.runtime.choices), override_list))
             asked.add(cfg.accelerator.platform)
             for swept_list in preset_sweep(cfg, override_list, multirun):
                 override_list = swept_list
                 swept = registry.compose_train(swept_list)
                 no_unknown_keys(swept, swept_list)
-                unread |= set(registry.check_shadowed(mistakes.chosen(swept_list), swept_list))
+                unread |= set(registry.check_shadowed(dict(swept.hydra.runtime.choices), swept_list))
                 asked.add(swept.accelerator.platform)
         for message in sorted(unread):
             print(f"attnlab: warning: {message}", file=sys.stderr)
