@@ -46,3 +46,71 @@ def test_the_central_verdict_table_is_the_verdicts_of_every_committed_records_fi
     names = sorted(str(file.relative_to(EXPERIMENTS)) for file in RECORDS)
     assert report_cli.cli(["--verdicts", *names]) == 0
     assert capsys.readouterr().out == (EXPERIMENTS / "verdicts.md").read_text()
+
+
+# Reports committed before records existed: their runs are gone, so they regenerate only when their study runs
+# again with `attnlab-report ... --records`. The set only shrinks: a report that gains its records leaves it.
+RUNS_GONE = frozenset(
+    {
+        "attention_sinks/lm_bos_report.md",
+        "attention_sinks/lr_deep.md",
+        "attention_sinks/lr_gated.md",
+        "attention_sinks/lr_lm_bos.md",
+        "attention_sinks/lr_more.md",
+        "attention_sinks/lr_screen.md",
+        "attention_sinks/lr_sgd.md",
+        "attention_sinks/report.md",
+        "entropy_collapse/report.md",
+        "final_softmax/classification/report.md",
+        "final_softmax/regression/report.md",
+        "gradient_vs_depth/report.md",
+        "learnable_beta/report.md",
+        "length_dispersion/lr_screen.md",
+        "length_dispersion/report.md",
+        "length_extrapolation/lm_lr_screen.md",
+        "length_extrapolation/lm_report.md",
+        "length_extrapolation/lr_screen.md",
+        "length_extrapolation/lr_screen_long.md",
+        "length_extrapolation/lr_screen_none.md",
+        "length_extrapolation/report.md",
+        "linear_vs_softmax/report.md",
+        "lm_normalizers/history/all_lrs.md",
+        "lm_normalizers/history/report.md",
+        "lm_tokenizers/all_lrs.md",
+        "lm_tokenizers/all_lrs_context.md",
+        "lm_tokenizers/report.md",
+        "normalizer_ablation/all_lrs.md",
+        "normalizer_ablation/history/long_report.md",
+        "normalizer_ablation/history/report.md",
+        "normalizer_ablation/long.md",
+        "normalizer_ablation/report.md",
+        "recall_capacity/report.md",
+        "squared_instability/report.md",
+    }
+)
+
+
+def committed_reports() -> set[str]:
+    """Every attnlab-report output committed under experiments/ (a report.md's provenance or method line), as paths
+    relative to it."""
+    starts = ("Provenance: ", "Metrics of the final parameters over")
+    return {
+        str(path.relative_to(EXPERIMENTS))
+        for path in EXPERIMENTS.rglob("*.md")
+        if path.name != "README.md" and any(line.startswith(starts) for line in path.read_text().splitlines())
+    }
+
+
+def test_every_committed_report_has_its_records_unless_its_runs_were_gone_before_records():
+    without = {
+        name
+        for name in committed_reports()
+        if not (EXPERIMENTS / name.removesuffix(".md")).with_suffix(records.SUFFIX).is_file()
+    }
+    assert not without - RUNS_GONE, (
+        f"a committed report needs its records beside it (attnlab-report ... --records NAME{records.SUFFIX}): "
+        f"{sorted(without - RUNS_GONE)}"
+    )
+    assert not RUNS_GONE - without, (
+        f"these have records now, or are no report: leave RUNS_GONE {sorted(RUNS_GONE - without)}"
+    )
