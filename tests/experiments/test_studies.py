@@ -401,6 +401,8 @@ BEFORE = {
     "trainer.eval_every=250 trainer.vmap_seeds=3 trainer.progress=none",
     "lm_normalizers/screen": f"normalizer={_ALL},softpick,sink optim.lr=3e-3,1e-2,3e-2 seed=0 {_LM_BPE}",
     "lm_normalizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM_BPE}",
+    "entropy_collapse/lm": f"normalizer=softmax optim.lr=3e-2,1e-1,3e-1 model.qk_norm=false,true seed=0 {_LM_BPE} "
+    "trainer.log_every=10",
     "lm_tokenizers/screen": f"task.tokenizer=bytes,bpe optim.lr=1e-3,3e-3,1e-2 seed=0 {_LM} task.bpe_vocab_size=2048",
     "lm_tokenizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM} task.bpe_vocab_size=2048",
     "lm_tokenizers/screen_context": "task.tokenizer=bytes optim.lr=1e-3,3e-3,1e-2 seed=0 task.bpe_vocab_size=2048 "
