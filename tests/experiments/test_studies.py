@@ -403,6 +403,8 @@ BEFORE = {
     "lm_normalizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM_BPE}",
     "entropy_collapse/lm": f"normalizer=softmax optim.lr=3e-2,1e-1,3e-1 model.qk_norm=false,true seed=0 {_LM_BPE} "
     "trainer.log_every=10",
+    "squared_instability/lm": "normalizer=squared normalizer.eps=1e-2,1e-6,0 normalizer.offset=false,true "
+    f"optim.lr=3e-2 trainer.nonfinite=skip seed=0 {_LM_BPE} trainer.log_every=10",
     "lm_tokenizers/screen": f"task.tokenizer=bytes,bpe optim.lr=1e-3,3e-3,1e-2 seed=0 {_LM} task.bpe_vocab_size=2048",
     "lm_tokenizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM} task.bpe_vocab_size=2048",
     "lm_tokenizers/screen_context": "task.tokenizer=bytes optim.lr=1e-3,3e-3,1e-2 seed=0 task.bpe_vocab_size=2048 "
