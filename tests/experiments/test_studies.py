@@ -471,6 +471,9 @@ BEFORE |= {
     "trainer.steps=20000 trainer.batch_size=256 trainer.vmap_seeds=5 task.dim=10 task.n_points=40",
     "normalizer_ablation/screen_gpu": f"{BEFORE['normalizer_ablation/screen']} {_NA_GPU}",
     "normalizer_ablation/confirm_gpu": f"{BEFORE['normalizer_ablation/confirm']} {_NA_GPU}",
+    "entropy_collapse/lm_gpu": f"{BEFORE['entropy_collapse/lm']} {_LM_GPU}".replace(
+        "model=base", "model=llama_60m"
+    ).replace(" optim.lr=3e-4,1e-3,3e-3", ""),
     "lm_normalizers/screen_gpu": f"{BEFORE['lm_normalizers/screen']} {_LM_GPU}".replace(
         "model=base", "model=llama_60m"
     ),
