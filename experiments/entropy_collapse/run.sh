@@ -25,7 +25,7 @@ LM_SWEEP="${SWEEP}_lm"
 nice -n 10 "$BIN/attnlab-train" -m "experiment=entropy_collapse/lm$SUFFIX" "hydra.sweep.dir=$LM_SWEEP" "$@"
 nice -n 10 "$BIN/attnlab-report" "$LM_SWEEP" --out "$LM_SWEEP/report" --group-by optim.lr model.qk_norm \
   --metrics test/bits_per_byte test/attn_entropy/layer_1 test/attn_max_weight/layer_1 \
-  --baseline model.qk_norm=false --formed 'test/attn_entropy/layer_1<=0.2' --formed-in every \
+  --baseline model.qk_norm=false --formed 'test/attn_entropy/layer_1<=0.2' \
   --curves attn_max_logit/layer_1/head_0 attn_entropy/layer_1/head_0 val/bits_per_byte --log-y 'attn_max_logit/*' \
   --records "$LM_SWEEP/report/report.records.json.xz"
 nice -n 10 "$BIN/python" "$HERE/summarize.py" "$LM_SWEEP" > "$LM_SWEEP/report/collapse.md"
