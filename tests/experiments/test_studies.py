@@ -474,6 +474,9 @@ BEFORE |= {
     "entropy_collapse/lm_gpu": f"{BEFORE['entropy_collapse/lm']} {_LM_GPU}".replace(
         "model=base", "model=llama_60m"
     ).replace(" optim.lr=3e-4,1e-3,3e-3", ""),
+    "squared_instability/lm_gpu": f"{BEFORE['squared_instability/lm']} {_LM_GPU}".replace(
+        "model=base", "model=llama_60m"
+    ).replace(" optim.lr=3e-4,1e-3,3e-3", ""),
     "lm_normalizers/screen_gpu": f"{BEFORE['lm_normalizers/screen']} {_LM_GPU}".replace(
         "model=base", "model=llama_60m"
     ),
