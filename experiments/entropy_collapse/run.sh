@@ -22,7 +22,10 @@ nice -n 10 "$BIN/python" "$HERE/summarize.py" "$SWEEP" > "$SWEEP/report/collapse
 # The phenomenon on lm: a layer's attention entropy collapsing (its final mean over heads at most 0.2, against ~0.43 at
 # 3e-2), per cell against no QK-norm at its own rate.
 LM_SWEEP="${SWEEP}_lm"
-nice -n 10 "$BIN/attnlab-train" -m "experiment=entropy_collapse/lm$SUFFIX" "hydra.sweep.dir=$LM_SWEEP" "$@"
+nice -n 10 "$BIN/attnlab-train" -m "experiment=entropy_collapse/lm$SUFFIX" "hydra.sweep.dir=$LM_SWEEP/pilot" "$@"
+# seeds 1-2 (vmapped) at the rates where the pilot's logits grew
+nice -n 10 "$BIN/attnlab-train" -m "experiment=entropy_collapse/lm$SUFFIX" seed=1 trainer.vmap_seeds=2 \
+  optim.lr=1e-1,3e-1 "hydra.sweep.dir=$LM_SWEEP/seeds" "$@"
 nice -n 10 "$BIN/attnlab-report" "$LM_SWEEP" --out "$LM_SWEEP/report" --group-by optim.lr model.qk_norm \
   --metrics test/bits_per_byte test/attn_entropy/layer_1 test/attn_max_weight/layer_1 \
   --baseline model.qk_norm=false --formed 'test/attn_entropy/layer_1<=0.2' \
