@@ -334,6 +334,10 @@ _LM_GPU = (
     "accelerator=gpu model=base task.seq_len=256 trainer.steps=5000 trainer.eval_every=250 trainer.batch_size=256 "
     "optim.lr=3e-4,1e-3,3e-3 task.n_train=200000"
 )
+# lm_normalizers' _gpu_.yaml (model=llama_60m since its rerun), and it without the screen's rates for the presets that
+# run at one rate
+_LM_BPE_GPU = _LM_GPU.replace("model=base", "model=llama_60m")
+_LM_BPE_GPU_ONE_RATE = _LM_BPE_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", "")
 _AS = (
     "task=bigram_backcopy model=small model.layers=1 model.heads=1 model.positional=rope trainer.steps=800 "
     "trainer.batch_size=32 trainer.eval_every=100 trainer.log_every=100 trainer.final_stats=true trainer.vmap_seeds=1 "
@@ -471,15 +475,9 @@ BEFORE |= {
     "trainer.steps=20000 trainer.batch_size=256 trainer.vmap_seeds=5 task.dim=10 task.n_points=40",
     "normalizer_ablation/screen_gpu": f"{BEFORE['normalizer_ablation/screen']} {_NA_GPU}",
     "normalizer_ablation/confirm_gpu": f"{BEFORE['normalizer_ablation/confirm']} {_NA_GPU}",
-    "entropy_collapse/lm_gpu": f"{BEFORE['entropy_collapse/lm']} {_LM_GPU}".replace(
-        "model=base", "model=llama_60m"
-    ).replace(" optim.lr=3e-4,1e-3,3e-3", ""),
-    "squared_instability/lm_gpu": f"{BEFORE['squared_instability/lm']} {_LM_GPU}".replace(
-        "model=base", "model=llama_60m"
-    ).replace(" optim.lr=3e-4,1e-3,3e-3", ""),
-    "lm_normalizers/screen_gpu": f"{BEFORE['lm_normalizers/screen']} {_LM_GPU}".replace(
-        "model=base", "model=llama_60m"
-    ),
+    "entropy_collapse/lm_gpu": f"{BEFORE['entropy_collapse/lm']} {_LM_BPE_GPU_ONE_RATE}",
+    "squared_instability/lm_gpu": f"{BEFORE['squared_instability/lm']} {_LM_BPE_GPU_ONE_RATE}",
+    "lm_normalizers/screen_gpu": f"{BEFORE['lm_normalizers/screen']} {_LM_BPE_GPU}",
     "lm_normalizers/screen_paper": f"{BEFORE['lm_normalizers/screen']} accelerator=gpu model=llama_125m "
     "task.seq_len=2048 task.bos=true task.tokenizer=bpe task.bpe_vocab_size=32768 task.n_train=1000 "
     "trainer.steps=5000 trainer.eval_every=250 trainer.log_every=100 trainer.batch_size=32 optim.lr=3e-4,1e-3,3e-3",
@@ -492,8 +490,7 @@ BEFORE |= {
     "attention_sinks/deep_gpu": f"{BEFORE['attention_sinks/deep']} {_AS_GPU}",
     "attention_sinks/lm_bos_gpu": f"{BEFORE['attention_sinks/lm_bos']} {_LM_GPU} trainer.log_every=100",
     # The confirm stage takes the rate the screen selected, not the README's swept rates.
-    "lm_normalizers/confirm_gpu": f"{BEFORE['lm_normalizers/confirm']} "
-    + _LM_GPU.replace(" optim.lr=3e-4,1e-3,3e-3", "").replace("model=base", "model=llama_60m"),
+    "lm_normalizers/confirm_gpu": f"{BEFORE['lm_normalizers/confirm']} {_LM_BPE_GPU_ONE_RATE}",
     "lm_tokenizers/screen_gpu": f"{BEFORE['lm_tokenizers/screen']} {_LM_GPU}",
     "lm_tokenizers/screen_context_gpu": f"{BEFORE['lm_tokenizers/screen_context']} {_LM_GPU}".replace(
         "task.seq_len=256", "task.seq_len=1024"

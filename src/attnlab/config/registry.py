@@ -192,15 +192,19 @@ def load(group: str, name: str) -> dict[str, Any]:
     return copy.deepcopy(_load(tuple(_EXTRA), group, name))
 
 
+def _composed(extra, config_name: str | None, overrides: list[str]):
+    """Hydra's composition (ConfigLoaderImpl._load_configuration_impl) of `config_name` with `overrides`, without
+    the `hydra` node it would compose around them: a tenth of the time of load_configuration."""
+    loader_ = _loader(extra)
+    parsed, repo = loader_._parse_overrides_and_create_caching_repo(config_name, overrides)
+    defaults = create_defaults_list(repo, config_name, parsed, prepend_hydra=False, skip_missing=False)
+    return loader_._compose_config_from_defaults_list(defaults.defaults, repo)
+
+
 @functools.lru_cache(maxsize=None)
 def _load(extra, group: str, name: str) -> dict[str, Any]:
-    # Hydra's composition (ConfigLoaderImpl._load_configuration_impl) of the one group entry, without the `hydra`
-    # node it would compose around it: a tenth of the time of load_configuration.
-    loader_ = _loader(extra)
     try:
-        parsed, repo = loader_._parse_overrides_and_create_caching_repo(None, [f"+{group}={name}"])
-        defaults = create_defaults_list(repo, None, parsed, prepend_hydra=False, skip_missing=False)
-        cfg = loader_._compose_config_from_defaults_list(defaults.defaults, repo)
+        cfg = _composed(extra, None, [f"+{group}={name}"])
     except COMPOSITION_ERRORS as exc:
         raise ConfigError(f"{group}={name}: {' '.join(str(exc).split())}") from None
     return OmegaConf.to_container(cfg[group])
@@ -219,13 +223,8 @@ def top_keys() -> set[str]:
 
 @functools.lru_cache(maxsize=None)
 def _top_keys(extra) -> set[str]:
-    # configs/train.yaml composed as `_load` composes a group's entry, without the `hydra` node it would compose
-    # around it (a tenth of load_configuration's time), which is a top-level key of every composed run.
-    loader_ = _loader(extra)
-    parsed, repo = loader_._parse_overrides_and_create_caching_repo("train", [])
-    defaults = create_defaults_list(repo, "train", parsed, prepend_hydra=False, skip_missing=False)
-    cfg = loader_._compose_config_from_defaults_list(defaults.defaults, repo)
-    return {*cfg, "hydra"} - set(_groups(extra))
+    # `hydra`, which _composed leaves out, is a top-level key of every composed run
+    return {*_composed(extra, "train", []), "hydra"} - set(_groups(extra))
 
 
 def choices_composed(picks: tuple[str, ...]) -> dict[str, str | None]:
