@@ -49,13 +49,14 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP/final" --out "$SWEEP/report" --group-by
   --log-y 'grad_norm/*'
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/screen" --group-by normalizer optim.lr \
   --metrics test/bits_per_byte val/bits_per_byte val/loss \
-  --curves val/bits_per_byte --out "$SWEEP/report_all_lrs"
+  --curves val/bits_per_byte --out "$SWEEP/report_all_lrs" --records "$SWEEP/report_all_lrs/report.records.json.xz"
 nice -n 10 "$BIN/python" "$HERE/baselines.py" "$SWEEP" > "$SWEEP/report/baselines.md"
 
 if [ "$REFRESH" = 1 ]; then
   cp "$SWEEP/report/report.md" "$SWEEP/report/report.records.json.xz" "$SWEEP/report/baselines.md" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   cp "$SWEEP/report_all_lrs/report.md" "$HERE/all_lrs.md"
+  cp "$SWEEP/report_all_lrs/report.records.json.xz" "$HERE/all_lrs.records.json.xz"
   cp "$SWEEP/report_all_lrs/curve_val_bits_per_byte.png" "$HERE/all_lrs_curve_val_bits_per_byte.png"
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
