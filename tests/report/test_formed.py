@@ -21,7 +21,7 @@ FIRST = "test/attn_first_weight/layer_0"
 FIRST_WEIGHT = {"softmax": [0.258, 0.351, 0.035], "sigmoid": [0.5, 0.6, 0.55], "linear": [0.02, 0.2, 0.31]}
 # linear's accuracy splits at 0.5 (seed 1 above); sigmoid is 0.1 below softmax in every seed
 ACCURACY = {"softmax": [0.80, 0.82, 0.81], "sigmoid": [0.70, 0.71, 0.72], "linear": [0.45, 0.62, 0.40]}
-STATISTIC_CURVES = {"moving": [0.1, 0.2, 0.3, 0.4], "flat": [0.4, 0.4, 0.4, 0.4]}
+STATISTIC_CURVES = {"moving": [0.1, 0.2, 0.3, 0.4], "flat": [0.4, 0.4, 0.4, 0.4], "peak": [0.1, 0.7, 0.4, 0.35]}
 
 
 def sink_sweep(root, curves=None):
@@ -120,6 +120,31 @@ def test_a_statistic_still_moving_over_the_last_quarter_is_flagged_per_cell(tmp_
     assert verdict[3].endswith("in 1 of 3 runs") and "still moving" not in verdict[5]  # softmax: flat
 
 
+def test_a_condition_on_a_curves_extreme_reads_every_logged_step_of_the_matching_tags(tmp_path):
+    """softmax's first-key weight rose to 0.7 and fell back in every seed (its final values split 1 of 3 at 0.3):
+    max(...) over training says it formed in 3 of 3, so the cells are compared with it."""
+    peaks = {("softmax", 0): "peak", ("softmax", 1): "peak", ("softmax", 2): "peak", ("sigmoid", 0): "peak"}
+    md = report(sink_sweep(tmp_path, peaks), "--formed", "max(attn_first_weight/*)>=0.5", "min(attn_first_*)<=0.15")
+    verdict = section(md, "## Verdict")
+    assert verdict[2:7] == [
+        "**Formed**: max(attn_first_weight/*)>=0.5 per seed (max over training of every curve matching "
+        "attn_first_weight/*), in",
+        "- 0 of 3 seeds of normalizer=linear",
+        "- 1 of 3 seeds of normalizer=sigmoid; split: seed 0 0.7, seed 1 0.4, seed 2 0.4",
+        "- 3 of 3 seeds of normalizer=softmax, the baseline",
+        "",
+    ]
+    assert verdict[7:11] == [
+        "**Formed**: min(attn_first_*)<=0.15 per seed (min over training of every curve matching attn_first_*), in",
+        "- 0 of 3 seeds of normalizer=linear",
+        "- 1 of 3 seeds of normalizer=sigmoid; split: seed 0 0.1, seed 1 0.4, seed 2 0.4",
+        "- 3 of 3 seeds of normalizer=softmax, the baseline",
+    ]
+    line = sentence(md, "test/accuracy")  # tested: the baseline formed both in every seed
+    assert line.startswith("- **test/accuracy**: differ from normalizer=softmax beyond seed noise: normalizer=linear")
+    assert "normalizer=sigmoid (worse: Δ -0.1" in line and "not tested" not in line
+
+
 def test_still_moving_reads_the_last_quarter_in_either_direction():
     rises_early = {s: min(s, 75) / 100 for s in range(0, 101, 5)}  # flat over steps 75-100
     rises_late = {s: max(s - 75, 0) / 100 + 0.5 for s in range(0, 101, 5)}
@@ -187,7 +212,7 @@ def test_a_baseline_no_rule_pairs_is_refused_naming_the_keys_that_would(tmp_path
     assert not (tmp_path / "report").exists()
 
 
-ALLOWED_OPS = "allowed: METRIC>=VALUE, METRIC<=VALUE, METRIC>VALUE or METRIC<VALUE with VALUE a number"
+ALLOWED_OPS = "allowed: METRIC>=VALUE, METRIC<=VALUE, METRIC>VALUE or METRIC<VALUE with VALUE a number, e.g."
 
 
 @pytest.mark.parametrize(
@@ -201,10 +226,15 @@ ALLOWED_OPS = "allowed: METRIC>=VALUE, METRIC<=VALUE, METRIC>VALUE or METRIC<VAL
             "--formed 'test/attn_sink>=0.3': test/attn_sink is in no completed run's record; allowed: "
             f"test/accuracy, {FIRST}, test/loss, val/loss",
         ),
+        (
+            "max(attn_sink/*)>=0.3",
+            "--formed 'max(attn_sink/*)>=0.3': no completed run logged a curve matching attn_sink/*; allowed: a "
+            "pattern of the logged tags, e.g. attn_first_weight/layer_0",
+        ),
     ],
 )
 def test_a_malformed_condition_or_unknown_metric_is_refused_in_one_line(tmp_path, capsys, condition, message):
-    sink_sweep(tmp_path)
+    sink_sweep(tmp_path, curves={})
     assert report_cli.cli([str(tmp_path), "--curves", "--formed", condition]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"attnlab-report: error: {message}") and err.count("\n") == 1

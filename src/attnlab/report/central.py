@@ -26,7 +26,7 @@ def outcome_text(c: Comparison, alpha: float) -> str:
 
 def formed_text(table: Table, cell: Cell) -> str:
     """`test/x>=0.3: 2 of 3 seeds` per --formed condition; `–` without one."""
-    counts = [(cond.text, *formation.count(cond, cell, table.which)) for cond in table.formed]
+    counts = [(cond.text, *formation.count(cond, cell, table)) for cond in table.formed]
     return "; ".join(f"{text}: {met} of {n} seeds" for text, met, n in counts) or "–"
 
 

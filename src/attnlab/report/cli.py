@@ -108,7 +108,9 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="CONDITION",
         help=f"what must have formed for the comparisons to be tested: METRIC>=VALUE (or <=, >, <) on each seed's "
-        f"value of a metric of metrics.json, e.g. {formation.EXAMPLE}; the verdict opens with the seeds of each cell "
+        f"value of a metric of metrics.json, e.g. {formation.EXAMPLE}, or of a curve's extreme over training, "
+        "max(TAG) or min(TAG) (TAG an fnmatch pattern of logged scalars, e.g. max(attn_max_logit/layer_1/*)>=100); "
+        "the verdict opens with the seeds of each cell "
         "that met it, names seeds split across it, and leaves a comparison untested where the baseline did not "
         "form it in every seed",
     )
@@ -214,7 +216,8 @@ def _table(args: argparse.Namespace, root: Path, runs: list) -> tuple[Table, lis
         raise ValueError(f"--alpha {args.alpha}; allowed: a level in (0, 1)")
     if args.columns < 1:
         raise ValueError(f"--columns {args.columns}; allowed: an integer >= 1")
-    formed = formation.conditions(args.formed, runs, args.which)
+    cache: dict = {}  # the curves, the verdict's late crossings and curve conditions read each run's events once
+    formed = formation.conditions(args.formed, runs, args.which, cache)
     table = summarize(
         runs,
         args.group_by,
@@ -226,7 +229,7 @@ def _table(args: argparse.Namespace, root: Path, runs: list) -> tuple[Table, lis
         args.n_boot,
         args.seed,
     )
-    table.cache = {}  # the curves and the verdict's late crossings read each run's events once
+    table.cache = cache
     curves, log_y = _curves(table, args.curves, args.log_y, table.cache)
     table.progress, table.missing_runs = expected.progress(root, runs)
     table.live = running.section(runs, root)
