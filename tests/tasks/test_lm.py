@@ -110,6 +110,8 @@ def test_datasets_text_loader_works_offline(tmp_path, monkeypatch):
         ({"seq_len": 60000}, "fewer than task.seq_len + 1"),
         ({"n_val": "many"}, "task.n_val='many' is invalid; allowed: auto or an integer >= 1"),
         ({"n_test": 0}, "task.n_test=0 is invalid; allowed: auto or an integer >= 1"),
+        ({"corpus": "wikitext"}, "task.corpus='wikitext' is invalid; allowed: pydoc_topics, python_stdlib"),
+        ({"corpus": "python_stdlib", "path": "x"}, "task.corpus=python_stdlib and task.path='x' exclude each other"),
     ],
 )
 def test_bad_options_fail_in_one_line(options, needle):
@@ -223,3 +225,52 @@ def test_a_damaged_default_corpus_is_refused(tmp_path):
     damaged.write_bytes(gzip.compress(json.dumps(payload).encode()))
     with pytest.raises(RuntimeError, match="has sha256 .*not the pinned .*reinstall attnlab"):
         corpus.pydoc_topics(damaged)
+
+
+def test_the_stdlib_corpus_is_the_pinned_standard_library_source_one_document_per_file():
+    """CPython 3.11.7's standard library source as scripts/ship_stdlib_corpus.py selects it, by content: on 3.11.7
+    each document is the file of that name in the running interpreter's standard library."""
+    import lzma
+    import platform
+    import sysconfig
+    from pathlib import Path
+
+    from attnlab.options import tasks as task_options
+
+    docs, ident = corpus.python_stdlib()
+    assert ident["sha256"] == corpus.PYTHON_STDLIB_SHA256 and ident["python"] == "3.11.7"
+    assert ident["bytes"] == sum(map(len, docs)) == 9_656_259 and ident["documents"] == len(docs) == 536
+    assert tuple(corpus.SHIPPED) == task_options.CORPORA
+    names = sorted(json.loads(lzma.decompress(corpus.PYTHON_STDLIB.read_bytes()))["files"])
+    assert not any(part in ("test", "tests", "encodings", "site-packages") for n in names for part in n.split("/"))
+    if platform.python_version() == "3.11.7":
+        root = Path(sysconfig.get_paths()["stdlib"])
+        assert docs == [(root / n).read_bytes() for n in names]
+
+
+def test_a_damaged_stdlib_corpus_is_refused(tmp_path):
+    import lzma
+
+    payload = json.loads(lzma.decompress(corpus.PYTHON_STDLIB.read_bytes()))
+    name = sorted(payload["files"])[0]
+    payload["files"][name] += "#"
+    damaged = tmp_path / "python_stdlib.json.xz"
+    damaged.write_bytes(lzma.compress(json.dumps(payload).encode()))
+    with pytest.raises(RuntimeError, match="has sha256 .*not the pinned .*reinstall attnlab"):
+        corpus.python_stdlib(damaged)
+
+
+def test_a_run_that_repeats_its_training_text_says_how_often(lm):
+    """run.json's corpus.train_tokens is the training stream's length; the summary names the passes a run made over
+    it (steps × batch × seq_len per seed / train_tokens) when above one, and nothing at one or below."""
+    from attnlab.run.summary import passes_over_text
+
+    tokens = lm.corpus["train_tokens"]
+    assert tokens == len(lm.stream["train"]) == len(lm.text["train"])  # bytes: one token per byte, no BOS
+    run = {"corpus": {"train_tokens": tokens}, "config": {"trainer": {"batch_size": 8}, "task": {"seq_len": 32}}}
+    steps = math.ceil(3 * tokens / (8 * 32))
+    assert passes_over_text({"steps": steps}, run) == (
+        f"{steps * 8 * 32 / tokens:.3g} passes over the training text ({tokens:,} tokens)"
+    )
+    assert passes_over_text({"steps": tokens // (8 * 32)}, run) is None
+    assert passes_over_text({"steps": steps}, {**run, "corpus": {}}) is None  # not a language model

@@ -118,9 +118,14 @@ def check_device_text_bytes(value) -> int:
     return check_int("device_text_bytes", value, 0)
 
 
+# The corpora attnlab ships (attnlab.tasks.lm.corpus.SHIPPED), read when task.path and task.hf_dataset are null.
+CORPORA = ("pydoc_topics", "python_stdlib")
+
+
 def lm(
     *,
     seq_len,
+    corpus,
     path,
     hf_dataset,
     hf_config,
@@ -164,6 +169,13 @@ def lm(
     if path is not None and hf_dataset is not None:
         raise ConfigError(
             f"task.path={path!r} and task.hf_dataset={hf_dataset!r} exclude each other; allowed: one or neither"
+        )
+    checks.choice("task.corpus", corpus, CORPORA)
+    if corpus != CORPORA[0] and (path is not None or hf_dataset is not None):
+        given = f"task.path={path!r}" if path is not None else f"task.hf_dataset={hf_dataset!r}"
+        raise ConfigError(
+            f"task.corpus={corpus} and {given} exclude each other; allowed: a shipped corpus (path and hf_dataset "
+            "null) or your own text (corpus left at pydoc_topics)"
         )
     check_float("test_fraction", test_fraction, 0.0, 0.5, lo_open=True)
     check_float("val_fraction", val_fraction, 0.0, 0.5, lo_open=True)

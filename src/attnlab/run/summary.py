@@ -46,6 +46,21 @@ def headline(record: dict[str, Any]) -> str | None:
     return f"headline: {key} {final[key]:.4g}" + (f" (baselines: {against})" if against else "")
 
 
+def passes_over_text(record: dict[str, Any], run: dict[str, Any]) -> str | None:
+    """`16.5 passes over the training text (99,130 tokens)` where a language-model run predicted more tokens than
+    its training text holds (run.json's corpus.train_tokens; steps × batch × task.seq_len per seed), else None.
+    Language-model pretraining, the setting the attention papers measure, sees its text less than once; a run that
+    repeats it can fit it, and its held-out loss then rises while its training loss falls."""
+    tokens = (run.get("corpus") or {}).get("train_tokens")
+    config = run.get("config", {})
+    batch, seq_len = config.get("trainer", {}).get("batch_size"), config.get("task", {}).get("seq_len")
+    steps = record.get("steps")
+    if not all(isinstance(v, int) and v > 0 for v in (tokens, batch, seq_len, steps)):
+        return None
+    passes = steps * batch * seq_len / tokens
+    return f"{passes:.3g} passes over the training text ({tokens:,} tokens)" if passes > 1 else None
+
+
 def smaller_lr(run: dict[str, Any]) -> str:
     """What to try after a divergence: a learning rate ten times smaller than the run's (run.json's config)."""
     lr = run.get("config", {}).get("optim", {}).get("lr")
@@ -73,6 +88,9 @@ def opening_lines(record: dict[str, Any]) -> list[str]:
     unsettled = convergence.describe(record)
     if unsettled:  # its numbers say where training stopped, not what the configuration can do
         lines.append(f"warning: {unsettled}")
+    repeated = passes_over_text(record, run)
+    if repeated:
+        lines.append(f"warning: {repeated}")
     if record.get("status") == "interrupted":
         lines.append(f"resume: {resume_command(record, run)}")
     return lines

@@ -6,6 +6,7 @@ import glob
 import gzip
 import hashlib
 import json
+import lzma
 import os
 import re
 import sys
@@ -53,6 +54,30 @@ def pydoc_topics(path: Path = PYDOC_TOPICS) -> tuple[list[bytes], dict]:
             f"{PYDOC_TOPICS_SHA256}: a damaged install; reinstall attnlab"
         )
     return docs, ident
+
+
+# The second shipped corpus, for studies whose runs would otherwise pass over the pydoc topics' training text many
+# times: CPython 3.11.7's standard library source (scripts/ship_stdlib_corpus.py says which files), pinned as above.
+PYTHON_STDLIB = PYDOC_TOPICS.with_name("python_stdlib.json.xz")
+PYTHON_STDLIB_SHA256 = "a113be986bd4353cb606fb435ee07851e9ea36eb3ca98d1d908f58f0ec05f805"
+
+
+def python_stdlib(path: Path = PYTHON_STDLIB, *, check: bool = True) -> tuple[list[bytes], dict]:
+    """CPython 3.11.7's standard library source, one document per .py file (9.7 MB: code, comments and docstrings
+    written by CPython's authors), from the copy attnlab ships; a copy whose content is not the pinned one is refused.
+    """
+    shipped = json.loads(lzma.decompress(path.read_bytes()).decode("utf-8"))
+    docs = [shipped["files"][name].encode("utf-8") for name in sorted(shipped["files"])]
+    ident = identity("python_stdlib", docs, python=shipped["python"])
+    if check and ident["sha256"] != PYTHON_STDLIB_SHA256:
+        raise RuntimeError(
+            f"the lm corpus {path} has sha256 {ident['sha256']}, not the pinned {PYTHON_STDLIB_SHA256}: a damaged "
+            "install; reinstall attnlab"
+        )
+    return docs, ident
+
+
+SHIPPED = {"pydoc_topics": pydoc_topics, "python_stdlib": python_stdlib}  # task.corpus: the shipped corpora
 
 
 def _paragraphs(text: bytes) -> list[bytes]:

@@ -12,7 +12,8 @@ from attnlab.checks import ConfigError
 from attnlab.options import tasks as task_options
 from attnlab.options.tasks import eval_windows
 from attnlab.tasks.base import INT32_MAX, SPLITS, Split, Task, majority_accuracy
-from attnlab.tasks.lm import continuation, corpus, subwords, text_cache
+from attnlab.tasks.lm import continuation, subwords, text_cache
+from attnlab.tasks.lm import corpus as corpora
 from attnlab.tasks.lm.host_stream import BOS_SYMBOL, BosTextWindows, HostStream, TextWindows
 from attnlab.tasks.lm.streams import (
     bigram_entropy_bits,
@@ -35,15 +36,15 @@ DEVICE_TEXT_BYTES = 2**30
 class LanguageModel(Task):
     """Next-byte prediction on windows of `seq_len` bytes (inputs: byte + 1, 0 = padding; targets: the next byte).
 
-    The corpus (CPython's pydoc topics by default, or `path`, or `hf_dataset`) is a list of documents;
-    whole documents go to test, then val (seeded, until each holds its fraction of the bytes), the
+    The corpus (a shipped one, `corpus`: CPython's pydoc topics by default; or `path`; or `hf_dataset`) is a list of
+    documents; whole documents go to test, then val (seeded, until each holds its fraction of the bytes), the
     rest to train, so no test text is seen in training; fewer than 3 documents (one long file) are
     split by contiguous byte ranges instead (corpus.byte_ranges; `corpus.split` in run.json says
     which). Each split's documents are joined and `n_<split>` random windows of seq_len + 1 bytes are
     drawn from it (seeded; n_val/n_test=auto: eval_windows); a val/train window equal to an earlier split's
     is redrawn. Training does not use the fixed train windows: each step
     draws its own from the whole training text (`batches`: host_stream.TextWindows, or a HostStream over
-    task.device_text_bytes), at offsets from (seed, step). `corpus` records the source's identity (for run.json).
+    task.device_text_bytes), at offsets from (seed, step). `self.corpus` records the source's identity (for run.json).
     Baselines, in bits per byte, are the training text's unigram entropy and bigram conditional entropy.
 
     ``bos=true`` (a beginning of sequence, as the corpora the attention-sink papers measured are packed): each split's
@@ -77,6 +78,7 @@ class LanguageModel(Task):
     def __init__(
         self,
         seq_len: int = 64,
+        corpus: str = "pydoc_topics",
         path: str | None = None,
         hf_dataset: str | None = None,
         hf_config: str | None = None,
@@ -99,6 +101,7 @@ class LanguageModel(Task):
         super().__init__(**shared)  # the options every task takes (Task.__init__)
         task_options.lm(
             seq_len=seq_len,
+            corpus=corpus,
             path=path,
             hf_dataset=hf_dataset,
             hf_config=hf_config,
@@ -122,6 +125,7 @@ class LanguageModel(Task):
         self.input_dim, self.default_head = None, default_head
         self.options = dict(
             seq_len=seq_len,
+            corpus=corpus,
             path=path,
             hf_dataset=hf_dataset,
             hf_config=hf_config,
@@ -142,21 +146,21 @@ class LanguageModel(Task):
         )
         budget = int(device_text_bytes)
         if hf_dataset is not None:
-            docs, self.corpus = corpus.from_hf(hf_dataset, hf_config, hf_split, hf_column, hf_data_files)
+            docs, self.corpus = corpora.from_hf(hf_dataset, hf_config, hf_split, hf_column, hf_data_files)
         elif path is not None:
-            docs, self.corpus = corpus.from_path(path)
+            docs, self.corpus = corpora.from_path(path)
         else:
-            docs, self.corpus = corpus.pydoc_topics()
+            docs, self.corpus = corpora.SHIPPED[corpus]()
         rngs = dict(zip(("documents", *SPLITS), np.random.SeedSequence(seed).spawn(1 + len(SPLITS))))
         if len(docs) >= 3:
             self.documents = split_documents(docs, fractions, np.random.default_rng(rngs["documents"]))
             self.text = {
-                s: np.frombuffer(corpus.SEPARATOR.join([docs[i] for i in idx]), np.uint8)
+                s: np.frombuffer(corpora.SEPARATOR.join([docs[i] for i in idx]), np.uint8)
                 for s, idx in self.documents.items()
             }
             self.corpus["split"] = "by document"
         else:  # one long text: no documents to hold out, so contiguous byte ranges (still no shared text)
-            ranges = corpus.byte_ranges(corpus.SEPARATOR.join(docs), fractions)
+            ranges = corpora.byte_ranges(corpora.SEPARATOR.join(docs), fractions)
             self.documents = {s: np.zeros(0, np.int64) for s in SPLITS}
             self.text = {s: np.frombuffer(ranges[s], np.uint8) for s in SPLITS}
             self.corpus["split"] = "contiguous byte ranges (train | val | test)"
@@ -180,6 +184,7 @@ class LanguageModel(Task):
             "split_bytes": {s: int(len(t)) for s, t in self.text.items()},
             "tokenizer": {"kind": subwords.BYTES} if self.subwords is None else self.subwords.identity,
             "tokens_per_byte": self.tokens_per_byte,
+            "train_tokens": int(len(self.stream["train"])),  # what a run's passes over its training text count
         }
         self._check_split_lengths(fractions)
         self.splits = self._splits(sizes, rngs)
@@ -225,7 +230,7 @@ class LanguageModel(Task):
         stream, per_byte, dtype = {}, {}, symbol_dtype(self.bos_symbol)
         for s in SPLITS:
             docs = split_docs[s] if self.bos else [self.text[s].tobytes()]
-            tokens = self.subwords.encode_documents(docs, corpus.SEPARATOR)
+            tokens = self.subwords.encode_documents(docs, corpora.SEPARATOR)
             stream[s] = packed(tokens, self.bos_symbol) if self.bos else tokens[0].astype(dtype)
             per_byte[s] = sum(map(len, tokens)) / max(sum(map(len, docs)), 1)
         return stream, per_byte
