@@ -330,6 +330,7 @@ _LM_BPE = (  # lm_normalizers since its rerun: the sink papers' setting at model
     f"{_LM} task.tokenizer=bpe task.bos=true model.norm=rmsnorm model.mlp=swiglu model.positional=rope "
     "trainer.final_stats=true"
 )
+_LM_STDLIB = f"{_LM_BPE} task.corpus=python_stdlib"  # lm_normalizers since its text stopped repeating
 _LM_GPU = (
     "accelerator=gpu model=base task.seq_len=256 trainer.steps=5000 trainer.eval_every=250 trainer.batch_size=256 "
     "optim.lr=3e-4,1e-3,3e-3 task.n_train=200000"
@@ -403,8 +404,8 @@ BEFORE = {
     "trainer.eval_every=250 trainer.vmap_seeds=3 trainer.progress=none",
     "normalizer_ablation/long_sigmoid": "normalizer=sigmoid optim.lr=1e-3 task=mqar model=small trainer.steps=2000 "
     "trainer.eval_every=250 trainer.vmap_seeds=3 trainer.progress=none",
-    "lm_normalizers/screen": f"normalizer={_ALL},softpick,sink optim.lr=3e-3,1e-2,3e-2 seed=0 {_LM_BPE}",
-    "lm_normalizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM_BPE}",
+    "lm_normalizers/screen": f"normalizer={_ALL},softpick,sink optim.lr=3e-3,1e-2,3e-2 seed=0 {_LM_STDLIB}",
+    "lm_normalizers/confirm": f"seed=1 trainer.vmap_seeds=2 {_LM_STDLIB}",
     "entropy_collapse/lm": f"normalizer=softmax optim.lr=3e-2,1e-1,3e-1 model.qk_norm=false,true seed=0 {_LM_BPE} "
     "trainer.log_every=10",
     "squared_instability/lm": "normalizer=squared normalizer.eps=1e-2,1e-6,0 normalizer.offset=false,true "
