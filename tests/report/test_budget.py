@@ -24,8 +24,9 @@ LATE = {**HELD, "sigmoid": [0.35, 0.55, 0.7, 0.9]}
 EARLY = {**HELD, "sigmoid": [0.3, 0.65, 0.8, 0.9]}
 
 
-def learning_sweep(root, curves, batch=8):
-    """softmax, sigmoid, linear × 3 seeds, every run's val loss still falling, its val/accuracy curve logged."""
+def learning_sweep(root, curves, batch=8, train_tokens=None):
+    """softmax, sigmoid, linear × 3 seeds, every run's val loss still falling, its val/accuracy curve logged;
+    `train_tokens` the training text's length a language model's run.json records."""
     for i, (norm, seed) in enumerate((n, s) for n in ("softmax", "sigmoid", "linear") for s in SEEDS):
         acc = FINAL[norm] + 0.01 * seed * (1 + i // 3)  # a spread of its own per normalizer
         final = {"val/loss": 3.0 - acc, "test/accuracy": acc, "test/loss": 3.0 - acc}
@@ -35,6 +36,8 @@ def learning_sweep(root, curves, batch=8):
         path = write_run(root, f"{i}_normalizer={norm},seed={seed}", norm, 0.003, seed, final, extra=extra)
         rec = json.loads((path / "run.json").read_text())
         rec["config"]["trainer"]["batch_size"] = batch
+        if train_tokens is not None:
+            rec["corpus"] = {"train_tokens": train_tokens}
         (path / "run.json").write_text(json.dumps(rec))
         writer = SummaryWriter(logdir=str(path))
         for step, value in enumerate(curves[norm], start=1):
@@ -65,6 +68,14 @@ def test_cells_still_learning_are_ranked_at_their_budget_and_the_ranking_held(tm
         "curves cross (higher is better)."
     )
     assert "- **test/accuracy**: differ from normalizer=softmax beyond seed noise: " in md  # ranked and tested
+
+
+def test_a_language_models_budget_says_how_often_it_passed_over_its_training_text(tmp_path):
+    """4 steps × batch 8 × 16 tokens = 512 tokens: 2.56 passes over a text of 200 tokens, 0.512 over one of 1,000."""
+    md = to_markdown(summarize(load_runs(learning_sweep(tmp_path / "small", HELD, train_tokens=200))))
+    assert "(32 examples; × task.seq_len 16 = 512 tokens: 2.56 passes over its 200 training tokens)" in md
+    md = to_markdown(summarize(load_runs(learning_sweep(tmp_path / "large", HELD, train_tokens=1000))))
+    assert "= 512 tokens: 0.512 passes over its 1,000 training tokens)" in md
 
 
 def test_a_late_crossing_is_named(tmp_path, capsys):

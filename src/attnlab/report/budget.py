@@ -32,9 +32,18 @@ def _count(n: int) -> str:
     return f"{n:,}"
 
 
+def _passes(run: Run, tokens: int) -> str:
+    """`: 16.5 passes over its 99,161 training tokens` for a run that records its training text's length, else ''."""
+    if not isinstance(run.train_tokens, int) or run.train_tokens <= 0:
+        return ""
+    return f": {tokens / run.train_tokens:.3g} passes over its {_count(run.train_tokens)} training tokens"
+
+
 def budget_of(c: Cell) -> str:
     """`400 steps of batch 64 (25,600 examples; × task.seq_len 64 = 1,638,400 tokens)`, as far as the runs' configs
-    tell (steps alone without a batch size; no tokens without task.seq_len); runs of a cell that differ: each."""
+    tell (steps alone without a batch size; no tokens without task.seq_len), and for a language model the passes
+    over its training text that makes (`: 16.5 passes over its 99,161 training tokens`); runs of a cell that differ:
+    each."""
     found = []
     for r in c.done():
         steps, batch, seq = (r.config.get(k) for k in (STEPS, BATCH, SEQ_LEN))
@@ -45,7 +54,11 @@ def budget_of(c: Cell) -> str:
             text = f"{_count(steps)} steps"
         else:
             text = f"{_count(steps)} steps of batch {batch} ({_count(steps * batch)} examples"
-            text += f"; × {SEQ_LEN} {seq} = {_count(steps * batch * seq)} tokens)" if ok(seq) else ")"
+            text += (
+                f"; × {SEQ_LEN} {seq} = {_count(steps * batch * seq)} tokens{_passes(r, steps * batch * seq)})"
+                if ok(seq)
+                else ")"
+            )
         found.append(text)
     return " or ".join(dict.fromkeys(found)) or "no completed run"
 

@@ -56,6 +56,7 @@ class Run:
     # "attn_<name>" -> "higher" | "lower" | None (no better direction): metrics.json's, as the run's statistics
     # declared them (attnlab.statistics.directions); {} for a run recorded before it
     directions: dict[str, str | None] = field(default_factory=dict)
+    train_tokens: int | None = None  # a language model's training text in tokens (run.json's corpus.train_tokens)
 
     @property
     def seed(self):
@@ -119,9 +120,10 @@ def _read_run(path: Path, metrics) -> Run:
     else:
         status, metrics = "unreadable", None
     metrics = metrics or {}
-    config, swept, env = {}, (), {}
+    config, swept, env, train_tokens = {}, (), {}, None
     if isinstance(rec, dict):
         env = rec.get("env") or {}
+        train_tokens = (rec.get("corpus") or {}).get("train_tokens")
         config = _flat_config(rec.get("config", {}), rec.get("choices", {}))
         swept = tuple(_override_key(o) for o in rec.get("overrides", []))
     elif (path / ".hydra" / "config.yaml").exists():
@@ -150,6 +152,7 @@ def _read_run(path: Path, metrics) -> Run:
         convergence=metrics.get("convergence") or _convergence_from_events(path, status, config),
         plateaus=metrics.get("plateaus") or {},
         directions=metrics.get("directions") or {},
+        train_tokens=train_tokens,
     )
 
 
