@@ -79,6 +79,9 @@ def test_the_wheel_ships_every_package_and_the_configs(wheel_venv):
         assert (installed / init.relative_to(ROOT / "src" / "attnlab")).is_file(), init
     yamls = {p.relative_to(ROOT / "configs") for p in (ROOT / "configs").rglob("*.yaml")}
     assert yamls and yamls == {p.relative_to(installed / "configs") for p in (installed / "configs").rglob("*.yaml")}
+    data = [p for p in (ROOT / "src" / "attnlab").rglob("*") if p.is_file() and p.suffix not in (".py", ".pyc")]
+    for file in data:  # the shipped corpora: package data pyproject.toml must name
+        assert (installed / file.relative_to(ROOT / "src" / "attnlab")).is_file(), file
 
 
 def test_the_wheel_installs_and_trains_from_another_directory(wheel_venv, tmp_path):
