@@ -56,3 +56,23 @@ def test_a_solved_run_is_settled_while_its_loss_still_falls(tmp_path):
     assert not any(t.startswith("warning:") for t in opening_lines(record(1 - SOLVED_GAP, FALLING, tmp_path)))
     lines = opening_lines(record(1 - 2 * SOLVED_GAP, FALLING, tmp_path))
     assert lines[2] == "warning: not converged (val loss fell 4.1% over steps 200–400)"
+
+
+def test_a_val_loss_that_rose_after_its_least_is_flagged_in_the_summary_and_per_job(tmp_path):
+    """The pydoc screen's softmax at 3e-2: validation loss least at step 300 (4.455), 4.553 at the end: +2.2%. A rise
+    within 1% (the rule's FALLING_DROP) is noise, not a flag."""
+    from attnlab.run.convergence import still_falling
+
+    rose = still_falling({100: 4.973, 200: 4.528, 300: 4.455, 350: 4.500, 400: 4.553}, 400)
+    assert rose["least_step"] == 300 and abs(rose["rise"] - (4.553 - 4.455) / 4.455) < 1e-12
+    lines = opening_lines(record(0.6, rose, tmp_path))
+    assert lines[2] == "warning: val loss rose after its least (+2.2% since step 300)"
+    flat = still_falling({100: 4.9, 200: 4.54, 300: 4.526, 400: 4.534}, 400)
+    assert abs(flat["rise"] - 0.008 / 4.526) < 1e-12
+    assert not any(t.startswith("warning:") for t in opening_lines(record(0.6, flat, tmp_path)))
+    job = tmp_path / "0_normalizer=softmax"
+    for seed, conv in enumerate([rose, {**rose, "rise": 0.05, "least_step": 350}, flat]):
+        (job / f"seed{seed}").mkdir(parents=True)
+        (job / f"seed{seed}" / "metrics.json").write_text(json.dumps(record(0.6, conv, job / f"seed{seed}")))
+    (job / "seeds.json").write_text("{}")
+    assert job_line(job, 1.0).endswith("warning: val loss rose after its least (2 of 3 seeds)")

@@ -9,6 +9,11 @@ last two points, so that one noisy evaluation neither hides nor fakes a trend. A
 accuracy within SOLVED_GAP of 1) is settled although its val loss falls: a cross-entropy keeps falling as right answers
 grow surer (0.002 to 0.001 nats is a 50% drop) while no reported metric moves.
 
+Rose after its least: the last val loss lies more than FALLING_DROP above the least of the run's evaluations. A model
+that fits its training data past what generalises (a small training set or text passed over many times) shows it as
+its training loss keeps falling; so does a run that became unstable. Either way the final parameters are not the
+run's best on held-out data, which the report's `--which best` reads.
+
 Still moving (the same line, for a statistic the report is asked about, attnlab-report --formed): its curve's line
 over the last quarter of training changes by more than FALLING_DROP of its mean, in either direction. A quarter, not
 half: a statistic is logged at every logging step, not at four evaluations, and what matters is whether it had
@@ -58,12 +63,22 @@ def trend(curve: dict[int, float], total_steps: int, start: float = 0.5) -> dict
     return {"window": [int(steps[0]), int(steps[-1])], "evals": len(window), "relative_drop": float(drop)}
 
 
+def least(curve: dict[int, float]) -> dict:
+    """{least, least_step, rise}: the curve's least value, its step and how far the last value lies above it relative
+    to it; {} below MIN_EVALS finite evaluations."""
+    points = sorted((s, v) for s, v in curve.items() if math.isfinite(v))
+    if len(points) < MIN_EVALS:
+        return {}
+    step, value = min(points, key=lambda p: p[1])
+    return {"least": value, "least_step": step, "rise": (points[-1][1] - value) / max(abs(value), 1e-12)}
+
+
 def still_falling(curve: dict[int, float], total_steps: int) -> dict:
-    """{val_loss_falling: True | False | None (fewer than MIN_EVALS evaluations), window, evals, relative_drop, rule}
-    for a run's val loss curve {step: loss}."""
+    """{val_loss_falling: True | False | None (fewer than MIN_EVALS evaluations), window, evals, relative_drop, rule,
+    least, least_step, rise} for a run's val loss curve {step: loss}."""
     line = trend(curve, total_steps)
     falling = line["relative_drop"] > FALLING_DROP if "relative_drop" in line else None
-    return {"val_loss_falling": falling, "rule": RULE, **line}
+    return {"val_loss_falling": falling, "rule": RULE, **line, **least(curve)}
 
 
 def still_moving(curve: dict[int, float], total_steps: int) -> bool | None:
@@ -108,12 +123,15 @@ def val_curve(run_dir: Path) -> dict[int, float]:
 
 
 def describe(record: dict) -> str:
-    """`not converged (val loss fell 4.1% over steps 200–400)`, `at plateau test/accuracy 1/pairs 0.25`, or ''."""
+    """`not converged (val loss fell 4.1% over steps 200–400)`, `val loss rose after its least (+2.2% since step
+    300)`, `at plateau test/accuracy 1/pairs 0.25`, or ''."""
     parts = []
     conv = record.get("convergence") or {}
     if still_learning(conv, record.get("final") or {}):
         lo, hi = conv["window"]
         parts.append(f"not converged (val loss fell {conv['relative_drop']:.1%} over steps {lo}–{hi})")
+    if conv.get("rise", 0.0) > FALLING_DROP:
+        parts.append(f"val loss rose after its least (+{conv['rise']:.1%} since step {conv['least_step']})")
     for metric, rows in (record.get("plateaus") or {}).items():
         parts += [f"at plateau: {metric} ≈ {r['label']} {r['value']:.4g}" for r in rows if r.get("at")]
     return "; ".join(parts)

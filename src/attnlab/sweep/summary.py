@@ -95,7 +95,7 @@ def _flags(done: list[dict]) -> str:
     counts: dict[str, int] = {}
     for r in done:
         for part in filter(None, describe(r).split("; ")):
-            key = part.split(" (val loss fell")[0]  # the same flag, whatever each seed's own drop
+            key = part.split(" (")[0]  # the same flag, whatever each seed's own numbers
             counts[key] = counts.get(key, 0) + 1
     if not counts:
         return ""
