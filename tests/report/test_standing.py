@@ -16,14 +16,16 @@ SEEDS = (0, 1, 2)
 PLATEAU = {"test/accuracy": {"1/pairs": 0.25}}  # MQAR with 4 pairs (MQAR.plateaus)
 
 
-def mqar_sweep(root, accuracy, falling=lambda norm, seed: False):
-    """softmax, sigmoid, linear × 3 seeds with the records a run writes: its plateau flags and convergence."""
+def mqar_sweep(root, accuracy, falling=lambda norm, seed: False, rise=lambda norm, seed: 0.0):
+    """softmax, sigmoid, linear × 3 seeds with the records a run writes: its plateau flags and convergence (`rise`:
+    how far its last val loss lies above its least)."""
     i = 0
     for norm in ("softmax", "sigmoid", "linear"):
         for seed in SEEDS:
             acc = accuracy(norm, seed)
             final = {"val/loss": 3.0 - acc, "test/accuracy": acc, "test/loss": 3.0 - acc, "test/ece": 0.02 + acc / 10}
             conv = {"val_loss_falling": falling(norm, seed), "window": [200, 400], "evals": 3, "relative_drop": 0.05}
+            conv.update(least=2.0, least_step=300, rise=rise(norm, seed))
             extra = {"plateaus": at_plateaus(final, PLATEAU), "convergence": conv}
             write_run(root, f"{i}_normalizer={norm},seed={seed}", norm, 0.003, seed, final, extra=extra)
             i += 1
@@ -73,6 +75,20 @@ def test_still_falling_cells_are_ranked_at_their_budget_not_refused(tmp_path):
     assert "normalizer=linear (val loss still falling (2 of 3 runs))" in verdict[2]
     md = to_markdown(summarize(load_runs(mqar_sweep(tmp_path / "b", solved, falling=lambda n, s: s > 1))))
     assert "cannot rank" not in md and "Ranked at the budget" not in md  # one of three runs still learning: settled
+
+
+def test_a_cell_whose_val_loss_rose_after_its_least_says_in_how_many_runs(tmp_path):
+    """A rise above 1% (convergence.FALLING_DROP) of the last val loss over the run's least: the final parameters are
+    past the run's best on held-out data; 1% or less is not flagged."""
+    solved = lambda norm, seed: 0.9 + 0.01 * seed  # noqa: E731
+    rise = lambda norm, seed: {"sigmoid": [0.022, 0.05, 0.01]}.get(norm, [0.0] * 3)[seed]  # noqa: E731
+    md = to_markdown(summarize(load_runs(mqar_sweep(tmp_path, solved, rise=rise))))
+    text = " ".join(md.split())  # the Comparison's lines wrap
+    assert (
+        "normalizer=sigmoid: identical to the baseline (every seed, every metric); 0.91 [0.885, 0.935] (n=3) — "
+        "val loss rose after its least (2 of 3 runs)" in text
+    )
+    assert text.count("— val loss rose after its least") == 3  # sigmoid's line under each metric, no other cell's
 
 
 def test_cells_at_a_plateau_and_still_falling_cannot_be_ranked(tmp_path):

@@ -13,7 +13,7 @@ from attnlab.report import stats
 from attnlab.report.load import LR, Run, drifted_keys, same_value, sort_key, varying_keys
 from attnlab.report.stats import Stat
 from attnlab.run.chance import lower_threshold
-from attnlab.run.convergence import still_learning
+from attnlab.run.convergence import FALLING_DROP, still_learning
 from attnlab.run.record import STATUSES  # always counted; others (interrupted, incomplete) when present
 
 
@@ -78,7 +78,8 @@ class Cell:
         return bool(done) and 2 * len(flagged) >= len(done)
 
     def standing(self) -> str:
-        """`at plateau test/accuracy ≈ 1/pairs 0.25 (3 of 3 runs); val loss still falling (2 of 3 runs)`, or ''."""
+        """`at plateau test/accuracy ≈ 1/pairs 0.25 (3 of 3 runs); val loss still falling (2 of 3 runs)`, `val loss
+        rose after its least (1 of 3 runs)`, or ''."""
         done, parts = self.done(), []
         labels: dict[str, int] = {}
         for r in done:
@@ -91,6 +92,9 @@ class Cell:
         falling = self.still_falling()
         if falling:
             parts.append(f"val loss still falling ({len(falling)} of {len(done)} runs)")
+        rose = [r for r in done if r.convergence.get("rise", 0.0) > FALLING_DROP]
+        if rose:  # the final parameters are past the run's best on held-out data (convergence.least)
+            parts.append(f"val loss rose after its least ({len(rose)} of {len(done)} runs)")
         return "; ".join(parts)
 
     def beats_baseline(self, metric: str, labels: dict[str, str]) -> bool:
