@@ -36,7 +36,7 @@ def main() -> None:
     python = sys.version.split()[0]
     payload = json.dumps({"python": python, "files": files}, ensure_ascii=False, sort_keys=True).encode("utf-8")
     corpus.PYTHON_STDLIB.write_bytes(lzma.compress(payload, preset=9))
-    docs, ident = corpus.python_stdlib(check=False)
+    ident = corpus.identity("python_stdlib", [files[name].encode("utf-8") for name in sorted(files)])
     print(f"{corpus.PYTHON_STDLIB}: {ident['documents']} files, {ident['bytes']:,} bytes, sha256 {ident['sha256']}")
 
 

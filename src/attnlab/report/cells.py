@@ -13,7 +13,7 @@ from attnlab.report import stats
 from attnlab.report.load import LR, Run, drifted_keys, same_value, sort_key, varying_keys
 from attnlab.report.stats import Stat
 from attnlab.run.chance import lower_threshold
-from attnlab.run.convergence import FALLING_DROP, still_learning
+from attnlab.run.convergence import rose_after_least, still_learning
 from attnlab.run.record import STATUSES  # always counted; others (interrupted, incomplete) when present
 
 
@@ -92,7 +92,7 @@ class Cell:
         falling = self.still_falling()
         if falling:
             parts.append(f"val loss still falling ({len(falling)} of {len(done)} runs)")
-        rose = [r for r in done if r.convergence.get("rise", 0.0) > FALLING_DROP]
+        rose = [r for r in done if rose_after_least(r.convergence)]
         if rose:  # the final parameters are past the run's best on held-out data (convergence.least)
             parts.append(f"val loss rose after its least ({len(rose)} of {len(done)} runs)")
         return "; ".join(parts)

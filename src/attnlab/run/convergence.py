@@ -73,6 +73,11 @@ def least(curve: dict[int, float]) -> dict:
     return {"least": value, "least_step": step, "rise": (points[-1][1] - value) / max(abs(value), 1e-12)}
 
 
+def rose_after_least(convergence: dict) -> bool:
+    """Whether a run's last val loss lies more than FALLING_DROP above its least (`least`'s rise)."""
+    return convergence.get("rise", 0.0) > FALLING_DROP
+
+
 def still_falling(curve: dict[int, float], total_steps: int) -> dict:
     """{val_loss_falling: True | False | None (fewer than MIN_EVALS evaluations), window, evals, relative_drop, rule,
     least, least_step, rise} for a run's val loss curve {step: loss}."""
@@ -130,7 +135,7 @@ def describe(record: dict) -> str:
     if still_learning(conv, record.get("final") or {}):
         lo, hi = conv["window"]
         parts.append(f"not converged (val loss fell {conv['relative_drop']:.1%} over steps {lo}–{hi})")
-    if conv.get("rise", 0.0) > FALLING_DROP:
+    if rose_after_least(conv):
         parts.append(f"val loss rose after its least (+{conv['rise']:.1%} since step {conv['least_step']})")
     for metric, rows in (record.get("plateaus") or {}).items():
         parts += [f"at plateau: {metric} ≈ {r['label']} {r['value']:.4g}" for r in rows if r.get("at")]

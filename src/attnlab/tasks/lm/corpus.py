@@ -46,12 +46,17 @@ def pydoc_topics(path: Path = PYDOC_TOPICS) -> tuple[list[bytes], dict]:
     """
     with gzip.open(path, "rb") as f:
         shipped = json.loads(f.read().decode("utf-8"))
-    docs = [shipped["topics"][name].encode("utf-8") for name in sorted(shipped["topics"])]
-    ident = identity("pydoc_data.topics", docs, python=shipped["python"])
-    if ident["sha256"] != PYDOC_TOPICS_SHA256:
+    return _pinned(path, "pydoc_data.topics", shipped["topics"], shipped["python"], PYDOC_TOPICS_SHA256)
+
+
+def _pinned(path: Path, source: str, texts: dict[str, str], python: str, sha256: str) -> tuple[list[bytes], dict]:
+    """A shipped corpus's documents in name order and its identity; RuntimeError where its hash is not `sha256`."""
+    docs = [texts[name].encode("utf-8") for name in sorted(texts)]
+    ident = identity(source, docs, python=python)
+    if ident["sha256"] != sha256:
         raise RuntimeError(
-            f"the default lm corpus {path} has sha256 {ident['sha256']}, not the pinned "
-            f"{PYDOC_TOPICS_SHA256}: a damaged install; reinstall attnlab"
+            f"the lm corpus {path} has sha256 {ident['sha256']}, not the pinned {sha256}: a damaged install; "
+            "reinstall attnlab"
         )
     return docs, ident
 
@@ -62,19 +67,12 @@ PYTHON_STDLIB = PYDOC_TOPICS.with_name("python_stdlib.json.xz")
 PYTHON_STDLIB_SHA256 = "a113be986bd4353cb606fb435ee07851e9ea36eb3ca98d1d908f58f0ec05f805"
 
 
-def python_stdlib(path: Path = PYTHON_STDLIB, *, check: bool = True) -> tuple[list[bytes], dict]:
+def python_stdlib(path: Path = PYTHON_STDLIB) -> tuple[list[bytes], dict]:
     """CPython 3.11.7's standard library source, one document per .py file (9.7 MB: code, comments and docstrings
     written by CPython's authors), from the copy attnlab ships; a copy whose content is not the pinned one is refused.
     """
     shipped = json.loads(lzma.decompress(path.read_bytes()).decode("utf-8"))
-    docs = [shipped["files"][name].encode("utf-8") for name in sorted(shipped["files"])]
-    ident = identity("python_stdlib", docs, python=shipped["python"])
-    if check and ident["sha256"] != PYTHON_STDLIB_SHA256:
-        raise RuntimeError(
-            f"the lm corpus {path} has sha256 {ident['sha256']}, not the pinned {PYTHON_STDLIB_SHA256}: a damaged "
-            "install; reinstall attnlab"
-        )
-    return docs, ident
+    return _pinned(path, "python_stdlib", shipped["files"], shipped["python"], PYTHON_STDLIB_SHA256)
 
 
 SHIPPED = {"pydoc_topics": pydoc_topics, "python_stdlib": python_stdlib}  # task.corpus: the shipped corpora
