@@ -18,11 +18,12 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.layers normalizer \
   --metrics test/accuracy test/loss \
   --baseline normalizer=softmax \
   --curves score_grad/layer_0 score_grad/layer_1 grad_norm/layer_0 grad_norm/layer_1 grad_norm/global \
-  --log-y 'score_grad/*' 'grad_norm/*'
+  --log-y 'score_grad/*' 'grad_norm/*' \
+  --records "$SWEEP/report/report.records.json.xz"
 nice -n 10 "$BIN/python" "$HERE/analyze.py" "$SWEEP" --early-steps 50 > "$SWEEP/report/depth.md"
 
 if [ "$REFRESH" = 1 ]; then
-  cp "$SWEEP/report/report.md" "$SWEEP/report/depth.md" "$HERE/"
+  cp "$SWEEP/report/report.md" "$SWEEP/report/report.records.json.xz" "$SWEEP/report/depth.md" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi

@@ -14,10 +14,11 @@ nice -n 10 "$BIN/attnlab-train" -m "experiment=learnable_beta$SUFFIX" "hydra.swe
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by normalizer.learnable \
   --metrics test/accuracy test/loss test/ece \
   --baseline normalizer.learnable=false \
-  --curves attn_beta/layer_0/head_0 attn_beta/layer_1/head_0 attn_entropy/layer_0/head_0 attn_entropy/layer_1/head_0 val/loss val/accuracy
+  --curves attn_beta/layer_0/head_0 attn_beta/layer_1/head_0 attn_entropy/layer_0/head_0 attn_entropy/layer_1/head_0 val/loss val/accuracy \
+  --records "$SWEEP/report/report.records.json.xz"
 
 if [ "$REFRESH" = 1 ]; then
-  cp "$SWEEP/report/report.md" "$HERE/report.md"
+  cp "$SWEEP/report/report.md" "$SWEEP/report/report.records.json.xz" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi

@@ -16,10 +16,11 @@ nice -n 10 "$BIN/attnlab-train" -m "experiment=linear_vs_softmax$SUFFIX" "hydra.
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by task.num_kv_pairs normalizer \
   --metrics test/accuracy test/loss \
   --baseline normalizer=softmax \
-  --curves val/accuracy train/loss
+  --curves val/accuracy train/loss \
+  --records "$SWEEP/report/report.records.json.xz"
 
 if [ "$REFRESH" = 1 ]; then
-  cp "$SWEEP/report/report.md" "$HERE/report.md"
+  cp "$SWEEP/report/report.md" "$SWEEP/report/report.records.json.xz" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
