@@ -59,7 +59,7 @@ class _NoInitFactor(nz.Differential):
     [
         (_LambdaWithoutInit, "reference: weights:"),
         (_LambdaOneLayerOff, "reference: weights:"),
-        (_NoHeadNorm, "every parameter gets a gradient: parameter head_scale gets no gradient"),  # its norm unused
+        (_NoHeadNorm, "reference: output (plain step):"),
         (_NoInitFactor, "reference: output (plain step):"),
     ],
     ids=lambda x: x.__name__ if isinstance(x, type) else None,

@@ -178,36 +178,37 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
        padding keys must get no gradient (at grad).
     7. rows with no admissible key must be 0: their weights and both outputs are exactly 0.
     8. causality (at grad): output row t gets no gradient from later keys or values nor from other queries.
-    9. gradients against finite differences (at grad): ∇L·d for random directions d of q, k and v equals the
-       central difference, at either of two steps, of the float64 reference or else of the normalizer itself in
-       float32 (a normalizer without a reference: of itself only), so a forward that differs from its reference
-       is left to `reference` to name; checked before the backends are compared, so that a wrong gradient of the
-       dense form is named here and not as a backend that differs from it.
-    10. impl=X equal to its dense form: each implementation the normalizer declares that runs on a CPU
+    9. statistics keys: `with_stats=False` gives {}; with them, every CORE_STATS key and each statistic (N,); the
+       keys are CORE_STATS plus the extras the reference reports, where there is a reference (a normalizer with
+       `signed_weights` reports its own entropy there).
+    10. reference, where the class defines `reference(q_BNTH, k_BNSH, admissible_BTS) -> (weights, logits,
+        extras)` in float64 numpy: the weights, the output of both steps (weights @ v, or `reference_output(weights,
+        v)` where the class defines it: reference.output), every CORE_STATS from its definition (reference.core_stats
+        of the reference's weights and logits) unless the extras redefine it, and every extra equal to it; a declared
+        statistic with no float64 definition is refused by name. The forward is held to its definition here, before
+        any property that differentiates it, so that a wrong forward is named as such and not by the gradients,
+        backends or extremes it also moves.
+    11. gradients against finite differences (at grad): ∇L·d for random directions d of q, k and v equals the
+        central difference, at either of two steps, of the float64 reference or else of the normalizer itself in
+        float32 (a normalizer without a reference: of itself only); checked before the backends are compared, so
+        that a wrong gradient of the dense form is named here and not as a backend that differs from it.
+    12. impl=X equal to its dense form: each implementation the normalizer declares that runs on a CPU
         (`capability()`: blockwise, the fused XLA kernel, linear attention's chunked and bidirectional forms, at
         block/chunk size 4) equals its dense form (linear: the parallel form) forward and backward (q, k, v and every
         parameter) over IMPL_SETTINGS; a setting the implementation refuses with ConfigError is skipped, but each
         implementation runs at one at least. GPU-only implementations (cuDNN, Pallas) are not run here.
-    11. every input gets a gradient (q and k, the values of every row that attends) and every parameter gets a
-        gradient: each nnx.Param is nonzero somewhere over the settings of 4 (a stray stop_gradient fails here; 10
+    13. every input gets a gradient (q and k, the values of every row that attends) and every parameter gets a
+        gradient: each nnx.Param is nonzero somewhere over the settings of 4 (a stray stop_gradient fails here; 12
         leaves such a parameter out of its comparison).
-    12. extremes: output, statistics, weights (non-negative) and gradients (q, k, v and parameters) stay finite at
+    14. extremes: output, statistics, weights (non-negative) and gradients (q, k, v and parameters) stay finite at
         |βz| ≈ LARGE_LOGIT (float32 and bfloat16), at q and k scaled by LARGE_NORM (float32 and bfloat16: a
         normalizer invariant to the scale of the logits, such as cosine attention, meets no large logit
         otherwise), and with each parameter in turn at each end of its range: the class's `param_ranges`
         ({path: (lo, hi)}, path as "beta.theta") where it declares one (a temperature at its clamp), else its value
         ± PARAM_REACH (a saturated gate).
-    13. jit and vmapped seeds: two builds (rngs seeds 0 and 1, their parameters moved apart) stacked and vmapped
+    15. jit and vmapped seeds: two builds (rngs seeds 0 and 1, their parameters moved apart) stacked and vmapped
         under jax.jit, as trainer.vmap_seeds does, give each seed's output, statistics, weights and gradients (q, k,
         v and parameters) of the eager call alone.
-    14. statistics keys: `with_stats=False` gives {}; with them, every CORE_STATS key and each statistic (N,); the
-        keys are CORE_STATS plus the extras the reference reports, where there is a reference (a normalizer with
-        `signed_weights` reports its own entropy there).
-    15. reference, where the class defines `reference(q_BNTH, k_BNSH, admissible_BTS) -> (weights, logits,
-        extras)` in float64 numpy: the weights, the output of both steps (weights @ v, or `reference_output(weights,
-        v)` where the class defines it: reference.output), every CORE_STATS from its definition (reference.core_stats
-        of the reference's weights and logits) unless the extras redefine it, and every extra equal to it; a declared
-        statistic with no float64 definition is refused by name.
     """
     chk = _Check(make, name)
     norm = chk.build()
@@ -228,12 +229,6 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
     for run in runs:
         _empty_rows(chk, run)
     _causality(chk, norm)
-    _finite_differences(chk, norm, has_reference)
-    never = _never_gradient(grads)
-    _impls(chk, norm, causal_only, never)
-    _inputs_and_parameters_get_gradients(chk, norm, grads, never, [r["s"] for r in runs])
-    _extremes(chk, norm, signed)
-    _jit_and_seeds(chk)
     references = (
         [_reference(chk, norm, r["q"], r["k"], r["s"].admissible(), r["s"].where()) for r in runs]
         if (has_reference)
@@ -244,6 +239,12 @@ def check_normalizer(make, *, name: str, causal_only: bool | None = None) -> Non
     for run, reference in zip(runs, references, strict=True):
         if reference is not None:
             _against_reference(chk, norm, run, reference)
+    _finite_differences(chk, norm, has_reference)
+    never = _never_gradient(grads)
+    _impls(chk, norm, causal_only, never)
+    _inputs_and_parameters_get_gradients(chk, norm, grads, never, [r["s"] for r in runs])
+    _extremes(chk, norm, signed)
+    _jit_and_seeds(chk)
 
 
 def _refuses_bidirectional(chk, norm):
