@@ -62,8 +62,6 @@ RUNS_GONE = frozenset(
         "attention_sinks/lr_sgd.md",
         "attention_sinks/report.md",
         "entropy_collapse/report.md",
-        "final_softmax/classification/report.md",
-        "final_softmax/regression/report.md",
         "gradient_vs_depth/report.md",
         "learnable_beta/report.md",
         "length_dispersion/lr_screen.md",
