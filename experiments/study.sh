@@ -9,6 +9,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${BIN:-$ROOT/.venv/bin}"
 SCALE="${SCALE:-cpu}"
 REFRESH="${REFRESH:-0}"
+EXTEND_JOBS="${EXTEND_JOBS:-1}"
 case "$SCALE" in
   cpu) SUFFIX="" ;;
   gpu) SUFFIX="_gpu" ;;
@@ -17,6 +18,10 @@ esac
 SWEEP="${SWEEP:-$ROOT/runs/${SWEEP_NAME:-$STUDY}$SUFFIX}"
 if [ "${COPY:-0}" != 0 ]; then  # COPY=0, the old way to leave the study folder untouched, is the default now
   echo "$STUDY: COPY=$COPY is gone; the report stays in \$SWEEP/report, REFRESH=1 copies it into experiments/$STUDY" >&2
+  exit 2
+fi
+if ! [[ "$EXTEND_JOBS" =~ ^[1-9][0-9]*$ ]]; then
+  echo "$STUDY: EXTEND_JOBS=$EXTEND_JOBS is not a positive whole number" >&2
   exit 2
 fi
 if [ "$REFRESH" != 0 ] && [ "$REFRESH" != 1 ]; then
@@ -61,7 +66,8 @@ finished_or_run() {
 #   3. each cell at an edge of its grid (report.csv's lr_at_edge) gets one more rate beyond it, the grid's own ratio
 #      (experiments/bracket_lrs.py): attnlab-train -m TRAIN_ARGS KEY=VALUE... optim.lr=RATE
 #      hydra.sweep.dir=SWEEP_DIR/extend<round>/<n> (TRAIN_ARGS' own GROUP_KEY= and optim.lr= left out); then 2 again;
-#   at most LIMIT rounds of 3 (0: none). A sweep that finished before is not run again (finished_or_run), a round
+#   at most LIMIT rounds of 3 (0: none); EXTEND_JOBS=<n> (default 1) runs a round's extensions n at a time, each a
+#   process of its own (a one-run sweep leaves a core idle on a machine with two). A sweep that finished before is not run again (finished_or_run), a round
 #   resumed extends the cells it chose (SWEEP_DIR/extend<round>/cells.txt). Then it says which cells never bracketed (stderr, one line each), or that
 #   every one did, and returns 0 either way: SWEEP_DIR/report/report.csv holds the selection (read it with
 #   experiments/selected_lrs.py), the last report's terminal output is SWEEP_DIR/report.log, and the report's verdict
@@ -85,7 +91,7 @@ bracket_screen() {
   shift
   train_args=("$@")
   IFS=, read -r -a group <<< "$keys"
-  local arg key own
+  local arg key own pid
   for arg in "${train_args[@]}"; do  # an extension names its cell and rate: the screen's own values of them go
     own=0
     for key in "${group[@]}" optim.lr; do
@@ -108,13 +114,19 @@ bracket_screen() {
       printf '%s\n' "${next[@]}" > "$plan"
     fi
     n=0
+    local running=()
     for line in "${next[@]}"; do
       local cell=()
       read -r -a cell <<< "$line"
       echo "bracket_screen: round $round of $limit: ${cell[*]}" >&2
       finished_or_run "$dir/extend$round/$n" "$BIN/attnlab-train" -m ${extend_args[@]+"${extend_args[@]}"} \
-        "${cell[@]}" "hydra.sweep.dir=$dir/extend$round/$n"
+        "${cell[@]}" "hydra.sweep.dir=$dir/extend$round/$n" &
+      running+=("$!")
       n=$((n + 1))
+      if [ ${#running[@]} -ge "$EXTEND_JOBS" ] || [ "$n" -eq ${#next[@]} ]; then
+        for pid in "${running[@]}"; do wait "$pid"; done  # a failed extension stops the study (set -e)
+        running=()
+      fi
     done
     nice -n 10 "${report[@]}" > "$dir/report.log"
   done

@@ -142,7 +142,8 @@ with open(out.parent / "calls.txt" if out.name.isdigit() else out / "calls.txt",
 
 def test_bracket_screen_extends_the_grid_until_it_brackets_or_its_limit(tmp_path):
     """experiments/study.sh's function on a stub trainer and the real attnlab-report: sigmoid (optimum 0.05) brackets
-    after two extensions (0.0316, then 0.1), linear (optimum 1e-5) never does within 2; run again, it trains nothing."""
+    after two extensions (0.0316, then 0.1), linear (optimum 1e-5) never does within 2; run again, it trains nothing.
+    A round's two extensions run side by side (EXTEND_JOBS=2)."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     stub = bin_ / "attnlab-train"
@@ -156,7 +157,7 @@ def test_bracket_screen_extends_the_grid_until_it_brackets_or_its_limit(tmp_path
         f'bracket_screen "{sweep}" normalizer 2 --metrics val/loss -- normalizer=softmax,sigmoid,linear '
         "optim.lr=1e-3,3e-3,1e-2 seed=0"
     )
-    env = {**os.environ, "BIN": str(bin_), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "BIN": str(bin_), "JAX_PLATFORMS": "cpu", "EXTEND_JOBS": "2"}
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     said = [line for line in done.stderr.splitlines() if line.startswith("bracket_screen:")]
@@ -168,7 +169,7 @@ def test_bracket_screen_extends_the_grid_until_it_brackets_or_its_limit(tmp_path
         "bracket_screen: never bracketed after 2 extension(s): normalizer=linear: optim.lr=0.0001, the low edge of "
         "0.0001, 0.000316, 0.001, 0.003, 0.01",
     ], done.stderr
-    calls = (sweep / "extend1" / "calls.txt").read_text().splitlines()
+    calls = sorted((sweep / "extend1" / "calls.txt").read_text().splitlines())  # side by side: in either order
     assert calls == ["seed=0 normalizer=linear optim.lr=0.000316", "seed=0 normalizer=sigmoid optim.lr=0.0316"]
     with open(sweep / "report" / "report.csv", newline="") as f:
         rows = {r["normalizer"]: r for r in csv.DictReader(f)}
@@ -180,7 +181,7 @@ def test_bracket_screen_extends_the_grid_until_it_brackets_or_its_limit(tmp_path
     again = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr  # resumed: every sweep finished, none trained again
     assert again.stderr.count("finished earlier, kept") == 5, again.stderr  # the grid and 4 extensions
-    assert (sweep / "extend1" / "calls.txt").read_text().splitlines() == calls
+    assert sorted((sweep / "extend1" / "calls.txt").read_text().splitlines()) == calls
     assert len((sweep / "grid" / "calls.txt").read_text().splitlines()) == 1
     other = subprocess.run(
         ["bash", "-c", script.replace("1e-3,3e-3", "3e-4,1e-3,3e-3")], env=env, capture_output=True, text=True
