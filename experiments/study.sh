@@ -3,13 +3,15 @@
 #   SCALE=cpu (default): the study's presets, the scale its committed report was made at;
 #   SCALE=gpu: their `_gpu` presets (configs/experiment/, the README's GPU scale).
 #   SWEEP=<dir>: the sweeps and their report (default runs/<study>, runs/<study>_gpu; git-ignored).
+#   STUDY_JOBS=<n> (default 1): the study's one-run steps (a screen's extensions, a confirm stage's runs) n at a time,
+#   each a process of its own: one run leaves a core of two idle.
 #   REFRESH=1: also copy the report over the study's committed files; refused (exit 2, one line) with extra
 #   overrides or SCALE=gpu, whose report is not the committed one.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${BIN:-$ROOT/.venv/bin}"
 SCALE="${SCALE:-cpu}"
 REFRESH="${REFRESH:-0}"
-EXTEND_JOBS="${EXTEND_JOBS:-1}"
+STUDY_JOBS="${STUDY_JOBS:-1}"
 case "$SCALE" in
   cpu) SUFFIX="" ;;
   gpu) SUFFIX="_gpu" ;;
@@ -20,8 +22,8 @@ if [ "${COPY:-0}" != 0 ]; then  # COPY=0, the old way to leave the study folder 
   echo "$STUDY: COPY=$COPY is gone; the report stays in \$SWEEP/report, REFRESH=1 copies it into experiments/$STUDY" >&2
   exit 2
 fi
-if ! [[ "$EXTEND_JOBS" =~ ^[1-9][0-9]*$ ]]; then
-  echo "$STUDY: EXTEND_JOBS=$EXTEND_JOBS is not a positive whole number" >&2
+if ! [[ "$STUDY_JOBS" =~ ^[1-9][0-9]*$ ]]; then
+  echo "$STUDY: STUDY_JOBS=$STUDY_JOBS unknown; allowed: a whole number from 1" >&2
   exit 2
 fi
 if [ "$REFRESH" != 0 ] && [ "$REFRESH" != 1 ]; then
@@ -57,6 +59,20 @@ finished_or_run() {
   printf '%s\n' "$@" > "$dir/.finished"
 }
 
+# side_by_side COMMAND...: COMMAND in the background, waiting for the ones before it whenever STUDY_JOBS run;
+# side_by_side_wait waits for the rest. A failed command stops the study (set -e) where it is waited for.
+SIDE_BY_SIDE=()
+side_by_side() {
+  "$@" &
+  SIDE_BY_SIDE+=("$!")
+  [ ${#SIDE_BY_SIDE[@]} -lt "$STUDY_JOBS" ] || side_by_side_wait
+}
+side_by_side_wait() {
+  local pid
+  for pid in ${SIDE_BY_SIDE[@]+"${SIDE_BY_SIDE[@]}"}; do wait "$pid"; done
+  SIDE_BY_SIDE=()
+}
+
 # bracket_screen SWEEP_DIR GROUP_KEY[,GROUP_KEY...] LIMIT [REPORT_ARGS...] -- TRAIN_ARGS...
 #   A learning-rate screen that extends its grid until every cell's selected rate is interior (bracketed):
 #   1. "$BIN/attnlab-train" -m TRAIN_ARGS hydra.sweep.dir=SWEEP_DIR/grid: the screen (TRAIN_ARGS sweep optim.lr,
@@ -66,8 +82,7 @@ finished_or_run() {
 #   3. each cell at an edge of its grid (report.csv's lr_at_edge) gets one more rate beyond it, the grid's own ratio
 #      (experiments/bracket_lrs.py): attnlab-train -m TRAIN_ARGS KEY=VALUE... optim.lr=RATE
 #      hydra.sweep.dir=SWEEP_DIR/extend<round>/<n> (TRAIN_ARGS' own GROUP_KEY= and optim.lr= left out); then 2 again;
-#   at most LIMIT rounds of 3 (0: none); EXTEND_JOBS=<n> (default 1) runs a round's extensions n at a time, each a
-#   process of its own (a one-run sweep leaves a core idle on a machine with two). A sweep that finished before is not run again (finished_or_run), a round
+#   at most LIMIT rounds of 3 (0: none), a round's extensions STUDY_JOBS at a time. A sweep that finished before is not run again (finished_or_run), a round
 #   resumed extends the cells it chose (SWEEP_DIR/extend<round>/cells.txt). Then it says which cells never bracketed (stderr, one line each), or that
 #   every one did, and returns 0 either way: SWEEP_DIR/report/report.csv holds the selection (read it with
 #   experiments/selected_lrs.py), the last report's terminal output is SWEEP_DIR/report.log, and the report's verdict
@@ -91,7 +106,7 @@ bracket_screen() {
   shift
   train_args=("$@")
   IFS=, read -r -a group <<< "$keys"
-  local arg key own pid
+  local arg key own
   for arg in "${train_args[@]}"; do  # an extension names its cell and rate: the screen's own values of them go
     own=0
     for key in "${group[@]}" optim.lr; do
@@ -114,20 +129,15 @@ bracket_screen() {
       printf '%s\n' "${next[@]}" > "$plan"
     fi
     n=0
-    local running=()
     for line in "${next[@]}"; do
       local cell=()
       read -r -a cell <<< "$line"
       echo "bracket_screen: round $round of $limit: ${cell[*]}" >&2
-      finished_or_run "$dir/extend$round/$n" "$BIN/attnlab-train" -m ${extend_args[@]+"${extend_args[@]}"} \
-        "${cell[@]}" "hydra.sweep.dir=$dir/extend$round/$n" &
-      running+=("$!")
+      side_by_side finished_or_run "$dir/extend$round/$n" "$BIN/attnlab-train" -m \
+        ${extend_args[@]+"${extend_args[@]}"} "${cell[@]}" "hydra.sweep.dir=$dir/extend$round/$n"
       n=$((n + 1))
-      if [ ${#running[@]} -ge "$EXTEND_JOBS" ] || [ "$n" -eq ${#next[@]} ]; then
-        for pid in "${running[@]}"; do wait "$pid"; done  # a failed extension stops the study (set -e)
-        running=()
-      fi
     done
+    side_by_side_wait
     nice -n 10 "${report[@]}" > "$dir/report.log"
   done
   local edges=()

@@ -17,7 +17,7 @@
 # Usage: bash experiments/lm_normalizers/run.sh [extra Hydra overrides, appended to every run; normalizer= and
 #   optim.lr= reach the screen only, the confirm stage takes the screen's selection]
 # SCALE=gpu (the screen_gpu and confirm_gpu presets), SWEEP=<dir> (default runs/lm_normalizers), REFRESH=1 (copy the
-# reports into this folder): ../study.sh.
+# reports into this folder), STUDY_JOBS=2 (the extensions and the confirm runs two at a time): ../study.sh.
 set -euo pipefail
 STUDY=lm_normalizers
 SWEEP_NAME=lm_normalizers
@@ -33,9 +33,10 @@ bracket_screen "$SWEEP/screen" normalizer 2 --metrics val/loss val/bits_per_byte
   "experiment=lm_normalizers/screen$SUFFIX" "$@"
 while read -r norm lr; do
   run_finished "$SWEEP/confirm/${norm#normalizer=}" && continue  # finished before: a resumed study keeps it
-  nice -n 10 "$BIN/attnlab-train" "experiment=lm_normalizers/confirm$SUFFIX" "$norm" "$lr" \
-    "hydra.run.dir=$SWEEP/confirm/${norm#normalizer=}" ${CONFIRM_EXTRA[@]+"${CONFIRM_EXTRA[@]}"}
+  side_by_side nice -n 10 "$BIN/attnlab-train" "experiment=lm_normalizers/confirm$SUFFIX" "$norm" "$lr" \
+    "hydra.run.dir=$SWEEP/confirm/${norm#normalizer=}" ${CONFIRM_EXTRA[@]+"${CONFIRM_EXTRA[@]}"} < /dev/null
 done < <("$BIN/python" "$ROOT/experiments/selected_lrs.py" "$SWEEP/screen/report/report.csv" normalizer)
+side_by_side_wait
 
 # The final report reads each normalizer's runs at its selected rate alone (selected_runs.py): re-selecting over every
 # rate would weigh the screen's one seed against the selected rate's three.

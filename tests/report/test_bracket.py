@@ -143,7 +143,7 @@ with open(out.parent / "calls.txt" if out.name.isdigit() else out / "calls.txt",
 def test_bracket_screen_extends_the_grid_until_it_brackets_or_its_limit(tmp_path):
     """experiments/study.sh's function on a stub trainer and the real attnlab-report: sigmoid (optimum 0.05) brackets
     after two extensions (0.0316, then 0.1), linear (optimum 1e-5) never does within 2; run again, it trains nothing.
-    A round's two extensions run side by side (EXTEND_JOBS=2)."""
+    A round's two extensions run side by side (STUDY_JOBS=2)."""
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     stub = bin_ / "attnlab-train"
@@ -157,7 +157,7 @@ def test_bracket_screen_extends_the_grid_until_it_brackets_or_its_limit(tmp_path
         f'bracket_screen "{sweep}" normalizer 2 --metrics val/loss -- normalizer=softmax,sigmoid,linear '
         "optim.lr=1e-3,3e-3,1e-2 seed=0"
     )
-    env = {**os.environ, "BIN": str(bin_), "JAX_PLATFORMS": "cpu", "EXTEND_JOBS": "2"}
+    env = {**os.environ, "BIN": str(bin_), "JAX_PLATFORMS": "cpu", "STUDY_JOBS": "2"}
     done = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     said = [line for line in done.stderr.splitlines() if line.startswith("bracket_screen:")]
