@@ -45,14 +45,14 @@ PADDING_OUTPUT = "padding keys must not change the output"
 PADDING_GRADIENT = "padding keys must get no gradient"
 EMPTY_ROWS = "rows with no admissible key must be 0"
 CAUSALITY = "causality"
-IMPL = "impl={} equal to its dense form"
+STATISTICS = "statistics keys"
+REFERENCE = "reference"
 FINITE_DIFFERENCES = "gradients against finite differences"
+IMPL = "impl={} equal to its dense form"
 INPUT_GRADIENTS = "every input gets a gradient"
 PARAMETER_GRADIENTS = "every parameter gets a gradient"
 EXTREMES = "extremes"
 SEEDS = "jit and vmapped seeds equal to each seed alone"
-STATISTICS = "statistics keys"
-REFERENCE = "reference"
 PROPERTIES = (
     REFUSAL,
     SHAPES,
@@ -65,14 +65,14 @@ PROPERTIES = (
     PADDING_GRADIENT,
     EMPTY_ROWS,
     CAUSALITY,
+    STATISTICS,
+    REFERENCE,
     FINITE_DIFFERENCES,
     IMPL,
     INPUT_GRADIENTS,
     PARAMETER_GRADIENTS,
     EXTREMES,
     SEEDS,
-    STATISTICS,
-    REFERENCE,
 )
 
 
