@@ -72,7 +72,6 @@ RUNS_GONE = frozenset(
         "length_extrapolation/lr_screen_long.md",
         "length_extrapolation/lr_screen_none.md",
         "length_extrapolation/report.md",
-        "linear_vs_softmax/report.md",
         "lm_normalizers/history/all_lrs.md",
         "lm_normalizers/history/report.md",
         "lm_tokenizers/all_lrs.md",
