@@ -62,7 +62,6 @@ RUNS_GONE = frozenset(
         "attention_sinks/lr_sgd.md",
         "attention_sinks/report.md",
         "entropy_collapse/report.md",
-        "gradient_vs_depth/report.md",
         "length_dispersion/lr_screen.md",
         "length_dispersion/report.md",
         "length_extrapolation/lm_lr_screen.md",
