@@ -17,7 +17,8 @@ nice -n 10 "$BIN/attnlab-train" -m "experiment=entropy_collapse$SUFFIX" "hydra.s
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by optim.lr model.qk_norm \
   --metrics test/accuracy test/loss \
   --baseline model.qk_norm=false \
-  --curves attn_entropy/layer_0/head_0 attn_entropy/layer_1/head_0 attn_max_logit/layer_0/head_0 attn_max_logit/layer_1/head_0 grad_norm/global val/accuracy
+  --curves attn_entropy/layer_0/head_0 attn_entropy/layer_1/head_0 attn_max_logit/layer_0/head_0 attn_max_logit/layer_1/head_0 grad_norm/global val/accuracy \
+  --records "$SWEEP/report/report.records.json.xz"
 nice -n 10 "$BIN/python" "$HERE/summarize.py" "$SWEEP" > "$SWEEP/report/collapse.md"
 # The phenomenon on lm: layer 1's attention entropy (its mean over heads) collapsing during training, to at most 0.2
 # (~0.3-0.45 at 3e-2), as Zhai et al. 2023 track it over training: it can recover by the end, so the condition is on
@@ -36,6 +37,7 @@ nice -n 10 "$BIN/python" "$HERE/summarize.py" "$LM_SWEEP" > "$LM_SWEEP/report/co
 
 if [ "$REFRESH" = 1 ]; then
   cp "$SWEEP/report/report.md" "$SWEEP/report/collapse.md" "$HERE/"
+  cp "$SWEEP/report/report.records.json.xz" "$HERE/"
   cp "$LM_SWEEP/report/report.md" "$HERE/lm_report.md"
   cp "$LM_SWEEP/report/report.records.json.xz" "$HERE/lm_report.records.json.xz"
   cp "$LM_SWEEP/report/collapse.md" "$HERE/lm_collapse.md"

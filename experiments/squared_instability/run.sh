@@ -17,7 +17,8 @@ nice -n 10 "$BIN/attnlab-train" -m "experiment=squared_instability$SUFFIX" "hydr
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by normalizer.eps normalizer.offset \
   --metrics test/accuracy test/loss \
   --baseline normalizer.eps=1e-2 \
-  --curves attn_min_denominator/layer_0/head_0 attn_min_denominator/layer_1/head_0 grad_norm/global score_grad/layer_0 train/nonfinite_steps train/loss
+  --curves attn_min_denominator/layer_0/head_0 attn_min_denominator/layer_1/head_0 grad_norm/global score_grad/layer_0 train/nonfinite_steps train/loss \
+  --records "$SWEEP/report/report.records.json.xz"
 nice -n 10 "$BIN/python" "$HERE/summarize.py" "$SWEEP" > "$SWEEP/report/instability.md"
 LM_SWEEP="${SWEEP}_lm"
 nice -n 10 "$BIN/attnlab-train" -m "experiment=squared_instability/lm$SUFFIX" "hydra.sweep.dir=$LM_SWEEP" "$@"
@@ -29,6 +30,7 @@ nice -n 10 "$BIN/python" "$HERE/summarize.py" "$LM_SWEEP" > "$LM_SWEEP/report/in
 
 if [ "$REFRESH" = 1 ]; then
   cp "$SWEEP/report/report.md" "$SWEEP/report/instability.md" "$HERE/"
+  cp "$SWEEP/report/report.records.json.xz" "$HERE/"
   cp "$LM_SWEEP/report/report.md" "$HERE/lm_report.md"
   cp "$LM_SWEEP/report/report.records.json.xz" "$HERE/lm_report.records.json.xz"
   cp "$LM_SWEEP/report/instability.md" "$HERE/lm_instability.md"
