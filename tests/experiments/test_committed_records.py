@@ -80,7 +80,6 @@ RUNS_GONE = frozenset(
         "normalizer_ablation/long.md",
         "normalizer_ablation/report.md",
         "recall_capacity/report.md",
-        "squared_instability/report.md",
     }
 )
 
