@@ -15,7 +15,7 @@ from flax import nnx
 
 from attnlab import config
 from attnlab import normalizers as nz
-from attnlab.backends.impl import memory_budget
+from attnlab.backends.impl import DENSE_BYTES_PER_SCORE, memory_budget
 from attnlab.model import Transformer
 from attnlab.model.attention import rope, rope_parts
 from attnlab.testing import ContractViolation, check_normalizer, mask_setting
@@ -176,11 +176,11 @@ def test_a_head_dim_below_two_is_refused():
 
 
 def test_the_backend_choice_counts_two_score_maps_per_head():
-    """The dense form keeps two T×S maps per head: at a T where softmax's scores (8·T² bytes for one sequence and
-    one head) fit the platform's budget and twice as many do not, auto keeps softmax dense and takes differential
+    """The dense form keeps two T×S maps per head: at a T where one map of softmax's scores (one sequence, one head)
+    fits the platform's budget and two do not, here 1.5 maps' worth, auto keeps softmax dense and takes differential
     blockwise (T = 9,459 on a CPU's 1 GiB)."""
     mask = nz.Mask(causal=True)
-    T = math.isqrt(memory_budget(jax.default_backend()) // 12)
+    T = math.isqrt(memory_budget(jax.default_backend()) * 2 // (3 * DENSE_BYTES_PER_SCORE))
     for name, expected in (("softmax", "dense"), ("differential", "blockwise")):
         norm = config.normalizer(name, num_heads=1, head_dim=8)
         assert norm.backend(T, T, mask, jnp.float32).name == expected, name
