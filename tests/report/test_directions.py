@@ -87,7 +87,7 @@ def test_the_verdict_on_a_statistic_says_higher_or_lower_never_better_or_worse(t
     for r in runs:  # no headline: the verdict covers every metric of the table
         r.headline, r.baseline_labels = None, {}
     table = summarize(runs, metrics=["test/loss", FIRST, RATE], baseline="normalizer=softmax")
-    lines = {line.split("**")[1]: line for line in verdict(table) if line.startswith("- **")}
+    lines = {m: line for line in verdict(table) if line.startswith("- **") for m in line.split("**")[1].split(", ")}
     assert "normalizer=kl (better: Δ -0.2" in lines["test/loss"]
     assert "normalizer=kl (higher: Δ +0.2" in lines[FIRST]
     for metric in (FIRST, RATE):

@@ -66,7 +66,7 @@ def test_a_baseline_that_formed_it_in_1_of_3_seeds_leaves_every_comparison_untes
         "A comparison is tested only where its baseline formed it in every seed.",
     ]
     assert sentence(md, "test/accuracy") == (
-        "- **test/accuracy**: not tested: the baseline formed it in 1 of 3 seeds: normalizer=linear, "
+        "- **test/accuracy**: not tested: the baseline formed it in 1 of 3 seeds: normalizer=linear; "
         "normalizer=sigmoid."
     )
     assert "Holm's correction over the 0 (cell, metric) comparison(s)" in "\n".join(verdict)
@@ -75,6 +75,17 @@ def test_a_baseline_that_formed_it_in_1_of_3_seeds_leaves_every_comparison_untes
         t.startswith("  3. normalizer=sigmoid: not tested: the baseline formed it in 1 of 3 seeds; 0.71")
         for t in ranked
     )
+
+
+def test_metrics_left_untested_for_the_same_reason_share_one_line(tmp_path):
+    """The reason not to test is the baseline's, the same for every metric: said once, not once per metric."""
+    for path in sink_sweep(tmp_path).glob("*/metrics.json"):  # no headline: the verdict covers both metrics
+        path.write_text(json.dumps({**json.loads(path.read_text()), "headline": None, "baseline_labels": {}}))
+    md = report(tmp_path, "--formed", f"{FIRST}>=0.3", "--metrics", "test/accuracy", "test/loss")
+    assert [t for t in section(md, "## Verdict") if t.startswith("- **")] == [
+        "- **test/accuracy, test/loss**: not tested: the baseline formed it in 1 of 3 seeds: normalizer=linear; "
+        "normalizer=sigmoid."
+    ]
 
 
 def test_a_baseline_that_formed_it_in_every_seed_is_compared_and_formed_in_every_holds_the_cells_to_it(tmp_path):
@@ -197,6 +208,18 @@ def test_a_baseline_of_several_cells_states_its_pairing_and_names_each_compariso
     assert "normalizer=sigmoid, model.output_gate=none (better: Δ +0.052 " in line
     assert ") against normalizer=softmax, model.output_gate=headwise; " in line
     assert line.endswith(") against normalizer=softmax, model.output_gate=none.")
+
+
+def test_comparisons_left_untested_are_listed_once_under_each_baseline_cell(tmp_path):
+    cells = [("softmax", "none"), ("softmax", "headwise"), ("sigmoid", "none"), ("sigmoid", "headwise")]
+    md = report(gated_sweep(tmp_path, cells), "--formed", "test/accuracy>=0.75")  # no cell reaches 0.75
+    line = sentence(md, "test/accuracy")
+    for gate in ("none", "headwise"):
+        assert (
+            f"not tested against normalizer=softmax, model.output_gate={gate}: the baseline formed it in 0 of 3 "
+            f"seeds: normalizer=sigmoid, model.output_gate={gate}"
+        ) in line
+    assert line.count("normalizer=softmax") == 2
 
 
 def test_a_baseline_no_rule_pairs_is_refused_naming_the_keys_that_would(tmp_path, capsys):

@@ -181,7 +181,8 @@ def _unresolved(c: Comparison) -> str:
     )
 
 
-def _sentence(metric: str, rows: list[Comparison], spec: str, alpha: float) -> str:
+def _sentence(rows: list[Comparison], spec: str, alpha: float) -> str:
+    """What one metric's comparisons found, without the metric's name (metrics that found the same share a line)."""
     groups = {k: [c for c in rows if c.outcome(alpha) == k] for k in ("differs", "equivalent", "unresolved")}
     same = [c for c in rows if c.same]
     untested = [c for c in rows if c.outcome(alpha) == "untested"]
@@ -210,15 +211,15 @@ def _sentence(metric: str, rows: list[Comparison], spec: str, alpha: float) -> s
     if same:
         parts.append(
             "identical to it (every seed, every metric equal to float tolerance: one computation): "
-            + ", ".join(c.cell.label() + vs(c) for c in same)
+            + "; ".join(c.cell.label() + vs(c) for c in same)
         )
     parts += _withheld(rows, alpha, vs)
     if untested:
         parts.append(
             f"not tested (fewer than {MIN_PAIRS} seeds completed in both): "
-            + ", ".join(f"{c.cell.label()} ({c.stat.n_pairs} paired){vs(c)}" for c in untested)
+            + "; ".join(f"{c.cell.label()} ({c.stat.n_pairs} paired){vs(c)}" for c in untested)
         )
-    return f"- **{metric}**: " + ("; ".join(parts) if parts else "no cell to compare") + "."
+    return "; ".join(parts) if parts else "no cell to compare"
 
 
 def _against(rows: list[Comparison]):
@@ -228,12 +229,13 @@ def _against(rows: list[Comparison]):
 
 
 def _withheld(rows: list[Comparison], alpha: float, vs) -> list[str]:
-    """`not tested: the baseline formed it in 1 of 3 seeds: <cells>`, one part per reason (formation.withheld)."""
-    reasons: dict[str, list[str]] = {}
+    """`not tested: the baseline formed it in 1 of 3 seeds: <cells>`, one part per reason (formation.withheld) and
+    baseline cell (` against <it>` where the baseline is several cells)."""
+    reasons: dict[tuple[str, str], list[str]] = {}
     for c in rows:
         if c.outcome(alpha) == "withheld":
-            reasons.setdefault(c.withheld, []).append(c.cell.label() + vs(c))
-    return [f"not tested: {why}: {', '.join(cells)}" for why, cells in reasons.items()]
+            reasons.setdefault((vs(c), c.withheld), []).append(c.cell.label())
+    return [f"not tested{against}: {why}: {'; '.join(cells)}" for (against, why), cells in reasons.items()]
 
 
 def cannot_rank(table: Table, rows: list[Comparison]) -> list[str]:
@@ -334,6 +336,8 @@ def verdict(table: Table) -> list[str]:
     refused = cannot_rank(table, rows)
     budget = [] if refused else at_budget(table, compared_cells(table, rows), metrics[0])
     lines = [*head, *pairing(table, spec), *refused, *budget, *unbracketed(table), method, ""]
+    # a sentence and the metrics it holds for: a reason not to test (the baseline's formation) is often every metric's
+    found: dict[str, list[str]] = {}
     for m in metrics:
-        lines.append(_sentence(m, [c for c in rows if c.metric == m], spec, table.alpha))
-    return lines
+        found.setdefault(_sentence([c for c in rows if c.metric == m], spec, table.alpha), []).append(m)
+    return lines + [f"- **{', '.join(ms)}**: {sentence}." for sentence, ms in found.items()]
