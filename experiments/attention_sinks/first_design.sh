@@ -39,7 +39,7 @@ done
 for job in $(jobs -p); do wait "$job"; done  # a failed run stops the study (set -e)
 
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --out "$SWEEP/report" \
-  --group-by normalizer model.output_gate optim model.layers \
+  --group-by normalizer model.output_gate optim model.layers --select-lr --select-by val/loss \
   --baseline normalizer=softmax,model.output_gate=none,optim=adamw --formed "$FORMED" \
   --metrics test/loss test/dormant/loss test/trigger/accuracy test/attn_dormant_sink_rate \
   test/attn_dormant_first_weight/layer_0 test/attn_dormant_first_weight/layer_2 test/attn_value_drain/layer_0 \
