@@ -60,7 +60,6 @@ RUNS_GONE = frozenset(
         "attention_sinks/lr_more.md",
         "attention_sinks/lr_screen.md",
         "attention_sinks/lr_sgd.md",
-        "attention_sinks/report.md",
         "length_dispersion/lr_screen.md",
         "length_dispersion/report.md",
         "length_extrapolation/lm_lr_screen.md",
