@@ -52,7 +52,7 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP/bb" --out "$SWEEP/report" \
   --records "$SWEEP/report.records.json.xz" > "$SWEEP/report.log"
 
 nice -n 10 "$BIN/attnlab-report" "$SWEEP/lm_bos" --out "$SWEEP/lm_bos_report" --group-by task.bos \
-  --select-lr --select-by val/loss --baseline task.bos=false \
+  --baseline task.bos=false \
   --metrics test/bits_per_byte test/attn_first_weight/layer_0 test/attn_first_weight/layer_1 test/attn_sink_rate \
   test/attn_value_drain/layer_0 test/attn_value_drain/layer_1 test/attn_residual_peak/layer_1 \
   --curves val/bits_per_byte attn_first_weight/layer_1 \
