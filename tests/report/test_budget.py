@@ -26,7 +26,7 @@ EARLY = {**HELD, "sigmoid": [0.3, 0.65, 0.8, 0.9]}
 
 def learning_sweep(root, curves, batch=8, train_tokens=None):
     """softmax, sigmoid, linear × 3 seeds, every run's val loss still falling, its val/accuracy curve logged;
-    `train_tokens` the training text's length a language model's run.json records."""
+    `train_tokens` the training text's length a language model's run.json records (a dict: one per normalizer)."""
     for i, (norm, seed) in enumerate((n, s) for n in ("softmax", "sigmoid", "linear") for s in SEEDS):
         acc = FINAL[norm] + 0.01 * seed * (1 + i // 3)  # a spread of its own per normalizer
         final = {"val/loss": 3.0 - acc, "test/accuracy": acc, "test/loss": 3.0 - acc}
@@ -36,8 +36,8 @@ def learning_sweep(root, curves, batch=8, train_tokens=None):
         path = write_run(root, f"{i}_normalizer={norm},seed={seed}", norm, 0.003, seed, final, extra=extra)
         rec = json.loads((path / "run.json").read_text())
         rec["config"]["trainer"]["batch_size"] = batch
-        if train_tokens is not None:
-            rec["corpus"] = {"train_tokens": train_tokens}
+        if train_tokens is not None:  # one length, or one per normalizer
+            rec["corpus"] = {"train_tokens": train_tokens[norm] if isinstance(train_tokens, dict) else train_tokens}
         (path / "run.json").write_text(json.dumps(rec))
         writer = SummaryWriter(logdir=str(path))
         for step, value in enumerate(curves[norm], start=1):
@@ -76,6 +76,18 @@ def test_a_language_models_budget_says_how_often_it_passed_over_its_training_tex
     assert "(32 examples; × task.seq_len 16 = 512 tokens: 2.56 passes over its 200 training tokens)" in md
     md = to_markdown(summarize(load_runs(learning_sweep(tmp_path / "large", HELD, train_tokens=1000))))
     assert "= 512 tokens: 0.512 passes over its 1,000 training tokens)" in md
+
+
+def test_the_same_steps_over_texts_of_different_lengths_are_one_budget(tmp_path):
+    """A BOS per window or another tokenizer changes the text's length, not the budget: the steps are said once."""
+    tokens = {"softmax": 200, "sigmoid": 200, "linear": 1000}
+    md = to_markdown(summarize(load_runs(learning_sweep(tmp_path, HELD, train_tokens=tokens))))
+    assert verdict_opening(md).startswith(
+        "**Ranked at the budget given**: every compared run trained 4 steps of batch 8 (32 examples; × task.seq_len 16 "
+        "= 512 tokens), over a training text of its own (normalizer=linear: 0.512 passes over its 1,000 training "
+        "tokens; normalizer=sigmoid: 2.56 passes over its 200 training tokens; normalizer=softmax: 2.56 passes over "
+        "its 200 training tokens), and normalizer=linear"
+    )
 
 
 def test_a_late_crossing_is_named(tmp_path, capsys):

@@ -39,28 +39,37 @@ def _passes(run: Run, tokens: int) -> str:
     return f": {tokens / run.train_tokens:.3g} passes over its {_count(run.train_tokens)} training tokens"
 
 
-def budget_of(c: Cell) -> str:
+def _budget(r: Run) -> tuple[str, str]:
+    """(`400 steps of batch 64 (25,600 examples; × task.seq_len 64 = 1,638,400 tokens`, the passes over its training
+    text that makes, `: 16.5 passes over its 99,161 training tokens` or '') of one run, as far as its config tells."""
+    steps, batch, seq = (r.config.get(k) for k in (STEPS, BATCH, SEQ_LEN))
+    ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0  # noqa: E731
+    if not ok(steps):
+        return "an unrecorded number of steps", ""
+    if not ok(batch):
+        return f"{_count(steps)} steps", ""
+    text = f"{_count(steps)} steps of batch {batch} ({_count(steps * batch)} examples"
+    if not ok(seq):
+        return text + ")", ""
+    return f"{text}; × {SEQ_LEN} {seq} = {_count(steps * batch * seq)} tokens", _passes(r, steps * batch * seq)
+
+
+def budget_of(c: Cell, passes: bool = True) -> str:
     """`400 steps of batch 64 (25,600 examples; × task.seq_len 64 = 1,638,400 tokens)`, as far as the runs' configs
-    tell (steps alone without a batch size; no tokens without task.seq_len), and for a language model the passes
-    over its training text that makes (`: 16.5 passes over its 99,161 training tokens`); runs of a cell that differ:
-    each."""
+    tell (steps alone without a batch size; no tokens without task.seq_len), and for a language model, unless
+    `passes` is False, the passes over its training text that makes (`: 16.5 passes over its 99,161 training
+    tokens`); runs of a cell that differ: each."""
     found = []
     for r in c.done():
-        steps, batch, seq = (r.config.get(k) for k in (STEPS, BATCH, SEQ_LEN))
-        ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0  # noqa: E731
-        if not ok(steps):
-            text = "an unrecorded number of steps"
-        elif not ok(batch):
-            text = f"{_count(steps)} steps"
-        else:
-            text = f"{_count(steps)} steps of batch {batch} ({_count(steps * batch)} examples"
-            text += (
-                f"; × {SEQ_LEN} {seq} = {_count(steps * batch * seq)} tokens{_passes(r, steps * batch * seq)})"
-                if ok(seq)
-                else ")"
-            )
-        found.append(text)
+        text, over = _budget(r)
+        found.append(text + (over if passes else "") + (")" if text.endswith("tokens") else ""))
     return " or ".join(dict.fromkeys(found)) or "no completed run"
+
+
+def passes_of(c: Cell) -> str:
+    """`4.53 passes over its 361,834 training tokens` of the cell's runs (each where they differ), '' for none."""
+    found = [over.removeprefix(": ") for over in (_budget(r)[1] for r in c.done()) if over]
+    return " or ".join(dict.fromkeys(found))
 
 
 def curve_tag(table: Table, metric: str, runs: list[Run], fallback: tuple[str, ...] = ("val/loss",)) -> str | None:
@@ -109,8 +118,12 @@ def at_budget(table: Table, compared: list[Cell], metric: str) -> list[str]:
     if not still:
         return []
     budgets = {c.label(): budget_of(c) for c in compared}
+    steps = {budget_of(c, passes=False) for c in compared}
     if len(set(budgets.values())) == 1:
         budget = f"every compared run trained {next(iter(budgets.values()))}"
+    elif len(steps) == 1:  # the same steps over training texts of different lengths (a BOS per window, a tokenizer)
+        over = "; ".join(f"{c.label()}: {passes_of(c)}" for c in compared)
+        budget = f"every compared run trained {steps.pop()}, over a training text of its own ({over})"
     else:
         budget = "the compared runs trained different budgets (" + "; ".join(f"{k}: {v}" for k, v in budgets.items())
         budget += ")"
