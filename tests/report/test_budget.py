@@ -49,8 +49,7 @@ def learning_sweep(root, curves, batch=8, train_tokens=None):
 
 OPENING = (
     "**Ranked at the budget given**: every compared run trained 4 steps of batch 8 (32 examples; × task.seq_len 16 "
-    "= 512 tokens), and normalizer=linear (val loss still falling (3 of 3 runs)); normalizer=sigmoid (val loss "
-    "still falling (3 of 3 runs)); normalizer=softmax (val loss still falling (3 of 3 runs)) were still learning "
+    "= 512 tokens), and all 3 compared cells (val loss still falling (3 of 3 runs) in each) were still learning "
     "when training stopped; the ranking below is of these cells at this budget, not of what each configuration "
     "reaches with more. "
 )
@@ -86,7 +85,7 @@ def test_the_same_steps_over_texts_of_different_lengths_are_one_budget(tmp_path)
         "**Ranked at the budget given**: every compared run trained 4 steps of batch 8 (32 examples; × task.seq_len 16 "
         "= 512 tokens), over a training text of its own (normalizer=linear: 0.512 passes over its 1,000 training "
         "tokens; normalizer=sigmoid: 2.56 passes over its 200 training tokens; normalizer=softmax: 2.56 passes over "
-        "its 200 training tokens), and normalizer=linear"
+        "its 200 training tokens), and all 3 compared cells"
     )
 
 

@@ -72,7 +72,12 @@ def test_still_falling_cells_are_ranked_at_their_budget_not_refused(tmp_path):
     assert "cannot rank" not in md
     verdict = md[md.index("## Verdict") :].splitlines()
     assert verdict[2].startswith("**Ranked at the budget given**: every compared run trained 4 steps, and ")
-    assert "normalizer=linear (val loss still falling (2 of 3 runs))" in verdict[2]
+    assert "and all 3 compared cells (val loss still falling (2 of 3 runs) in each) were still learning" in verdict[2]
+    falling = lambda norm, seed: seed > 0 or norm == "softmax"  # noqa: E731
+    md = to_markdown(summarize(load_runs(mqar_sweep(tmp_path / "a", solved, falling=falling))))
+    opening = md[md.index("## Verdict") :].splitlines()[2]  # cells that differ: each named with its own standing
+    assert "and normalizer=linear (val loss still falling (2 of 3 runs)); normalizer=sigmoid" in opening
+    assert "normalizer=softmax (val loss still falling (3 of 3 runs)) were still learning" in opening
     md = to_markdown(summarize(load_runs(mqar_sweep(tmp_path / "b", solved, falling=lambda n, s: s > 1))))
     assert "cannot rank" not in md and "Ranked at the budget" not in md  # one of three runs still learning: settled
 

@@ -127,7 +127,11 @@ def at_budget(table: Table, compared: list[Cell], metric: str) -> list[str]:
     else:
         budget = "the compared runs trained different budgets (" + "; ".join(f"{k}: {v}" for k, v in budgets.items())
         budget += ")"
-    named = "; ".join(f"{c.label()} ({c.standing()})" for c in still)
+    standings = {c.standing() for c in still}
+    if len(still) == len(compared) > 2 and len(standings) == 1:  # every cell alike: said once, not once per cell
+        named = f"all {len(still)} compared cells ({standings.pop()} in each)"
+    else:
+        named = "; ".join(f"{c.label()} ({c.standing()})" for c in still)
     text = (
         f"**Ranked at the budget given**: {budget}, and {named} {'was' if len(still) == 1 else 'were'} still "
         "learning when training stopped; the ranking below is of these cells at this budget, not of what each "
