@@ -17,13 +17,12 @@ if [ "$SCALE" != cpu ]; then
   exit 2
 fi
 START=$SECONDS
-# the two runs side by side, one per core; a failed run stops the script (set -e)
-for normalizer in relu sigmoid; do
-  run_finished "$SWEEP/$normalizer" && continue
-  mkdir -p "$SWEEP"
-  nice -n 10 "$BIN/attnlab-train" "experiment=normalizer_ablation/long_$normalizer" trainer.progress=none \
-    "hydra.run.dir=$SWEEP/$normalizer" "$@" > "$SWEEP/$normalizer.log" 2>&1 &
-done
+# the two runs side by side, one per core, each unless finished before; a failed run stops the script (set -e)
+mkdir -p "$SWEEP"
+run_finished "$SWEEP/relu" || nice -n 10 "$BIN/attnlab-train" experiment=normalizer_ablation/long_relu \
+  trainer.progress=none "hydra.run.dir=$SWEEP/relu" "$@" > "$SWEEP/relu.log" 2>&1 &
+run_finished "$SWEEP/sigmoid" || nice -n 10 "$BIN/attnlab-train" experiment=normalizer_ablation/long_sigmoid \
+  trainer.progress=none "hydra.run.dir=$SWEEP/sigmoid" "$@" > "$SWEEP/sigmoid.log" 2>&1 &
 for job in $(jobs -p); do wait "$job"; done
 # formed: MQAR solved (test accuracy >= 0.99), per seed: the phenomenon the study's claims are about
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by normalizer optim.lr --formed 'test/accuracy>=0.99' \
