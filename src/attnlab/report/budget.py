@@ -118,12 +118,12 @@ def at_budget(table: Table, compared: list[Cell], metric: str) -> list[str]:
     if not still:
         return []
     budgets = {c.label(): budget_of(c) for c in compared}
-    steps = {budget_of(c, passes=False) for c in compared}
+    without_passes = {budget_of(c, passes=False) for c in compared}
     if len(set(budgets.values())) == 1:
         budget = f"every compared run trained {next(iter(budgets.values()))}"
-    elif len(steps) == 1:  # the same steps over training texts of different lengths (a BOS per window, a tokenizer)
+    elif len(without_passes) == 1:  # the same steps over texts of different lengths (a BOS per window, a tokenizer)
         over = "; ".join(f"{c.label()}: {passes_of(c)}" for c in compared)
-        budget = f"every compared run trained {steps.pop()}, over a training text of its own ({over})"
+        budget = f"every compared run trained {without_passes.pop()}, over a training text of its own ({over})"
     else:
         budget = "the compared runs trained different budgets (" + "; ".join(f"{k}: {v}" for k, v in budgets.items())
         budget += ")"
