@@ -39,19 +39,22 @@ def _passes(run: Run, tokens: int) -> str:
     return f": {tokens / run.train_tokens:.3g} passes over its {_count(run.train_tokens)} training tokens"
 
 
-def _budget(r: Run) -> tuple[str, str]:
-    """(`400 steps of batch 64 (25,600 examples; × task.seq_len 64 = 1,638,400 tokens`, the passes over its training
-    text that makes, `: 16.5 passes over its 99,161 training tokens` or '') of one run, as far as its config tells."""
+def _positive(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _run_budget(r: Run, passes: bool) -> str:
+    """One run's budget as budget_of words it, as far as its config tells."""
     steps, batch, seq = (r.config.get(k) for k in (STEPS, BATCH, SEQ_LEN))
-    ok = lambda v: isinstance(v, int) and not isinstance(v, bool) and v > 0  # noqa: E731
-    if not ok(steps):
-        return "an unrecorded number of steps", ""
-    if not ok(batch):
-        return f"{_count(steps)} steps", ""
+    if not _positive(steps):
+        return "an unrecorded number of steps"
+    if not _positive(batch):
+        return f"{_count(steps)} steps"
     text = f"{_count(steps)} steps of batch {batch} ({_count(steps * batch)} examples"
-    if not ok(seq):
-        return text + ")", ""
-    return f"{text}; × {SEQ_LEN} {seq} = {_count(steps * batch * seq)} tokens", _passes(r, steps * batch * seq)
+    if not _positive(seq):
+        return text + ")"
+    tokens = steps * batch * seq
+    return f"{text}; × {SEQ_LEN} {seq} = {_count(tokens)} tokens{_passes(r, tokens) if passes else ''})"
 
 
 def budget_of(c: Cell, passes: bool = True) -> str:
@@ -59,16 +62,16 @@ def budget_of(c: Cell, passes: bool = True) -> str:
     tell (steps alone without a batch size; no tokens without task.seq_len), and for a language model, unless
     `passes` is False, the passes over its training text that makes (`: 16.5 passes over its 99,161 training
     tokens`); runs of a cell that differ: each."""
-    found = []
-    for r in c.done():
-        text, over = _budget(r)
-        found.append(text + (over if passes else "") + (")" if text.endswith("tokens") else ""))
-    return " or ".join(dict.fromkeys(found)) or "no completed run"
+    return " or ".join(dict.fromkeys(_run_budget(r, passes) for r in c.done())) or "no completed run"
 
 
 def passes_of(c: Cell) -> str:
     """`4.53 passes over its 361,834 training tokens` of the cell's runs (each where they differ), '' for none."""
-    found = [over.removeprefix(": ") for over in (_budget(r)[1] for r in c.done()) if over]
+    found = []
+    for r in c.done():
+        steps, batch, seq = (r.config.get(k) for k in (STEPS, BATCH, SEQ_LEN))
+        if all(map(_positive, (steps, batch, seq))) and (over := _passes(r, steps * batch * seq)):
+            found.append(over.removeprefix(": "))
     return " or ".join(dict.fromkeys(found))
 
 
