@@ -12,8 +12,9 @@ from scipy import stats
 
 from attnlab.report import cli as report_cli
 from attnlab.report import load_runs, summarize
+from attnlab.report.paired import comparisons, holm
 from attnlab.report.stats import detectable_effect, paired_power, seeds_needed
-from attnlab.report.verdict import comparisons, holm, verdict
+from attnlab.report.verdict import verdict
 
 SEEDS = range(5)
 BASE = {0.001: [0.50, 0.52, 0.48, 0.51, 0.49], 0.003: [0.60, 0.61, 0.59, 0.62, 0.58]}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from attnlab.report import formation
 from attnlab.report.cells import Cell, Table
+from attnlab.report.paired import Comparison, baseline_of, comparisons, metrics_of
 from attnlab.report.tables import num
-from attnlab.report.verdict import Comparison, baseline_of, comparisons, metrics_of
 
 HEADER = ["study", "cell", "against", "metric", "verdict", "formed"]
 
