@@ -21,7 +21,8 @@ nice -n 10 "$BIN/attnlab-train" -m "experiment=length_dispersion/others$SUFFIX" 
 # The query row's max weight and entropy per test length, read from the trained checkpoints (query_rows.py).
 nice -n 10 "$BIN/python" "$HERE/query_rows.py" "$SWEEP" "$SWEEP/report"
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by normalizer normalizer.learnable normalizer.adaptive_temperature \
-  --metrics test/accuracy 'test_len/*/attn_max_weight/layer_0' --curves val/accuracy
+  --metrics test/accuracy 'test_len/*/attn_max_weight/layer_0' --curves val/accuracy \
+  --records "$SWEEP/report/report.records.json.xz"
 nice -n 10 "$BIN/python" "$HERE/init_curves.py" "$SWEEP/report"
 
 # A learning-rate screen: 1e-3 and 1e-2 for every trained configuration, beside the 3e-3 runs above, in a folder of
@@ -36,7 +37,7 @@ rm -rf "$SCREEN/softmax" "$SCREEN/others"
 cp -r "$SWEEP/softmax" "$SWEEP/others" "$SCREEN/"
 nice -n 10 "$BIN/attnlab-report" "$SCREEN" --group-by normalizer normalizer.learnable normalizer.adaptive_temperature \
   --select-lr --metrics test/accuracy test_len/256/accuracy test_len/1024/accuracy val/loss \
-  --baseline normalizer.adaptive_temperature=off
+  --baseline normalizer.adaptive_temperature=off --records "$SCREEN/report/report.records.json.xz"
 # The query rows at the rate the screen selected for every configuration (1e-2).
 SELECTED="${SWEEP}_selected_lr"
 rm -rf "$SELECTED"
@@ -46,8 +47,10 @@ cp -r "$SCREEN/others_screen/"*optim.lr=0.01 "$SELECTED/others_screen/"
 nice -n 10 "$BIN/python" "$HERE/query_rows.py" "$SELECTED" "$SELECTED/report"
 
 if [ "$REFRESH" = 1 ]; then
-  cp "$SWEEP/report/report.md" "$SWEEP/report/init.md" "$SWEEP/report/query_rows.md" "$HERE/"
+  cp "$SWEEP/report/report.md" "$SWEEP/report/report.records.json.xz" "$SWEEP/report/init.md" \
+    "$SWEEP/report/query_rows.md" "$HERE/"
   cp "$SCREEN/report/report.md" "$HERE/lr_screen.md"
+  cp "$SCREEN/report/report.records.json.xz" "$HERE/lr_screen.records.json.xz"
   cp "$SCREEN/report/lengths.png" "$HERE/lengths_lr_screen.png"
   cp "$SELECTED/report/query_rows.md" "$HERE/query_rows_selected_lr.md"
   cp "$SELECTED/report/query_rows.png" "$HERE/query_rows_selected_lr.png"

@@ -27,11 +27,11 @@ done
 
 nice -n 10 "$BIN/attnlab-report" "$SWEEP" \
   --group-by normalizer model.short_conv model.layer_normalizers model.window model.d_model task.num_kv_pairs \
-  --metrics test/accuracy test/loss --curves val/accuracy
+  --metrics test/accuracy test/loss --curves val/accuracy --records "$SWEEP/report/report.records.json.xz"
 nice -n 10 "$BIN/python" "$HERE/capacity.py" "$SWEEP" "${CAPACITY_AT[@]}" > "$SWEEP/report/capacity.md"
 
 if [ "$REFRESH" = 1 ]; then
-  cp "$SWEEP/report/report.md" "$SWEEP/report/capacity.md" "$HERE/"
+  cp "$SWEEP/report/report.md" "$SWEEP/report/report.records.json.xz" "$SWEEP/report/capacity.md" "$HERE/"
   cp "$SWEEP/report/"*.png "$HERE/" 2>/dev/null || true
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
