@@ -7,6 +7,7 @@ the code says which axes it means with `[None]` / `jnp.expand_dims`.
 """
 
 import os
+import re
 import tempfile
 
 import jax
@@ -23,3 +24,10 @@ def _float32_matmuls():
     """Restore the pin after a test that ran attnlab's CLI in-process (which sets the run's precision)."""
     yield
     jax.config.update("jax_default_matmul_precision", "highest")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """tests/scripts/gpu_program/ is not imported where the mark expression excludes its tests (the default
+    `not gpu_program`): importing it builds every normalizer to list the fused ones (~2 s of each worker)."""
+    excluded = re.search(r"\bnot\s+gpu_program\b", config.option.markexpr or "")
+    return True if excluded and collection_path.name == "gpu_program" else None

@@ -1,5 +1,6 @@
 """The exit codes of attnlab-train, one per outcome, for a single run and a sweep alike (README: Exit codes);
-attnlab-report exits with REFUSED on bad input.
+attnlab-report exits with REFUSED on bad input, and `attnlab-report RECORDS --verify` with FAILED when the report beside
+the records is not the one they write.
 
 A sweep exits with its most urgent job outcome: interrupted, then failed, refused, diverged; 0 when every job
 completed (also when a re-run found nothing left to do).

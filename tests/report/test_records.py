@@ -14,6 +14,7 @@ from tensorboardX import SummaryWriter
 from test_expected import sweep_yaml
 from test_report import grid_sweep
 
+from attnlab import exits
 from attnlab.report import cli as report_cli
 from attnlab.report import records
 from attnlab.report.load import scalars
@@ -179,3 +180,35 @@ def test_verdicts_and_a_sweep_together_are_refused(packed, capsys):
     with pytest.raises(SystemExit):
         report_cli.cli([str(file), "--verdicts", str(file)])
     assert "not both" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("options", [OPTIONS, ["--baseline", "normalizer=softmax"]], ids=["packed", "default curves"])
+def test_verify_accepts_the_report_the_records_write_and_prints_a_changed_line(packed, options, tmp_path, capsys):
+    """--verify composes report.md as a written report does (its curves' images named, a note for a default curve
+    no run logged: train/loss) without drawing or writing anything, and prints the lines that differ."""
+    _, file, _ = packed
+    assert report_cli.cli([str(file), *options, "--out", str(tmp_path / "written")]) == 0
+    written = (tmp_path / "written" / "report.md").read_text()
+    beside = records.report_beside(file)
+    beside.write_text(written)
+    before = sorted(tmp_path.rglob("*"))
+    capsys.readouterr()
+    assert report_cli.cli([str(file), *options, "--verify"]) == exits.COMPLETED
+    assert capsys.readouterr().out.splitlines()[-1] == f"{beside} is the report its records write"
+    assert sorted(tmp_path.rglob("*")) == before
+    assert ("No run logged the scalar train/loss" in written) == (options != OPTIONS)
+    beside.write_text(written.replace("7 of 9 runs completed", "8 of 9 runs completed"))
+    assert report_cli.cli([str(file), *options, "--verify"]) == exits.FAILED
+    diff = capsys.readouterr().out.splitlines()
+    assert [line[0] for line in diff if "of 9 runs completed" in line] == ["-", "+"]
+
+
+def test_verify_is_refused_without_a_records_file_and_the_report_beside_it(packed, tmp_path, capsys):
+    sweep, file, _ = packed
+    assert report_cli.cli([str(sweep), "--verify"]) == exits.REFUSED
+    assert report_cli.cli([str(file), "--verify"]) == exits.REFUSED
+    records.report_beside(file).write_text("")
+    assert report_cli.cli([str(file), "--verify", "--out", str(tmp_path / "elsewhere")]) == exits.REFUSED
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and "is no records file" in err[0] and "does not exist" in err[1]
+    assert "--verify writes nothing" in err[2]

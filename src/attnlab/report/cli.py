@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from attnlab.report import central, expected, formation, plots, records, running
 from attnlab.report.cells import Table, expand, summarize
 from attnlab.report.load import LR, load_runs
 from attnlab.report.tables import MAX_COLUMNS
-from attnlab.report.write import write_report
+from attnlab.report.write import compose, write_report
 
 DEFAULT_CURVES = ("val/loss", "train/loss")
 
@@ -85,6 +86,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help=f"also pack the sweep into FILE (NAME{records.SUFFIX}): each run's run.json, metrics.json and "
         "TensorBoard scalars, and this command's report options; attnlab-report FILE OPTIONS reports it as the sweep",
+    )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help=f"with a records file NAME{records.SUFFIX}: write nothing, compare the report.md it writes with NAME.md "
+        "beside it; exit 0 when they are the same, else print their difference and exit 1",
     )
     p.add_argument(
         "--alpha",
@@ -174,7 +181,13 @@ def cli(argv: Iterable[str] | None = None) -> int:
             return _refuse(f"records file {source} does not exist")
         if args.records:
             return _refuse(f"--records packs a sweep directory; {source} is a records file already")
+        if args.verify and args.out:
+            return _refuse("--verify writes nothing; --out names where a report is written")
+        if args.verify and not records.report_beside(source).is_file():
+            return _refuse(f"--verify compares with {records.report_beside(source)}, which does not exist")
         print(f"{source}: records packed with the report options: {' '.join(records.command(source)) or 'none'}")
+    elif args.verify:
+        return _refuse(f"--verify compares a records file's report with the one beside it; {source} is no records file")
     elif not source.is_dir():
         return _refuse(f"sweep directory {source} does not exist")
     out = Path(args.out) if args.out else (source.parent if records.is_records(source) else source) / "report"
@@ -186,6 +199,18 @@ def cli(argv: Iterable[str] | None = None) -> int:
     if code == exits.COMPLETED and args.records:
         print(f"wrote {records.pack(source, Path(args.records), report_options(argv, args.sweep_dir))}")
     return code
+
+
+def _verify(markdown: str, committed: Path) -> int:
+    """COMPLETED when `committed` holds `markdown`, else its unified difference printed and FAILED."""
+    if committed.read_text() == markdown:
+        print(f"{committed} is the report its records write")
+        return exits.COMPLETED
+    diff = difflib.unified_diff(
+        committed.read_text().splitlines(), markdown.splitlines(), str(committed), "from its records", lineterm=""
+    )
+    print("\n".join(diff))
+    return exits.FAILED
 
 
 def _refuse(message: str) -> int:
@@ -252,6 +277,10 @@ def _report(args: argparse.Namespace, root: Path, out: Path) -> int:
         table, curves, log_y = _table(args, root, runs)
     except ValueError as exc:
         return _refuse(str(exc))
+    if args.verify:
+        return _verify(
+            compose(table, curves, table.cache, args.columns).markdown, records.report_beside(args.sweep_dir)
+        )
     files = write_report(table, out, curves=curves, log_y=log_y, cache=table.cache, max_columns=args.columns)
     print((out / "report.md").read_text())
     print(f"wrote {', '.join(str(f) for f in files)}")

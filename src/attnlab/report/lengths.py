@@ -96,19 +96,19 @@ def draw(table: Table, metric: str, lengths: list[int], per_cell: list[dict]):
     return fig
 
 
-def section(table: Table, out_dir: Path) -> tuple[list[str], list[Path]]:
-    """Markdown lines of the length section and the files written (lengths.csv, lengths.png); nothing when no
-    run was evaluated at other lengths."""
-    metric, lengths, per_cell = length_stats(table)
+def lines(table: Table, stats: tuple[str | None, list[int], list[dict]]) -> list[str]:
+    """Markdown lines of the length section of `stats` (length_stats(table)); none when no run was evaluated at
+    other lengths."""
+    metric, lengths, per_cell = stats
     if not lengths:
-        return [], []
+        return []
     header = [*table.group_by, *([f"{LR} (selected)"] if table.select_lr else []), *map(str, lengths)]
     rows = [
-        [str(v) for v in c.key.values()] + ([str(c.lr)] if table.select_lr else []) + [_text(stats[t]) for t in lengths]
-        for c, stats in zip(table.cells, per_cell)
+        [str(v) for v in c.key.values()] + ([str(c.lr)] if table.select_lr else []) + [_text(s[t]) for t in lengths]
+        for c, s in zip(table.cells, per_cell)
     ]
     esc = lambda s: s.replace("|", "\\|")  # noqa: E731
-    lines = [
+    return [
         "",
         f"## Length generalisation: test {metric} per test length ({table.which} parameters)",
         "",
@@ -118,17 +118,25 @@ def section(table: Table, out_dir: Path) -> tuple[list[str], list[Path]]:
         "| " + " | ".join(map(esc, header)) + " |",
         "|" + "---|" * len(header),
         *("| " + " | ".join(map(esc, r)) + " |" for r in rows),
+        "",
+        "![lengths](lengths.png)",
+        "",
     ]
+
+
+def write(table: Table, stats: tuple[str | None, list[int], list[dict]], out_dir: Path) -> list[Path]:
+    """lengths.csv and lengths.png of `stats` (length_stats(table)) in `out_dir`; the files written (none when no
+    run was evaluated at other lengths)."""
+    metric, lengths, per_cell = stats
+    if not lengths:
+        return []
     out = Path(out_dir)
     with open(out / "lengths.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow([*table.group_by, "metric", "length", "n", "mean", "std", "ci_low", "ci_high"])
-        for c, stats in zip(table.cells, per_cell):
+        for c, cell_stats in zip(table.cells, per_cell):
             for t in lengths:
-                s = stats[t]
+                s = cell_stats[t]
                 w.writerow([*c.key.values(), metric, t, s.n, s.mean, s.std, s.ci_low, s.ci_high])
-    files = [out / "lengths.csv"]
-    fig = draw(table, metric, lengths, per_cell)
-    fig.savefig(out / "lengths.png", dpi=110)
-    files.append(out / "lengths.png")
-    return lines + ["", "![lengths](lengths.png)", ""], files
+    draw(table, metric, lengths, per_cell).savefig(out / "lengths.png", dpi=110)
+    return [out / "lengths.csv", out / "lengths.png"]

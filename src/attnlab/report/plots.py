@@ -55,6 +55,11 @@ def curve(runs: list[Run], tag: str, cache: dict | None = None, geometric: bool 
     return np.array(steps), (np.exp(mean) if geometric else mean), std, n
 
 
+def logged_tag(table: Table, tag: str, cache: dict | None = None) -> bool:
+    """Whether a run whose curve is drawn logged `tag`: draw_curves draws it."""
+    return any(_by_step(c.runs, tag, cache)[0] for c in table.cells)
+
+
 LEGEND_INSIDE_MAX = 8  # curves per plot whose legend still fits inside the axes
 
 

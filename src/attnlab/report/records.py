@@ -37,6 +37,11 @@ def is_records(path: Path) -> bool:
     return Path(path).name.endswith(SUFFIX)
 
 
+def report_beside(path: Path) -> Path:
+    """The report a records file writes, kept beside it: NAME.md for NAME.records.json.xz."""
+    return Path(path).with_name(Path(path).name.removesuffix(SUFFIX) + ".md")
+
+
 def _kept(dirpath: Path, name: str) -> bool:
     if name in KEPT:
         return True

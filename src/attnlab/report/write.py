@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import textwrap
 from fnmatch import fnmatchcase
@@ -13,6 +14,34 @@ from attnlab.report.cells import Table
 from attnlab.report.comparison import comparison, title
 from attnlab.report.tables import MAX_COLUMNS, markdown_tables, to_latex, write_csv
 from attnlab.report.verdict import verdict
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """What a report says, before anything is written: report.md's text, the curves it shows, its length table."""
+
+    markdown: str
+    curves: list[str]  # the scalar tags drawn: those a run logged
+    lengths: tuple[str | None, list[int], list[dict]]  # lengths.length_stats
+
+
+def curve_file(tag: str) -> str:
+    return f"curve_{tag.replace('/', '_')}.png"
+
+
+def compose(
+    table: Table, curves: Iterable[str] = ("val/loss", "train/loss"), cache: dict | None = None, max_columns=MAX_COLUMNS
+) -> Report:
+    """The report of `table` with `curves` (scalar tags; a tag no run logged gets a note instead of a curve);
+    `cache` maps run paths to their read scalars."""
+    cache = table.cache if cache is None else cache
+    drawn = [tag for tag in curves or () if plots.logged_tag(table, tag, cache)]
+    notes = [f"No run logged the scalar {tag}; no curve drawn." for tag in curves or () if tag not in drawn]
+    length_stats = lengths.length_stats(table)  # task.test_lengths: nothing without them
+    text = to_markdown(table, map(curve_file, drawn), notes, max_columns) + "\n".join(
+        lengths.lines(table, length_stats)
+    )
+    return Report(text, drawn, length_stats)
 
 
 def write_report(
@@ -31,22 +60,25 @@ def write_report(
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    images, notes, cache = [], [], table.cache if cache is None else cache
-    for tag in curves or ():
-        path = out / f"curve_{tag.replace('/', '_')}.png"
-        if plots.plot_curves(table, tag, path, cache, log_y=any(fnmatchcase(tag, pat) for pat in log_y)):
-            images.append(path)
-        else:
-            notes.append(f"No run logged the scalar {tag}; no curve drawn.")
-    length_lines, length_files = lengths.section(table, out)  # task.test_lengths: nothing without them
-    (out / "report.md").write_text(to_markdown(table, images, notes, max_columns) + "\n".join(length_lines))
+    cache = table.cache if cache is None else cache
+    report = compose(table, curves, cache, max_columns)
+    images = [out / curve_file(tag) for tag in report.curves]
+    for tag, path in zip(report.curves, images):
+        plots.plot_curves(table, tag, path, cache, log_y=any(fnmatchcase(tag, pat) for pat in log_y))
+    (out / "report.md").write_text(report.markdown)
     (out / "report.tex").write_text(to_latex(table, max_columns))
     write_csv(table, out / "report.csv")
-    return [out / "report.md", out / "report.tex", out / "report.csv", *images, *length_files]
+    return [
+        out / "report.md",
+        out / "report.tex",
+        out / "report.csv",
+        *images,
+        *lengths.write(table, report.lengths, out),
+    ]
 
 
 def to_markdown(
-    table: Table, images: Iterable[Path] = (), notes: Iterable[str] = (), max_columns: int = MAX_COLUMNS
+    table: Table, images: Iterable[str] = (), notes: Iterable[str] = (), max_columns: int = MAX_COLUMNS
 ) -> str:
     """report.md: title, progress, the runs still running, provenance, verdict, comparison, the tables
     (tables.markdown_tables), completeness, notes, curve images."""
@@ -63,7 +95,7 @@ def to_markdown(
         *markdown_tables(table, max_columns),
     ]
     out += ["", *table.completeness(), *table.notes, *notes]
-    out += [""] + [f"![{p.stem}]({p.name})" for p in images]
+    out += [""] + [f"![{Path(name).stem}]({name})" for name in images]
     return "\n".join(folded(out)).rstrip() + "\n"
 
 
