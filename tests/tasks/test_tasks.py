@@ -328,7 +328,14 @@ def test_impossible_options_raise_naming_the_option(name, options, option):
         small(name, **options)
 
 
-@pytest.mark.parametrize("name", registry.choices("task"))
+# By default the three kinds of headline (classification: mqar; regression: icl_regression; bits per byte: lm); the
+# other tasks' runs under `long` (~4.5 s each), their one training step by default in heads/test_every_task.py.
+HEADLINE_KINDS = ("mqar", "icl_regression", "lm")
+
+
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=[] if n in HEADLINE_KINDS else [pytest.mark.long]) for n in registry.choices("task")]
+)
 def test_every_task_declares_the_headline_its_short_run_reports(name, tmp_path):
     """Task.judged_by, through a real 2-step run: metrics.json names the task's headline metric, the final metrics
     hold it (finite), its baselines are the task's, and the printed summary leads with it."""
