@@ -148,3 +148,36 @@ def test_the_training_loop_loads_neither_the_config_layer_nor_hydra():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
+
+
+def test_every_attnlab_name_the_studies_and_scripts_import_exists():
+    """experiments/ and scripts/ run only when a study is made again: a name they import from attnlab (at the top or
+    inside a function) that the library no longer has would break the study's next run, not this suite's."""
+    import ast
+    import importlib
+
+    root = Path(__file__).resolve().parents[1]
+    missing = []
+    for path in sorted([*(root / "experiments").rglob("*.py"), *(root / "scripts").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "attnlab":
+                module = importlib.import_module(node.module)
+                missing += [
+                    f"{path.relative_to(root)}:{node.lineno}: {node.module}.{alias.name}"
+                    for alias in node.names
+                    if not hasattr(module, alias.name) and not _is_module(f"{node.module}.{alias.name}")
+                ]
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == "attnlab" and not _is_module(alias.name):
+                        missing.append(f"{path.relative_to(root)}:{node.lineno}: {alias.name}")
+    assert missing == []
+
+
+def _is_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False

@@ -51,12 +51,12 @@ def job_stats(job: Path) -> dict:
     from omegaconf import OmegaConf
 
     from attnlab.checkpoint import Checkpoints
-    from attnlab.cli import build
+    from attnlab.config.assembly import assemble
     from attnlab.train.state import fresh_state
 
     run = json.loads((job / "seed0" / "run.json").read_text())
     cfg = OmegaConf.create(run["config"])
-    task, nets, tx, _ = build(cfg, run["choices"]["head"], run["choices"]["normalizer"])
+    task, nets, tx, _ = assemble(cfg, run["choices"]["head"], run["choices"]["normalizer"])
     state = fresh_state(nets, tx, cfg.seed)
     _, saved, _ = Checkpoints(job).restore_latest({"train": state, "best_params": state["params"]})
     out = {}
