@@ -316,7 +316,8 @@ _LE_LM_GPU = (
 )
 _LD = (
     "task=max_retrieval task.test_lengths=[16,32,64,128,256,512,1024] model=tiny model.layers=1 model.heads=1 "
-    "model.positional=none trainer.steps=2000 trainer.eval_every=500 trainer.vmap_seeds=3 trainer.progress=none"
+    "model.positional=none trainer.final_stats=true trainer.steps=2000 trainer.eval_every=500 trainer.vmap_seeds=3 "
+    "trainer.progress=none"
 )
 _LD_GPU = "model.d_model=128 task.test_lengths=[16,64,256,1024,4096,16384] trainer.vmap_seeds=10 accelerator=gpu"
 _ALL = "softmax,kl,squared,linear,sigmoid,relu,entmax,softmax1"
@@ -679,3 +680,32 @@ def test_preset_runs_its_sweep(tmp_path):
     configs = [json.loads(r.read_text())["config"] for r in runs]
     assert sorted(c["normalizer"]["learnable"] for c in configs) == [False, True]
     assert {(c["trainer"]["steps"], c["trainer"]["log_every"], c["model"]["d_model"]) for c in configs} == {(2, 2, 16)}
+
+
+# A report metric that is a final attention statistic (computed with trainer.final_stats on), and a script's commands.
+FINAL_STATISTIC = re.compile(r"\btest(?:_len/[^/\s']+)?/attn_")
+TRAINED = re.compile(r"attnlab-train\" -m \"experiment=([\w/]+)\$SUFFIX\".*hydra\.sweep\.dir=\$\{?(\w+)")
+REPORTED = re.compile(r"attnlab-report\" \"\$\{?(\w+)")
+
+
+def final_statistic_presets() -> list[tuple[str, str]]:
+    """(preset, script) for each preset a study script trains into a sweep that the script then reports with a final
+    attention statistic among its metrics."""
+    out = set()
+    for script in sorted(EXPERIMENTS.glob("*/*.sh")):
+        commands = script.read_text().replace("\\\n", " ").splitlines()
+        reported = {m.group(1) for c in commands if (m := REPORTED.search(c)) and FINAL_STATISTIC.search(c)}
+        trained = [m.groups() for c in commands if (m := TRAINED.search(c))]
+        out |= {(preset, script.relative_to(EXPERIMENTS).as_posix()) for preset, sweep in trained if sweep in reported}
+    return sorted(out)
+
+
+@pytest.mark.parametrize("preset, script", final_statistic_presets(), ids=lambda x: x)
+def test_a_preset_whose_report_reads_final_attention_statistics_computes_them(preset, script, compose):
+    """trainer.final_stats is off by default (on under a task that measures attention sinks): a study that reports
+    test/attn_* or test_len/T/attn_* must switch it on, or its report refuses the metric after the training."""
+    from attnlab.config import registry
+
+    cfg = compose([f"experiment={preset}"])
+    measures_sinks = getattr(registry.resolve_target(cfg.task["_target_"], "task"), "measures_sinks", False)
+    assert cfg.trainer.final_stats or (cfg.trainer.final_stats is None and measures_sinks), (preset, script)
