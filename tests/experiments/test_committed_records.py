@@ -69,7 +69,6 @@ RUNS_GONE = frozenset(
         "normalizer_ablation/history/long_report.md",
         "normalizer_ablation/history/report.md",
         "normalizer_ablation/report.md",
-        "recall_capacity/report.md",
     }
 )
 

@@ -45,6 +45,24 @@ def test_a_baseline_matching_two_cells_is_refused_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "report").exists()
 
 
+def test_a_refusal_names_three_of_many_cells_and_counts_the_rest(tmp_path, capsys):
+    """softmax at five gates, sigmoid at one: the message stays a few lines whatever the sweep's size."""
+    gates = ("none", "headwise", "elementwise", "g3", "g4")
+    for i, (norm, gate) in enumerate([*(("softmax", g) for g in gates), ("sigmoid", "none")]):
+        final = {"val/loss": 1.0 + i / 10, "test/accuracy": 0.5, "test/loss": 1.0}
+        path = write_run(tmp_path, f"{i}_normalizer={norm},model.output_gate={gate}", norm, 0.003, 0, final)
+        rec = json.loads((path / "run.json").read_text())
+        rec["config"]["model"]["output_gate"] = gate
+        rec["overrides"].insert(1, f"model.output_gate={gate}")
+        (path / "run.json").write_text(json.dumps(rec))
+    assert report_cli.cli([str(tmp_path), "--curves", "--baseline", "normalizer=softmax"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "matches 5 cells (" in err
+    named = "normalizer=softmax, model.output_gate=elementwise; normalizer=softmax, model.output_gate=g3; "
+    assert f"({named}normalizer=softmax, model.output_gate=g4; and 2 more), and {named}" in err
+    assert "model.output_gate=g4; and 1 more would be compared with nothing" in err
+
+
 def test_several_pairs_pick_one_cell_and_the_gated_softmax_is_compared_with_it(tmp_path, capsys):
     gated_sweep(tmp_path)
     spec = "normalizer=softmax,model.output_gate=none"

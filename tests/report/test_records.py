@@ -175,6 +175,18 @@ def test_a_study_without_a_baseline_lists_each_cell_and_what_formed_in_it(tmp_pa
     ]
 
 
+def test_a_study_without_a_baseline_or_a_formation_condition_is_one_row(tmp_path, capsys):
+    sweep = grid_sweep(tmp_path / "grid", norms=("linear", "kl"), lrs=(0.001,))  # no softmax: no default baseline
+    study = tmp_path / f"study{records.SUFFIX}"
+    assert (
+        report_cli.cli([str(sweep), "--metrics", "test/accuracy", "--records", str(study), "--out", str(tmp_path)]) == 0
+    )
+    capsys.readouterr()
+    assert report_cli.cli(["--verdicts", str(study)]) == 0
+    name = str(study).removesuffix(records.SUFFIX)
+    assert capsys.readouterr().out.splitlines()[2:] == [f"| {name} | 2 cells | – | – | no baseline | – |"]
+
+
 def test_verdicts_and_a_sweep_together_are_refused(packed, capsys):
     _, file, _ = packed
     with pytest.raises(SystemExit):

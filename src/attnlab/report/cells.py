@@ -440,10 +440,16 @@ def _check_baseline(table: Table, spec: str) -> None:
         keep = next((c for c in matched if id(c) in used), matched[0])
         pick = ",".join([spec, *(f"{k}={keep.key[k]}" for k in fixing)])
         raise ValueError(
-            f"baseline {spec!r} matches {len(matched)} cells ({'; '.join(c.label() for c in matched)}), and "
-            f"{'; '.join(c.label() for c in idle)} would be compared with nothing; a baseline is one cell: add the "
-            f"key(s) that tell them apart, e.g. --baseline {pick}"
+            f"baseline {spec!r} matches {len(matched)} cells ({_some(matched)}), and {_some(idle)} would be compared "
+            f"with nothing; a baseline is one cell: add the key(s) that tell them apart, e.g. --baseline {pick}"
         )
+
+
+def _some(cells: list[Cell], most: int = 3) -> str:
+    """The cells' labels separated by ';', the first `most` of a longer list and how many more (a message stays a
+    few lines)."""
+    shown = "; ".join(c.label() for c in cells[:most])
+    return shown if len(cells) <= most else f"{shown}; and {len(cells) - most} more"
 
 
 def _apply_baseline(table: Table, spec: str, n_boot: int, seed: int) -> None:

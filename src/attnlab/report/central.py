@@ -32,8 +32,10 @@ def formed_text(table: Table, cell: Cell) -> str:
 
 def rows(study: str, table: Table) -> list[list[str]]:
     """The study's rows: each baseline cell, then each cell compared with one, on the first verdict metric; without a
-    baseline, each cell and what formed in it."""
+    baseline, each cell and what formed in it, or one row counting the cells where nothing was declared to form."""
     spec = baseline_of(table)
+    if spec is None and not table.formed:  # a table of values, nothing compared or formed: one row says so
+        return [[study, f"{len(table.cells)} cells", "–", "–", "no baseline", "–"]]
     if spec is None:  # nothing compared: each cell still says what formed in it
         return [[study, cell.label(), "–", "–", "no baseline", formed_text(table, cell)] for cell in table.cells]
     metric = metrics_of(table)[0]
