@@ -52,8 +52,6 @@ RUNS_GONE = frozenset(
         "attention_sinks/lr_more.md",
         "attention_sinks/lr_screen.md",
         "attention_sinks/lr_sgd.md",
-        "length_dispersion/lr_screen.md",
-        "length_dispersion/report.md",
         "length_extrapolation/lm_lr_screen.md",
         "length_extrapolation/lm_report.md",
         "length_extrapolation/lr_screen.md",
