@@ -203,11 +203,12 @@ def cli(argv: Iterable[str] | None = None) -> int:
 
 def _verify(markdown: str, committed: Path) -> int:
     """COMPLETED when `committed` holds `markdown`, else its unified difference printed and FAILED."""
-    if committed.read_text() == markdown:
+    text = committed.read_text()
+    if text == markdown:
         print(f"{committed} is the report its records write")
         return exits.COMPLETED
     diff = difflib.unified_diff(
-        committed.read_text().splitlines(), markdown.splitlines(), str(committed), "from its records", lineterm=""
+        text.splitlines(), markdown.splitlines(), str(committed), "from its records", lineterm=""
     )
     print("\n".join(diff))
     return exits.FAILED
