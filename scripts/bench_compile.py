@@ -10,7 +10,8 @@ median per side and the per-round ratio now / base, median (min-max).
 
 With --screen, each round is a 3-rate screen per side instead: three four-step runs at optim.lr 1e-3, 3e-3, 1e-2
 sharing one new persistent compilation cache (as a sweep's jobs share compile_cache); printed per side, the median
-compile_time_s of each rate's run and of the later rates' over the first's.
+compile_time_s of each rate's run and of the later rates' over the first's. With --screen --sweep, the three rates are
+one Hydra sweep (`-m optim.lr=1e-3,3e-3,1e-2`, the basic launcher: one process), as a study's screen runs them.
 """
 
 from __future__ import annotations
@@ -53,16 +54,41 @@ def four_step_run(src: str, run_dir: str, *extra: str) -> tuple[float, float, fl
     return m["compile_time_s"], steps[0], steps[1], m["timing"]["final_metrics"]
 
 
-def screen(trees: dict[str, str], rounds: int, tmp: str) -> None:
-    """Per round and side, the compile_time_s of three runs at SCREEN_RATES sharing a new compile cache."""
+def one_sweep(src: str, sweep_dir: str, cache: str) -> list[float]:
+    """compile_time_s of each job of one four-step sweep over SCREEN_RATES (one process), in rate order."""
+    env = {**os.environ, "PYTHONPATH": src, "JAX_PLATFORMS": "cpu"}
+    args = ["trainer.steps=4", "trainer.eval_every=4", "trainer.log_every=2", "trainer.progress=none"]
+    rates = f"optim.lr={','.join(SCREEN_RATES)}"
+    command = [
+        sys.executable,
+        "-m",
+        "attnlab",
+        "-m",
+        rates,
+        *args,
+        f"compile_cache={cache}",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
+    subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    jobs = sorted(os.listdir(sweep_dir), key=lambda name: int(name.split("_")[0]) if name[0].isdigit() else -1)
+    return [json.load(open(f"{sweep_dir}/{job}/metrics.json"))["compile_time_s"] for job in jobs if job[0].isdigit()]
+
+
+def screen(trees: dict[str, str], rounds: int, tmp: str, sweep: bool) -> None:
+    """Per round and side, the compile_time_s of three runs at SCREEN_RATES sharing a new compile cache: three
+    processes, or one sweep's (`sweep`)."""
     runs = {side: [] for side in trees}
     for r in range(rounds + 1):
         for side in ("base", "now") if r % 2 else ("now", "base"):
             cache = f"{tmp}/cache-{side}{r}"
-            times = [
-                four_step_run(trees[side], f"{tmp}/{side}{r}-{lr}", f"optim.lr={lr}", f"compile_cache={cache}")[0]
-                for lr in SCREEN_RATES
-            ]
+            times = (
+                one_sweep(trees[side], f"{tmp}/{side}{r}-sweep", cache)
+                if sweep
+                else [
+                    four_step_run(trees[side], f"{tmp}/{side}{r}-{lr}", f"optim.lr={lr}", f"compile_cache={cache}")[0]
+                    for lr in SCREEN_RATES
+                ]
+            )
             print(side, r, " ".join(f"lr {lr}: {t:.2f} s" for lr, t in zip(SCREEN_RATES, times)), flush=True)
             if r:
                 runs[side].append(times)
@@ -79,11 +105,12 @@ def main(argv=None) -> None:
     ap.add_argument("--base", default="ff260d5")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--screen", action="store_true", help="a 3-rate screen sharing a compile cache per round")
+    ap.add_argument("--sweep", action="store_true", help="with --screen: the three rates as one sweep (one process)")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         trees = {"base": source_tree(args.base, f"{tmp}/base"), "now": source_tree(None, f"{tmp}/now")}
         if args.screen:
-            return screen(trees, args.rounds, tmp)
+            return screen(trees, args.rounds, tmp, args.sweep)
         runs = {side: [] for side in trees}
         for r in range(args.rounds + 1):
             for side in ("base", "now") if r % 2 else ("now", "base"):

@@ -8,6 +8,7 @@ the code says which axes it means with `[None]` / `jnp.expand_dims`.
 
 import os
 import re
+import sys
 import tempfile
 
 import jax
@@ -24,6 +25,15 @@ def _float32_matmuls():
     """Restore the pin after a test that ran attnlab's CLI in-process (which sets the run's precision)."""
     yield
     jax.config.update("jax_default_matmul_precision", "highest")
+
+
+@pytest.fixture(autouse=True)
+def _programs_compiled_per_test():
+    """No test runs another test's programs (attnlab.train.programs keeps them per config in a process, and a test
+    may patch what a program traces)."""
+    yield
+    if "attnlab.train.programs" in sys.modules:  # loaded by a run: nothing to forget otherwise, nothing imported
+        sys.modules["attnlab.train.programs"].clear()
 
 
 def pytest_ignore_collect(collection_path, config):

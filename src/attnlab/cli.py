@@ -173,6 +173,7 @@ def _train(cfg, task, nets, tx, loop, run_dirs: list[Path], checkpoint_dir: Path
         checkpoint_dir=checkpoint_dir,
         hparams=hparams,
         declared=declared,
+        program_key=assembly.program_key(cfg),
     )
 
 

@@ -130,18 +130,16 @@ class Optimizer:
         """The update rule's numeric options that change no shape, passed to it as values; {}: none."""
         return {}
 
+    def injected(self) -> dict[str, float]:
+        """The options that enter the compiled step as arrays of the optimizer state, not as constants."""
+        shared = dict(
+            lr=self.lr, warmup_steps=self.warmup_steps, final_fraction=self.final_fraction, clip_norm=self.clip_norm
+        )
+        return {**shared, **self.hyperparams()}
+
     def __call__(self, params: nnx.State, total_steps: int):
         rule = self.update_rule(params)
-        rule_options = self.hyperparams()
-
-        values = dict(
-            lr=self.lr,
-            warmup_steps=self.warmup_steps,
-            total_steps=total_steps,
-            final_fraction=self.final_fraction,
-            clip_norm=self.clip_norm,
-            **rule_options,
-        )
+        values = {**self.injected(), "total_steps": total_steps}
 
         def chain(lr, warmup_steps, total_steps, final_fraction, clip_norm, **options):
             rate = schedule(lr, warmup_steps, total_steps, final_fraction)

@@ -5,6 +5,8 @@ checks that need it (its head, its lengths), and last the model and optimizer.
 
 from __future__ import annotations
 
+import json
+
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks
@@ -23,6 +25,15 @@ def sink_statistics(task_class, nodes: dict[str, dict]) -> dict[str, dict]:
         group: {**nodes[group], key: on if nodes[group].get(key) is None else nodes[group][key]}
         for group, key in SINK_SWITCHES.items()
     }
+
+
+def program_key(cfg: DictConfig) -> str:
+    """The composed config less the options its optimizer injects as values (Optimizer.injected): two runs of one
+    process with equal keys compile the same programs (attnlab.train.programs), whatever their learning rates."""
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    injected = construct.build("optim", resolved["optim"]).injected()
+    resolved["optim"] = {k: v for k, v in resolved["optim"].items() if k not in injected}
+    return json.dumps(resolved, sort_keys=True, default=repr)
 
 
 def validate(cfg: DictConfig, device_count: int) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import jax
 from flax import nnx
@@ -47,12 +47,14 @@ def fit(
     hparams: list[dict] | None = None,
     declared: dict | None = None,
     on_compiled: Callable[[CompiledSteps, dict, dict], None] | None = None,
+    program_key: Hashable | None = None,
 ) -> list[dict[str, Any]]:
     """Train one net per seed (cfg.seed + i) on `task` as one vmapped program; one record per seed.
 
     Seed i logs to run_dirs[i]; the stacked state is checkpointed in checkpoint_dir. hparams[i] is seed
     i's HParams row, `declared` the sweep's columns (attnlab.board.hparams.declare). `on_compiled(steps, state,
-    data)` is called once the steps are compiled, before any runs (a benchmark raises there to stop).
+    data)` is called once the steps are compiled, before any runs (a benchmark raises there to stop). Runs of one
+    process with the same `program_key` (config.assembly.program_key) share their compiled programs (train.programs).
     """
     phases = Phases(cfg.progress)
     t_start = time.perf_counter()
@@ -83,11 +85,12 @@ def fit(
             probe_layers=probes_per_layer(nets[0]),
             num_seeds=S,
             scored_k=task.scored_positions(),
+            key=program_key,
         )
     if on_compiled is not None:
         on_compiled(steps, loop.state, data)
     with phases("compile"):  # the evaluation programs too: no eval step pays for a compile
-        evaluator = evaluator.compiled(loop.state["params"], loop.state["rest"])
+        evaluator = evaluator.compiled(loop.state["params"], loop.state["rest"], program_key)
     with phases("build"):
         logs = Logs.open(
             run_dirs,

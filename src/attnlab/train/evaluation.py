@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import jax
 import jax.numpy as jnp
@@ -20,6 +20,7 @@ from attnlab.statistics import STATISTICS, final
 from attnlab.steps import make_maps, over_seeds, scored
 from attnlab.tasks.lengths import LENGTH_PREFIX, split_name
 from attnlab.train.config import LoopConfig
+from attnlab.train.programs import kept, signature
 from attnlab.train.trees import pad_split, prefixed
 
 
@@ -81,19 +82,23 @@ class Evaluator:
             sample=over_all_seeds(task.continuation(graphdef), num_seeds),
         )
 
-    def compiled(self, params, rest) -> "Evaluator":
-        """The same evaluator with every program compiled ahead of time for these params (one per split)."""
+    def compiled(self, params, rest, key: Hashable | None = None) -> "Evaluator":
+        """The same evaluator with every program compiled ahead of time for these params (one per split), or those
+        an earlier run of this process compiled under the same `key` (attnlab.train.programs)."""
         args = {s: (params, rest, self.evals[s], self._mse(s), self._temperature(None)) for s in self.evals}
-        programs = {s: self.programs[s].lower(*a).compile() for s, a in args.items()}
         shown = (params, rest, self.shown["inputs"], self.shown["valid"])
-        _, sample = programs["val"].out_info  # the fit takes the val sample as (and where) the program leaves it
-        return dataclasses.replace(
-            self,
-            programs=programs,
-            maps=self.maps.lower(*shown).compile(),
-            sample=None if self.sample is None else self.sample.lower(*shown).compile(),
-            fit=self.fit if sample is None else self.fit.lower(*sample[:3]).compile(),
-        )
+
+        def build() -> dict[str, Any]:
+            compiled = {s: self.programs[s].lower(*a).compile() for s, a in args.items()}
+            _, sample = compiled["val"].out_info  # the fit takes the val sample as (and where) the program leaves it
+            return dict(
+                programs=compiled,
+                maps=self.maps.lower(*shown).compile(),
+                sample=None if self.sample is None else self.sample.lower(*shown).compile(),
+                fit=self.fit if sample is None else self.fit.lower(*sample[:3]).compile(),
+            )
+
+        return dataclasses.replace(self, **kept(key and (key, "evaluation", signature(args)), build))
 
     @property
     def length_splits(self) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import jax
 
@@ -15,6 +15,7 @@ from attnlab.steps import make_stats_step, make_train_step
 from attnlab.train.config import LoopConfig
 from attnlab.train.evaluation import Evaluator, evaluate_step
 from attnlab.train.logs import Logs, flush
+from attnlab.train.programs import kept, signature
 from attnlab.train.state import LoopState, Placement
 from attnlab.train.stopping import Diverged, StopRequest
 
@@ -105,9 +106,11 @@ def compile_steps(
     groups,
     layers,
     probe_layers: tuple[bool, ...],
+    key: Hashable | None = None,
     **shape,
 ) -> CompiledSteps:
-    """The train step and the statistics program compiled ahead of time (`shape`: their shared options).
+    """The train step and the statistics program compiled ahead of time (`shape`: their shared options), or those
+    an earlier run of this process compiled under the same `key` (attnlab.train.programs).
 
     A logging step runs the statistics program on the state before the step, then the same train step
     as every other step: logging never changes the parameters (tests/train/test_phases.py). Each step takes
@@ -118,8 +121,12 @@ def compile_steps(
         batch_size=cfg.batch_size, batch_sharding=placement.batch, data_axis=0 if data.streamed else None, **shape
     )
     arg = data.spec()
-    plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **common).lower(state, arg).compile()
-    statistics = make_stats_step(graphdef, probe_layers=probe_layers, **common).lower(state, arg).compile()
+
+    def build():
+        plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **common).lower(state, arg).compile()
+        return plain, make_stats_step(graphdef, probe_layers=probe_layers, **common).lower(state, arg).compile()
+
+    plain, statistics = kept(key and (key, "steps", signature(state, arg)), build)
     stream = data
 
     def stats(state, _):

@@ -1,0 +1,45 @@
+"""Compiled programs kept for this process's later runs of the same program.
+
+Hydra's basic launcher runs a sweep's jobs one after the other in one process. A job whose config equals an earlier
+job's but for the values its optimizer injects (attnlab.config.assembly.program_key: a learning rate, a weight decay,
+a warmup, a clip) and whose programs take arguments of the same structure, shapes, dtypes and shardings runs the
+earlier job's compiled programs: it traces, lowers and compiles nothing. Without a key (`fit` called from Python)
+every run compiles its own; across processes the persistent compilation cache serves the XLA part.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Callable, Hashable, TypeVar
+
+import jax
+
+# Keys kept: Hydra's basic sweeper varies the last swept key fastest (a screen's rates within each cell), so a
+# later rate finds its cell's programs among the last few.
+KEEP = 4
+
+T = TypeVar("T")
+_kept: OrderedDict[Hashable, object] = OrderedDict()
+
+
+def kept(key: Hashable | None, build: Callable[[], T]) -> T:
+    """build()'s result, built once per key in this process (the KEEP latest keys); key None: built every time."""
+    if key is None:
+        return build()
+    if key not in _kept:
+        _kept[key] = build()
+        while len(_kept) > KEEP:
+            _kept.popitem(last=False)
+    _kept.move_to_end(key)
+    return _kept[key]
+
+
+def signature(*trees) -> tuple:
+    """What a compiled program is called with: the trees' structure and each leaf's shape, dtype and sharding."""
+    leaves, treedef = jax.tree.flatten(trees)
+    return treedef, tuple((tuple(x.shape), str(x.dtype), x.sharding) for x in leaves)
+
+
+def clear() -> None:
+    """Forget every kept program (tests/conftest.py: a test may patch what a program traces)."""
+    _kept.clear()
