@@ -14,9 +14,9 @@ from typing import Callable, Hashable, TypeVar
 
 import jax
 
-# Keys kept: Hydra's basic sweeper varies the last swept key fastest (a screen's rates within each cell), so a
-# later rate finds its cell's programs among the last few.
-KEEP = 4
+# Entries kept (a run keeps two: its steps and its evaluation programs): Hydra's basic sweeper varies the last swept
+# key fastest (a screen's rates within each cell), so a later rate finds its cell's programs among the last few.
+KEEP = 8
 
 T = TypeVar("T")
 _kept: OrderedDict[Hashable, object] = OrderedDict()
