@@ -78,7 +78,8 @@ side_by_side_wait() {
 #   1. "$BIN/attnlab-train" -m TRAIN_ARGS hydra.sweep.dir=SWEEP_DIR/grid: the screen (TRAIN_ARGS sweep optim.lr,
 #      e.g. experiment=lm_normalizers/screen, or normalizer=softmax,relu optim.lr=1e-3,3e-3,1e-2 ...);
 #   2. "$BIN/attnlab-report" SWEEP_DIR --group-by GROUP_KEY... --select-lr --select-by val/loss --curves REPORT_ARGS
-#      (SWEEP_DIR/report; REPORT_ARGS come last, so --select-by or --curves there replaces these);
+#      (SWEEP_DIR/report, its records in SWEEP_DIR/report/report.records.json.xz; REPORT_ARGS come last, so
+#      --select-by or --curves there replaces these);
 #   3. each cell at an edge of its grid (report.csv's lr_at_edge) gets one more rate beyond it, the grid's own ratio
 #      (experiments/bracket_lrs.py): attnlab-train -m TRAIN_ARGS KEY=VALUE... optim.lr=RATE
 #      hydra.sweep.dir=SWEEP_DIR/extend<round>/<n> (TRAIN_ARGS' own GROUP_KEY= and optim.lr= left out); then 2 again;
@@ -115,7 +116,7 @@ bracket_screen() {
     [ "$own" = 1 ] || extend_args+=("$arg")
   done
   local report=("$BIN/attnlab-report" "$dir" --group-by "${group[@]}" --select-lr --select-by val/loss --curves
-    ${report_args[@]+"${report_args[@]}"})
+    --records "$dir/report/report.records.json.xz" ${report_args[@]+"${report_args[@]}"})
   finished_or_run "$dir/grid" "$BIN/attnlab-train" -m "${train_args[@]}" "hydra.sweep.dir=$dir/grid"
   nice -n 10 "${report[@]}" > "$dir/report.log"  # each round's report.md replaces the last; the log keeps the last
   for ((round = 1; round <= limit; round++)); do

@@ -75,8 +75,12 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP/final/lm_bos" --out "$SWEEP/lm_bos/fina
 if [ "$REFRESH" = 1 ]; then
   cp "$SWEEP/bb/report/report.md" "$HERE/report.md"
   cp "$SWEEP/lm_bos/final_report/report.md" "$HERE/lm_bos_report.md"
-  for part in screen gated sgd deep; do cp "$SWEEP/bb/$part/report/report.md" "$HERE/lr_$part.md"; done  # the brackets
+  for part in screen gated sgd deep; do  # the brackets, each with its records
+    cp "$SWEEP/bb/$part/report/report.md" "$HERE/lr_$part.md"
+    cp "$SWEEP/bb/$part/report/report.records.json.xz" "$HERE/lr_$part.records.json.xz"
+  done
   cp "$SWEEP/lm_bos/report/report.md" "$HERE/lr_lm_bos.md"
+  cp "$SWEEP/lm_bos/report/report.records.json.xz" "$HERE/lr_lm_bos.records.json.xz"
   for png in "$SWEEP/bb/report/"*.png; do cp "$png" "$HERE/"; done
   cp "$SWEEP/lm_bos/final_report/"*.png "$HERE/"  # names of their own (bits per byte, layer 1): lm_bos_report.md's links
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller

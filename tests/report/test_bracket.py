@@ -17,7 +17,7 @@ import pytest
 from run_records import write_run
 
 from attnlab.report import cli as report_cli
-from attnlab.report import load_runs, summarize
+from attnlab.report import load_runs, records, summarize
 
 ROOT = Path(__file__).resolve().parents[2]
 LRS = (1e-3, 3e-3, 1e-2)
@@ -177,6 +177,10 @@ def test_bracket_screen_extends_the_grid_until_it_brackets_or_its_limit(tmp_path
         "linear": (1e-4, "low"),
         "sigmoid": (0.0316, ""),
         "softmax": (3e-3, ""),
+    }
+    packed = records.read(sweep / "report" / "report.records.json.xz")["files"]  # the report outlives its runs
+    assert {name for name in packed if name.endswith("metrics.json")} == {
+        path.relative_to(sweep).as_posix() for path in sweep.rglob("metrics.json")
     }
     again = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr  # resumed: every sweep finished, none trained again
