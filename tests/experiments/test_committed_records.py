@@ -60,10 +60,8 @@ RUNS_GONE = frozenset(
         "length_extrapolation/report.md",
         "lm_normalizers/history/all_lrs.md",
         "lm_normalizers/history/report.md",
-        "normalizer_ablation/all_lrs.md",
         "normalizer_ablation/history/long_report.md",
         "normalizer_ablation/history/report.md",
-        "normalizer_ablation/report.md",
     }
 )
 
