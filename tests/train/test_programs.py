@@ -8,6 +8,7 @@ import pytest
 from cli_helpers import TINY, compose_train, metrics, tiny_task, train_in_process
 from flax import nnx
 
+from attnlab.config import registry
 from attnlab.config.assembly import program_key
 from attnlab.optim import SGD, AdamW
 from attnlab.steps import make_train_step
@@ -31,6 +32,7 @@ def test_the_program_key_leaves_out_the_injected_options_and_keeps_every_other()
         assert key("optim.lr=1e-3", *other) != first, other
     assert key("optim=sgd", "optim.momentum=0.5") != key("optim=sgd")  # SGD's momentum is a constant of its update
     assert key("optim=sgd", "optim.lr=0.3", "optim.weight_decay=0.1") == key("optim=sgd")
+    assert program_key(registry.compose_train(TINY_MQAR)) == key()  # a config composed with its Hydra node
 
 
 @pytest.mark.parametrize("make", [lambda **v: AdamW(**v), lambda **v: SGD(**v, momentum=0.9)], ids=["adamw", "sgd"])

@@ -30,7 +30,8 @@ def sink_statistics(task_class, nodes: dict[str, dict]) -> dict[str, dict]:
 def program_key(cfg: DictConfig) -> str:
     """The composed config less the options its optimizer injects as values (Optimizer.injected): two runs of one
     process with equal keys compile the same programs (attnlab.train.programs), whatever their learning rates."""
-    resolved = OmegaConf.to_container(cfg, resolve=True)
+    # A config composed with its Hydra node (attnlab-check, the fuzzer) keeps it; the run's own config has none.
+    resolved = OmegaConf.to_container(OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"]), resolve=True)
     injected = construct.build("optim", resolved["optim"]).injected()
     resolved["optim"] = {k: v for k, v in resolved["optim"].items() if k not in injected}
     return json.dumps(resolved, sort_keys=True, default=repr)
