@@ -20,7 +20,7 @@ from attnlab.statistics import STATISTICS, final
 from attnlab.steps import make_maps, over_seeds, scored
 from attnlab.tasks.lengths import LENGTH_PREFIX, split_name
 from attnlab.train.config import LoopConfig
-from attnlab.train.programs import kept, signature
+from attnlab.train.programs import kept
 from attnlab.train.trees import pad_split, prefixed
 
 
@@ -98,7 +98,7 @@ class Evaluator:
                 fit=self.fit if sample is None else self.fit.lower(*sample[:3]).compile(),
             )
 
-        return dataclasses.replace(self, **kept(key and (key, "evaluation", signature(args)), build))
+        return dataclasses.replace(self, **kept(key, "evaluation", args, build))
 
     @property
     def length_splits(self) -> list[str]:

@@ -15,7 +15,7 @@ from attnlab.steps import make_stats_step, make_train_step
 from attnlab.train.config import LoopConfig
 from attnlab.train.evaluation import Evaluator, evaluate_step
 from attnlab.train.logs import Logs, flush
-from attnlab.train.programs import kept, signature
+from attnlab.train.programs import kept
 from attnlab.train.state import LoopState, Placement
 from attnlab.train.stopping import Diverged, StopRequest
 
@@ -126,7 +126,7 @@ def compile_steps(
         plain = make_train_step(graphdef, tx, groups=groups, layers=layers, **common).lower(state, arg).compile()
         return plain, make_stats_step(graphdef, probe_layers=probe_layers, **common).lower(state, arg).compile()
 
-    plain, statistics = kept(key and (key, "steps", signature(state, arg)), build)
+    plain, statistics = kept(key, "steps", (state, arg), build)
     stream = data
 
     def stats(state, _):

@@ -22,19 +22,21 @@ T = TypeVar("T")
 _kept: OrderedDict[Hashable, object] = OrderedDict()
 
 
-def kept(key: Hashable | None, build: Callable[[], T]) -> T:
-    """build()'s result, built once per key in this process (the KEEP latest keys); key None: built every time."""
+def kept(key: Hashable | None, part: str, args, build: Callable[[], T]) -> T:
+    """build()'s result, built once per (key, part, the signature of the programs' arguments `args`) in this process
+    (the KEEP latest); key None: built every time."""
     if key is None:
         return build()
-    if key not in _kept:
-        _kept[key] = build()
+    full = (key, part, _signature(args))
+    if full not in _kept:
+        _kept[full] = build()
         while len(_kept) > KEEP:
             _kept.popitem(last=False)
-    _kept.move_to_end(key)
-    return _kept[key]
+    _kept.move_to_end(full)
+    return _kept[full]
 
 
-def signature(*trees) -> tuple:
+def _signature(trees) -> tuple:
     """What a compiled program is called with: the trees' structure and each leaf's shape, dtype and sharding."""
     leaves, treedef = jax.tree.flatten(trees)
     return treedef, tuple((tuple(x.shape), str(x.dtype), x.sharding) for x in leaves)
