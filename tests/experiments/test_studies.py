@@ -299,7 +299,7 @@ def test_lm_baselines_table_and_mixed_corpora(tmp_path, capsys):
 # Hydra's command line). Keys a run.sh gave at run time (the confirm stage's selected rate) are in GIVEN.
 _MQAR_SMALL = "task=mqar model=small"
 _LE_MQAR = (
-    "task=mqar task.seq_len=32 task.n_test=200 task.test_lengths=[32,64,128,256,512] model=small trainer.steps=500 "
+    "task=mqar task.seq_len=32 task.n_test=200 task.test_lengths=[32,64,128,256,512] model=small trainer.steps=2000 "
     "trainer.batch_size=32 trainer.eval_every=250 trainer.vmap_seeds=3 trainer.progress=none"
 )
 _LE_MQAR_GPU = (
@@ -430,24 +430,8 @@ BEFORE = {
     "length_dispersion/softmax_lr_screen": f"normalizer=softmax normalizer.learnable=false,true "
     f"normalizer.adaptive_temperature=off,eval optim.lr=1e-2,1e-3 {_LD}",
     "length_dispersion/others_lr_screen": f"normalizer=ssmax,sigmoid,stickbreaking optim.lr=1e-2,1e-3 {_LD}",
-    "length_extrapolation/rope": "normalizer=softmax,stickbreaking,ssmax model.positional=rope optim.lr=3e-3 "
-    f"{_LE_MQAR}",
-    "length_extrapolation/rope_sigmoid": f"normalizer=sigmoid model.positional=rope optim.lr=3e-3 {_LE_MQAR}",
-    "length_extrapolation/rope_linear": f"normalizer=linear model.positional=rope optim.lr=1e-2 {_LE_MQAR}",
-    "length_extrapolation/none": "normalizer=stickbreaking,softmax,ssmax model.positional=none optim.lr=3e-3 "
-    f"{_LE_MQAR}",
-    "length_extrapolation/none_sigmoid": f"normalizer=sigmoid model.positional=none optim.lr=3e-3 {_LE_MQAR}",
-    "length_extrapolation/none_linear": f"normalizer=linear model.positional=none optim.lr=1e-2 {_LE_MQAR}",
-    "length_extrapolation/rope_long": f"normalizer=softmax,ssmax model.positional=rope optim.lr=3e-3 {_LE_MQAR} "
-    "trainer.steps=1500",
-    "length_extrapolation/rope_lr_screen": "normalizer=softmax,ssmax,stickbreaking,sigmoid model.positional=rope "
-    f"optim.lr=1e-2,1e-3 {_LE_MQAR}",
-    "length_extrapolation/rope_long_lr_screen": "normalizer=softmax,ssmax model.positional=rope optim.lr=1e-2,1e-3 "
-    f"{_LE_MQAR} trainer.steps=1500",
-    "length_extrapolation/none_lr_screen": "normalizer=softmax,ssmax,sigmoid,stickbreaking model.positional=none "
-    f"optim.lr=1e-2,1e-3 {_LE_MQAR}",
-    "length_extrapolation/none_linear_lr_screen": "normalizer=linear model.positional=none optim.lr=1e-3,3e-3 "
-    f"{_LE_MQAR}",
+    "length_extrapolation/screen": "model.positional=rope,none normalizer=softmax,ssmax,stickbreaking,sigmoid,linear "
+    f"optim.lr=1e-3,3e-3 {_LE_MQAR}",
     "length_extrapolation/lm_none": "normalizer=stickbreaking,softmax,ssmax model.positional=none optim.lr=1e-2 "
     f"{_LE_LM}",
     "length_extrapolation/lm_rope": "normalizer=softmax,ssmax,stickbreaking model.positional=rope optim.lr=1e-2 "
@@ -524,7 +508,7 @@ _STUDY_SWEEPS = {
     "lm_tokenizers": ("lm_tokenizers/screen", ""),
     "attention_sinks": ("attention_sinks/screen", ""),
     "length_dispersion": ("length_dispersion/others", "normalizer=softmax,ssmax,sigmoid,stickbreaking"),
-    "length_extrapolation": ("length_extrapolation/rope", "normalizer=softmax,stickbreaking,ssmax,sigmoid"),
+    "length_extrapolation": ("length_extrapolation/screen", ""),
     "recall_capacity": ("recall_capacity/pairs_softmax", "normalizer=softmax,linear"),
 }
 for _study, (_part, _more) in _STUDY_SWEEPS.items():
