@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-long test-slow test-profile test-numerics test-newest test-gpu-program bench clean chromium
+.PHONY: run test test-long test-slow test-profile coverage test-numerics test-newest test-gpu-program bench clean chromium
 
 # uv installs into each environment (a venv with pip, as `python -m venv` makes it): the test extras in ~15 s from
 # empty caches where pip took ~60 s, and a second environment links the packages the first downloaded (BENCHMARKS.md).
@@ -65,6 +65,19 @@ test-profile: $(STAMP)
 	ATTNLAB_TEST_PROFILE=$(abspath $(PROFILE_DIR)) $(TEST_ENV) $(call test_xla_flags,$(PY)) $(PY) $(PYTEST) \
 	  -p profile_plugin $(PYTEST_ARGS)
 	$(PY) scripts/test_profile.py $(PROFILE_DIR)
+
+# Line coverage of src/attnlab by the default suite then -m long, their subprocesses included ([tool.coverage] in
+# pyproject.toml); every process writes its data under COVERAGE_DIR, combined and reported at the end.
+COVERAGE_DIR ?= .coverage-data
+coverage: $(STAMP)
+	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[test,coverage]'
+	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
+	COVERAGE_FILE=$(abspath $(COVERAGE_DIR))/.coverage $(TEST_ENV) $(call test_xla_flags,$(PY)) $(PY) $(PYTEST) \
+	  --cov --cov-report= $(PYTEST_ARGS)
+	COVERAGE_FILE=$(abspath $(COVERAGE_DIR))/.coverage $(TEST_ENV) $(call test_xla_flags,$(PY)) $(PY) $(PYTEST) \
+	  -m long --cov --cov-append --cov-report= $(PYTEST_ARGS)
+	cd $(COVERAGE_DIR) && COVERAGE_FILE=.coverage $(abspath $(PY)) -m coverage combine --quiet --append . || true
+	COVERAGE_FILE=$(abspath $(COVERAGE_DIR))/.coverage $(PY) -m coverage report
 
 # The numerics tests (pytest -m numerics) on whatever accelerator JAX sees (a GPU if there is one).
 test-numerics: $(STAMP)
