@@ -55,7 +55,10 @@ BAD = [
     (["normalizer=relu", "normalizer.impl=xla"], ["normalizer.impl='xla'", "auto, blockwise, dense"]),
     (["accelerator.matmul_precision=tf32"], ["accelerator.matmul_precision='tf32'", "default, high, highest"]),
     (["accelerator.gpu_memory_fraction=0"], ["accelerator.gpu_memory_fraction=0"]),
-    (["accelerator.platform=gpu", "accelerator.devices=2"], ["accelerator.devices=2", "accelerator=cpu", "null on gpu"]),
+    (
+        ["accelerator.platform=gpu", "accelerator.devices=2"],
+        ["accelerator.devices=2", "accelerator=cpu", "null on gpu"],
+    ),
     ([*ICL, "head=hlgauss", "head.v_min=1", "head.v_max=0"], ["head.v_max=0", "> head.v_min=1"]),
     ([*ICL, "task.ridge=-1"], ["ridge", "-1"]),
 ]
