@@ -67,17 +67,17 @@ test-profile: $(STAMP)
 	$(PY) scripts/test_profile.py $(PROFILE_DIR)
 
 # Line coverage of src/attnlab by the default suite then -m long, their subprocesses included ([tool.coverage] in
-# pyproject.toml); every process writes its data under COVERAGE_DIR, combined and reported at the end.
+# pyproject.toml); every process writes its data under COVERAGE_DIR, which pytest-cov combines at each run's end.
 COVERAGE_DIR ?= .coverage-data
+COVERAGE_ENV = COVERAGE_FILE=$(abspath $(COVERAGE_DIR))/.coverage
 coverage: $(STAMP)
 	$(VENV)/bin/uv pip install --quiet --python $(PY) -e '.[test,coverage]'
 	rm -rf $(COVERAGE_DIR) && mkdir -p $(COVERAGE_DIR)
-	COVERAGE_FILE=$(abspath $(COVERAGE_DIR))/.coverage $(TEST_ENV) $(call test_xla_flags,$(PY)) $(PY) $(PYTEST) \
+	$(COVERAGE_ENV) $(TEST_ENV) $(call test_xla_flags,$(PY)) $(PY) $(PYTEST) \
 	  --cov --cov-report= $(PYTEST_ARGS)
-	COVERAGE_FILE=$(abspath $(COVERAGE_DIR))/.coverage $(TEST_ENV) $(call test_xla_flags,$(PY)) $(PY) $(PYTEST) \
+	$(COVERAGE_ENV) $(TEST_ENV) $(call test_xla_flags,$(PY)) $(PY) $(PYTEST) \
 	  -m long --cov --cov-append --cov-report= $(PYTEST_ARGS)
-	cd $(COVERAGE_DIR) && COVERAGE_FILE=.coverage $(abspath $(PY)) -m coverage combine --quiet --append . || true
-	COVERAGE_FILE=$(abspath $(COVERAGE_DIR))/.coverage $(PY) -m coverage report
+	$(COVERAGE_ENV) $(PY) -m coverage report
 
 # The numerics tests (pytest -m numerics) on whatever accelerator JAX sees (a GPU if there is one).
 test-numerics: $(STAMP)

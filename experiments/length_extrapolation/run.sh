@@ -28,12 +28,13 @@ mkdir -p "$SWEEP"
 # The two positional encodings as two parallel streams, each a learning-rate screen (1e-3, 3e-3) extended by one round
 # where a cell's selected rate is at an edge of its grid; each configuration is 3 vmapped seeds, so the screen's runs
 # are the compared cells.
-bracket_screen "$SWEEP/rope" normalizer 1 --metrics val/loss test/accuracy -- \
-  "experiment=length_extrapolation/screen$SUFFIX" model.positional=rope "$@" > "$SWEEP/rope.log" 2>&1 &
-ROPE=$!
-bracket_screen "$SWEEP/none" normalizer 1 --metrics val/loss test/accuracy -- \
-  "experiment=length_extrapolation/screen$SUFFIX" model.positional=none "$@" > "$SWEEP/none.log" 2>&1
-wait "$ROPE"
+STREAMS=()
+for pos in rope none; do
+  bracket_screen "$SWEEP/$pos" normalizer 1 --metrics val/loss test/accuracy -- \
+    "experiment=length_extrapolation/screen$SUFFIX" "model.positional=$pos" "$@" > "$SWEEP/$pos.log" 2>&1 &
+  STREAMS+=("$!")
+done
+for pid in "${STREAMS[@]}"; do wait "$pid"; done  # a failed stream stops the study here (set -e)
 # Each normalizer at its own selected rate (val/loss), paired against softmax at the same positional encoding;
 # formed: MQAR learned at the training length (test accuracy >= 0.9 on each seed; the plateau of a model that knows only
 # that the answer is one of the 4 values is ~0.27), the condition for a length comparison to be tested.
