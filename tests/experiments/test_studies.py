@@ -432,12 +432,8 @@ BEFORE = {
     "length_dispersion/others_lr_screen": f"normalizer=ssmax,sigmoid,stickbreaking optim.lr=1e-2,1e-3 {_LD}",
     "length_extrapolation/screen": "model.positional=rope,none normalizer=softmax,ssmax,stickbreaking,sigmoid,linear "
     f"optim.lr=1e-3,3e-3 {_LE_MQAR}",
-    "length_extrapolation/lm_none": "normalizer=stickbreaking,softmax,ssmax model.positional=none optim.lr=1e-2 "
-    f"{_LE_LM}",
-    "length_extrapolation/lm_rope": "normalizer=softmax,ssmax,stickbreaking model.positional=rope optim.lr=1e-2 "
-    f"{_LE_LM}",
-    "length_extrapolation/lm_none_lr_screen": f"normalizer=stickbreaking,ssmax,softmax model.positional=none {_LE_LM} "
-    "optim.lr=3e-2",
+    "length_extrapolation/lm_screen": "model.positional=rope,none normalizer=softmax,ssmax,stickbreaking "
+    f"optim.lr=3e-3,1e-2,3e-2 {_LE_LM}",
     **{f"recall_capacity/{k}": v for k, v in _recall_capacity(64, "4,8,16", 64, "32,128", 8, 16).items()},
 }
 BEFORE |= {
@@ -492,7 +488,7 @@ BEFORE |= {
     **{
         f"{name}_gpu": f"{BEFORE[name]} {_LE_LM_GPU if '/lm_' in name else _LE_MQAR_GPU}"
         for name in list(BEFORE)
-        if name.startswith("length_extrapolation/") and name != "length_extrapolation/lm_none_lr_screen"
+        if name.startswith("length_extrapolation/")
     },
     **{
         f"recall_capacity/{k}_gpu": v
