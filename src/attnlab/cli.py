@@ -16,7 +16,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks, exits, outdir, progress
-from attnlab.config import assembly, composition, construct, registry
+from attnlab.config import assembly, composition, registry
 from attnlab.run import chance
 from attnlab.run.convergence import at_plateaus
 from attnlab.run.files import (
@@ -93,20 +93,12 @@ def _build_run(cfg: DictConfig, hc, run_dir: Path, choices: dict, has_checkpoint
         f"trainer.resume=true but {run_dir / 'checkpoints'} does not exist or is empty "
         f"(resume needs hydra.run.dir=<the run's directory>)",
     )
-    from attnlab.accelerator import apply_matmul_precision, configure, limit_threads
-
-    limit_threads(str(hc.launcher.get("_target_", "")), hc.launcher.get("n_jobs"))
-    a = construct.build("accelerator", OmegaConf.to_container(cfg.accelerator, resolve=True))
-    configure(a.platform, a.devices, cfg.compile_cache, a.gpu_memory_fraction, a.distributed)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        task, nets, tx, loop = assembly.assemble(
-            cfg, choices.get("head"), choices.get("normalizer"), choices.get("task")
-        )
+        task, nets, tx, loop, precision = assembly.build_run(cfg, choices, hc.launcher)
     choices["head"] = choices.get("head") or task.default_head
     for w in caught:
         print(f"attnlab: warning: {w.message}", file=sys.stderr)
-    precision = apply_matmul_precision(cfg.accelerator.get("matmul_precision"), nets[0].body.dtype)
     return task, nets, tx, loop, compute_record(nets[0], task.seq_len, precision)
 
 

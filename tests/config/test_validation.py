@@ -107,6 +107,19 @@ def test_cli_exits_2_with_one_line_before_compiling(tmp_path, overrides, needle)
     assert not (tmp_path / "r" / "events.out.tfevents").exists()
 
 
+def test_a_sweep_job_checks_its_whole_config_before_it_configures_the_machine(tmp_path):
+    """A sweep's job is refused by its own run (the command line's check composes only its choices): everything the
+    config answers is checked before the accelerator is configured, so the refused job never made its compile cache
+    directory (attnlab.accelerator.configure makes it)."""
+    cache = tmp_path / "cache"
+    proc = train_in_process(
+        "-m", *TINY, *MQAR, "model.heads=0", f"compile_cache={cache}", f"hydra.sweep.dir={tmp_path / 's'}",
+        cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert "model.heads=0 is invalid; allowed: an integer >= 1" in proc.stderr, proc.stderr
+    assert not cache.exists()
+
+
 def test_a_refusal_imports_neither_scipy_stats_nor_scikit_learn(tmp_path):
     """A finished run's summary (scipy.stats) and task=digits (scikit-learn) import them where they use them: a
     refused command's start-up goes without (BENCHMARKS.md, start-up of a command), also one refused once jax is

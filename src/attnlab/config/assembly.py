@@ -1,6 +1,7 @@
-"""A run assembled from its composed config: every check the config alone answers first (values across groups, the
-unknown keys, each group's own values, the normalizers of every layer, causality), then the task (its data), the
-checks that need it (its head, its lengths), and last the model and optimizer.
+"""A run assembled from its composed config, in one order: every check the config alone answers (the unknown keys, each
+group's declared values, the seeds), then the machine (threads, platform, devices, compile cache), the checks that
+need it (seeds × devices × batch), the normalizers of every layer, the task (its data) and the checks that need it
+(its head, its lengths, causality), and last the model and optimizer.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from omegaconf import DictConfig, OmegaConf
 
 from attnlab import checks
 from attnlab.config import composition, construct, registry
-from attnlab.options import trainer as trainer_options
 
 # Switches that default to null: on under a task that exists to measure attention sinks (Task.measures_sinks).
 SINK_SWITCHES = {"trainer": "final_stats", "model": "extreme_token_stats"}
@@ -37,19 +37,54 @@ def program_key(cfg: DictConfig) -> str:
     return json.dumps(resolved, sort_keys=True, default=repr)
 
 
-def validate(cfg: DictConfig, device_count: int) -> None:
-    """Checks that span groups (seeds × devices, seed range) and the top-level keys, before any object; each
-    group's own keys and values are checked by construct.build and its component when `assemble` builds it."""
+def check(cfg: DictConfig) -> None:
+    """Everything the config alone answers, before anything is built or the machine configured: unknown keys, then
+    each group's declared values, compile_cache and the seed range (composition.refuse_bad_values); each group's
+    undeclared values are checked by construct.build and its component when `assemble` builds it."""
+    composition.no_unknown_keys(cfg)
+    composition.refuse_bad_values(cfg)
+
+
+def check_devices(cfg: DictConfig, device_count: int) -> None:
+    """What the config and the machine answer together: the batch, or the vmapped seeds, split over the devices."""
     from attnlab.accelerator import seeds_over_devices
 
     t = cfg.trainer
-    trainer_options.seeds(seed=cfg.seed, vmap_seeds=t.vmap_seeds)
     checks.require(
         seeds_over_devices(t.vmap_seeds, device_count) or t.batch_size % device_count == 0,
         f"trainer.batch_size={t.batch_size} is not divisible by the device count ({device_count}), "
         f"nor is trainer.vmap_seeds={t.vmap_seeds}",
     )
-    composition.no_unknown_keys(cfg)
+
+
+def configure_machine(cfg: DictConfig, launcher: dict):
+    """The accelerator group built and applied before JAX starts: CPU threads per parallel job of the `launcher`
+    (Hydra's launcher node), platform, devices, GPU memory fraction, distributed, compile cache. Returns it."""
+    from attnlab.accelerator import configure, limit_threads
+
+    limit_threads(str(launcher.get("_target_", "")), launcher.get("n_jobs"))
+    accelerator = construct.build("accelerator", OmegaConf.to_container(cfg.accelerator, resolve=True))
+    configure(
+        accelerator.platform,
+        accelerator.devices,
+        cfg.compile_cache,
+        accelerator.gpu_memory_fraction,
+        accelerator.distributed,
+    )
+    return accelerator
+
+
+def build_run(cfg: DictConfig, choices: dict, launcher: dict):
+    """A command's run: `check`, then `configure_machine`, then `assemble`'s objects and the matmul precision.
+    Returns (task, nets, tx, loop, matmul precision); ConfigError on bad input."""
+    from attnlab.accelerator import apply_matmul_precision
+
+    check(cfg)
+    accelerator = configure_machine(cfg, launcher)
+    task, nets, tx, loop = _assemble_checked(
+        cfg, accelerator, choices.get("head"), choices.get("normalizer"), choices.get("task")
+    )
+    return task, nets, tx, loop, apply_matmul_precision(accelerator.matmul_precision, nets[0].body.dtype)
 
 
 def layer_normalizer_makers(cfg: DictConfig, selected: str | None = None) -> list:
@@ -98,9 +133,17 @@ def _causal(model: dict, granularity: str, makers: list, task_label: str) -> boo
 
 
 def assemble(cfg: DictConfig, head_name: str | None, normalizer_name: str | None = None, task_name: str | None = None):
-    """task, nets (one per seed of trainer.vmap_seeds), optimizer and loop config; ConfigError on bad input.
-    Every group goes through `construct.build`; the given arguments are what follows from another group or the
-    machine. `head_name` None: the task's default head; the names are the choices, for messages."""
+    """task, nets (one per seed of trainer.vmap_seeds), optimizer and loop config of a config, in a process whose JAX
+    is already configured; ConfigError on bad input. `head_name` None: the task's default head; the names are the
+    groups' choices, for messages."""
+    check(cfg)
+    accelerator = construct.build("accelerator", OmegaConf.to_container(cfg.accelerator, resolve=True))
+    return _assemble_checked(cfg, accelerator, head_name, normalizer_name, task_name)
+
+
+def _assemble_checked(cfg: DictConfig, accelerator, head_name, normalizer_name, task_name):
+    """`assemble` after `check`, on the configured machine: every group goes through `construct.build`; the given
+    arguments are what follows from another group or the machine."""
     import jax
     from flax import nnx
 
@@ -112,15 +155,13 @@ def assemble(cfg: DictConfig, head_name: str | None, normalizer_name: str | None
     def node(group):
         return OmegaConf.to_container(cfg[group], resolve=True)
 
-    # what the config alone answers: values across groups, unknown keys, then each group's declared option checks
-    validate(cfg, jax.device_count())
-    composition.refuse_bad_values(cfg)
+    check_devices(cfg, jax.device_count())
     # a task YAML without a _target_ is refused as its task is built, in that refusal's words
     task_class = registry.resolve_target(cfg.task["_target_"], "task") if "_target_" in cfg.task else None
     nodes = sink_statistics(task_class, {"trainer": node("trainer"), "model": node("model")})
     loop = construct.build("trainer", nodes["trainer"], read=("vmap_seeds",), seed=cfg.seed)
     make_tx = construct.build("optim", node("optim"))
-    dtype = compute_dtype(construct.build("accelerator", node("accelerator")).dtype)
+    dtype = compute_dtype(accelerator.dtype)
     make_normalizer = layer_normalizer_makers(cfg, normalizer_name)
     model = nodes["model"]
     # the task, and what needs it

@@ -57,10 +57,10 @@ def _refuse_unknown_keys(cfg, overrides: list[str] | None) -> None:
 
 
 def refuse_bad_values(cfg) -> None:
-    """A single run's values checked as the run checks them when it builds its groups (cli._build_run, assembly),
-    in that order, before jax loads: each component's declared checks (attnlab.options), compile_cache, the seeds,
-    task.default_head and model.layer_normalizers. What no declaration covers (a user's component, normalizer.impl,
-    a value checked against another group, the data or the machine) is refused when the run builds it."""
+    """A single run's values checked as the run checks them first (assembly.check), before jax loads: each
+    component's declared checks (attnlab.options), compile_cache, the seeds, task.default_head and
+    model.layer_normalizers. What no declaration covers (a user's component, normalizer.impl, a value checked against
+    another group, the data or the machine) is refused when the run builds it."""
     try:
         run = {
             key: OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
