@@ -96,7 +96,7 @@ def test_the_graph_reads_imports_as_python_resolves_them(graph):
     """A positive control: relative, package and `from pkg import submodule` imports become edges."""
     edges, _ = graph
     assert "attnlab.backends.blockwise" in edges["attnlab.backends.impl"]  # from .blockwise import BlockForm
-    assert "attnlab.config.construct" in edges["attnlab.cli"]  # from attnlab.config import construct
+    assert "attnlab.config.assembly" in edges["attnlab.cli"]  # from attnlab.config import assembly
     assert "attnlab.report.stats" in edges["attnlab.report.cells"]  # from attnlab.report import stats
     assert mg.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
