@@ -19,18 +19,32 @@ source "$HERE/../study.sh"
 PARTS=" ${PARTS:-mqar lm} "
 START=$SECONDS
 
+# screens DIR PRESET METRIC [OVERRIDES]: the two positional encodings as two parallel streams, each PRESET's
+# learning-rate screen extended by one round where a cell's selected rate is at an edge of its grid (DIR/rope, DIR/none,
+# their logs beside them); each configuration is 3 vmapped seeds, so the screen's runs are the compared cells.
+screens() {
+  local dir="$1" preset="$2" metric="$3" pos pids=()
+  shift 3
+  mkdir -p "$dir"
+  for pos in rope none; do
+    bracket_screen "$dir/$pos" normalizer 1 --metrics val/loss "$metric" -- \
+      "experiment=length_extrapolation/$preset$SUFFIX" "model.positional=$pos" "$@" > "$dir/$pos.log" 2>&1 &
+    pids+=("$!")
+  done
+  for pid in "${pids[@]}"; do wait "$pid"; done  # a failed stream stops the study here (set -e)
+}
+
+# copy_screens DIR NAME: each encoding's screen report and records into this folder as NAME_<pos>.md.
+copy_screens() {
+  local pos
+  for pos in rope none; do
+    cp "$1/$pos/report/report.md" "$HERE/$2_$pos.md"
+    cp "$1/$pos/report/report.records.json.xz" "$HERE/$2_$pos.records.json.xz"
+  done
+}
+
 if [[ "$PARTS" == *" mqar "* ]]; then
-mkdir -p "$SWEEP"
-# The two positional encodings as two parallel streams, each a learning-rate screen (1e-3, 3e-3) extended by one round
-# where a cell's selected rate is at an edge of its grid; each configuration is 3 vmapped seeds, so the screen's runs
-# are the compared cells.
-STREAMS=()
-for pos in rope none; do
-  bracket_screen "$SWEEP/$pos" normalizer 1 --metrics val/loss test/accuracy -- \
-    "experiment=length_extrapolation/screen$SUFFIX" "model.positional=$pos" "$@" > "$SWEEP/$pos.log" 2>&1 &
-  STREAMS+=("$!")
-done
-for pid in "${STREAMS[@]}"; do wait "$pid"; done  # a failed stream stops the study here (set -e)
+screens "$SWEEP" screen test/accuracy "$@"  # 1e-3, 3e-3
 # Each normalizer at its own selected rate (val/loss), paired against softmax at the same positional encoding;
 # formed: MQAR learned at the training length (test accuracy >= 0.9 on each seed; the plateau of a model that knows only
 # that the answer is one of the 4 values is ~0.27), the condition for a length comparison to be tested.
@@ -39,27 +53,15 @@ nice -n 10 "$BIN/attnlab-report" "$SWEEP" --group-by model.positional normalizer
   --formed 'test/accuracy>=0.9' --curves val/accuracy --records "$SWEEP/report/report.records.json.xz"
 if [ "$REFRESH" = 1 ]; then
   cp "$SWEEP/report/report.md" "$SWEEP/report/report.records.json.xz" "$SWEEP/report/"*.png "$HERE/"
-  for pos in rope none; do
-    cp "$SWEEP/$pos/report/report.md" "$HERE/lr_screen_$pos.md"
-    cp "$SWEEP/$pos/report/report.records.json.xz" "$HERE/lr_screen_$pos.records.json.xz"
-  done
+  copy_screens "$SWEEP" lr_screen
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/*.png  # 256-colour palette, ~3x smaller
 fi
 fi
 
-# lm: 64-byte windows, 400 steps; each test length holds the same 32,000 predicted bytes (n_test auto). A screen per
-# encoding (3e-3, 1e-2, 3e-2) extended by one round where a cell's selected rate is at an edge, the two encodings as two
-# parallel streams, as for MQAR.
+# lm: 64-byte windows, 400 steps; each test length holds the same 32,000 predicted bytes (n_test auto).
 if [[ "$PARTS" == *" lm "* ]]; then
 LM_SWEEP="${SWEEP}_lm"
-mkdir -p "$LM_SWEEP"
-STREAMS=()
-for pos in rope none; do
-  bracket_screen "$LM_SWEEP/$pos" normalizer 1 --metrics val/loss test/bits_per_byte -- \
-    "experiment=length_extrapolation/lm_screen$SUFFIX" "model.positional=$pos" "$@" > "$LM_SWEEP/$pos.log" 2>&1 &
-  STREAMS+=("$!")
-done
-for pid in "${STREAMS[@]}"; do wait "$pid"; done
+screens "$LM_SWEEP" lm_screen test/bits_per_byte "$@"  # 3e-3, 1e-2, 3e-2
 # formed: language learned beyond a byte bigram at the training length (test bits per byte below the training text's
 # byte bigram conditional entropy, 3.5301 — the lm task's bits_per_byte_bigram baseline — on each seed): a model that
 # uses no more than the previous byte has no context length to extrapolate.
@@ -70,10 +72,7 @@ if [ "$REFRESH" = 1 ]; then
   cp "$LM_SWEEP/report/report.md" "$HERE/lm_report.md"
   cp "$LM_SWEEP/report/report.records.json.xz" "$HERE/lm_report.records.json.xz"
   for png in "$LM_SWEEP/report/"*.png; do cp "$png" "$HERE/lm_$(basename "$png")"; done
-  for pos in rope none; do
-    cp "$LM_SWEEP/$pos/report/report.md" "$HERE/lm_lr_screen_$pos.md"
-    cp "$LM_SWEEP/$pos/report/report.records.json.xz" "$HERE/lm_lr_screen_$pos.records.json.xz"
-  done
+  copy_screens "$LM_SWEEP" lm_lr_screen
   nice -n 10 "$BIN/python" "$ROOT/experiments/shrink_png.py" "$HERE"/lm_*.png
 fi
 fi
