@@ -19,16 +19,16 @@ source "$HERE/../study.sh"
 PARTS=" ${PARTS:-mqar lm} "
 START=$SECONDS
 
-# screens DIR PRESET METRIC [OVERRIDES]: the two positional encodings as two parallel streams, each PRESET's
+# screens PRESET DIR METRIC [OVERRIDES]: the two positional encodings as two parallel streams, each PRESET's
 # learning-rate screen extended by one round where a cell's selected rate is at an edge of its grid (DIR/rope, DIR/none,
 # their logs beside them); each configuration is 3 vmapped seeds, so the screen's runs are the compared cells.
 screens() {
-  local dir="$1" preset="$2" metric="$3" pos pids=()
+  local preset="$1" dir="$2" metric="$3" pos pids=()
   shift 3
   mkdir -p "$dir"
   for pos in rope none; do
     bracket_screen "$dir/$pos" normalizer 1 --metrics val/loss "$metric" -- \
-      "experiment=length_extrapolation/$preset$SUFFIX" "model.positional=$pos" "$@" > "$dir/$pos.log" 2>&1 &
+      "experiment=$preset$SUFFIX" "model.positional=$pos" "$@" > "$dir/$pos.log" 2>&1 &
     pids+=("$!")
   done
   for pid in "${pids[@]}"; do wait "$pid"; done  # a failed stream stops the study here (set -e)
@@ -44,7 +44,7 @@ copy_screens() {
 }
 
 if [[ "$PARTS" == *" mqar "* ]]; then
-screens "$SWEEP" screen test/accuracy "$@"  # 1e-3, 3e-3
+screens length_extrapolation/screen "$SWEEP" test/accuracy "$@"  # 1e-3, 3e-3
 # Each normalizer at its own selected rate (val/loss), paired against softmax at the same positional encoding;
 # formed: MQAR learned at the training length (test accuracy >= 0.9 on each seed; the plateau of a model that knows only
 # that the answer is one of the 4 values is ~0.27), the condition for a length comparison to be tested.
@@ -61,7 +61,7 @@ fi
 # lm: 64-byte windows, 400 steps; each test length holds the same 32,000 predicted bytes (n_test auto).
 if [[ "$PARTS" == *" lm "* ]]; then
 LM_SWEEP="${SWEEP}_lm"
-screens "$LM_SWEEP" lm_screen test/bits_per_byte "$@"  # 3e-3, 1e-2, 3e-2
+screens length_extrapolation/lm_screen "$LM_SWEEP" test/bits_per_byte "$@"  # 3e-3, 1e-2, 3e-2
 # formed: language learned beyond a byte bigram at the training length (test bits per byte below the training text's
 # byte bigram conditional entropy, 3.5301 — the lm task's bits_per_byte_bigram baseline — on each seed): a model that
 # uses no more than the previous byte has no context length to extrapolate.

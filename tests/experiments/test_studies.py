@@ -131,7 +131,7 @@ STUDY_SCRIPTS = [s / "run.sh" for s in STUDIES] + [EXPERIMENTS / "normalizer_abl
 # study.sh's bracket_screen (a screen whose attnlab-train arguments follow its `--`, the preset among them) and a
 # script's own function of attnlab-train runs given the preset as its first argument (`confirm PRESET ...`): their
 # calls name the presets; the function's own call, experiment=$preset, names none.
-TRAINS_BY_SCREEN = re.compile(r"^(bracket_screen|confirm)\s")
+TRAINS_BY_SCREEN = re.compile(r"^(bracket_screen|confirm|screens)\s")
 PRESET_ARGUMENT = "experiment=$preset"
 
 
@@ -163,7 +163,7 @@ def test_study_script_calls_presets(script):
     suffix); the study's settings live in the presets, not in shell arrays of overrides."""
     calls = commands(script, '"$BIN/attnlab-train"') + commands(script, "bracket_screen ")
     calls = [c for c in calls if PRESET_ARGUMENT not in c]
-    for call in commands(script, "confirm "):
+    for call in commands(script, "confirm ") + commands(script, "screens "):
         if TRAINS_BY_SCREEN.match(call):
             calls.append("experiment=" + call.split()[1].strip('"'))
     assert calls
